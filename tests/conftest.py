@@ -1,0 +1,19 @@
+import os
+
+import pytest
+import torch
+
+# CI and dev machines have 2 cores; more threads than cores makes everything slower.
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A randomly initialised tiny Qwen2 model + byte-level tokenizer, as a Hugging Face folder."""
+    from verl.models.tiny import make_tiny_model_folder
+
+    return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen2"), num_layers=2, hidden_size=64,
+                                  intermediate_size=128)

@@ -1,0 +1,232 @@
+"""ConfigNode mechanism: construction, validated assignment, hints, aliases, copies."""
+
+import copy
+import pickle
+
+import pytest
+
+from verl.config import ConfigError, ConfigNode, OptimConfig, RolloutConfig, TrainerConfig
+from verl.config.node import field_specs
+
+
+def test_nested_dict_construction_keeps_defaults_for_unspecified_fields():
+    cfg = TrainerConfig(actor_rollout_ref=dict(model=dict(path="x"), rollout=dict(name="dummy")),
+                        data=dict(train_batch_size=2))
+    assert cfg.actor_rollout_ref.model.path == "x"
+    assert cfg.actor_rollout_ref.rollout.name == "dummy"
+    assert cfg.actor_rollout_ref.rollout.temperature == 1.0
+    assert cfg.data.train_batch_size == 2
+    assert cfg.data.max_prompt_length == 512
+    assert cfg.critic.optim.lr == 1e-5 and cfg.actor_rollout_ref.actor.optim.lr == 1e-6
+
+
+def test_mutable_defaults_are_not_shared_between_instances():
+    a, b = TrainerConfig(), TrainerConfig()
+    a.trainer.logger.append("wandb")
+    a.data.chat_template_kwargs["x"] = 1
+    assert b.trainer.logger == ["console"] and b.data.chat_template_kwargs == {}
+
+
+def test_assigning_a_dict_to_a_section_builds_a_fresh_node_of_defaults_plus_keys():
+    cfg = TrainerConfig()
+    cfg.actor_rollout_ref.rollout.temperature = 0.5
+    cfg.actor_rollout_ref.rollout = dict(name="vllm", tensor_model_parallel_size=1)
+    rollout = cfg.actor_rollout_ref.rollout
+    assert isinstance(rollout, RolloutConfig)
+    assert rollout.name == "vllm" and rollout.temperature == 1.0
+    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.temperature expects float"):
+        rollout.temperature = "hot"
+
+
+def test_deep_attribute_assignment_is_validated_with_the_full_dotted_key():
+    cfg = TrainerConfig()
+    cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size = 8
+    assert cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size == 8
+    with pytest.raises(ConfigError) as err:
+        cfg.actor_rollout_ref.actor.fsdp_config.fsdp_size = "eight"
+    msg = str(err.value)
+    assert "actor_rollout_ref.actor.fsdp_config.fsdp_size" in msg and "int" in msg and "'eight'" in msg
+    assert isinstance(err.value, ValueError)
+
+
+def test_int_is_accepted_for_float_but_float_is_rejected_for_int():
+    cfg = TrainerConfig()
+    cfg.actor_rollout_ref.actor.optim.lr = 1
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1.0 and isinstance(cfg.actor_rollout_ref.actor.optim.lr, float)
+    with pytest.raises(ConfigError, match="trainer.total_epochs expects int, got 2.5"):
+        cfg.trainer.total_epochs = 2.5
+    with pytest.raises(ConfigError, match="expects bool"):
+        cfg.data.shuffle = "yes"  # Python values are not parsed; only text (CLI, YAML) is
+
+
+def test_optional_list_and_union_fields():
+    cfg = TrainerConfig()
+    cfg.data.train_files = "a.parquet"
+    assert cfg.data.train_files == "a.parquet"  # a str stays a str; callers normalise
+    cfg.data.train_files = ("a.parquet", "b.parquet")
+    assert cfg.data.train_files == ["a.parquet", "b.parquet"]
+    cfg.data.train_files = None
+    cfg.actor_rollout_ref.actor.optim.betas = [0.9, 1]
+    assert cfg.actor_rollout_ref.actor.optim.betas == [0.9, 1.0]
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.optim.betas\[1\] expects float"):
+        cfg.actor_rollout_ref.actor.optim.betas = [0.9, "x"]
+    with pytest.raises(ConfigError, match="trainer.logger expects str | list"):
+        cfg.trainer.logger = 3
+
+
+def test_free_form_dict_fields_take_any_keys():
+    cfg = TrainerConfig(actor_rollout_ref=dict(model=dict(override_config=dict(a=1, b=dict(c=[2])))))
+    assert cfg.actor_rollout_ref.model.override_config == {"a": 1, "b": {"c": [2]}}
+    cfg.set("actor_rollout_ref.model.override_config.b.d", 3)
+    assert cfg.get("actor_rollout_ref.model.override_config.b") == {"c": [2], "d": 3}
+
+
+def test_literal_choices_are_listed_on_a_wrong_choice():
+    cfg = TrainerConfig()
+    cfg.data.truncation = "left"
+    with pytest.raises(ConfigError) as err:
+        cfg.data.truncation = "middle"
+    assert "data.truncation='middle'" in str(err.value)
+    assert "'error', 'left', 'right'" in str(err.value)
+    with pytest.raises(ConfigError, match="'float32', 'fp32', 'bfloat16'"):
+        TrainerConfig(actor_rollout_ref=dict(model=dict(dtype="float64")))
+
+
+def test_unknown_attribute_suggests_a_sibling():
+    cfg = TrainerConfig()
+    with pytest.raises(ConfigError, match=r"'trainer.totl_epochs'; did you mean trainer.total_epochs\?"):
+        cfg.trainer.totl_epochs = 3
+
+
+def test_unknown_attribute_without_close_sibling_suggests_across_the_tree():
+    cfg = TrainerConfig()
+    with pytest.raises(ConfigError, match=r"did you mean actor_rollout_ref.actor.optim.lr\?"):
+        cfg.trainer.lr = 1e-5
+    with pytest.raises(ConfigError, match=r"did you mean actor_rollout_ref.actor.optim.lr\?"):
+        cfg.set("actor.optim.lr", 1e-5)  # a missing prefix is found by suffix
+
+
+def test_unknown_key_in_nested_constructor_dict_names_the_full_key():
+    with pytest.raises(ConfigError, match=r"'actor_rollout_ref.rollout.temprature'; did you mean "
+                                          r"actor_rollout_ref.rollout.temperature\?"):
+        TrainerConfig(actor_rollout_ref=dict(rollout=dict(temprature=0.7)))
+
+
+def test_unknown_key_with_no_close_match_lists_the_valid_keys():
+    with pytest.raises(ConfigError, match="valid keys under custom_reward_function: path, name"):
+        TrainerConfig(custom_reward_function=dict(zzzzzzzz=1))
+
+
+def test_reading_an_unknown_attribute_is_an_attribute_error_with_a_hint():
+    cfg = TrainerConfig()
+    with pytest.raises(AttributeError, match="did you mean data.max_prompt_length"):
+        _ = cfg.data.max_prompt_lenght
+    assert getattr(cfg.data, "nope", "fallback") == "fallback"
+
+
+def test_positional_arguments_are_rejected():
+    with pytest.raises(ConfigError, match="keyword arguments only"):
+        OptimConfig(1e-5)
+
+
+def test_aliases_read_and_write_the_canonical_field():
+    cfg = TrainerConfig(data=dict(batch_size=4), trainer=dict(max_steps=7))
+    assert cfg.data.train_batch_size == 4 and cfg.data.batch_size == 4
+    assert cfg.trainer.total_training_steps == 7
+    cfg.data.batch_size = 8
+    assert cfg.data.train_batch_size == 8
+    cfg.set("trainer.max_steps", 9)
+    assert cfg.get("trainer.total_training_steps") == 9 and cfg.get("trainer.max_steps") == 9
+    assert "batch_size" not in cfg.to_dict()["data"] and cfg.to_dict()["data"]["train_batch_size"] == 8
+    assert "max_steps" not in cfg.to_dict()["trainer"]
+
+
+def test_giving_an_alias_and_its_canonical_name_together_is_an_error():
+    with pytest.raises(ConfigError, match="data.batch_size and data.train_batch_size name the same key"):
+        TrainerConfig(data=dict(batch_size=4, train_batch_size=8))
+
+
+def test_assigned_free_node_is_adopted_and_node_from_another_tree_is_copied():
+    cfg = TrainerConfig()
+    optim = OptimConfig(lr=3e-6)
+    cfg.actor_rollout_ref.actor.optim = optim
+    assert cfg.actor_rollout_ref.actor.optim is optim
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.optim.lr expects float"):
+        optim.lr = "fast"  # errors name the key in its new tree
+    cfg.critic.optim = cfg.actor_rollout_ref.actor.optim
+    assert cfg.critic.optim == optim and cfg.critic.optim is not optim
+    cfg.critic.optim.lr = 1.0
+    assert optim.lr == 3e-6
+
+
+def test_copy_equality_and_pickle():
+    cfg = TrainerConfig(data=dict(train_batch_size=2))
+    twin = cfg.copy()
+    assert twin == cfg and twin is not cfg
+    twin.data.train_batch_size = 4
+    assert twin != cfg
+    assert copy.deepcopy(cfg) == cfg and copy.copy(cfg) == cfg
+    restored = pickle.loads(pickle.dumps(cfg))
+    assert restored == cfg
+    with pytest.raises(ConfigError, match="data.train_batch_size expects int"):
+        restored.data.train_batch_size = "x"
+
+
+def test_get_and_set_by_dotted_key():
+    cfg = TrainerConfig()
+    cfg.set("actor_rollout_ref.rollout.n", 8)
+    assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.get("actor_rollout_ref.rollout.n") == 8
+    with pytest.raises(ConfigError, match="trainer.total_epochs is a value, not a section"):
+        cfg.set("trainer.total_epochs.x", 1)
+    with pytest.raises(ConfigError, match="did you mean actor_rollout_ref.rollout"):
+        cfg.get("actor_rollout_ref.rolout.n")
+
+
+def test_from_dict_with_base_merges_and_update_merges_deeply():
+    base = TrainerConfig(data=dict(train_batch_size=2, max_prompt_length=64))
+    cfg = TrainerConfig.from_dict({"data": {"max_response_length": 16}}, base=base)
+    assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (2, 64, 16)
+    assert base.data.max_response_length == 512
+    cfg.update({"actor_rollout_ref": {"rollout": {"n": 4}}})
+    assert cfg.actor_rollout_ref.rollout.n == 4 and cfg.actor_rollout_ref.rollout.name == "hf"
+
+
+def test_every_key_is_documented_and_describe_returns_its_help():
+    for spec in _all_specs(TrainerConfig):
+        assert len(spec.help) > 5, spec.name
+    assert TrainerConfig.describe("actor_rollout_ref.actor.optim.lr") == "Peak learning rate."
+    assert TrainerConfig.describe("data.batch_size") == TrainerConfig.describe("data.train_batch_size")
+    with pytest.raises(ConfigError, match="did you mean trainer.total_epochs"):
+        TrainerConfig.describe("trainer.total_epoch")
+
+
+def test_format_help_lists_every_dotted_key_with_type_and_default():
+    text = TrainerConfig.format_help()
+    assert "actor_rollout_ref.actor.optim.lr: float = 1.0e-06\n    Peak learning rate." in text
+    for key in _canonical_keys(TrainerConfig):
+        assert f"\n{key}:" in "\n" + text, key
+
+
+def test_a_field_without_help_is_a_schema_error():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Undocumented(ConfigNode):
+        x: int = 1
+
+    with pytest.raises(TypeError, match="Undocumented.x needs help text"):
+        Undocumented()
+
+
+def _canonical_keys(cls, prefix=""):
+    for spec in field_specs(cls).values():
+        yield prefix + spec.name
+        if spec.node_type is not None:
+            yield from _canonical_keys(spec.node_type, f"{prefix}{spec.name}.")
+
+
+def _all_specs(cls):
+    for spec in field_specs(cls).values():
+        yield spec
+        if spec.node_type is not None:
+            yield from _all_specs(spec.node_type)

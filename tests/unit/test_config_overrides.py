@@ -1,0 +1,188 @@
+"""`a.b.c=value` overrides, YAML files and the round-trip guarantees."""
+
+import pytest
+
+from verl.config import ConfigError, TrainerConfig, parse_overrides
+
+
+def _cfg(*args):
+    return TrainerConfig.from_overrides(list(args))
+
+
+def test_parse_overrides_parses_yaml_flow_values():
+    pairs = parse_overrides(["a.b=1e-4", "c=true", "d=null", "e=[console,wandb]", "f='quoted string'",
+                             "+g.h={x: 1}", "i=0.5", "j=", "k=a=b"])
+    assert pairs == [("a.b", 1e-4), ("c", True), ("d", None), ("e", ["console", "wandb"]),
+                     ("f", "quoted string"), ("g.h", {"x": 1}), ("i", 0.5), ("j", None), ("k", "a=b")]
+
+
+def test_override_floats_including_scientific_notation():
+    cfg = _cfg("actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.rollout.temperature=0.7",
+               "critic.optim.lr=2", "algorithm.kl_ctrl.kl_coef=1.5E-3")
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-4
+    assert cfg.actor_rollout_ref.rollout.temperature == 0.7
+    assert cfg.critic.optim.lr == 2.0 and isinstance(cfg.critic.optim.lr, float)
+    assert cfg.algorithm.kl_ctrl.kl_coef == 1.5e-3
+
+
+def test_override_ints_bools_and_null():
+    cfg = _cfg("data.train_batch_size=64", "data.shuffle=false", "actor_rollout_ref.actor.use_kl_loss=True",
+               "data.val_batch_size=8", "data.val_batch_size=null", "critic.enable=true")
+    assert cfg.data.train_batch_size == 64 and cfg.data.shuffle is False
+    assert cfg.actor_rollout_ref.actor.use_kl_loss is True
+    assert cfg.data.val_batch_size is None and cfg.critic.enable is True
+
+
+def test_override_lists_and_str_or_list_unions():
+    cfg = _cfg("trainer.logger=[console,wandb]", "actor_rollout_ref.actor.optim.betas=[0.9,0.95]",
+               "data.train_files=train.parquet", "data.val_files=[a.parquet, b.parquet]")
+    assert cfg.trainer.logger == ["console", "wandb"]
+    assert cfg.actor_rollout_ref.actor.optim.betas == [0.9, 0.95]
+    assert cfg.data.train_files == "train.parquet"
+    assert cfg.data.val_files == ["a.parquet", "b.parquet"]
+    assert _cfg("trainer.logger=console").trainer.logger == "console"
+
+
+def test_str_fields_take_the_text_verbatim():
+    cfg = _cfg("actor_rollout_ref.model.path=123", "trainer.experiment_name='my run'",
+               "custom_reward_function.name=true", "trainer.project_name=007", "trainer.resume_mode=disable",
+               "trainer.default_local_dir=/tmp/a b")
+    assert cfg.actor_rollout_ref.model.path == "123"
+    assert cfg.trainer.experiment_name == "my run"
+    assert cfg.custom_reward_function.name == "true"
+    assert cfg.trainer.project_name == "007"
+    assert cfg.trainer.resume_mode == "disable"
+    assert cfg.trainer.default_local_dir == "/tmp/a b"
+
+
+def test_plus_adds_keys_below_free_form_dicts_and_is_accepted_for_existing_keys():
+    cfg = _cfg("+actor_rollout_ref.model.override_config.attention_dropout=0.1",
+               "+data.chat_template_kwargs.enable_thinking=false",
+               "+data.chat_template_kwargs.nested.depth=1e-3",
+               "+trainer.total_epochs=2")
+    assert cfg.actor_rollout_ref.model.override_config == {"attention_dropout": 0.1}
+    assert cfg.data.chat_template_kwargs == {"enable_thinking": False, "nested": {"depth": 1e-3}}
+    assert cfg.trainer.total_epochs == 2
+    # Without '+', a new dict key is refused with the fix spelled out; an existing one is fine.
+    with pytest.raises(ConfigError, match=r"\+data.chat_template_kwargs.foo=<value>"):
+        _cfg("data.chat_template_kwargs.foo=1")
+    assert _cfg("+data.chat_template_kwargs.foo=1", "data.chat_template_kwargs.foo=2").data.chat_template_kwargs == {"foo": 2}
+
+
+def test_override_of_a_whole_dict_or_section():
+    cfg = _cfg("actor_rollout_ref.model.override_config={a: 1, b: [x]}",
+               "actor_rollout_ref.rollout={name: vllm, n: 4}")
+    assert cfg.actor_rollout_ref.model.override_config == {"a": 1, "b": ["x"]}
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.rollout.n == 4
+
+
+def test_aliases_work_in_overrides():
+    cfg = _cfg("data.batch_size=8", "trainer.max_steps=100")
+    assert cfg.data.train_batch_size == 8 and cfg.trainer.total_training_steps == 100
+
+
+def test_override_errors_are_short_and_name_the_fix():
+    with pytest.raises(ConfigError, match=r"has no '='; write key=value, e.g. trainer.total_epochs=3"):
+        _cfg("trainer.total_epochs")
+    with pytest.raises(ConfigError, match=r"did you mean trainer.total_epochs\?"):
+        _cfg("trainer.totl_epochs=3")
+    with pytest.raises(ConfigError, match=r"did you mean actor_rollout_ref.actor.optim.lr\?"):
+        _cfg("trainer.lr=3")
+    with pytest.raises(ConfigError, match="data.train_batch_size expects int, got 'many'"):
+        _cfg("data.train_batch_size=many")
+    with pytest.raises(ConfigError, match="data.truncation='middle' is not allowed; choose one of"):
+        _cfg("data.truncation=middle")
+    with pytest.raises(ConfigError, match="without dashes"):
+        _cfg("--trainer.total_epochs=3")
+    with pytest.raises(ConfigError, match="malformed key"):
+        _cfg("trainer..total_epochs=3")
+
+
+def test_from_overrides_starts_from_a_copy_of_base():
+    base = TrainerConfig(data=dict(train_batch_size=4))
+    cfg = TrainerConfig.from_overrides(["trainer.total_epochs=3"], base=base)
+    assert cfg.data.train_batch_size == 4 and cfg.trainer.total_epochs == 3
+    assert base.trainer.total_epochs == 1
+
+
+def _changed_config():
+    cfg = TrainerConfig()
+    cfg.data.train_files = ["a.parquet", "b,c.parquet"]
+    cfg.data.batch_size = 8
+    cfg.data.chat_template_kwargs = {"enable_thinking": False, "x": {"y": 1e-7}}
+    cfg.actor_rollout_ref.model.path = "123"
+    cfg.actor_rollout_ref.model.dtype = "bf16"
+    cfg.actor_rollout_ref.actor.optim.lr = 3e-7
+    cfg.actor_rollout_ref.actor.optim.betas = [0.9, 0.95]
+    cfg.actor_rollout_ref.actor.clip_ratio_high = 0.28
+    cfg.actor_rollout_ref.rollout = dict(name="vllm", n=4, temperature=0.6)
+    cfg.critic.enable = False
+    cfg.trainer.experiment_name = "null"
+    cfg.trainer.project_name = "1e-4"
+    cfg.trainer.logger = "console"
+    cfg.trainer.default_local_dir = "out dir: yes"
+    cfg.trainer.max_steps = 10
+    return cfg
+
+
+def test_yaml_round_trip():
+    cfg = _changed_config()
+    assert TrainerConfig.from_yaml(cfg.to_yaml()) == cfg
+    assert TrainerConfig.from_yaml(TrainerConfig().to_yaml()) == TrainerConfig()
+
+
+def test_overrides_round_trip_lists_only_changed_values():
+    cfg = _changed_config()
+    overrides = cfg.to_overrides()
+    assert TrainerConfig.from_overrides(overrides) == cfg
+    assert "actor_rollout_ref.rollout.n=4" in overrides
+    assert not any(o.startswith("actor_rollout_ref.rollout.top_p=") for o in overrides)
+    assert TrainerConfig().to_overrides() == []
+
+
+def test_from_yaml_reads_files_and_text_with_aliases_and_hints(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("data:\n  batch_size: 8\n  train_files: [x.parquet]\n"
+                    "actor_rollout_ref:\n  actor:\n    optim:\n      lr: 1e-5\n")
+    for source in (path, str(path)):
+        cfg = TrainerConfig.from_yaml(source)
+        assert cfg.data.train_batch_size == 8 and cfg.actor_rollout_ref.actor.optim.lr == 1e-5
+    assert TrainerConfig.from_yaml("trainer: {total_epochs: 2}").trainer.total_epochs == 2
+    assert TrainerConfig.from_yaml("# only a comment\n") == TrainerConfig()
+    with pytest.raises(ConfigError, match=r"did you mean data.max_prompt_length\?"):
+        TrainerConfig.from_yaml("data:\n  max_promt_length: 3\n")
+    with pytest.raises(ConfigError, match="not found"):
+        TrainerConfig.from_yaml(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        TrainerConfig.from_yaml("- a\n- b\n")
+
+
+def test_from_yaml_with_base_merges_over_it():
+    base = TrainerConfig(data=dict(train_batch_size=2), trainer=dict(total_epochs=5))
+    cfg = TrainerConfig.from_yaml("trainer:\n  total_epochs: 3\n", base=base)
+    assert cfg.data.train_batch_size == 2 and cfg.trainer.total_epochs == 3
+
+
+def test_from_cli_loads_a_config_file_then_applies_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("trainer:\n  total_epochs: 3\n  experiment_name: from_file\n")
+    cfg = TrainerConfig.from_cli(["--config-file", str(path), "trainer.total_epochs=4"])
+    assert cfg.trainer.total_epochs == 4 and cfg.trainer.experiment_name == "from_file"
+    cfg = TrainerConfig.from_cli([f"--config-file={path}"])
+    assert cfg.trainer.total_epochs == 3
+    with pytest.raises(ConfigError, match="needs a path"):
+        TrainerConfig.from_cli(["--config-file"])
+
+
+def test_plus_on_a_typed_section_is_an_unknown_key_with_a_note():
+    with pytest.raises(ConfigError, match=r"'trainer.new_key'.*'\+' adds keys only below free-form dict fields"):
+        _cfg("+trainer.new_key=1")
+
+
+def test_only_true_and_false_are_booleans_and_yaml_1_1_words_stay_strings():
+    cfg = _cfg("+data.chat_template_kwargs.a=on", "+data.chat_template_kwargs.b=no",
+               "+data.chat_template_kwargs.c=False", "+data.chat_template_kwargs.d=1e5")
+    assert cfg.data.chat_template_kwargs == {"a": "on", "b": "no", "c": False, "d": 1e5}
+    assert TrainerConfig.from_yaml(cfg.to_yaml()) == cfg
+    with pytest.raises(ConfigError, match="data.shuffle expects bool, got 'yes'"):
+        _cfg("data.shuffle=yes")

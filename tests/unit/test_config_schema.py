@@ -1,0 +1,124 @@
+"""TrainerConfig: batch-size arithmetic, validation messages, and the committed default YAML."""
+
+from pathlib import Path
+
+import pytest
+
+import verl.config
+from verl.config import ConfigError, TrainerConfig, render_default_yaml
+
+DEFAULT_YAML = Path(verl.config.__file__).parent / "ppo_trainer.yaml"
+
+
+def _valid(**sections):
+    """A config that passes validate(): GRPO with 4 samples per prompt, plus `sections`."""
+    cfg = TrainerConfig(actor_rollout_ref=dict(rollout=dict(n=4)))
+    cfg.update(sections)
+    return cfg
+
+
+def test_committed_default_yaml_equals_the_generated_one():
+    # Regenerate with: python -m verl.config > verl/config/ppo_trainer.yaml
+    assert DEFAULT_YAML.read_text(encoding="utf-8") == render_default_yaml()
+
+
+def test_default_yaml_loads_back_to_the_defaults_and_carries_help_comments():
+    assert TrainerConfig.from_yaml(DEFAULT_YAML) == TrainerConfig()
+    assert "      # Peak learning rate.\n      lr: 1.0e-06\n" in render_default_yaml()
+
+
+def test_valid_config_passes_and_derived_sizes_carry_units():
+    cfg = _valid(data=dict(train_batch_size=32), actor_rollout_ref=dict(actor=dict(
+        ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4)))
+    cfg.validate()
+    sizes = cfg.derived_sizes()
+    assert sizes["samples_per_step"] == 128
+    assert sizes["samples_per_mini_batch"] == 32
+    assert sizes["mini_batches_per_step"] == 4
+    assert sizes["micro_batches_per_mini_batch"] == 8
+    assert cfg.derived_sizes(dp_size=2)["micro_batches_per_mini_batch"] == 4
+
+
+def test_null_micro_batch_means_the_whole_mini_batch():
+    sizes = _valid().derived_sizes()
+    assert sizes["samples_per_micro_batch"] == sizes["samples_per_mini_batch"] == 64
+    assert sizes["micro_batches_per_mini_batch"] == 1
+
+
+def test_mini_batch_must_divide_the_step_and_the_message_shows_the_arithmetic():
+    cfg = _valid(actor_rollout_ref=dict(actor=dict(ppo_mini_batch_size=12)))
+    with pytest.raises(ConfigError) as err:
+        cfg.validate()
+    assert str(err.value) == (
+        "data.train_batch_size=32 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size=12 "
+        "(32 / 12 = 2.67); choose a mini-batch size that divides it, e.g. 8 or 16")
+
+
+def test_micro_batch_must_divide_the_mini_batch_in_samples():
+    cfg = _valid(actor_rollout_ref=dict(actor=dict(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=3)))
+    with pytest.raises(ConfigError) as err:
+        cfg.validate()
+    msg = str(err.value)
+    assert "ppo_mini_batch_size=4 prompts x actor_rollout_ref.rollout.n=4 = 16 samples" in msg
+    assert "not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3 (16 / 3 = 5.33)" in msg
+    assert msg.endswith("e.g. 2 or 4")
+
+
+def test_mini_batch_is_split_over_data_parallel_ranks_before_micro_batching():
+    cfg = _valid(actor_rollout_ref=dict(actor=dict(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=16)))
+    cfg.validate(dp_size=1)
+    with pytest.raises(ConfigError, match=r"\(8 per rank over 2 ranks\) is not divisible by .*=16"):
+        cfg.validate(dp_size=2)
+    with pytest.raises(ConfigError, match="cannot be split evenly over 3 data-parallel ranks"):
+        cfg.validate(dp_size=3)
+    cfg.trainer.n_gpus_per_node = 2
+    with pytest.raises(ConfigError, match="8 per rank over 2 ranks"):
+        cfg.validate()
+
+
+def test_critic_sizes_resolve_to_the_actors_and_are_checked_only_when_a_critic_is_used():
+    cfg = _valid(critic=dict(ppo_mini_batch_size=12))
+    cfg.validate()  # GRPO: no critic
+    assert not cfg.critic_enabled()
+    cfg.algorithm.adv_estimator = "gae"
+    assert cfg.critic_enabled()
+    with pytest.raises(ConfigError, match=r"by critic.ppo_mini_batch_size=12 \(32 / 12 = 2.67\)"):
+        cfg.validate()
+    cfg.critic.ppo_mini_batch_size = None
+    cfg.critic.ppo_micro_batch_size_per_gpu = 48
+    with pytest.raises(ConfigError, match="the critic mini-batch of actor_rollout_ref.actor.ppo_mini_batch_size=16"):
+        cfg.validate()
+    cfg.critic.ppo_micro_batch_size_per_gpu = 8
+    cfg.validate()
+    assert cfg.derived_sizes(role="critic")["micro_batches_per_mini_batch"] == 8
+    cfg.critic.enable = False
+    cfg.critic.ppo_micro_batch_size_per_gpu = 48
+    cfg.validate()
+
+
+def test_group_baseline_estimators_need_several_samples_per_prompt():
+    cfg = TrainerConfig()  # grpo with rollout.n=1
+    with pytest.raises(ConfigError, match="GRPO compares several responses per prompt; set "
+                                          "actor_rollout_ref.rollout.n to 4 or more"):
+        cfg.validate()
+    cfg.algorithm.adv_estimator = "rloo"
+    with pytest.raises(ConfigError, match="rloo compares several responses"):
+        cfg.validate()
+    cfg.algorithm.adv_estimator = "reinforce_plus_plus"
+    cfg.validate()
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("data.train_batch_size", 0, "data.train_batch_size=0 must be >= 1"),
+    ("actor_rollout_ref.rollout.n", 0, "actor_rollout_ref.rollout.n=0 must be >= 1"),
+    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 0, "ppo_micro_batch_size_per_gpu=0 must be >= 1"),
+    ("actor_rollout_ref.actor.ppo_epochs", 0, "actor_rollout_ref.actor.ppo_epochs=0 must be >= 1"),
+    ("actor_rollout_ref.actor.clip_ratio", 0.0, "clip_ratio=0.0 must be > 0"),
+    ("actor_rollout_ref.actor.clip_ratio_high", -0.1, "clip_ratio_high=-0.1 must be > 0"),
+    ("actor_rollout_ref.actor.clip_ratio_c", 1.0, "clip_ratio_c=1.0 must be > 1"),
+])
+def test_out_of_range_values_are_rejected(key, value, message):
+    cfg = _valid()
+    cfg.set(key, value)
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate()

@@ -1,0 +1,112 @@
+import logging
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from verl.data import DataError, RLDataset, collate_prompts, write_jsonl, write_parquet
+from verl.models.tiny import build_char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def row(content, answer="5", **extra):
+    return {"data_source": "arith", "prompt": [{"role": "user", "content": content}],
+            "reward_model": {"ground_truth": answer, "style": "rule"}, "extra_info": {"tag": content}, **extra}
+
+
+def test_chat_template_is_applied_with_generation_prompt(tmp_path, tokenizer):
+    messages = [{"role": "system", "content": "S:"}, {"role": "user", "content": "2+3="}]
+    path = write_parquet([{"prompt": messages, "data_source": "arith", "reward_model": {"ground_truth": "5"}}],
+                         tmp_path / "d.parquet")
+    item = RLDataset(path, tokenizer)[0]
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert item["input_ids"] == tokenizer(expected, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(item["input_ids"]) == "S:2+3="
+    assert item["raw_prompt"] == messages
+    assert item["ground_truth"] == "5" and item["data_source"] == "arith" and item["index"] == 0
+
+
+def test_plain_string_prompt_is_wrapped_as_a_user_message(tmp_path):
+    tok = build_char_tokenizer(
+        chat_template="{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                      "{% if add_generation_prompt %}<assistant>{% endif %}")
+    path = write_jsonl([{"prompt": "hi", "answer": 7}], tmp_path / "d.jsonl")
+    item = RLDataset(path, tok)[0]
+    assert tok.decode(item["input_ids"]) == "<user>hi<assistant>"
+    assert item["raw_prompt"] == "hi" and item["ground_truth"] == 7 and item["extra_info"] == {}
+
+
+def test_chat_template_kwargs_are_passed_through(tmp_path):
+    tok = build_char_tokenizer(chat_template="{% if shout %}!{% endif %}{{ messages[0]['content'] }}")
+    path = write_jsonl([row("ab")], tmp_path / "d.jsonl")
+    assert tok.decode(RLDataset(path, tok, chat_template_kwargs={"shout": True})[0]["input_ids"]) == "!ab"
+
+
+def test_ground_truth_falls_back_to_top_level_columns(tmp_path, tokenizer):
+    path = write_jsonl([{"prompt": "a", "ground_truth": "g"}, {"prompt": "b", "answer": "x"}], tmp_path / "d.jsonl")
+    ds = RLDataset(path, tokenizer)
+    assert [ds[0]["ground_truth"], ds[1]["ground_truth"]] == ["g", "x"]
+
+
+def test_missing_prompt_column_names_column_found_columns_and_setting(tmp_path, tokenizer):
+    path = write_jsonl([{"question": "1+1=", "answer": "2"}], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"'prompt'.*\['answer', 'question'\].*data\.prompt_key"):
+        RLDataset(path, tokenizer)
+    assert RLDataset(path, tokenizer, prompt_key="question")[0]["raw_prompt"] == "1+1="
+
+
+def test_missing_file_names_the_setting(tmp_path, tokenizer):
+    with pytest.raises(DataError, match=r"missing\.parquet.*data\.train_files"):
+        RLDataset(tmp_path / "missing.parquet", tokenizer)
+
+
+def test_message_list_without_chat_template_says_how_to_fix(tmp_path):
+    tok = build_char_tokenizer(chat_template=None)
+    path = write_jsonl([row("1+1=")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"no chat template.*data\.apply_chat_template=false"):
+        RLDataset(path, tok)
+    item = RLDataset(path, tok, apply_chat_template=False)[0]
+    assert tok.decode(item["input_ids"]) == "1+1="
+
+
+def test_overlong_prompt_error_names_row_length_limit_and_fixes(tmp_path, tokenizer):
+    path = write_jsonl([row("abc"), row("abcdefgh")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"row 1 is 8 tokens.*max_prompt_length=5.*filter_overlong_prompts"
+                                        r".*truncation"):
+        RLDataset(path, tokenizer, max_prompt_length=5)
+
+
+@pytest.mark.parametrize("mode, expected", [("left", "defgh"), ("right", "abcde")])
+def test_truncation_cuts_the_named_side(tmp_path, tokenizer, mode, expected):
+    path = write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl")
+    ds = RLDataset(path, tokenizer, max_prompt_length=5, truncation=mode)
+    assert tokenizer.decode(ds[0]["input_ids"]) == expected
+
+
+def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, caplog):
+    path = write_jsonl([row("abc"), row("abcdefgh"), row("xy"), row("123456")], tmp_path / "d.jsonl")
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        ds = RLDataset(path, tokenizer, max_prompt_length=5, filter_overlong_prompts=True)
+    assert ds.num_filtered == 2 and len(ds) == 2
+    assert [ds[i]["index"] for i in range(2)] == [0, 2]
+    assert "2 of 4" in caplog.text
+
+
+def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):
+    path = write_jsonl([row("abc", answer="1"), row("x", answer="2")], tmp_path / "d.jsonl")
+    ds = RLDataset(path, tokenizer)
+    b = collate_prompts([ds[0], ds[1]], pad_token_id=tokenizer.pad_token_id)
+    pad = tokenizer.pad_token_id
+    x_id = ds[1]["input_ids"][0]
+    assert b["input_ids"][1].tolist() == [pad, pad, x_id]
+    assert b["input_ids"][0].tolist() == ds[0]["input_ids"]
+    assert b["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert b["position_ids"].tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert list(b["ground_truth"]) == ["1", "2"] and list(b["index"]) == [0, 1]
+    assert b["extra_info"][0] == {"tag": "abc"} and b["raw_prompt"][1][0]["content"] == "x"
+    assert len(set(b["uid"])) == 2 and all(len(u) == 32 for u in b["uid"])
+    assert b["input_ids"].dtype == torch.long

@@ -1,0 +1,88 @@
+import pytest
+from transformers import AutoTokenizer
+
+from verl.data import DataError, PromptLoader, RLDataset, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def dataset(tiny_model_dir, tmp_path_factory):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = [{"data_source": "arith", "prompt": [{"role": "user", "content": f"{i}+1="}],
+             "reward_model": {"ground_truth": str(i + 1)}} for i in range(10)]
+    return RLDataset(write_jsonl(rows, tmp_path_factory.mktemp("data") / "d.jsonl"), tok)
+
+
+def indices(batch):
+    return [int(i) for i in batch["index"]]
+
+
+def make(dataset, **kw):
+    return PromptLoader(dataset, kw.pop("batch_size", 4), pad_token_id=0, **kw)
+
+
+def test_len_counts_batches_per_epoch(dataset):
+    assert len(make(dataset)) == 2
+    assert len(make(dataset, drop_last=False)) == 3
+
+
+def test_one_epoch_covers_distinct_rows_in_a_seeded_order(dataset):
+    first = [indices(b) for b in make(dataset, seed=3)]
+    again = [indices(b) for b in make(dataset, seed=3)]
+    other = [indices(b) for b in make(dataset, seed=4)]
+    assert first == again and first != other
+    assert len(first) == 2 and len(set(sum(first, []))) == 8
+
+
+def test_epochs_differ_and_next_rolls_over(dataset):
+    loader = make(dataset)
+    epoch0 = [indices(b) for b in loader]
+    assert loader.epoch == 1 and loader.position == 0
+    epoch1 = [indices(b) for b in loader]
+    assert epoch0 != epoch1
+    by_next = make(dataset)
+    assert [indices(next(by_next)) for _ in range(4)] == epoch0 + epoch1
+
+
+def test_no_shuffle_keeps_file_order_and_keeps_the_last_partial_batch(dataset):
+    got = [indices(b) for b in make(dataset, shuffle=False, drop_last=False)]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_restored_loader_yields_the_same_next_batches(dataset):
+    original = make(dataset, batch_size=3, seed=7)
+    next(original)
+    next(original)
+    state = original.state_dict()
+    expected = [next(original) for _ in range(5)]  # crosses into epoch 1 and 2
+
+    resumed = make(dataset, batch_size=3, seed=7)
+    resumed.load_state_dict(state)
+    got = [next(resumed) for _ in range(5)]
+    for e, g in zip(expected, got):
+        assert e["input_ids"].equal(g["input_ids"]) and e["attention_mask"].equal(g["attention_mask"])
+        assert indices(e) == indices(g) and list(e["ground_truth"]) == list(g["ground_truth"])
+
+
+def test_state_after_the_last_batch_of_an_epoch_resumes_with_the_next_epoch(dataset):
+    original = make(dataset)
+    for _ in original:
+        break
+    next(original)  # the epoch's last batch
+    state = original.state_dict()
+    resumed = make(dataset)
+    resumed.load_state_dict(state)
+    fresh = make(dataset)
+    list(fresh)
+    epoch1 = [indices(b) for b in fresh]
+    assert [indices(b) for b in resumed] == [indices(b) for b in original] == epoch1
+
+
+def test_resume_with_other_settings_is_refused(dataset):
+    state = make(dataset, batch_size=4).state_dict()
+    with pytest.raises(DataError, match="batch_size: saved 4 now 2"):
+        make(dataset, batch_size=2).load_state_dict(state)
+
+
+def test_dataset_smaller_than_a_batch_names_both_numbers(dataset):
+    with pytest.raises(DataError, match="10 prompts, fewer than one batch of 16"):
+        make(dataset, batch_size=16)

@@ -1,0 +1,46 @@
+import pytest
+
+from verl.rewards import RewardError, load_reward_function
+
+
+def write(tmp_path, text, name="my_reward.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_loads_the_named_function_from_a_file(tmp_path):
+    path = write(tmp_path, "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "    return float(solution_str == ground_truth)\n"
+                           "def other(**kw):\n    return 0.5\n")
+    fn = load_reward_function(path)
+    assert fn(data_source="d", solution_str="7", ground_truth="7", extra_info=None) == 1.0
+    assert load_reward_function(str(path), name="other")() == 0.5
+
+
+def test_missing_file_names_path_and_setting(tmp_path):
+    with pytest.raises(RewardError, match=r"nope\.py.*custom_reward_function\.path"):
+        load_reward_function(tmp_path / "nope.py")
+
+
+def test_file_that_raises_on_import_names_file_and_exception(tmp_path):
+    path = write(tmp_path, "import definitely_not_a_module_xyz\n")
+    with pytest.raises(RewardError, match=r"my_reward\.py raised ModuleNotFoundError.*definitely_not_a_module_xyz"):
+        load_reward_function(path)
+
+
+def test_missing_name_lists_the_functions_defined_there(tmp_path):
+    path = write(tmp_path, "from os.path import join\n"
+                           "def score_a(**kw): return 1.0\n"
+                           "def score_b(**kw): return 0.0\n"
+                           "def _helper(): pass\n")
+    with pytest.raises(RewardError, match=r"no attribute 'compute_score'.*\['score_a', 'score_b'\]"
+                                          r".*custom_reward_function\.name") as info:
+        load_reward_function(path)
+    assert "join" not in str(info.value) and "_helper" not in str(info.value)
+
+
+def test_non_callable_attribute_is_refused(tmp_path):
+    path = write(tmp_path, "compute_score = 3\n")
+    with pytest.raises(RewardError, match="'compute_score' is a int, not a function"):
+        load_reward_function(path)

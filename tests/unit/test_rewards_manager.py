@@ -1,0 +1,113 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from verl.models.tiny import build_char_tokenizer
+from verl.protocol import Batch
+from verl.rewards import SCORERS, RewardError, RuleRewardManager, default_compute_score
+
+TOK = build_char_tokenizer()
+
+
+def make_batch(texts, data_source="exact_match", ground_truths=None, width=6):
+    """Right-padded responses of the given texts; an EOS closes each one that fits."""
+    ids = torch.zeros(len(texts), width, dtype=torch.long)
+    mask = torch.zeros(len(texts), width, dtype=torch.long)
+    for i, text in enumerate(texts):
+        toks = (TOK(text, add_special_tokens=False)["input_ids"] + [TOK.eos_token_id])[:width]
+        if not text:
+            toks = []
+        ids[i, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+        mask[i, :len(toks)] = 1
+    return Batch({"responses": ids, "response_mask": mask},
+                 {"data_source": [data_source] * len(texts),
+                  "ground_truth": ground_truths or ["12"] * len(texts),
+                  "extra_info": [{"i": i} for i in range(len(texts))]})
+
+
+def test_score_sits_on_the_last_valid_token_and_eos_is_not_decoded():
+    batch = make_batch(["12", "13", "12"])
+    scores, extra = RuleRewardManager(TOK)(batch)
+    assert scores.dtype == torch.float32 and scores.shape == (3, 6)
+    # "12" + eos occupies positions 0..2
+    assert scores.tolist() == [[0, 0, 1, 0, 0, 0], [0] * 6, [0, 0, 1, 0, 0, 0]]
+    assert extra == {}
+
+
+def test_custom_function_gets_verl_arguments_by_keyword():
+    seen = []
+
+    def compute_score(*, data_source, solution_str, ground_truth, extra_info):
+        seen.append((data_source, solution_str, ground_truth, extra_info))
+        return len(solution_str)
+
+    scores, _ = RuleRewardManager(TOK, compute_score)(make_batch(["abc", "abcdefgh"], data_source="src"))
+    assert seen == [("src", "abc", "12", {"i": 0}), ("src", "abcdef", "12", {"i": 1})]
+    assert scores[0, 3] == 3 and scores[1, 5] == 6  # a cut response: the score goes on its last token
+
+
+def test_reward_fn_key_picks_the_data_source_column():
+    batch = make_batch(["x"])
+    batch["task"] = ["exact_match"]
+    batch["data_source"] = ["unknown"]
+    scores, _ = RuleRewardManager(TOK, reward_fn_key="task")(batch)
+    assert scores.sum() == 0
+
+
+def test_dict_returns_fill_extra_lists_of_batch_length():
+    def compute_score(data_source, solution_str, ground_truth, extra_info):
+        if extra_info["i"] == 0:
+            return {"score": 0.5, "acc": True, "pred": solution_str}
+        return {"score": 1, "acc": False}
+
+    scores, extra = RuleRewardManager(TOK, compute_score)(make_batch(["a", "b"]))
+    assert scores[:, 1].tolist() == [0.5, 1.0]
+    assert extra == {"acc": [True, False], "pred": ["a", None]}
+
+
+def test_empty_response_score_is_not_placed(caplog):
+    scores, extra = RuleRewardManager(TOK, lambda **kw: {"score": 1.0, "n": len(kw["solution_str"])})(
+        make_batch(["", "ab"]))
+    assert scores[0].abs().sum() == 0 and scores[1, 2] == 1.0
+    assert extra == {"n": [0, 2]}
+    assert "1 of 2 responses are empty" in caplog.text
+
+
+def test_unknown_data_source_lists_known_ones_and_the_setting():
+    with pytest.raises(RewardError, match=r"'mystery'.*exact_match.*custom_reward_function\.path"):
+        RuleRewardManager(TOK)(make_batch(["1"], data_source="mystery"))
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), "1.0", [1.0], {"acc": 1.0}])
+def test_bad_return_values_are_named_with_the_function_and_sample(bad):
+    def flaky(data_source, solution_str, ground_truth, extra_info):
+        return bad if extra_info["i"] == 1 else 0.0
+
+    with pytest.raises(RewardError, match=r"flaky.*sample 1") as info:
+        RuleRewardManager(TOK, flaky)(make_batch(["a", "b"]))
+    if not (isinstance(bad, float) and math.isnan(bad)):
+        assert repr(bad) in str(info.value)
+
+
+def test_a_scorer_that_raises_is_named_with_the_sample():
+    def broken(data_source, solution_str, ground_truth, extra_info):
+        return int(solution_str)
+
+    with pytest.raises(RewardError, match=r"broken raised ValueError.*sample 0"):
+        RuleRewardManager(TOK, broken)(make_batch(["x"]))
+
+
+def test_numpy_and_bool_scores_are_accepted():
+    values = iter([np.float32(0.25), True])
+    scores, _ = RuleRewardManager(TOK, lambda **kw: next(values))(make_batch(["a", "b"]))
+    assert scores[:, 1].tolist() == [0.25, 1.0]
+
+
+def test_default_dispatcher_uses_the_scorers_dict():
+    assert "exact_match" in SCORERS
+    assert default_compute_score("exact_match", " 12\n", 12) == 1.0
+    assert default_compute_score("exact_match", "13", "12") == 0.0
+    with pytest.raises(RewardError, match="known"):
+        default_compute_score("nope", "1", "1")

@@ -1,0 +1,43 @@
+"""RL math as pure tensor functions: advantage estimators, policy/value/KL/entropy losses, and
+the masked statistics and loss aggregation they share. No configs, workers or distributed here."""
+
+from verl.algorithms.advantages import (
+    ADV_ESTIMATORS,
+    compute_advantage,
+    compute_gae_advantage_return,
+    compute_grpo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
+)
+from verl.algorithms.kl import (
+    KL_KINDS,
+    AdaptiveKLController,
+    FixedKLController,
+    apply_kl_in_reward,
+    kl_penalty,
+    make_kl_controller,
+)
+from verl.algorithms.losses import (
+    POLICY_LOSSES,
+    compute_entropy_loss,
+    compute_kl_loss,
+    compute_policy_loss,
+    compute_policy_loss_gspo,
+    compute_value_loss,
+    entropy_from_logits,
+)
+from verl.algorithms.utils import AGG_MODES, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
+
+__all__ = [
+    "ADV_ESTIMATORS", "AGG_MODES", "KL_KINDS", "POLICY_LOSSES",
+    "AdaptiveKLController", "FixedKLController", "make_kl_controller",
+    "agg_loss", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
+    "apply_kl_in_reward", "kl_penalty",
+    "compute_advantage", "compute_gae_advantage_return", "compute_grpo_outcome_advantage",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage", "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage", "compute_rloo_outcome_advantage",
+    "compute_entropy_loss", "compute_kl_loss", "compute_policy_loss", "compute_policy_loss_gspo",
+    "compute_value_loss", "entropy_from_logits",
+]

@@ -1,0 +1,224 @@
+"""Advantage estimators: ``(advantages [B, T], returns [B, T])``, both 0 on masked positions.
+
+Papers: GAE, Schulman et al. 2016 "High-Dimensional Continuous Control Using Generalized
+Advantage Estimation"; GRPO, Shao et al. 2024 "DeepSeekMath"; Dr. GRPO, Liu et al. 2025
+"Understanding R1-Zero-Like Training"; RLOO, Ahmadian et al. 2024 "Back to Basics: Revisiting
+REINFORCE Style Optimization for Learning from Human Feedback in LLMs"; REINFORCE++, Hu 2025;
+ReMax, Li et al. 2023.
+
+Deviations and decisions:
+* Recursions over time (GAE, returns-to-go) skip masked positions instead of resetting at
+  them: a masked token neither adds reward nor cuts the bootstrap chain. For right-padded
+  responses this equals "everything after the last valid token is terminal"; for masks with
+  holes (e.g. tool output inside a multi-turn response) the valid tokens stay one chain.
+* GRPO: a group of one has no baseline but itself, so its std is defined as 1 and its
+  advantage is 0 (instead of 0/0). The std is the unbiased one, as in the paper's code.
+* RLOO: a group of one gets advantage 0 (there are no "other" samples).
+* REINFORCE++ and ReMax return the raw returns-to-go as ``returns``; the others return the
+  advantages as ``returns`` (there is no critic to fit).
+* Estimators run under ``no_grad``: advantages are constants to the policy loss.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+
+import numpy as np
+import torch
+
+from verl.algorithms.utils import _as_bool, masked_whiten
+
+
+def _group_ids(group_index, device) -> tuple[torch.Tensor, int]:
+    """Map arbitrary hashable prompt ids (strings, ints, tensor) to 0..G-1."""
+    raw = group_index.tolist() if torch.is_tensor(group_index) else np.asarray(group_index, dtype=object).tolist()
+    lookup: dict = {}
+    ids = [lookup.setdefault(g, len(lookup)) for g in raw]
+    return torch.tensor(ids, dtype=torch.long, device=device), len(lookup)
+
+
+def _group_stats(scores: torch.Tensor, group_index):
+    """Per-sample group size, group mean and unbiased group std (std 1 for groups of one)."""
+    ids, n_groups = _group_ids(group_index, scores.device)
+    if ids.numel() != scores.numel():
+        raise ValueError(f"group_index has {ids.numel()} entries but there are {scores.numel()} samples")
+    total = scores.new_zeros(n_groups).index_add_(0, ids, scores)
+    count = scores.new_zeros(n_groups).index_add_(0, ids, torch.ones_like(scores))
+    mean = total / count
+    sq_dev = torch.zeros_like(count).index_add_(0, ids, (scores - mean[ids]) ** 2)
+    std = torch.where(count > 1, torch.sqrt(sq_dev / (count - 1).clamp(min=1)), torch.ones_like(count))
+    return count[ids], total[ids], mean[ids], std[ids]
+
+
+def _sequence_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    valid = _as_bool(response_mask)
+    return torch.where(valid, token_level_rewards, torch.zeros_like(token_level_rewards)).sum(dim=-1)
+
+
+def _broadcast(per_seq: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    valid = _as_bool(response_mask)
+    return torch.where(valid, per_seq.unsqueeze(-1), torch.zeros_like(per_seq).unsqueeze(-1))
+
+
+def _returns_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    valid = _as_bool(response_mask)
+    rewards = torch.where(valid, token_level_rewards, torch.zeros_like(token_level_rewards))
+    running = rewards.new_zeros(rewards.shape[0])
+    returns = torch.zeros_like(rewards)
+    for t in reversed(range(rewards.shape[1])):
+        # On a masked position keep the running return unchanged (skip, not reset).
+        running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
+        returns[:, t] = running
+    return torch.where(valid, returns, torch.zeros_like(returns))
+
+
+@torch.no_grad()
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float,
+    lam: float,
+    *,
+    whiten: bool = True,
+):
+    """GAE(gamma, lambda): A_t = sum_l (gamma*lam)^l delta_{t+l}, delta_t = r_t + gamma V_{t+1} - V_t.
+
+    ``returns`` = A + V (before whitening) is the critic's target; the advantages are then
+    whitened over the batch's valid tokens when ``whiten``.
+    """
+    valid = _as_bool(response_mask)
+    zero = token_level_rewards.new_zeros(token_level_rewards.shape[0])
+    next_value, next_adv = zero, zero
+    adv = torch.zeros_like(token_level_rewards)
+    for t in reversed(range(token_level_rewards.shape[1])):
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        candidate = delta + gamma * lam * next_adv
+        next_adv = torch.where(valid[:, t], candidate, next_adv)
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        adv[:, t] = next_adv
+    adv = torch.where(valid, adv, torch.zeros_like(adv))
+    returns = torch.where(valid, adv + values, torch.zeros_like(adv))
+    if whiten:
+        adv = masked_whiten(adv, valid)
+    return adv, returns
+
+
+@torch.no_grad()
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index,
+    *,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+):
+    """GRPO (Shao et al. 2024): A = (score - group mean) / (group std + epsilon) on every token.
+
+    With ``norm_adv_by_std_in_grpo=False`` it is Dr. GRPO (Liu et al. 2025): A = score - mean.
+    The score of a sample is the sum of its token rewards.
+    """
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    _, _, mean, std = _group_stats(scores, group_index)
+    adv = scores - mean
+    if norm_adv_by_std_in_grpo:
+        adv = adv / (std + epsilon)
+    adv = _broadcast(adv, response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_index):
+    """RLOO (Ahmadian et al. 2024): A = score - mean score of the other samples of the group."""
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    count, total, _, _ = _group_stats(scores, group_index)
+    leave_one_out = (total - scores) / (count - 1).clamp(min=1)
+    adv = torch.where(count > 1, scores - leave_one_out, torch.zeros_like(scores))
+    adv = _broadcast(adv, response_mask)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float
+):
+    """REINFORCE++ (Hu 2025): discounted return-to-go per token, whitened over the batch."""
+    returns = _returns_to_go(token_level_rewards, response_mask, gamma)
+    return masked_whiten(returns, response_mask), returns
+
+
+@torch.no_grad()
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_index, epsilon: float = 1e-6
+):
+    """REINFORCE++-baseline (Hu 2025): score - group mean on every token, whitened over the batch.
+
+    ``epsilon`` is the variance floor of the whitening: (x - mean) / sqrt(var + epsilon).
+    """
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    _, _, mean, _ = _group_stats(scores, group_index)
+    adv = masked_whiten(_broadcast(scores - mean, response_mask), response_mask, eps=epsilon)
+    return adv, adv
+
+
+@torch.no_grad()
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor
+):
+    """ReMax (Li et al. 2023): undiscounted return-to-go minus the greedy response's score."""
+    returns = _returns_to_go(token_level_rewards, response_mask, 1.0)
+    adv = returns - _broadcast(reward_baselines.to(returns.dtype), response_mask)
+    return adv, returns
+
+
+ADV_ESTIMATORS = {
+    "gae": compute_gae_advantage_return,
+    "grpo": compute_grpo_outcome_advantage,
+    "rloo": compute_rloo_outcome_advantage,
+    "reinforce_plus_plus": compute_reinforce_plus_plus_outcome_advantage,
+    "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_outcome_advantage,
+    "remax": compute_remax_outcome_advantage,
+}
+
+# What an estimator that declares the input without a default is asking for, in words.
+_INPUT_HINTS = {
+    "values": "values from a critic",
+    "group_index": "group_index (the prompt id of each sample)",
+    "reward_baselines": "reward_baselines (the greedy response's score for each sample)",
+}
+
+
+def compute_advantage(
+    name: str,
+    *,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    values: torch.Tensor | None = None,
+    group_index=None,
+    reward_baselines: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+):
+    """Run ``ADV_ESTIMATORS[name]`` with the inputs its signature names; the rest are ignored."""
+    if name not in ADV_ESTIMATORS:
+        close = difflib.get_close_matches(name, list(ADV_ESTIMATORS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown advantage estimator {name!r}; allowed: {', '.join(ADV_ESTIMATORS)}.{hint}")
+    available = dict(
+        token_level_rewards=token_level_rewards, response_mask=response_mask, values=values,
+        group_index=group_index, reward_baselines=reward_baselines, gamma=gamma, lam=lam,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon,
+    )
+    kwargs = {}
+    for param in inspect.signature(ADV_ESTIMATORS[name]).parameters.values():
+        if param.name not in available:
+            continue
+        if available[param.name] is None:
+            if param.default is inspect.Parameter.empty:
+                raise ValueError(f"{name} needs {_INPUT_HINTS.get(param.name, param.name)}")
+            continue
+        kwargs[param.name] = available[param.name]
+    return ADV_ESTIMATORS[name](**kwargs)

@@ -1,0 +1,142 @@
+"""Batch-size arithmetic and cross-field checks of `TrainerConfig`, in one place.
+
+Units: a *prompt* is one dataset row; a *sample* is one prompt-response pair, so a step holds
+`data.train_batch_size x rollout.n` samples. A mini-batch (one optimiser step) is
+`ppo_mini_batch_size` prompts, split evenly over the data-parallel ranks; each rank runs its share
+in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulation).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from verl.config.errors import ConfigError
+
+if TYPE_CHECKING:
+    from verl.config.schema import TrainerConfig
+
+# Estimators whose baseline is the other responses to the same prompt: they need n >= 2.
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+# Estimators that need a learned value function.
+CRITIC_ESTIMATORS = ("gae",)
+
+_ACTOR = "actor_rollout_ref.actor"
+_N_KEY = "actor_rollout_ref.rollout.n"
+
+
+def critic_enabled(cfg: TrainerConfig) -> bool:
+    if cfg.critic.enable is not None:
+        return cfg.critic.enable
+    return cfg.algorithm.adv_estimator in CRITIC_ESTIMATORS
+
+
+def _dp(cfg: TrainerConfig, dp_size: int | None) -> int:
+    return dp_size if dp_size is not None else cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+
+
+def _role_sizes(cfg: TrainerConfig, role: str) -> tuple[str, int, str, int | None, int]:
+    """(mini-batch key, prompts per mini-batch, micro-batch key, samples per micro-batch, epochs);
+    the critic's null fields resolve to the actor's, and the key named is the one that applies."""
+    actor = cfg.actor_rollout_ref.actor
+    if role == "actor":
+        return (f"{_ACTOR}.ppo_mini_batch_size", actor.ppo_mini_batch_size,
+                f"{_ACTOR}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu, actor.ppo_epochs)
+    critic = cfg.critic
+    mini_key, mini = ("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size)
+    if mini is None:
+        mini_key, mini = f"{_ACTOR}.ppo_mini_batch_size", actor.ppo_mini_batch_size
+    micro_key, micro = ("critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu)
+    if micro is None:
+        micro_key, micro = f"{_ACTOR}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu
+    epochs = critic.ppo_epochs if critic.ppo_epochs is not None else actor.ppo_epochs
+    return mini_key, mini, micro_key, micro, epochs
+
+
+def derived_sizes(cfg: TrainerConfig, dp_size: int | None = None, role: str = "actor") -> dict[str, int]:
+    """The batch sizes a step actually uses, each named with its unit (for logging)."""
+    _, mini, _, micro, epochs = _role_sizes(cfg, role)
+    dp = _dp(cfg, dp_size)
+    n = cfg.actor_rollout_ref.rollout.n
+    per_rank = mini * n // dp
+    micro = micro or per_rank
+    return {
+        "prompts_per_step": cfg.data.train_batch_size,
+        "samples_per_prompt": n,
+        "samples_per_step": cfg.data.train_batch_size * n,
+        "prompts_per_mini_batch": mini,
+        "samples_per_mini_batch": mini * n,
+        "mini_batches_per_step": cfg.data.train_batch_size // mini,
+        "dp_size": dp,
+        "samples_per_mini_batch_per_rank": per_rank,
+        "samples_per_micro_batch": micro,
+        "micro_batches_per_mini_batch": per_rank // micro,
+        "ppo_epochs": epochs,
+    }
+
+
+def _divisor_hint(total: int, wrong: int) -> str:
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    below = [d for d in divisors if d < wrong]
+    above = [d for d in divisors if d > wrong]
+    return " or ".join(str(d) for d in (below[-1:] + above[:1]))
+
+
+def _at_least(key: str, value: int | None, low: int, meaning: str) -> None:
+    if value is not None and value < low:
+        raise ConfigError(f"{key}={value} must be >= {low} ({meaning})")
+
+
+def _check_role(cfg: TrainerConfig, dp: int, role: str) -> None:
+    mini_key, mini, micro_key, micro, epochs = _role_sizes(cfg, role)
+    prompts = cfg.data.train_batch_size
+    n = cfg.actor_rollout_ref.rollout.n
+    _at_least(mini_key, mini, 1, "prompts per mini-batch")
+    _at_least(micro_key, micro, 1, "samples per micro-batch")
+    _at_least(f"{'critic' if role == 'critic' else _ACTOR}.ppo_epochs", epochs, 1, "passes over each step's samples")
+    if prompts % mini:
+        raise ConfigError(
+            f"data.train_batch_size={prompts} is not divisible by {mini_key}={mini} "
+            f"({prompts} / {mini} = {prompts / mini:.2f}); choose a mini-batch size that divides it, "
+            f"e.g. {_divisor_hint(prompts, mini)}")
+    samples = mini * n
+    batch = f"the {role} mini-batch of {mini_key}={mini} prompts x {_N_KEY}={n} = {samples} samples"
+    if samples % dp:
+        raise ConfigError(
+            f"{batch} cannot be split evenly over {dp} data-parallel ranks ({samples} / {dp} = "
+            f"{samples / dp:.2f}); choose sizes whose product is a multiple of {dp}")
+    per_rank = samples // dp
+    if micro is not None and per_rank % micro:
+        share = f" ({per_rank} per rank over {dp} ranks)" if dp > 1 else ""
+        raise ConfigError(
+            f"{batch}{share} is not divisible by {micro_key}={micro} ({per_rank} / {micro} = "
+            f"{per_rank / micro:.2f}); choose a micro-batch size that divides it, "
+            f"e.g. {_divisor_hint(per_rank, micro)}")
+
+
+def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
+    """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic."""
+    dp = _dp(cfg, dp_size)
+    n = cfg.actor_rollout_ref.rollout.n
+    _at_least("data.train_batch_size", cfg.data.train_batch_size, 1, "prompts per step")
+    _at_least(_N_KEY, n, 1, "responses sampled per prompt")
+    if dp < 1:
+        raise ConfigError(f"dp_size={dp} must be >= 1 (data-parallel ranks: trainer.nnodes x trainer.n_gpus_per_node)")
+    estimator = cfg.algorithm.adv_estimator
+    if n == 1 and estimator in GROUP_BASELINE_ESTIMATORS:
+        name = "GRPO" if estimator == "grpo" else estimator
+        raise ConfigError(f"{name} compares several responses per prompt; set {_N_KEY} to 4 or more "
+                          f"(it is 1), or use an estimator without a group baseline "
+                          f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
+    _check_role(cfg, dp, "actor")
+    if critic_enabled(cfg):
+        _check_role(cfg, dp, "critic")
+        _at_least("critic.warmup_steps", cfg.critic.warmup_steps, 0, "critic-only steps before the actor trains")
+    actor = cfg.actor_rollout_ref.actor
+    for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        value = getattr(actor, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"{_ACTOR}.{name}={value} must be > 0 (the probability ratio is clipped "
+                              f"to [1 - low, 1 + high]); the usual value is 0.2")
+    if actor.clip_ratio_c <= 1:
+        raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
+                          f"on the ratio for negative advantages); the default is 3.0")

@@ -1,0 +1,57 @@
+"""`ConfigError` and the did-you-mean hints every unknown-key failure carries."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong. The message names the key, the problem and the fix."""
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
+
+
+def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Sequence[str]) -> list[str]:
+    """Dotted keys the user probably meant by the unknown `full_key` (best first, at most 3).
+
+    `parent` is the section where lookup failed, `siblings` its valid names and `all_keys` every
+    dotted key of the whole tree. Tried in order: a close sibling name; keys of the tree that
+    end with what was typed (`actor.optim.lr` -> `actor_rollout_ref.actor.optim.lr`); keys whose
+    last part is close to the typed last part (`trainer.lr` -> `...optim.lr`).
+    """
+    tail = full_key[len(parent) + 1:] if parent else full_key
+    segment, _, rest = tail.partition(".")
+    close = difflib.get_close_matches(segment, siblings, n=3, cutoff=0.6)
+    if close:
+        out = []
+        for name in close:
+            guess = _join(_join(parent, name), rest) if rest else _join(parent, name)
+            out.append(guess if guess in all_keys else _join(parent, name))
+        return out
+    by_suffix = [k for k in all_keys if k.endswith("." + tail)]
+    if by_suffix:
+        return by_suffix[:3]
+    leaf = full_key.rsplit(".", 1)[-1]
+    scored = []
+    for order, key in enumerate(all_keys):
+        ratio = difflib.SequenceMatcher(None, leaf, key.rsplit(".", 1)[-1]).ratio()
+        if ratio >= 0.75:
+            scored.append((-ratio, order, key))
+    return [key for _, _, key in sorted(scored)[:3]]
+
+
+def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
+                      all_keys: Sequence[str], note: str = "") -> ConfigError:
+    """The error for a key that names no setting, with the best did-you-mean hint we can give."""
+    guesses = suggest(full_key, parent, siblings, all_keys)
+    if guesses:
+        hint = f"did you mean {guesses[0]}?"
+        if len(guesses) > 1:
+            hint += f" (or: {', '.join(guesses[1:])})"
+    else:
+        where = f" under {parent}" if parent else ""
+        hint = f"valid keys{where}: {', '.join(siblings)}"
+    return ConfigError(f"unknown config key '{full_key}'; {hint}{note}")

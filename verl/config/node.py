@@ -1,0 +1,376 @@
+"""`ConfigNode`: typed, documented, validated config sections built on dataclasses.
+
+A section is a `@dataclass` subclass of `ConfigNode` whose fields are declared with `option()`
+(a leaf: default, help text, optional alias names) or `section()` (a nested section). Every
+assignment is checked against the annotation, at construction and afterwards, and an unknown
+key fails with a did-you-mean hint. Each node knows its parent, so errors name the full dotted
+key (`actor_rollout_ref.actor.optim.lr`) even when raised deep inside a nested dict.
+
+A node has exactly one parent: assigning a node that already sits in a tree stores a copy,
+assigning a free one adopts it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import os
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from verl.config.coerce import coerce, is_dict_type, mismatch
+from verl.config.errors import ConfigError, unknown_key_error
+from verl.config.overrides import parse_value, split_config_file, split_override
+from verl.config.yaml_io import dump_yaml, format_flow, read_yaml_source
+
+MISSING = dataclasses.MISSING
+
+
+def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = ()) -> Any:
+    """Declare a leaf field: its default, its help text and other names that mean the same key.
+
+    Mutable defaults (lists, dicts) are copied per instance.
+    """
+    metadata = {"help": help, "aliases": tuple(aliases)}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default),
+                                 metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def section(default: type[ConfigNode] | ConfigNode, *, help: str) -> Any:
+    """Declare a nested section; `default` is its class, or an instance whose values differ."""
+    factory = default.copy if isinstance(default, ConfigNode) else default
+    return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": ()})
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """What the mechanism knows about one field of a section."""
+
+    name: str
+    type: Any
+    help: str
+    aliases: tuple[str, ...]
+    node_type: type[ConfigNode] | None  # set when the field is a nested section
+    default: Any  # the default value, or a fresh one for factory defaults
+
+
+@functools.cache
+def field_specs(cls: type[ConfigNode]) -> dict[str, FieldSpec]:
+    """The fields of a section class by canonical name, in declaration order."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} must be decorated with @dataclass")
+    hints = typing.get_type_hints(cls)
+    specs = {}
+    for f in dataclasses.fields(cls):
+        help_text = f.metadata.get("help", "")
+        if not help_text:
+            raise TypeError(f"{cls.__name__}.{f.name} needs help text: declare it with option(..., help=...)")
+        tp = hints[f.name]
+        node_type = tp if isinstance(tp, type) and issubclass(tp, ConfigNode) else None
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        specs[f.name] = FieldSpec(f.name, tp, help_text, f.metadata.get("aliases", ()), node_type, default)
+    return specs
+
+
+@functools.cache
+def alias_map(cls: type[ConfigNode]) -> dict[str, str]:
+    """Every accepted name (canonical and alias) -> canonical name."""
+    names = {}
+    for spec in field_specs(cls).values():
+        for name in (spec.name, *spec.aliases):
+            if name in names:
+                raise TypeError(f"{cls.__name__}: '{name}' names two fields")
+            names[name] = spec.name
+    return names
+
+
+@functools.cache
+def dotted_keys(cls: type[ConfigNode], prefix: str = "") -> tuple[str, ...]:
+    """Every dotted key of the tree below `cls` (sections, leaves and aliases), in order."""
+    keys = []
+    for spec in field_specs(cls).values():
+        for name in (spec.name, *spec.aliases):
+            key = f"{prefix}{name}"
+            keys.append(key)
+            if spec.node_type is not None:
+                keys.extend(dotted_keys(spec.node_type, key + "."))
+    return tuple(keys)
+
+
+def _example(spec: FieldSpec) -> str:
+    return "" if spec.default is None or spec.node_type else format_flow(spec.default)
+
+
+class _NodeMeta(type):
+    # Construction goes through `_build`, which resolves aliases and rejects unknown keys with
+    # a hint before the dataclass __init__ (which would only say "unexpected keyword") runs.
+    def __call__(cls, *args, **kwargs):
+        if args:
+            raise ConfigError(f"{cls.__name__} takes keyword arguments only, e.g. {cls.__name__}(key=value)")
+        return cls._build(kwargs, parent=None, key=None, text=False)
+
+
+class ConfigNode(metaclass=_NodeMeta):
+    """Base class of config sections: validated attributes, dict/YAML/override round-trips."""
+
+    _parent: ConfigNode | None = None
+    _key: str | None = None
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def _build(cls, data: Mapping, *, parent: ConfigNode | None, key: str | None, text: bool):
+        node = cls.__new__(cls)
+        object.__setattr__(node, "_parent", parent)
+        object.__setattr__(node, "_key", key)
+        kwargs, given = {}, {}
+        for name, value in data.items():
+            spec = node._spec(name)
+            if spec.name in kwargs:
+                raise ConfigError(f"{node._path(given[spec.name])} and {node._path(name)} name the same "
+                                  f"key; give only one of them")
+            given[spec.name] = name
+            kwargs[spec.name] = node._check(spec, value, text=text)
+        node.__init__(**kwargs)
+        return node
+
+    @classmethod
+    def from_dict(cls, data: Mapping, base: ConfigNode | None = None):
+        """Build from nested dicts (Python values); with `base`, merge `data` into a copy of it."""
+        if base is None:
+            return cls._build(data, parent=None, key=None, text=False)
+        cfg = base.copy()
+        cfg.update(data)
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, source: str | os.PathLike, base: ConfigNode | None = None):
+        """Build from a YAML file path or YAML text; with `base`, merge into a copy of it."""
+        data = read_yaml_source(source)
+        if base is None:
+            return cls._build(data, parent=None, key=None, text=True)
+        cfg = base.copy()
+        cfg._update(data, text=True)
+        return cfg
+
+    @classmethod
+    def from_overrides(cls, args: Iterable[str], base: ConfigNode | None = None):
+        """Build from `a.b.c=value` strings, starting from `base` (copied) or the defaults."""
+        cfg = base.copy() if base is not None else cls()
+        cfg.apply_overrides(args)
+        return cfg
+
+    @classmethod
+    def from_cli(cls, args: Iterable[str], base: ConfigNode | None = None):
+        """Command-line arguments: an optional `--config-file PATH` (YAML merged into `base` or the
+        defaults), then `a.b.c=value` overrides applied in order."""
+        path, overrides = split_config_file(list(args))
+        if path is not None:
+            return cls.from_overrides(overrides, base=cls.from_yaml(path, base=base))
+        return cls.from_overrides(overrides, base=base)
+
+    # ---------------------------------------------------------------- attribute access
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        spec = self._spec(name)
+        object.__setattr__(self, spec.name, self._check(spec, value, text=False))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: aliases, and unknown names.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        canonical = alias_map(type(self)).get(name)
+        if canonical is not None and canonical != name:
+            return getattr(self, canonical)
+        raise AttributeError(str(self._unknown(name, name)))
+
+    def _path(self, name: str | None = None) -> str:
+        parts = [name] if name else []
+        node = self
+        while node._parent is not None:
+            parts.append(node._key)
+            node = node._parent
+        return ".".join(reversed(parts))
+
+    def _root(self) -> ConfigNode:
+        node = self
+        while node._parent is not None:
+            node = node._parent
+        return node
+
+    def _unknown(self, name: str, tail: str, note: str = "") -> ConfigError:
+        root = self._root()
+        return unknown_key_error(self._path(tail), self._path(), list(alias_map(type(self))),
+                                 dotted_keys(type(root)), note)
+
+    def _spec(self, name: Any, tail: str | None = None, note: str = "") -> FieldSpec:
+        canonical = alias_map(type(self)).get(name) if isinstance(name, str) else None
+        if canonical is None:
+            raise self._unknown(str(name), tail or str(name), note)
+        return field_specs(type(self))[canonical]
+
+    def _check(self, spec: FieldSpec, value: Any, *, text: bool, raw: str | None = None) -> Any:
+        """`value` validated for field `spec`; sections are built from dicts or adopted."""
+        if spec.node_type is None:
+            return coerce(value, spec.type, self._path(spec.name), text=text, raw=raw, example=_example(spec))
+        if isinstance(value, spec.node_type):
+            if value._parent is not None and (value._parent is not self or value._key != spec.name):
+                value = value.copy()
+            object.__setattr__(value, "_parent", self)
+            object.__setattr__(value, "_key", spec.name)
+            return value
+        if isinstance(value, Mapping):
+            return spec.node_type._build(value, parent=self, key=spec.name, text=text)
+        raise mismatch(value, spec.node_type, self._path(spec.name), "{key: value, ...}")
+
+    # ---------------------------------------------------------------- dotted access
+    def get(self, key: str) -> Any:
+        """The value at a dotted key (`"actor_rollout_ref.actor.optim.lr"`); aliases accepted."""
+        value: Any = self
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if isinstance(value, ConfigNode):
+                value = getattr(value, value._spec(part, ".".join(parts[i:])).name)
+            elif isinstance(value, dict) and part in value:
+                value = value[part]
+            else:
+                where = ".".join(parts[:i])
+                raise ConfigError(f"{self._path(key)} not found: {self._path(where)} has no key '{part}'")
+        return value
+
+    def set(self, key: str, value: Any) -> None:
+        """Validated assignment at a dotted key; below a free-form dict field, keys are added."""
+        self._set(key, value, text=False, raw=None, add=True)
+
+    def _set(self, key: str, value: Any, *, text: bool, raw: str | None, add: bool) -> None:
+        parts = key.split(".")
+        node = self
+        note = " ('+' adds keys only below free-form dict fields)" if add and text else ""
+        for i, part in enumerate(parts[:-1]):
+            spec = node._spec(part, ".".join(parts[i:]), note)
+            child = getattr(node, spec.name)
+            if isinstance(child, ConfigNode):
+                node = child
+                continue
+            if is_dict_type(spec.type):
+                if child is None:
+                    child = {}
+                    object.__setattr__(node, spec.name, child)
+                _set_in_dict(child, parts[i + 1:], value, node._path(spec.name), add)
+                return
+            raise ConfigError(f"{node._path(spec.name)} is a value, not a section, so it has no key "
+                              f"'{parts[i + 1]}'; set it with {node._path(spec.name)}=...")
+        spec = node._spec(parts[-1], parts[-1], note)
+        object.__setattr__(node, spec.name, node._check(spec, value, text=text, raw=raw))
+
+    def update(self, data: Mapping) -> None:
+        """Deep-merge nested dicts: given keys change, the rest keep their current values."""
+        self._update(data, text=False)
+
+    def _update(self, data: Mapping, *, text: bool) -> None:
+        for name, value in data.items():
+            spec = self._spec(name)
+            current = getattr(self, spec.name)
+            if isinstance(current, ConfigNode) and isinstance(value, Mapping):
+                current._update(value, text=text)
+            else:
+                object.__setattr__(self, spec.name, self._check(spec, value, text=text))
+
+    # ---------------------------------------------------------------- overrides
+    def apply_overrides(self, args: Iterable[str]) -> None:
+        """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides)."""
+        for arg in args:
+            key, raw, add = split_override(arg)
+            self._set(key, parse_value(raw), text=True, raw=raw, add=add)
+
+    def to_overrides(self) -> list[str]:
+        """`a.b.c=value` strings for every value that differs from a fresh default instance."""
+        defaults = _flatten(type(self)())
+        out = []
+        for key, value in _flatten(self).items():
+            default = defaults.get(key, MISSING)
+            if type(value) is not type(default) or value != default:
+                out.append(f"{key}={format_flow(value)}")
+        return out
+
+    # ---------------------------------------------------------------- conversions
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain dicts under canonical names (no aliases); values are copies."""
+        out = {}
+        for name in field_specs(type(self)):
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, ConfigNode) else copy.deepcopy(value)
+        return out
+
+    def to_yaml(self) -> str:
+        """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""
+        return dump_yaml(self.to_dict())
+
+    def copy(self):
+        """A deep, detached copy (no parent)."""
+        return type(self)._build(self.to_dict(), parent=None, key=None, text=False)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    # ---------------------------------------------------------------- documentation
+    @classmethod
+    def describe(cls, key: str) -> str:
+        """The help text of a dotted key (aliases accepted), e.g. `describe("data.batch_size")`."""
+        node_cls, parts = cls, key.split(".")
+        for i, part in enumerate(parts):
+            canonical = alias_map(node_cls).get(part)
+            if canonical is None:
+                prefix = ".".join(parts[:i])
+                raise unknown_key_error(key, prefix, list(alias_map(node_cls)), dotted_keys(cls))
+            spec = field_specs(node_cls)[canonical]
+            if i == len(parts) - 1:
+                return spec.help
+            if spec.node_type is None:
+                raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a section; it has no key '{parts[i + 1]}'")
+            node_cls = spec.node_type
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def format_help(cls) -> str:
+        """A `--help`-style listing: every dotted key with its type, default and help text."""
+        from verl.config.render import render_help  # render builds on this module
+
+        return render_help(cls)
+
+
+def _set_in_dict(container: dict, parts: list[str], value: Any, path: str, add: bool) -> None:
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        key = f"{path}.{'.'.join(parts[:i + 1])}"
+        if part not in container and not add:
+            raise ConfigError(f"{key} is not set yet; add a key below the free-form {path} with "
+                              f"+{path}.{'.'.join(parts)}=<value>")
+        if last:
+            container[part] = copy.deepcopy(value)
+            return
+        if part not in container:
+            container[part] = {}
+        elif not isinstance(container[part], dict):
+            raise ConfigError(f"{key} holds {container[part]!r}, not a mapping; it has no key '{parts[i + 1]}'")
+        container = container[part]
+
+
+def _flatten(node: ConfigNode, prefix: str = "") -> dict[str, Any]:
+    """Leaf values by dotted key; a free-form dict field counts as one leaf."""
+    out = {}
+    for name in field_specs(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, ConfigNode):
+            out.update(_flatten(value, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = value
+    return out

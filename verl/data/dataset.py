@@ -1,0 +1,152 @@
+"""Prompt datasets for RL: rows in verl's layout, tokenized once at construction.
+
+A row looks like::
+
+    {"prompt": [{"role": "user", "content": "What is 2+3?"}],   # or a plain string
+     "data_source": "arith_add",
+     "reward_model": {"ground_truth": "5", "style": "rule"},     # or a top-level ground_truth / answer
+     "extra_info": {"split": "train", ...}}
+
+All prompts are tokenized when the dataset is built, so an over-long prompt (or a missing column,
+or a tokenizer without a chat template) fails before training starts, not hours into it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+from verl.data.io import DataError, read_rows
+
+logger = logging.getLogger(__name__)
+
+TRUNCATION_MODES = ("error", "left", "right")
+
+
+def ground_truth_of(row: dict) -> Any:
+    """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth`` or ``answer`` column."""
+    reward_model = row.get("reward_model")
+    if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
+        return reward_model["ground_truth"]
+    if row.get("ground_truth") is not None:
+        return row["ground_truth"]
+    return row.get("answer")
+
+
+class RLDataset:
+    """Prompts (with ground truth and data source) read from parquet / jsonl files.
+
+    Args:
+        files: one path or a list of paths (.parquet, .jsonl, .json); lists are concatenated.
+        tokenizer: a Hugging Face tokenizer.
+        prompt_key: the column that holds the prompt (chat messages or a plain string).
+        max_prompt_length: the longest prompt allowed, in tokens (after the chat template).
+        truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right".
+        filter_overlong_prompts: drop longer prompts instead (``num_filtered`` counts them).
+        apply_chat_template: render message lists with the tokenizer's chat template (with the
+            generation prompt). When false, the text is tokenized as is (message contents are
+            joined with newlines) and the tokenizer's usual special tokens are added.
+        chat_template_kwargs: passed to ``apply_chat_template`` (e.g. ``{"enable_thinking": False}``).
+        config_key: the setting the files came from, named in errors (``data.val_files`` for validation).
+    """
+
+    def __init__(self, files: str | os.PathLike | Sequence[str | os.PathLike], tokenizer, *,
+                 prompt_key: str = "prompt", max_prompt_length: int = 512, truncation: str = "error",
+                 filter_overlong_prompts: bool = False, apply_chat_template: bool = True,
+                 chat_template_kwargs: dict | None = None, config_key: str = "data.train_files"):
+        if truncation not in TRUNCATION_MODES:
+            raise DataError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
+        if max_prompt_length < 1:
+            raise DataError(f"data.max_prompt_length must be >= 1, got {max_prompt_length}")
+        self.tokenizer = tokenizer
+        self.prompt_key = prompt_key
+        self.max_prompt_length = max_prompt_length
+        self.apply_chat_template = apply_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+        rows = read_rows(files, config_key=config_key)
+        if not rows:
+            raise DataError(f"the files in `{config_key}` hold no rows: {files}")
+        for i, row in enumerate(rows):
+            if prompt_key not in row:
+                raise DataError(f"row {i} has no prompt column {prompt_key!r}; columns found: {sorted(row)}; "
+                                f"set `data.prompt_key` to the column that holds the prompt")
+        all_ids = self._tokenize([row[prompt_key] for row in rows])
+
+        self._rows: list[dict] = []
+        self._ids: list[list[int]] = []
+        self._index: list[int] = []
+        self.num_filtered = 0
+        for i, (row, ids) in enumerate(zip(rows, all_ids)):
+            if len(ids) > max_prompt_length:
+                if filter_overlong_prompts:
+                    self.num_filtered += 1
+                    continue
+                if truncation == "error":
+                    raise DataError(
+                        f"prompt of row {i} is {len(ids)} tokens long, over data.max_prompt_length="
+                        f"{max_prompt_length}; raise data.max_prompt_length, set "
+                        f"data.filter_overlong_prompts=true to drop such prompts, or set "
+                        f"data.truncation=left|right to cut them")
+                ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
+            self._rows.append(row)
+            self._ids.append(ids)
+            self._index.append(i)
+        if self.num_filtered:
+            logger.warning("filtered %d of %d prompts longer than max_prompt_length=%d tokens",
+                           self.num_filtered, len(rows), max_prompt_length)
+        if not self._rows:
+            raise DataError(f"all {len(rows)} prompts are longer than data.max_prompt_length="
+                            f"{max_prompt_length} and were filtered; raise data.max_prompt_length")
+
+    def _tokenize(self, prompts: list[Any]) -> list[list[int]]:
+        texts: list[str] = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                messages = None
+            elif isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt):
+                messages = prompt
+            else:
+                raise DataError(f"row {i}: column {self.prompt_key!r} must be a string or a list of "
+                                f"{{role, content}} messages, got {type(prompt).__name__}: {prompt!r:.200}")
+            texts.append(self._render(i, prompt, messages))
+        # A rendered chat template already holds its special tokens; raw text gets the usual ones.
+        add_special = not (self.apply_chat_template and self.tokenizer.chat_template is not None)
+        return list(self.tokenizer(texts, add_special_tokens=add_special)["input_ids"])
+
+    def _render(self, i: int, prompt: Any, messages: list[dict] | None) -> str:
+        if not self.apply_chat_template:
+            return prompt if messages is None else "\n".join(str(m["content"]) for m in messages)
+        if self.tokenizer.chat_template is None:
+            if messages is None:
+                return prompt  # a plain-text prompt for a base model: nothing to template
+            raise DataError(
+                f"row {i}: the prompt is a list of chat messages and data.apply_chat_template=true, but "
+                f"the tokenizer has no chat template; use a tokenizer (model) with a chat template, or "
+                f"set data.apply_chat_template=false to feed the message contents as plain text")
+        if messages is None:
+            messages = [{"role": "user", "content": prompt}]
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
+        except Exception as e:
+            raise DataError(f"row {i}: the chat template failed on this prompt: {type(e).__name__}: {e}") from e
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: int) -> dict:
+        """One prompt: unpadded ``input_ids`` and the columns the reward function needs.
+
+        ``index`` is the row's position in the (concatenated) files, before any filtering.
+        """
+        row = self._rows[i]
+        return {
+            "input_ids": list(self._ids[i]),
+            "raw_prompt": row[self.prompt_key],
+            "data_source": row.get("data_source"),
+            "ground_truth": ground_truth_of(row),
+            "extra_info": row.get("extra_info") or {},
+            "index": self._index[i],
+        }

@@ -1,0 +1,106 @@
+"""Reading and writing row files: parquet (verl's format) and JSON lines.
+
+Rows are plain python dicts. Nested parquet columns come back as python objects: a struct
+column as a dict, a list-of-struct column (chat messages) as a list of dicts. A struct column has
+one set of fields for all rows, so a dict key missing from some rows reads back as None there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
+
+
+class DataError(ValueError):
+    """A dataset that cannot be used as configured; the message names the setting to change."""
+
+
+def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    return [Path(os.path.expanduser(str(p))) for p in paths]
+
+
+def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
+              config_key: str = "data.train_files") -> list[dict]:
+    """All rows of one file or of several files, concatenated in order.
+
+    ``config_key`` is the setting the paths came from; errors name it so the user knows what to fix.
+    """
+    files = _as_paths(paths)
+    if not files:
+        raise DataError(f"no data files given; set `{config_key}` to a .parquet or .jsonl file (or a list)")
+    rows: list[dict] = []
+    for path in files:
+        if not path.is_file():
+            raise DataError(f"data file not found: {path} (from `{config_key}`); check the path "
+                            f"or set `{config_key}` to an existing file")
+        suffix = path.suffix.lower()
+        if suffix == ".parquet":
+            rows.extend(_read_parquet(path))
+        elif suffix in (".jsonl", ".json"):
+            rows.extend(_read_json(path))
+        else:
+            raise DataError(f"cannot read {path} (from `{config_key}`): unknown extension {suffix!r}; "
+                            f"supported: {', '.join(SUPPORTED_EXTENSIONS)}")
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def _read_json(path: Path) -> list[dict]:
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: invalid JSON: {e}") from e
+        where = [f"item {i}" for i in range(len(rows))]
+    else:
+        rows, where = [], []
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}, line {lineno}: invalid JSON: {e}") from e
+            where.append(f"line {lineno}")
+    for row, loc in zip(rows, where):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}, {loc}: expected a JSON object per row, got {type(row).__name__}")
+    return rows
+
+
+def write_parquet(rows: Iterable[dict], path: str | os.PathLike) -> Path:
+    """Write rows as one parquet file (nested dicts and lists become struct / list columns)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist(list(rows))
+    empty = [f.name for f in table.schema if pa.types.is_struct(f.type) and f.type.num_fields == 0]
+    if empty:
+        raise DataError(f"parquet cannot store columns whose dicts are empty in every row: {empty}; "
+                        f"give them a field, leave them out, or use write_jsonl")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
+
+
+def write_jsonl(rows: Iterable[dict], path: str | os.PathLike) -> Path:
+    """Write rows as JSON lines, one object per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path

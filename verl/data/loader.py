@@ -1,0 +1,95 @@
+"""An epoch-aware, resumable iterator of prompt Batches.
+
+The order of epoch ``e`` is a permutation drawn from ``torch.Generator().manual_seed(seed + e)``,
+so it depends only on (seed, epoch, dataset size): a loader restored from ``state_dict()`` yields
+exactly the batches the original would have yielded next.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from verl.data.collate import collate_prompts
+from verl.data.io import DataError
+from verl.protocol import Batch
+
+
+class PromptLoader:
+    """Batches of prompts, epoch after epoch.
+
+    Two ways to use it, sharing one position:
+
+    * ``for batch in loader:`` yields the rest of the current epoch, then moves to the next epoch;
+    * ``next(loader)`` returns the next batch and rolls over into the next epoch by itself.
+
+    ``state_dict()`` taken after receiving a batch resumes with the batch after it.
+    """
+
+    def __init__(self, dataset, batch_size: int, *, shuffle: bool = True, seed: int = 1,
+                 drop_last: bool = True, pad_token_id: int):
+        if batch_size < 1:
+            raise DataError(f"batch size must be >= 1, got {batch_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.drop_last = drop_last
+        self.pad_token_id = pad_token_id
+        self.epoch = 0
+        self.position = 0  # batches already handed out in the current epoch
+        if len(self) == 0:
+            raise DataError(f"the dataset has {len(dataset)} prompts, fewer than one batch of {batch_size}; "
+                            f"lower the prompt batch size (e.g. data.train_batch_size) to at most "
+                            f"{len(dataset)}, or add data")
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        if not self.shuffle:
+            return torch.arange(len(self.dataset))
+        return torch.randperm(len(self.dataset), generator=torch.Generator().manual_seed(self.seed + epoch))
+
+    def _batch_at(self, order: torch.Tensor, position: int) -> Batch:
+        rows = order[position * self.batch_size:(position + 1) * self.batch_size].tolist()
+        return collate_prompts([self.dataset[i] for i in rows], self.pad_token_id)
+
+    def _roll_over_if_done(self) -> None:
+        if self.position >= len(self):
+            self.epoch += 1
+            self.position = 0
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._roll_over_if_done()
+        order = self._order(self.epoch)
+        while self.position < len(self):
+            batch = self._batch_at(order, self.position)
+            self.position += 1
+            yield batch
+        self._roll_over_if_done()
+
+    def __next__(self) -> Batch:
+        self._roll_over_if_done()
+        batch = self._batch_at(self._order(self.epoch), self.position)
+        self.position += 1
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                "batch_size": self.batch_size, "dataset_len": len(self.dataset), "shuffle": self.shuffle}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue where ``state`` left off. The order must be the same one, so the dataset size,
+        batch size, seed and shuffle setting must match those of the saved run."""
+        saved = {k: state[k] for k in ("seed", "batch_size", "dataset_len", "shuffle")}
+        now = {k: v for k, v in self.state_dict().items() if k in saved}
+        if saved != now:
+            changed = ", ".join(f"{k}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
+            raise DataError(f"cannot resume the prompt loader: {changed}; the resumed run would see a "
+                            f"different order of prompts. Use the saved settings and data to resume")
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
