@@ -97,7 +97,9 @@ def test_critic_sizes_resolve_to_the_actors_and_are_checked_only_when_a_critic_i
 
 
 def test_group_baseline_estimators_need_several_samples_per_prompt():
-    cfg = TrainerConfig()  # grpo with rollout.n=1
+    cfg = TrainerConfig()
+    cfg.validate()  # the defaults (grpo, rollout.n=8) are consistent
+    cfg.actor_rollout_ref.rollout.n = 1
     with pytest.raises(ConfigError, match="GRPO compares several responses per prompt; set "
                                           "actor_rollout_ref.rollout.n to 4 or more"):
         cfg.validate()

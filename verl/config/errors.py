@@ -5,8 +5,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Sequence
 
+from verl.errors import VerlError
 
-class ConfigError(ValueError):
+
+class ConfigError(VerlError):
     """A config key or value is wrong. The message names the key, the problem and the fix."""
 
 

@@ -156,7 +156,10 @@ class TrainerSectionConfig(ConfigNode):
                            "last one; -1 = no checkpoints.")
     test_freq: int = option(-1, help="Validate every this many steps and after the last "
                            "one; -1 = never during training (see val_before_train).")
-    val_before_train: bool = option(True, help="Validate once before the first step.")
+    val_before_train: bool = option(True, help="Validate once before the first step (and once "
+                                    "after the last, so every run reports a before/after pair).")
+    val_sampled: bool = option(False, help="Validation also samples with the training settings "
+                               "(temperature, top_p, top_k) and logs val-aux/<source>/reward/sampled_mean@1.")
     resume_mode: str = option("auto", help="auto (resume from the latest checkpoint in "
                               "default_local_dir if any), disable, or resume_path (from resume_from_path).")
     resume_from_path: str | None = option(None, help="Checkpoint folder for resume_mode=resume_path.")
@@ -172,11 +175,13 @@ class SFTWarmstartConfig(ConfigNode):
     """Supervised warm start of the built-in tiny model (used only for the built-in demo)."""
 
     enable: bool = option(True, help="Run the warm start before RL when the built-in model and task are used.")
-    target_accuracy: float = option(0.38, help="Stop once greedy accuracy on the task reaches this.")
+    target_accuracy: float = option(0.38, help="Stop once held-out sampled accuracy (temperature 1) "
+                                    "reaches this, leaving RL room to improve.")
     max_steps: int = option(3000, help="Most supervised steps.")
     lr: float = option(1e-3, help="Supervised learning rate.")
     batch_size: int = option(64, help="Examples per supervised step.")
-    eval_every: int = option(100, help="Check accuracy every this many steps.")
+    eval_every: int = option(10, help="Check accuracy every this many steps (the accuracy jumps "
+                             "quickly once the model learns carrying, so check often).")
     eval_samples: int = option(200, help="Prompts used for each accuracy check.")
 
 

@@ -136,8 +136,8 @@ class RolloutConfig(ConfigNode):
     """Response generation."""
 
     name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), vllm, or dummy (tests).")
-    n: int = option(1, help="Responses sampled per prompt (samples per prompt); group-baseline "
-                    "estimators such as GRPO need 2 or more.")
+    n: int = option(8, help="Responses sampled per prompt (samples per prompt); group-baseline "
+                    "estimators such as GRPO (the default) need 2 or more.")
     temperature: float = option(1.0, help="Sampling temperature.")
     top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
     top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")

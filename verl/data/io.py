@@ -12,10 +12,12 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from verl.errors import VerlError
+
 SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
 
 
-class DataError(ValueError):
+class DataError(VerlError):
     """A dataset that cannot be used as configured; the message names the setting to change."""
 
 

@@ -105,3 +105,31 @@ def make_tiny_model_folder(path: str | Path, *, seed: int = 0, **config_kwargs) 
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+BUILTIN_MODEL_NAME = "tiny-qwen2"
+
+
+def builtin_model_path() -> Path:
+    """The built-in tiny model (random init, seed 0), written to the cache on first use.
+
+    This is what ``actor_rollout_ref.model.path: null`` means.
+    """
+    import os
+    import tempfile
+
+    from verl.utils.cache import cache_dir
+
+    target = cache_dir("models") / BUILTIN_MODEL_NAME
+    if (target / "config.json").exists():
+        return target
+    # Write to a temporary folder and rename, so a crash never leaves a half-written model behind.
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{BUILTIN_MODEL_NAME}-"))
+    make_tiny_model_folder(tmp, seed=0)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process finished first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

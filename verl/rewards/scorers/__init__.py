@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from verl.data.tasks import TASKS
 from verl.rewards.errors import RewardError
 
 
@@ -22,6 +23,7 @@ def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_in
 
 SCORERS: dict[str, Callable[..., Any]] = {
     "exact_match": exact_match,
+    **{task.DATA_SOURCE: task.compute_score for task in TASKS.values()},
 }
 
 

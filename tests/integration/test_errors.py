@@ -1,0 +1,61 @@
+"""Bad input stops before training with one clear message (exit code 2, no traceback)."""
+
+import pytest
+
+from verl.data import write_parquet
+from verl.trainer.main_ppo import main
+
+
+def run_main(args, capsys):
+    code = main(args)
+    err = capsys.readouterr().err
+    return code, err
+
+
+def _rows():
+    return [{"prompt": [{"role": "user", "content": f"{i}+1="}], "data_source": "exact_match",
+             "reward_model": {"ground_truth": str(i + 1)}} for i in range(8)]
+
+
+def test_unknown_key_suggests_the_right_one(capsys):
+    code, err = run_main(["trainer.totl_epochs=3"], capsys)
+    assert code == 2
+    assert err.startswith("error:") and "trainer.total_epochs" in err and "Traceback" not in err
+
+
+def test_misplaced_key_suggests_its_full_path(capsys):
+    code, err = run_main(["trainer.lr=1e-5"], capsys)
+    assert code == 2 and "actor_rollout_ref.actor.optim.lr" in err
+
+
+def test_missing_model_folder(tmp_path, capsys):
+    code, err = run_main([f"actor_rollout_ref.model.path={tmp_path}/no-such-model"], capsys)
+    assert code == 2 and "no-such-model" in err and "actor_rollout_ref.model.path" in err
+
+
+def test_missing_dataset_file(tiny_model_dir, tmp_path, capsys):
+    code, err = run_main([f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={tmp_path}/nope.parquet",
+                          "actor_rollout_ref.rollout.n=2"], capsys)
+    assert code == 2 and "nope.parquet" in err and "data.train_files" in err
+
+
+def test_dataset_without_prompt_column(tiny_model_dir, tmp_path, capsys):
+    path = write_parquet([{"question": "1+1=", "data_source": "x"}] * 4, tmp_path / "bad.parquet")
+    code, err = run_main([f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={path}",
+                          "actor_rollout_ref.rollout.n=2"], capsys)
+    assert code == 2 and "prompt" in err and "question" in err and "data.prompt_key" in err
+
+
+def test_reward_file_without_the_named_function(tiny_model_dir, tmp_path, capsys):
+    data = write_parquet(_rows(), tmp_path / "train.parquet")
+    reward = tmp_path / "reward.py"
+    reward.write_text("def my_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n")
+    code, err = run_main([f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={data}",
+                          f"custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2"], capsys)
+    assert code == 2 and "compute_score" in err and "my_score" in err and "custom_reward_function.name" in err
+
+
+@pytest.mark.parametrize("arg", ["not-an-override", "data.train_batch_size=many"])
+def test_malformed_overrides(arg, capsys):
+    code, err = run_main([arg], capsys)
+    assert code == 2 and "error:" in err

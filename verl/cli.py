@@ -1,0 +1,42 @@
+"""The ``verl`` command: ``verl train key=value ...`` (same keys as ``python -m verl.trainer.main_ppo``)."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: verl <command> [key=value ...]
+
+commands:
+  train     PPO / GRPO training (python -m verl.trainer.main_ppo); no keys = the built-in demo
+  config    print the default configuration as YAML, one comment per key
+  version   print the verl version
+
+`verl train --help` lists every key."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "train":
+        from verl.trainer.main_ppo import main as train_main
+
+        return train_main(rest)
+    if command == "config":
+        from verl.config import render_default_yaml
+
+        print(render_default_yaml(), end="")
+        return 0
+    if command == "version":
+        from verl import __version__
+
+        print(__version__)
+        return 0
+    print(f"verl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,13 @@
+"""The one base class of every error that a user's input can cause.
+
+Entry points catch :class:`VerlError` and print its message alone: the message names the
+problem and the fix, so a traceback would only hide it.
+"""
+
+
+class VerlError(ValueError):
+    """Bad input (config, data, model path, reward function). The message says what to change."""
+
+
+class ModelLoadError(VerlError):
+    """A model or tokenizer could not be loaded from the given path or hub id."""

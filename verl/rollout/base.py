@@ -1,0 +1,94 @@
+"""The rollout interface: every engine turns a batch of prompts into a batch of responses.
+
+All engines share one sampling definition (:class:`SamplingParams`) and one output layout
+(:func:`assemble_rollout`), so the trainer never knows which engine produced a batch.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from verl.protocol import Batch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How responses are drawn. ``top_k=-1`` and ``top_p=1.0`` switch those filters off."""
+
+    max_new_tokens: int
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    do_sample: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature log-probs must use to describe this sampling distribution."""
+        return 1.0 if self.greedy else self.temperature
+
+
+class RolloutEngine(ABC):
+    """Generates ``n`` responses per prompt. Subclasses implement :meth:`generate_responses`."""
+
+    name: str = "base"
+
+    def __init__(self, eos_token_id: int | list[int], pad_token_id: int):
+        self.eos_token_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        self.pad_token_id = pad_token_id
+
+    @abstractmethod
+    def generate_responses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                           params: SamplingParams) -> torch.Tensor:
+        """Response ids ``[B, <= max_new_tokens]`` for left-padded prompts (one per row)."""
+
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """Prompts ``[B, T_prompt]`` -> the batch repeated ``n`` times with responses appended.
+
+        Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``.
+        """
+        batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
+        responses = self.generate_responses(batch["input_ids"], batch["attention_mask"], params)
+        out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id)
+        out.meta["temperature"] = params.logprob_temperature
+        return out
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine generate with ``model``'s current weights (engines that share them: no-op)."""
+
+
+def response_mask_from_ids(responses: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """1 on every token up to and including the first EOS, 0 after it."""
+    is_eos = torch.isin(responses, torch.tensor(eos_token_ids, device=responses.device)).long()
+    seen_before = is_eos.cumsum(dim=1) - is_eos
+    return (seen_before == 0).long()
+
+
+def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: int,
+                     eos_token_ids: list[int], pad_token_id: int) -> Batch:
+    """Build the standard rollout layout (see :data:`verl.protocol.FIELDS`) from raw responses."""
+    prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
+    responses = responses.to(prompt_ids.device)
+    if responses.shape[1] < max_new_tokens:
+        responses = F.pad(responses, (0, max_new_tokens - responses.shape[1]), value=pad_token_id)
+    response_mask = response_mask_from_ids(responses, eos_token_ids)
+    responses = responses.masked_fill(response_mask == 0, pad_token_id)
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    # Padding after the response continues from the last real position, like the prompt's pads.
+    out = prompts.select(*[k for k in prompts.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
+    out["prompts"] = prompt_ids
+    out["responses"] = responses
+    out["response_mask"] = response_mask
+    out["input_ids"] = torch.cat([prompt_ids, responses], dim=1)
+    out["attention_mask"] = attention_mask
+    out["position_ids"] = position_ids
+    return out

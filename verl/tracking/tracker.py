@@ -1,0 +1,115 @@
+"""Metric logging to several backends at once: console, jsonl, tensorboard, wandb.
+
+``metrics.jsonl`` (one JSON object per step) is always written to the run's output folder, so
+every run can be plotted and compared without any optional package.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from pathlib import Path
+
+from verl.errors import VerlError
+
+logger = logging.getLogger(__name__)
+
+LOGGER_NAMES = ("console", "jsonl", "tensorboard", "wandb")
+
+
+def _jsonable(value):
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class _Jsonl:
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.file = open(path, "a", encoding="utf-8")
+
+    def log(self, metrics: dict, step: int) -> None:
+        row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
+        self.file.write(json.dumps(row) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _Console:
+    """One line per step; silent while a progress bar shows the step instead."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+
+    def log(self, metrics: dict, step: int) -> None:
+        if not self.quiet:
+            body = " ".join(f"{k}:{v:.4g}" for k, v in sorted(metrics.items()))
+            print(f"step:{step} - {body}", flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class _TensorBoard:
+    def __init__(self, log_dir: Path):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise VerlError("trainer.logger includes 'tensorboard' but the tensorboard package is not "
+                            "installed; run `pip install 'verl[tensorboard]'` or remove it from trainer.logger")
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, metrics: dict, step: int) -> None:
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Wandb:
+    def __init__(self, project: str, experiment: str, config: dict, out_dir: Path):
+        try:
+            import wandb
+        except ImportError:
+            raise VerlError("trainer.logger includes 'wandb' but the wandb package is not installed; run "
+                            "`pip install 'verl[wandb]'` (WANDB_MODE=offline works without an account) or "
+                            "remove it from trainer.logger")
+        self.run = wandb.init(project=project, name=experiment, config=config, dir=str(out_dir), reinit=True)
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Tracker:
+    """Sends each step's metrics to every configured backend."""
+
+    def __init__(self, backends, out_dir: str | os.PathLike, *, project: str = "verl", experiment: str = "run",
+                 config: dict | None = None, progress_bar: bool = True):
+        names = [backends] if isinstance(backends, str) else list(backends)
+        unknown = [n for n in names if n not in LOGGER_NAMES]
+        if unknown:
+            raise VerlError(f"unknown logger(s) {unknown} in trainer.logger; choose from {list(LOGGER_NAMES)}")
+        out_dir = Path(out_dir)
+        self.backends = [_Jsonl(out_dir / "metrics.jsonl")]
+        for name in names:
+            if name == "console":
+                self.backends.append(_Console(quiet=progress_bar))
+            elif name == "tensorboard":
+                self.backends.append(_TensorBoard(out_dir / "tensorboard"))
+            elif name == "wandb":
+                self.backends.append(_Wandb(project, experiment, config or {}, out_dir))
+
+    def log(self, metrics: dict, step: int) -> None:
+        for backend in self.backends:
+            backend.log(metrics, step)
+
+    def close(self) -> None:
+        for backend in self.backends:
+            backend.close()

@@ -1,0 +1,44 @@
+"""``python -m verl.trainer.main_ppo [key=value ...]``: PPO / GRPO training.
+
+With no arguments it runs the embedded demo (see :mod:`verl.trainer.demo`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from verl.config import TrainerConfig
+from verl.trainer.demo import DEMO_PRESET, is_demo
+from verl.trainer.entry import run_entry
+
+
+def load_config(args: list[str]) -> TrainerConfig:
+    config = TrainerConfig.from_cli(args)
+    if is_demo(config):
+        # The preset sits under the user's own keys: anything given on the command line wins.
+        config = TrainerConfig.from_cli(args, base=TrainerConfig.from_overrides(DEMO_PRESET))
+    return config
+
+
+def run(config: TrainerConfig) -> dict:
+    from verl.tracking.summary import format_summary
+    from verl.trainer.ppo.build import build_rl_trainer
+    from verl.trainer.warmstart import warm_start
+
+    warm = None
+    if is_demo(config) and config.sft_warmstart.enable:
+        warm = warm_start(config, progress=config.trainer.progress_bar)
+        config.actor_rollout_ref.model.path = str(warm.path)
+    trainer = build_rl_trainer(config)
+    result = trainer.fit()
+    print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir), flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    return run_entry(lambda: run(load_config(args)), args, __doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

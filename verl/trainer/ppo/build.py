@@ -1,0 +1,124 @@
+"""Builds everything ``RLTrainer`` needs from a ``TrainerConfig``: data, workers, reward, logger.
+
+Every check that can fail on user input runs here, before any training, so bad input costs
+seconds, not a crashed run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
+from verl.data.tasks import TASKS
+from verl.distributed.worker_group import LocalWorkerGroup
+from verl.errors import VerlError
+from verl.models.loading import load_causal_lm, load_tokenizer
+from verl.models.tiny import builtin_model_path
+from verl.models.value_model import ValueModel
+from verl.rewards import load_reward_function
+from verl.tracking import Tracker
+from verl.trainer.ppo.rl_trainer import RLTrainer
+from verl.utils.cache import cache_dir
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+from verl.workers.critic import Critic
+from verl.workers.reward import RewardWorker
+
+logger = logging.getLogger(__name__)
+
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def builtin_task_files(task_name: str) -> tuple[str, str]:
+    """Parquet files (train, test) of a built-in task, written to the cache once."""
+    if task_name not in TASKS:
+        raise VerlError(f"unknown built-in task {task_name!r} (data.builtin_task); choose one of {sorted(TASKS)}")
+    task = TASKS[task_name]
+    folder = cache_dir("data", task_name)
+    paths = []
+    for split in ("train", "test"):
+        path = folder / f"{split}.parquet"
+        if not path.exists():
+            tmp = folder / f".{split}.parquet.tmp"
+            write_parquet(task.make_rows(split), tmp)
+            tmp.replace(path)
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
+def _dataset(files, tokenizer, data_cfg, config_key: str) -> RLDataset:
+    return RLDataset(files, tokenizer, prompt_key=data_cfg.prompt_key, max_prompt_length=data_cfg.max_prompt_length,
+                     truncation=data_cfg.truncation, filter_overlong_prompts=data_cfg.filter_overlong_prompts,
+                     apply_chat_template=data_cfg.apply_chat_template,
+                     chat_template_kwargs=dict(data_cfg.chat_template_kwargs), config_key=config_key)
+
+
+def _val_batches(dataset: RLDataset, batch_size: int | None, pad_token_id: int):
+    items = [dataset[i] for i in range(len(dataset))]
+    size = batch_size or len(items)
+    return [collate_prompts(items[i:i + size], pad_token_id) for i in range(0, len(items), size)]
+
+
+def build_rl_trainer(config) -> RLTrainer:
+    config.validate()
+    seed_everything(config.trainer.seed)
+    data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
+    out_dir = Path(trainer_cfg.default_local_dir)
+
+    train_files, val_files = data_cfg.train_files, data_cfg.val_files
+    if train_files is None:
+        train_files, builtin_val = builtin_task_files(data_cfg.builtin_task)
+        val_files = val_files if val_files is not None else builtin_val
+    model_path = str(arr_cfg.model.path) if arr_cfg.model.path else str(builtin_model_path())
+    tokenizer = load_tokenizer(arr_cfg.model.tokenizer_path or model_path,
+                               trust_remote_code=arr_cfg.model.trust_remote_code)
+    compute_score = None
+    if config.custom_reward_function.path:
+        compute_score = load_reward_function(config.custom_reward_function.path, config.custom_reward_function.name)
+
+    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
+    val_batches = []
+    if val_files is not None:
+        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files")
+        val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
+    loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle, seed=data_cfg.seed,
+                          pad_token_id=tokenizer.pad_token_id)
+    total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(loader)
+
+    use_ref = arr_cfg.actor.use_kl_loss or config.algorithm.use_kl_in_reward
+    worker = ActorRolloutRefWorker(arr_cfg, tokenizer=tokenizer, with_ref=use_ref, device=trainer_cfg.device,
+                                   max_response_length=data_cfg.max_response_length, total_steps=total_steps,
+                                   seed=trainer_cfg.seed)
+    critic = None
+    if config.critic_enabled():
+        critic_cfg = config.critic
+        critic_path = str(critic_cfg.model.path) if critic_cfg.model.path else model_path
+        value_model = ValueModel(load_causal_lm(critic_path, dtype=arr_cfg.model.dtype,
+                                                trust_remote_code=critic_cfg.model.trust_remote_code,
+                                                override_config=dict(critic_cfg.model.override_config),
+                                                config_key="critic.model.path"))
+        if critic_cfg.model.enable_gradient_checkpointing:
+            value_model.model.gradient_checkpointing_enable()
+        sizes = config.derived_sizes(role="critic")
+        critic = LocalWorkerGroup(Critic(value_model, critic_cfg, worker.device,
+                                         samples_per_mini_batch=sizes["samples_per_mini_batch"],
+                                         ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
+                                         seed=trainer_cfg.seed), "critic")
+    reward = LocalWorkerGroup(RewardWorker(tokenizer, compute_score, data_cfg.reward_fn_key), "reward")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(config.to_yaml())
+    tracker = Tracker(trainer_cfg.logger, out_dir, project=trainer_cfg.project_name,
+                      experiment=trainer_cfg.experiment_name, config=config.to_dict(),
+                      progress_bar=trainer_cfg.progress_bar)
+    return RLTrainer(config, actor_rollout_ref=LocalWorkerGroup(worker, "actor_rollout_ref"), critic=critic,
+                     reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
+                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref)

@@ -1,0 +1,66 @@
+"""Controller-side math of the RL step: KL in the reward, advantages, and batch metrics.
+
+Reads the config and calls the pure functions in :mod:`verl.algorithms`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms import apply_kl_in_reward, compute_advantage
+from verl.protocol import Batch
+
+
+def apply_kl_and_advantage(batch: Batch, algo_cfg, kl_ctrl=None) -> tuple[Batch, dict]:
+    """Adds ``token_level_rewards``, ``advantages`` and ``returns`` to ``batch``."""
+    metrics: dict = {}
+    mask = batch["response_mask"]
+    scores = batch["token_level_scores"]
+    if algo_cfg.use_kl_in_reward:
+        rewards, metrics = apply_kl_in_reward(scores, batch["old_log_probs"], batch["ref_log_prob"], mask,
+                                              kl_ctrl.value, algo_cfg.kl_penalty)
+        kl_ctrl.update(float(metrics["actor/reward_kl_penalty"]), n_steps=len(batch))
+    else:
+        rewards = scores
+    advantages, returns = compute_advantage(
+        algo_cfg.adv_estimator, token_level_rewards=rewards, response_mask=mask,
+        values=batch["values"] if "values" in batch else None,
+        group_index=batch["uid"] if "uid" in batch else None,
+        reward_baselines=batch["reward_baselines"] if "reward_baselines" in batch else None,
+        gamma=algo_cfg.gamma, lam=algo_cfg.lam, norm_adv_by_std_in_grpo=algo_cfg.norm_adv_by_std_in_grpo)
+    out = batch.union(Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}))
+    return out, {k: float(v) for k, v in metrics.items()}
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    if values.numel() == 0:
+        return {}
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
+    """Scores, rewards, advantages, returns, values and lengths of one step's batch."""
+    mask = batch["response_mask"].bool()
+    seq_valid = mask.any(dim=1)
+    metrics: dict[str, float] = {}
+    metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
+    metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
+    metrics.update(_stats("critic/advantages", batch["advantages"][mask]))
+    metrics.update(_stats("critic/returns", batch["returns"][mask]))
+    if "values" in batch:
+        metrics.update(_stats("critic/values", batch["values"][mask]))
+    resp_len = mask.sum(-1).float()
+    metrics.update(_stats("response_length", resp_len))
+    metrics["response_length/clip_ratio"] = (resp_len >= max_response_length).float().mean().item()
+    prompt_len = batch["attention_mask"][:, :batch["prompts"].shape[1]].sum(-1).float()
+    metrics.update(_stats("prompt_length", prompt_len))
+    if "entropys" in batch:
+        metrics["actor/entropy"] = (batch["entropys"][mask].mean().item() if mask.any() else 0.0)
+    if "ref_log_prob" in batch:
+        kl = (batch["old_log_probs"] - batch["ref_log_prob"])[mask]
+        metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
+    metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()
+    return metrics
+

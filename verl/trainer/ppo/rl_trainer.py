@@ -1,0 +1,176 @@
+"""The PPO-family RL loop: ``RLTrainer.fit()`` runs the RL step of DESIGN.md, stage by stage.
+
+The trainer is the single controller: it owns the data loader, the KL controller, the logger and
+the checkpoints, and moves one :class:`~verl.protocol.Batch` through the role worker groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+
+from verl.algorithms import make_kl_controller
+from verl.errors import VerlError
+from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
+from verl.protocol import Batch
+from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
+from verl.trainer.progress import Progress, rl_postfix
+from verl.trainer.timing import timer
+
+logger = logging.getLogger(__name__)
+
+
+class RLTrainer:
+    def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
+                 tracker, out_dir, total_steps: int, critic=None, use_ref: bool = False):
+        self.config = config
+        self.actor_rollout_ref = actor_rollout_ref
+        self.critic = critic
+        self.reward = reward
+        self.train_loader = train_loader
+        self.val_batches = val_batches
+        self.tracker = tracker
+        self.out_dir = out_dir
+        self.total_steps = total_steps
+        self.use_ref = use_ref
+        kl = config.algorithm.kl_ctrl
+        self.kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
+        self.checkpoints = CheckpointManager(out_dir, config.trainer.max_actor_ckpt_to_keep)
+        self.global_step = 0
+        self.stage_seconds: dict[str, float] = defaultdict(float)
+        self.val_history: list[tuple[int, dict]] = []
+
+    # ------------------------------------------------------------------ the RL step
+    def fit(self) -> dict:
+        cfg = self.config.trainer
+        self._maybe_resume()
+        if cfg.val_before_train and self.val_batches and not self.val_history:
+            self._log_validation(self.validate())
+        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar)
+        try:
+            while self.global_step < self.total_steps:
+                self.global_step += 1
+                metrics = self.train_step(next(self.train_loader))
+                self.tracker.log(metrics, self.global_step)
+                bar.update(rl_postfix(metrics))
+                last = self.global_step == self.total_steps
+                if self.val_batches and cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or last):
+                    self._log_validation(self.validate())
+                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or last):
+                    self.save_checkpoint()
+        finally:
+            bar.close()
+        validating = cfg.val_before_train or cfg.test_freq > 0
+        if self.val_batches and validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
+            self._log_validation(self.validate())
+        export_hf(self.actor_rollout_ref.worker.actor_model, self.actor_rollout_ref.worker.tokenizer,
+                  self.out_dir / "huggingface")
+        return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
+                "validation": self.val_history}
+
+    def train_step(self, batch: Batch) -> dict:
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        algo = self.config.algorithm
+        with timer("step", timing):
+            with timer("gen", timing):
+                batch = self.actor_rollout_ref.run("generate_sequences", batch)
+            with timer("reward", timing):
+                batch = batch.union(self.reward.run("score", batch))
+            with timer("old_log_prob", timing):
+                batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
+            if self.use_ref:
+                with timer("ref", timing):
+                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch))
+            if self.critic is not None:
+                with timer("values", timing):
+                    batch = batch.union(Batch({"values": self.critic.run("compute_values", batch)}))
+            with timer("adv", timing):
+                batch, kl_metrics = apply_kl_and_advantage(batch, algo, self.kl_ctrl)
+                metrics.update(kl_metrics)
+            if self.critic is not None:
+                with timer("update_critic", timing):
+                    metrics.update(self.critic.run("update", batch))
+            if self.global_step > self.config.critic.warmup_steps:
+                with timer("update_actor", timing):
+                    metrics.update(self.actor_rollout_ref.run("update_actor", batch))
+        metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
+        metrics.update(timing)
+        n_tokens = int(batch["attention_mask"].sum())
+        metrics["perf/total_num_tokens"] = n_tokens
+        metrics["perf/time_per_step"] = timing["timing_s/step"]
+        metrics["perf/throughput"] = n_tokens / max(timing["timing_s/step"], 1e-9)
+        for key, seconds in timing.items():
+            self.stage_seconds[key.split("/", 1)[1]] += seconds
+        return metrics
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> dict[str, float]:
+        """Greedy decoding on the validation set (and sampled decoding with ``trainer.val_sampled``)."""
+        start = time.perf_counter()
+        worker = self.actor_rollout_ref.worker
+        passes = [("val-core", "mean@1", worker.sampling_params(validate=True))]
+        if self.config.trainer.val_sampled:
+            sampled = worker.sampling_params(validate=False)
+            passes.append(("val-aux", "sampled_mean@1", type(sampled)(**{**sampled.__dict__, "n": 1})))
+        metrics: dict[str, float] = {}
+        for prefix, name, params in passes:
+            scores_by_source: dict[str, list[float]] = defaultdict(list)
+            for prompts in self.val_batches:
+                out = self.actor_rollout_ref.run("generate_sequences", prompts, params=params)
+                scores = self.reward.run("score", out)["token_level_scores"].sum(-1).tolist()
+                for source, score in zip(out["data_source"], scores):
+                    scores_by_source[str(source)].append(score)
+            for source, scores in scores_by_source.items():
+                metrics[f"{prefix}/{source}/reward/{name}"] = sum(scores) / len(scores)
+        self.stage_seconds["validate"] += time.perf_counter() - start
+        return metrics
+
+    def _log_validation(self, metrics: dict) -> None:
+        self.val_history.append((self.global_step, metrics))
+        self.tracker.log(metrics, self.global_step)
+        logger.info("validation at step %d: %s", self.global_step,
+                    ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _state(self) -> dict:
+        worker = self.actor_rollout_ref.worker
+        state = {"global_step": self.global_step, "actor": worker.actor.state_dict(),
+                 "loader": self.train_loader.state_dict(), "kl_coef": self.kl_ctrl.value, "rng": rng_state(),
+                 "val_history": self.val_history, "stage_seconds": dict(self.stage_seconds)}
+        if self.critic is not None:
+            state["critic"] = self.critic.worker.state_dict()
+        return state
+
+    def save_checkpoint(self) -> None:
+        start = time.perf_counter()
+        self.checkpoints.save(self.global_step, self._state())
+        self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
+
+    def _maybe_resume(self) -> None:
+        cfg = self.config.trainer
+        if cfg.resume_mode == "disable":
+            return
+        if cfg.resume_mode == "resume_path":
+            if not cfg.resume_from_path:
+                raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
+            path = cfg.resume_from_path
+        else:
+            path = self.checkpoints.latest()
+        if path is None:
+            return
+        state = self.checkpoints.load(path)
+        worker = self.actor_rollout_ref.worker
+        worker.actor.load_state_dict(state["actor"])
+        worker.rollout.sync_weights(worker.actor.model)
+        if self.critic is not None and "critic" in state:
+            self.critic.worker.load_state_dict(state["critic"])
+        self.train_loader.load_state_dict(state["loader"])
+        self.kl_ctrl.value = state["kl_coef"]
+        restore_rng_state(state["rng"])
+        self.global_step = state["global_step"]
+        self.val_history = state["val_history"]
+        self.stage_seconds.update(state["stage_seconds"])
+        print(f"Resumed from {path} at step {self.global_step}", flush=True)
+

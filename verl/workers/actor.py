@@ -1,0 +1,134 @@
+"""The actor (policy being trained) and the reference policy: log-probs and PPO updates.
+
+Both are a Hugging Face causal LM; the reference simply has no optimiser. Methods take and
+return a :class:`~verl.protocol.Batch`; what the batch must hold is listed in each docstring.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss
+from verl.models.logprob import compute_response_logprobs
+from verl.protocol import Batch
+from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
+                                micro_batches, mini_batches)
+
+
+_ADDITIVE = {"actor/pg_loss", "actor/entropy", "actor/kl_loss"}
+
+
+def _model_inputs(mb: Batch, device):
+    return (mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["position_ids"].to(device),
+            mb["responses"].to(device))
+
+
+class PolicyModel:
+    """A causal LM that scores responses: the base of the actor and the reference."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None):
+        self.model = model.to(device)
+        self.device = device
+        self.micro_batch_size = micro_batch_size
+
+    @torch.no_grad()
+    def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False):
+        """Log-probs ``[B, T_resp]`` (and entropies) of ``batch["responses"]``.
+
+        Needs ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``; the sampling
+        temperature is read from ``batch.meta["temperature"]`` (default 1).
+        """
+        temperature = batch.meta.get("temperature", 1.0)
+        was_training = self.model.training
+        self.model.eval()
+        log_probs, entropies = [], []
+        try:
+            for mb in micro_batches(batch, self.micro_batch_size):
+                lp, ent = compute_response_logprobs(self.model, *_model_inputs(mb, self.device),
+                                                    temperature=temperature, with_entropy=with_entropy)
+                log_probs.append(lp)
+                entropies.append(ent)
+        finally:
+            self.model.train(was_training)
+        out_device = batch["responses"].device
+        log_prob = torch.cat(log_probs).to(out_device)
+        entropy = torch.cat(entropies).to(out_device) if with_entropy else None
+        return log_prob, entropy
+
+
+class Actor(PolicyModel):
+    """The policy under training: PPO-style updates over mini- and micro-batches."""
+
+    def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
+                 log_prob_micro_batch_size: int | None = None, seed: int = 0):
+        super().__init__(model, device, log_prob_micro_batch_size)
+        self.config = config
+        self.samples_per_mini_batch = samples_per_mini_batch
+        self.optimizer = build_optimizer(self.model.parameters(), config.optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.policy_loss_fn = POLICY_LOSSES[config.policy_loss.loss_mode]
+
+    def _micro_loss(self, mb: Batch, temperature: float, global_tokens, global_seqs):
+        cfg = self.config
+        need_entropy = cfg.entropy_coeff != 0
+        log_prob, entropy = compute_response_logprobs(self.model, *_model_inputs(mb, self.device),
+                                                      temperature=temperature, with_entropy=need_entropy)
+        mask = mb["response_mask"].to(self.device)
+        counts = dict(global_tokens=global_tokens, global_seqs=global_seqs)
+        pg_loss, metrics = self.policy_loss_fn(
+            mb["old_log_probs"].to(self.device), log_prob, mb["advantages"].to(self.device), mask,
+            clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, **counts)
+        loss = pg_loss
+        metrics["actor/pg_loss"] = pg_loss.detach()
+        if need_entropy:
+            entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **counts)
+            loss = loss - cfg.entropy_coeff * entropy_loss
+            metrics["actor/entropy"] = entropy_loss.detach()
+        if cfg.use_kl_loss:
+            kl_loss, kl_metrics = compute_kl_loss(log_prob, mb["ref_log_prob"].to(self.device), mask,
+                                                  cfg.kl_loss_type, cfg.loss_agg_mode, **counts)
+            loss = loss + cfg.kl_loss_coef * kl_loss
+            metrics["actor/kl_loss"] = kl_loss.detach()
+            metrics["actor/kl_coef"] = cfg.kl_loss_coef
+        return loss, metrics
+
+    def update(self, batch: Batch, *, micro_batch_size: int | None = None) -> dict[str, float]:
+        """PPO epochs over mini-batches; one optimiser step per mini-batch.
+
+        Needs ``old_log_probs``, ``advantages``, ``response_mask`` (+ ``ref_log_prob`` with a KL
+        loss). Each micro-batch loss is normalised by its mini-batch's token and sequence counts,
+        so accumulating micro-batches gives exactly the mini-batch gradient.
+        """
+        self.model.train()
+        temperature = batch.meta.get("temperature", 1.0)
+        acc = MetricAccumulator()
+        for _ in range(self.config.ppo_epochs):
+            for mini in mini_batches(batch, self.samples_per_mini_batch, shuffle=self.config.shuffle,
+                                     generator=self.generator):
+                global_tokens = mini["response_mask"].sum().clamp(min=1).to(self.device)
+                global_seqs = len(mini)
+                loss_sums: dict[str, float] = {}
+                for mb in micro_batches(mini, micro_batch_size):
+                    loss, metrics = self._micro_loss(mb, temperature, global_tokens, global_seqs)
+                    loss.backward()
+                    # Loss terms are normalised by mini-batch counts: their sum is the mini-batch value.
+                    for key in _ADDITIVE & metrics.keys():
+                        loss_sums[key] = loss_sums.get(key, 0.0) + float(metrics.pop(key))
+                    acc.add(metrics)
+                acc.add(loss_sums)
+                acc.add({"actor/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
+        acc.add({"actor/lr": self.lr_scheduler.get_last_lr()[0]})
+        self.lr_scheduler.step()
+        return acc.means()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,107 @@
+"""``ActorRolloutRefWorker``: the policy, its rollout engine and the frozen reference, in one role.
+
+In the hybrid engine (default) the rollout generates with the actor's own module, so every
+rollout sees the latest weights without copying them. The reference is a frozen copy of the
+initial policy, built when a KL term needs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+
+from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.tiny import builtin_model_path
+from verl.protocol import Batch
+from verl.rollout import SamplingParams, build_rollout
+from verl.workers.actor import Actor, PolicyModel
+
+logger = logging.getLogger(__name__)
+
+
+def _root_value(config, dotted: str, default):
+    """A value from the whole TrainerConfig when ``config`` is part of one, else ``default``."""
+    root = config._root()
+    try:
+        return root.get(dotted)
+    except Exception:  # a standalone section: the key is not in its tree
+        return default
+
+
+class ActorRolloutRefWorker:
+    """Holds ``actor_model`` (a Hugging Face causal LM), ``rollout`` and ``ref_model``.
+
+    Methods take and return :class:`~verl.protocol.Batch`: :meth:`generate_sequences`,
+    :meth:`compute_log_prob`, :meth:`compute_ref_log_prob`, :meth:`update_actor`.
+    """
+
+    def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
+                 max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None):
+        self.config = config
+        self.device = resolve_device(device or _root_value(config, "trainer.device", "auto"))
+        self.max_response_length = max_response_length or _root_value(config, "data.max_response_length", 512)
+        seed = seed if seed is not None else _root_value(config, "trainer.seed", 1)
+        model_cfg = config.model
+        path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+        self.tokenizer = tokenizer or load_tokenizer(model_cfg.tokenizer_path or path,
+                                                     trust_remote_code=model_cfg.trust_remote_code)
+        model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
+                               trust_remote_code=model_cfg.trust_remote_code,
+                               override_config=dict(model_cfg.override_config))
+        if model_cfg.enable_gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None
+
+        actor_cfg, rollout_cfg = config.actor, config.rollout
+        self.actor = Actor(model, actor_cfg, self.device,
+                           samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n,
+                           total_steps=total_steps,
+                           log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed)
+        self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu) \
+            if ref_model is not None else None
+        # Without the hybrid engine the rollout owns a separate copy, refreshed by sync_weights().
+        rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False)
+        self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
+                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed)
+        self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
+        logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
+                    path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,
+                    "yes" if self.ref else "no")
+
+    @property
+    def actor_model(self) -> torch.nn.Module:
+        return self.actor.model
+
+    @property
+    def ref_model(self) -> torch.nn.Module | None:
+        return self.ref.model if self.ref else None
+
+    def sampling_params(self, validate: bool = False) -> SamplingParams:
+        cfg = self.config.rollout
+        src = cfg.val_kwargs if validate else cfg
+        return SamplingParams(max_new_tokens=self.max_response_length, n=src.n, temperature=src.temperature,
+                              top_p=src.top_p, top_k=src.top_k, do_sample=src.do_sample)
+
+    def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
+        """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
+        out = self.rollout.generate(prompts.to(self.device), params or self.sampling_params())
+        return out.to(self.rollout_device) if self.rollout_device != self.device else out
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        """``old_log_probs`` and ``entropys`` under the current policy."""
+        log_prob, entropy = self.actor.compute_log_prob(batch, with_entropy=True)
+        return Batch({"old_log_probs": log_prob, "entropys": entropy})
+
+    def compute_ref_log_prob(self, batch: Batch) -> Batch:
+        """``ref_log_prob`` under the frozen reference policy."""
+        if self.ref is None:
+            raise RuntimeError("this worker was built without a reference model (with_ref=False)")
+        log_prob, _ = self.ref.compute_log_prob(batch)
+        return Batch({"ref_log_prob": log_prob})
+
+    def update_actor(self, batch: Batch) -> dict[str, float]:
+        metrics = self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu)
+        self.rollout.sync_weights(self.actor.model)
+        return metrics

@@ -1,0 +1,71 @@
+"""The critic: a value model trained on GAE returns with a clipped value loss."""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms import compute_value_loss
+from verl.protocol import Batch
+from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
+                                micro_batches, mini_batches)
+
+
+class Critic:
+    def __init__(self, value_model, config, device, *, samples_per_mini_batch: int, ppo_epochs: int,
+                 total_steps: int | None, seed: int = 0):
+        self.model = value_model.to(device)
+        self.config = config
+        self.device = device
+        self.samples_per_mini_batch = samples_per_mini_batch
+        self.ppo_epochs = ppo_epochs
+        self.optimizer = build_optimizer(self.model.parameters(), config.optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def _values(self, mb: Batch) -> torch.Tensor:
+        return self.model.response_values(mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
+                                           mb["position_ids"].to(self.device), mb["responses"].shape[1])
+
+    @torch.no_grad()
+    def compute_values(self, batch: Batch, *, micro_batch_size: int | None = None) -> torch.Tensor:
+        """Values ``[B, T_resp]``, zero on padding."""
+        self.model.eval()
+        values = torch.cat([self._values(mb) for mb in micro_batches(batch, micro_batch_size)])
+        self.model.train()
+        return values.to(batch["responses"].device) * batch["response_mask"]
+
+    def update(self, batch: Batch, *, micro_batch_size: int | None = None) -> dict[str, float]:
+        """Epochs of clipped value-loss regression onto ``returns``; needs ``values`` (old), ``returns``."""
+        self.model.train()
+        acc = MetricAccumulator()
+        for _ in range(self.ppo_epochs):
+            for mini in mini_batches(batch, self.samples_per_mini_batch, shuffle=self.config.shuffle,
+                                     generator=self.generator):
+                global_tokens = mini["response_mask"].sum().clamp(min=1).to(self.device)
+                vf_loss_sum = 0.0
+                for mb in micro_batches(mini, micro_batch_size):
+                    mask = mb["response_mask"].to(self.device)
+                    vpreds = self._values(mb)
+                    loss, metrics = compute_value_loss(
+                        vpreds, mb["values"].to(self.device), mb["returns"].to(self.device), mask,
+                        cliprange_value=self.config.cliprange_value, loss_agg_mode=self.config.loss_agg_mode,
+                        global_tokens=global_tokens, global_seqs=len(mini))
+                    loss.backward()
+                    vf_loss_sum += float(loss.detach())
+                    metrics["critic/vpred_mean"] = (vpreds.detach() * mask).sum() / mask.sum().clamp(min=1)
+                    acc.add(metrics)
+                acc.add({"critic/vf_loss": vf_loss_sum,
+                         "critic/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
+        acc.add({"critic/lr": self.lr_scheduler.get_last_lr()[0]})
+        self.lr_scheduler.step()
+        return acc.means()
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.generator.set_state(state["generator"])
