@@ -59,3 +59,10 @@ def test_reward_file_without_the_named_function(tiny_model_dir, tmp_path, capsys
 def test_malformed_overrides(arg, capsys):
     code, err = run_main([arg], capsys)
     assert code == 2 and "error:" in err
+
+
+def test_unreachable_hub_id_names_the_fix(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no hub here: the same failure as an unreachable one
+    code, err = run_main(["actor_rollout_ref.model.path=some-org/some-model"], capsys)
+    assert code == 2
+    assert "some-org/some-model" in err and "hub" in err and "actor_rollout_ref.model.path=DIR" in err

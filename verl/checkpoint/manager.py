@@ -86,9 +86,11 @@ class CheckpointManager:
     def _prune(self) -> None:
         if not self.max_to_keep:
             return
-        steps = sorted(int(p.name.rsplit("_", 1)[1]) for p in self.root.glob("global_step_*") if p.is_dir())
-        for step in steps[:-self.max_to_keep]:
-            shutil.rmtree(self.step_dir(step), ignore_errors=True)
+        # Newest saves survive, whatever their step numbers (an older run's higher steps go first).
+        saved = sorted((p for p in self.root.glob("global_step_*") if (p / "state.pt").exists()),
+                       key=lambda p: (p / "state.pt").stat().st_mtime_ns)
+        for path in saved[:-self.max_to_keep]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def export_hf(model: torch.nn.Module, tokenizer, target: str | os.PathLike) -> Path:

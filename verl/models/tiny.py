@@ -59,7 +59,9 @@ def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
     ])
     core.decoder = decoders.ByteLevel()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS,
+        # unk = eos: byte-level BPE never produces an unknown token, and naming an existing token
+        # keeps Qwen2's tokenizer class from adding its own default one past the vocabulary.
+        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS, unk_token=EOS,
         padding_side="left", clean_up_tokenization_spaces=False,
     )
     if chat_template is not None:

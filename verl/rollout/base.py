@@ -77,9 +77,13 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: in
     """Build the standard rollout layout (see :data:`verl.protocol.FIELDS`) from raw responses."""
     prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
     responses = responses.to(prompt_ids.device)
-    if responses.shape[1] < max_new_tokens:
-        responses = F.pad(responses, (0, max_new_tokens - responses.shape[1]), value=pad_token_id)
+    # The mask comes from the engine's own output; padding added here to reach max_new_tokens is
+    # never a response token, even after a row that stopped without EOS.
     response_mask = response_mask_from_ids(responses, eos_token_ids)
+    if responses.shape[1] < max_new_tokens:
+        extra = max_new_tokens - responses.shape[1]
+        responses = F.pad(responses, (0, extra), value=pad_token_id)
+        response_mask = F.pad(response_mask, (0, extra), value=0)
     responses = responses.masked_fill(response_mask == 0, pad_token_id)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)

@@ -97,7 +97,7 @@ class Tracker:
         if unknown:
             raise VerlError(f"unknown logger(s) {unknown} in trainer.logger; choose from {list(LOGGER_NAMES)}")
         out_dir = Path(out_dir)
-        self.backends = [_Jsonl(out_dir / "metrics.jsonl")]
+        self.backends = []
         for name in names:
             if name == "console":
                 self.backends.append(_Console(quiet=progress_bar))
@@ -105,6 +105,8 @@ class Tracker:
                 self.backends.append(_TensorBoard(out_dir / "tensorboard"))
             elif name == "wandb":
                 self.backends.append(_Wandb(project, experiment, config or {}, out_dir))
+        # Opened last, so a backend that fails to start leaves no open file behind.
+        self.backends.append(_Jsonl(out_dir / "metrics.jsonl"))
 
     def log(self, metrics: dict, step: int) -> None:
         for backend in self.backends:

@@ -62,5 +62,11 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         kl = (batch["old_log_probs"] - batch["ref_log_prob"])[mask]
         metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
     metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()
+    for key in batch.keys():
+        # Extra keys a reward function returned (see RewardWorker): logged as means when numeric.
+        if key.startswith("reward_extra/"):
+            numbers = [float(v) for v in batch[key] if isinstance(v, (int, float, bool))]
+            if numbers:
+                metrics[f"{key}/mean"] = sum(numbers) / len(numbers)
     return metrics
 

@@ -1,0 +1,112 @@
+"""verl.checkpoint: crash-safe save/latest/load, pruning, and the Hugging Face export."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from verl.checkpoint import CheckpointManager, export_hf
+from verl.checkpoint.manager import POINTER
+from verl.models.loading import load_causal_lm, load_tokenizer
+
+
+def state_for(step: int) -> dict:
+    torch.manual_seed(step)
+    return {"global_step": step, "weights": torch.randn(3, 2), "history": [(step, {"acc": 0.5})]}
+
+
+def step_names(root) -> list[str]:
+    return sorted(p.name for p in root.glob("global_step_*"))
+
+
+def test_save_then_load_returns_the_same_state_and_latest_is_the_newest_step(tmp_path):
+    manager = CheckpointManager(tmp_path / "run")
+    assert manager.latest() is None
+
+    manager.save(3, state_for(3))
+    path = manager.save(7, state_for(7))
+
+    assert path == manager.step_dir(7) == tmp_path / "run" / "global_step_7"
+    assert manager.latest() == path
+    assert (tmp_path / "run" / POINTER).read_text().strip() == "7"
+    loaded = manager.load(manager.latest())
+    expected = state_for(7)
+    assert loaded["global_step"] == 7 and loaded["history"] == expected["history"]
+    assert torch.equal(loaded["weights"], expected["weights"])
+    assert torch.equal(manager.load(manager.step_dir(3))["weights"], state_for(3)["weights"])
+
+
+def test_saving_a_step_again_replaces_its_checkpoint(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(5, {"value": 1})
+    manager.save(5, {"value": 2})
+    assert manager.load(manager.latest()) == {"value": 2}
+    assert step_names(tmp_path) == ["global_step_5"]
+
+
+def test_max_to_keep_prunes_the_oldest_checkpoints(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=2)
+    for step in (1, 2, 3, 4):
+        manager.save(step, state_for(step))
+    assert step_names(tmp_path) == ["global_step_3", "global_step_4"]
+    assert manager.latest() == manager.step_dir(4)
+
+
+def test_without_max_to_keep_every_checkpoint_stays(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    for step in (1, 2, 3):
+        manager.save(step, state_for(step))
+    assert step_names(tmp_path) == ["global_step_1", "global_step_2", "global_step_3"]
+
+
+def test_a_save_interrupted_midway_leaves_latest_unchanged_and_the_next_save_cleans_it_up(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, state_for(1))
+    crashed = tmp_path / ".tmp-crashed"  # what a crash during torch.save leaves behind
+    crashed.mkdir()
+    (crashed / "state.pt").write_bytes(b"half a pickle")
+
+    assert manager.latest() == manager.step_dir(1)
+    assert manager.load(manager.latest())["global_step"] == 1
+
+    manager.save(2, state_for(2))
+    assert not crashed.exists()
+    assert list(tmp_path.glob(".tmp-*")) == []
+    assert manager.latest() == manager.step_dir(2)
+
+
+def test_latest_ignores_a_pointer_to_an_incomplete_checkpoint(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, state_for(1))
+    (tmp_path / POINTER).write_text("9")
+    manager.step_dir(9).mkdir()  # folder without state.pt
+    assert manager.latest() is None
+
+
+def test_pruning_never_deletes_the_checkpoint_just_saved(tmp_path):
+    manager = CheckpointManager(tmp_path, max_to_keep=1)
+    manager.save(20, state_for(20))  # left over from an earlier run in the same folder
+    path = manager.save(10, state_for(10))
+    assert (path / "state.pt").exists()
+    assert manager.latest() == path
+
+
+def test_export_hf_writes_a_folder_that_from_pretrained_loads_with_identical_logits(tiny_model_dir, tmp_path):
+    model = load_causal_lm(str(tiny_model_dir)).eval()
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    with torch.no_grad():  # change the weights, so the export cannot pass by reloading the original
+        model.model.layers[0].mlp.down_proj.weight.mul_(2.0)
+    target = tmp_path / "out" / "huggingface"
+    target.mkdir(parents=True)
+    (target / "stale.txt").write_text("from an older export")
+
+    assert export_hf(model, tokenizer, target) == target
+
+    reloaded = AutoModelForCausalLM.from_pretrained(target).eval()
+    ids = torch.tensor([[10, 11, 12, 13], [0, 0, 20, 21]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        assert torch.equal(reloaded(input_ids=ids, attention_mask=mask).logits,
+                           model(input_ids=ids, attention_mask=mask).logits)
+    assert AutoTokenizer.from_pretrained(target)("ab=")["input_ids"] == tokenizer("ab=")["input_ids"]
+    assert not (target / "stale.txt").exists()
+    assert list((tmp_path / "out").glob(".tmp-*")) == []

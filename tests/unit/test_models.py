@@ -1,0 +1,225 @@
+"""verl.models: loading from a folder, response log-probs under left padding, the value model."""
+
+import importlib.util
+import logging
+
+import pytest
+import torch
+
+from verl.errors import ModelLoadError, VerlError
+from verl.models.loading import load_causal_lm, load_tokenizer, resolve_attn_implementation, resolve_dtype
+from verl.models.logprob import compute_response_logprobs, logprobs_from_logits, response_logits
+from verl.models.value_model import ValueModel
+
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir):
+    """The fixture model in eval mode; tests in this module only read it."""
+    return load_causal_lm(str(tiny_model_dir)).eval()
+
+
+def left_padded(sequences: list[list[int]]):
+    """(input_ids, attention_mask, position_ids) with padding on the left, as verl.protocol lays out."""
+    width = max(len(s) for s in sequences)
+    ids = torch.tensor([[PAD] * (width - len(s)) + s for s in sequences])
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences])
+    return ids, mask, (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+# --------------------------------------------------------------------------- loading
+
+def test_load_causal_lm_and_tokenizer_read_the_fixture_folder(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir))
+    tok = load_tokenizer(str(tiny_model_dir))
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert model.config.vocab_size == 259
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    # One token per ASCII character (byte + 3 specials), RL settings: left padding, pad 0, eos 2.
+    assert tok("ab=")["input_ids"] == [ord("a") + 3, ord("b") + 3, ord("=") + 3]
+    assert (tok.padding_side, tok.pad_token_id, tok.eos_token_id) == ("left", 0, 2)
+
+
+def test_load_causal_lm_applies_dtype_name_and_override_config(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir), dtype="bf16", override_config={"attention_dropout": 0.25})
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model.config.attention_dropout == 0.25
+
+
+def test_every_token_the_loaded_tokenizer_can_emit_has_an_embedding_row(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir))
+    tok = load_tokenizer(str(tiny_model_dir))
+    assert len(tok) <= model.config.vocab_size
+    ids = tok("hi<|endoftext|>")["input_ids"]
+    model(input_ids=torch.tensor([ids]))
+
+
+@pytest.mark.parametrize("loader", [load_causal_lm, load_tokenizer], ids=["model", "tokenizer"])
+def test_missing_folder_raises_model_load_error_naming_the_path_and_the_config_key(loader, tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelLoadError) as err:
+        loader(str(missing))
+    assert isinstance(err.value, VerlError)
+    assert str(missing) in str(err.value)
+    assert "actor_rollout_ref.model.path" in str(err.value)
+
+
+def test_load_error_names_the_config_key_the_caller_passes(tmp_path):
+    with pytest.raises(ModelLoadError, match=r"critic\.model\.path"):
+        load_causal_lm(str(tmp_path / "gone"), config_key="critic.model.path")
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None,
+                    reason="flash attention can run here, so there is no fallback to observe")
+def test_flash_attention_falls_back_to_sdpa_with_exactly_one_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="verl.models.loading"):
+        assert resolve_attn_implementation("flash_attention_2") == "sdpa"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "flash_attention_2" in warnings[0].getMessage() and "sdpa" in warnings[0].getMessage()
+
+
+@pytest.mark.parametrize("requested", [None, "eager", "sdpa"])
+def test_other_attention_implementations_pass_through_silently(requested, caplog):
+    with caplog.at_level(logging.WARNING, logger="verl.models.loading"):
+        assert resolve_attn_implementation(requested) == requested
+    assert caplog.records == []
+
+
+def test_resolve_dtype_maps_names_and_passes_auto_none_and_dtypes():
+    assert resolve_dtype("bf16") is torch.bfloat16
+    assert resolve_dtype("bfloat16") is torch.bfloat16
+    assert resolve_dtype("fp16") is torch.float16
+    assert resolve_dtype("float32") is torch.float32
+    assert resolve_dtype(torch.float16) is torch.float16
+    assert resolve_dtype("auto") == "auto"
+    assert resolve_dtype(None) is None
+
+
+def test_unknown_dtype_raises_and_lists_the_valid_names():
+    with pytest.raises(ModelLoadError, match="int8") as err:
+        resolve_dtype("int8")
+    assert "bf16" in str(err.value) and "auto" in str(err.value)
+
+
+# --------------------------------------------------------------------------- log-probs
+
+def test_logprobs_from_logits_matches_a_hand_computed_log_softmax():
+    logits = torch.tensor([[0.0, 0.0, 0.0],
+                           [1.0, 2.0, 3.0]])
+    labels = torch.tensor([2, 0])
+    # Row 0: uniform over 3 -> log(1/3) = -1.0986123 for every label.
+    # Row 1: logsumexp(1, 2, 3) = 3 + log(1 + e^-1 + e^-2) = 3.4076059,
+    #        so log-softmax = [-2.4076059, -1.4076059, -0.4076059]; label 0 -> -2.4076059.
+    expected = torch.tensor([-1.0986123, -2.4076059])
+    torch.testing.assert_close(logprobs_from_logits(logits, labels), expected, atol=1e-6, rtol=0)
+
+
+def test_logprobs_from_logits_keeps_leading_shape_and_returns_float32_for_bf16():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    labels = torch.randint(7, (2, 5))
+    expected = torch.log_softmax(logits, -1).gather(-1, labels[..., None])[..., 0]
+    torch.testing.assert_close(logprobs_from_logits(logits, labels), expected)
+    out = logprobs_from_logits(logits.bfloat16(), labels)
+    assert out.shape == (2, 5) and out.dtype == torch.float32
+
+
+def _alone(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """Log-probs of ``response`` after ``prompt``, one unpadded sequence, computed by hand."""
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + response])).logits[0].float(), -1)
+    return torch.stack([logp[len(prompt) - 1 + j, tok] for j, tok in enumerate(response)])
+
+
+def test_left_padded_batch_gives_the_same_logprobs_as_each_sequence_alone(lm):
+    prompt_a, response_a = [10, 11, 12, 13, 14], [30, 31, 32]
+    prompt_b, response_b = [20, 21], [40, 2, PAD]  # response ends with EOS, then right padding
+    ids, mask, pos = left_padded([prompt_a, prompt_b])
+    input_ids = torch.cat([ids, torch.tensor([response_a, response_b])], dim=1)
+    attention_mask = torch.cat([mask, torch.tensor([[1, 1, 1], [1, 1, 0]])], dim=1)
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    assert position_ids[1].tolist() == [0, 0, 0, 0, 1, 2, 3, 3]
+
+    with torch.no_grad():
+        log_probs, _ = compute_response_logprobs(lm, input_ids, attention_mask, position_ids,
+                                                 torch.tensor([response_a, response_b]))
+        # Without the mask the padded row sees its pads: proof that this comparison can tell.
+        unmasked, _ = compute_response_logprobs(lm, input_ids, torch.ones_like(attention_mask), position_ids,
+                                                torch.tensor([response_a, response_b]))
+    torch.testing.assert_close(log_probs[0], _alone(lm, prompt_a, response_a), atol=1e-5, rtol=0)
+    torch.testing.assert_close(log_probs[1, :2], _alone(lm, prompt_b, response_b[:2]), atol=1e-5, rtol=0)
+    assert (unmasked[1, :2] - log_probs[1, :2]).abs().max() > 1e-3
+
+
+def test_temperature_divides_the_logits_and_entropy_uses_the_same_distribution(lm):
+    prompt, response = [10, 11, 12], [30, 31]
+    input_ids = torch.tensor([prompt + response])
+    mask = torch.ones_like(input_ids)
+    pos = torch.arange(5)[None]
+    responses = torch.tensor([response])
+    with torch.no_grad():
+        logits = response_logits(lm, input_ids, mask, pos, 2).float()
+        hot, entropy = compute_response_logprobs(lm, input_ids, mask, pos, responses, temperature=2.0,
+                                                 with_entropy=True)
+        plain, no_entropy = compute_response_logprobs(lm, input_ids, mask, pos, responses)
+        greedy, _ = compute_response_logprobs(lm, input_ids, mask, pos, responses, temperature=0.0)
+    scaled = torch.log_softmax(logits / 2.0, -1)
+    torch.testing.assert_close(hot, scaled.gather(-1, responses[..., None])[..., 0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(entropy, -(scaled.exp() * scaled).sum(-1), atol=1e-5, rtol=0)
+    assert no_entropy is None
+    assert not torch.allclose(hot, plain, atol=1e-4)
+    # Greedy decoding reports temperature 0: the logits are left alone, not divided by zero.
+    torch.testing.assert_close(greedy, plain, atol=0, rtol=0)
+
+
+# --------------------------------------------------------------------------- value model
+
+def test_value_model_outputs_one_value_per_token_starting_at_exactly_zero(tiny_model_dir):
+    critic = ValueModel(load_causal_lm(str(tiny_model_dir)))
+    ids, mask, pos = left_padded([[10, 11, 12, 13], [20, 21]])
+    values = critic(ids, mask, pos)
+    assert values.shape == (2, 4) and values.dtype == torch.float32
+    assert torch.equal(values, torch.zeros(2, 4))
+
+
+def test_response_values_are_the_values_of_the_prefix_each_response_token_was_chosen_from(tiny_model_dir):
+    torch.manual_seed(0)
+    critic = ValueModel(load_causal_lm(str(tiny_model_dir))).eval()
+    head = critic.model.get_output_embeddings()
+    with torch.no_grad():  # a nonzero head, so that different states get different values
+        head.weight.normal_()
+        head.bias.fill_(0.5)
+    prompt, response = [20, 21], [40, 41, 42]
+    ids, mask, pos = left_padded([[10, 11, 12, 13, 14] + [30, 31, 32], prompt + response])
+    with torch.no_grad():
+        values = critic.response_values(ids, mask, pos, response_length=3)
+        for j in range(3):  # V(prompt + response[:j]) is the value of the state that chose response[j]
+            prefix = torch.tensor([prompt + response[:j]])
+            alone = critic(prefix)[0, -1]
+            torch.testing.assert_close(values[1, j], alone, atol=1e-5, rtol=0)
+    assert values.shape == (2, 3)
+
+
+def test_value_model_training_moves_the_head_then_the_backbone(tiny_model_dir):
+    torch.manual_seed(0)
+    critic = ValueModel(load_causal_lm(str(tiny_model_dir)))
+    optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2, weight_decay=0.0)
+    ids, mask, pos = left_padded([[10, 11, 12, 13], [20, 21]])
+    target = torch.tensor([[0.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.5, 2.0]])
+    backbone = {n: p.detach().clone() for n, p in critic.model.model.named_parameters()}
+
+    losses = []
+    for _ in range(3):
+        values = critic(ids, mask, pos)
+        loss = ((values - target)[mask.bool()] ** 2).mean()
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+
+    moved = [n for n, p in critic.model.model.named_parameters() if not torch.equal(p, backbone[n])]
+    assert "embed_tokens.weight" in moved and any(".self_attn." in n for n in moved)
+    assert not torch.equal(critic(ids, mask, pos).detach(), torch.zeros(2, 4))
+    assert losses[-1] < losses[0]

@@ -1,0 +1,183 @@
+"""verl.rollout: the shared output layout, the Hugging Face and dummy engines, and engine selection."""
+
+import pytest
+import torch
+
+from verl.data.collate import collate_prompts
+from verl.errors import VerlError
+from verl.models.loading import load_causal_lm, load_tokenizer
+from verl.rollout import (ROLLOUT_NAMES, DummyRollout, HFRollout, SamplingParams, assemble_rollout, build_rollout,
+                          response_mask_from_ids)
+
+PAD, EOS = 0, 2
+TEXTS = ["12+34=", "5+6=", "99+1=", "7+70="]
+
+
+def prompt_items(token_lists):
+    return [dict(input_ids=ids, raw_prompt=f"p{i}", data_source="test", ground_truth=str(i),
+                 extra_info={"row": i}, index=i) for i, ids in enumerate(token_lists)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return collate_prompts(prompt_items([tokenizer(t)["input_ids"] for t in TEXTS]), tokenizer.pad_token_id)
+
+
+@pytest.fixture(scope="module")
+def eos_prone_model(tiny_model_dir):
+    """The fixture model with its EOS logit scaled up, so that some responses stop early and some don't.
+
+    A randomly initialised model almost never emits EOS (about 1 in 259), which would leave the
+    right-padding paths untested.
+    """
+    model = load_causal_lm(str(tiny_model_dir))
+    with torch.no_grad():
+        model.get_output_embeddings().weight[EOS] *= 40
+    return model
+
+
+def assert_right_padded(out):
+    """Each row: ones up to and including the first EOS, pad ids and zero mask after it."""
+    for row, mask in zip(out["responses"], out["response_mask"]):
+        n = int(mask.sum())
+        assert mask.tolist() == [1] * n + [0] * (len(mask) - n)
+        assert (row[n:] == PAD).all()
+        assert EOS not in row[:n - 1].tolist()
+        if n < len(mask):
+            assert row[n - 1] == EOS
+
+
+# --------------------------------------------------------------------------- layout
+
+def test_response_mask_covers_tokens_up_to_and_including_the_first_eos():
+    responses = torch.tensor([[5, 2, 7, 2],
+                              [5, 6, 7, 8],
+                              [2, 0, 0, 0],
+                              [5, 9, 2, 2]])
+    assert response_mask_from_ids(responses, [2]).tolist() == [[1, 1, 0, 0],
+                                                               [1, 1, 1, 1],
+                                                               [1, 0, 0, 0],
+                                                               [1, 1, 1, 0]]
+    # Several EOS ids: whichever comes first ends the response.
+    assert response_mask_from_ids(responses, [2, 9]).tolist()[3] == [1, 1, 0, 0]
+
+
+def test_assemble_rollout_builds_the_protocol_layout_by_hand():
+    prompts = collate_prompts(prompt_items([[10, 11, 12], [20]]), PAD)
+    raw = torch.tensor([[30, EOS, 31],    # EOS then a stray token: the stray token becomes pad
+                        [40, 41, EOS]])   # shorter than max_new_tokens: padded on the right
+    out = assemble_rollout(prompts, raw, max_new_tokens=4, eos_token_ids=[EOS], pad_token_id=PAD)
+
+    assert out["prompts"].tolist() == [[10, 11, 12], [0, 0, 20]]
+    assert out["responses"].tolist() == [[30, 2, 0, 0], [40, 41, 2, 0]]
+    assert out["response_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+    assert out["input_ids"].tolist() == [[10, 11, 12, 30, 2, 0, 0], [0, 0, 20, 40, 41, 2, 0]]
+    assert out["attention_mask"].tolist() == [[1, 1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1, 0]]
+    # Positions continue from the prompt; padding after the response repeats the last one.
+    assert out["position_ids"].tolist() == [[0, 1, 2, 3, 4, 4, 4], [0, 0, 0, 1, 2, 3, 3]]
+    assert list(out["uid"]) == list(prompts["uid"])
+    assert list(out["ground_truth"]) == ["0", "1"]
+    assert list(out["extra_info"]) == [{"row": 0}, {"row": 1}]
+
+
+def test_padding_added_to_a_short_response_without_eos_is_masked_out():
+    prompts = collate_prompts(prompt_items([[10, 11]]), PAD)
+    out = assemble_rollout(prompts, torch.tensor([[40, 41]]), max_new_tokens=4, eos_token_ids=[EOS],
+                           pad_token_id=PAD)
+    assert out["responses"].tolist() == [[40, 41, 0, 0]]
+    assert out["response_mask"].tolist() == [[1, 1, 0, 0]]
+
+
+# --------------------------------------------------------------------------- HF engine
+
+def test_hf_generate_returns_n_rows_per_prompt_with_interleaved_uids_and_right_padding(eos_prone_model, tokenizer,
+                                                                                        prompts):
+    torch.manual_seed(0)
+    out = HFRollout(eos_prone_model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=6, n=3))
+    B = len(prompts)
+    assert len(out) == 3 * B
+    assert out["responses"].shape == (3 * B, 6)
+    assert out["input_ids"].shape == (3 * B, prompts["input_ids"].shape[1] + 6)
+    assert list(out["uid"]) == [u for u in prompts["uid"] for _ in range(3)]
+    assert torch.equal(out["prompts"], prompts["input_ids"].repeat_interleave(3, dim=0))
+    assert out.meta["temperature"] == 1.0
+    assert_right_padded(out)
+    lengths = out["response_mask"].sum(1)
+    assert (lengths < 6).any() and (lengths == 6).any(), "seed gives no mix of early-stopped and full responses"
+
+
+def test_hf_greedy_decoding_is_deterministic_and_equals_model_generate(eos_prone_model, tokenizer, prompts):
+    rollout = HFRollout(eos_prone_model, tokenizer)
+    greedy = SamplingParams(max_new_tokens=6, n=2, do_sample=False, temperature=0.7)
+    first = rollout.generate(prompts, greedy)
+    second = rollout.generate(prompts, greedy)
+    assert torch.equal(first["responses"], second["responses"])
+    assert first.meta["temperature"] == 1.0  # greedy log-probs use the plain softmax
+
+    with torch.no_grad():
+        seq = eos_prone_model.generate(input_ids=prompts["input_ids"], attention_mask=prompts["attention_mask"],
+                                       do_sample=False, max_new_tokens=6, eos_token_id=EOS, pad_token_id=PAD)
+    expected = torch.nn.functional.pad(seq[:, prompts["input_ids"].shape[1]:], (0, 6), value=PAD)[:, :6]
+    assert torch.equal(first["responses"][0::2], expected)
+    assert torch.equal(first["responses"][1::2], expected)
+    assert_right_padded(first)
+
+
+def test_hf_generation_in_chunks_equals_one_call(eos_prone_model, tokenizer, prompts):
+    greedy = SamplingParams(max_new_tokens=5, do_sample=False)
+    whole = HFRollout(eos_prone_model, tokenizer).generate(prompts, greedy)
+    chunked = HFRollout(eos_prone_model, tokenizer, generation_batch_size=1).generate(prompts, greedy)
+    assert torch.equal(whole["responses"], chunked["responses"])
+    assert torch.equal(whole["attention_mask"], chunked["attention_mask"])
+
+
+def test_hf_generate_reports_the_sampling_temperature_and_restores_train_mode(eos_prone_model, tokenizer, prompts):
+    eos_prone_model.train()
+    try:
+        out = HFRollout(eos_prone_model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=2,
+                                                                                     temperature=0.7))
+        assert eos_prone_model.training
+    finally:
+        eos_prone_model.eval()
+    assert out.meta["temperature"] == 0.7
+
+
+# --------------------------------------------------------------------------- dummy engine
+
+def test_dummy_rollout_gives_full_length_responses_ending_in_eos_without_running_the_model(tiny_model_dir, tokenizer,
+                                                                                          prompts):
+    model = load_causal_lm(str(tiny_model_dir))
+    calls = []
+    model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    engine = build_rollout("dummy", model, tokenizer, seed=3)
+    assert isinstance(engine, DummyRollout)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=5, n=2))
+
+    assert calls == []
+    assert out["responses"].shape == (2 * len(prompts), 5)
+    assert (out["responses"][:, -1] == EOS).all()
+    body = out["responses"][:, :-1]
+    assert not torch.isin(body, torch.tensor([EOS, PAD])).any()
+    assert (body < model.config.vocab_size).all()
+    assert out["response_mask"].bool().all()
+    again = build_rollout("dummy", model, tokenizer, seed=3).generate(prompts, SamplingParams(max_new_tokens=5, n=2))
+    assert torch.equal(out["responses"], again["responses"])
+
+
+# --------------------------------------------------------------------------- selection
+
+def test_vllm_rollout_here_raises_a_verl_error_pointing_to_the_hf_engine(eos_prone_model, tokenizer):
+    with pytest.raises(VerlError, match=r"rollout\.name=hf"):
+        build_rollout("vllm", eos_prone_model, tokenizer)
+
+
+def test_unknown_rollout_name_lists_the_choices(eos_prone_model, tokenizer):
+    with pytest.raises(VerlError) as err:
+        build_rollout("sglang", eos_prone_model, tokenizer)
+    assert "sglang" in str(err.value)
+    assert all(name in str(err.value) for name in ROLLOUT_NAMES)

@@ -1,0 +1,137 @@
+"""verl.workers: the actor/rollout/reference worker on the tiny model, and the actor's micro-batching."""
+
+import copy
+
+import pytest
+import torch
+
+from verl.algorithms.utils import AGG_MODES
+from verl.config import TrainerConfig
+from verl.data.collate import collate_prompts
+from verl.models.loading import load_causal_lm
+from verl.models.logprob import compute_response_logprobs
+from verl.rollout import assemble_rollout
+from verl.workers.actor import Actor
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+PAD, EOS = 0, 2
+RESPONSE_LENGTH = 4
+
+
+def worker_config(tiny_model_dir, **arr):
+    """2 responses per prompt, 4-token responses; one mini-batch of 2 prompts (4 samples)."""
+    cfg = TrainerConfig(
+        data=dict(max_response_length=RESPONSE_LENGTH),
+        trainer=dict(device="cpu"),
+        actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)), rollout=dict(n=2),
+                               actor=dict(ppo_mini_batch_size=2, optim=dict(lr=1e-3))),
+    )
+    cfg.actor_rollout_ref.update(arr)
+    return cfg.actor_rollout_ref
+
+
+def prompt_batch(tokenizer, texts=("12+34=", "5+6=")):
+    items = [dict(input_ids=tokenizer(t)["input_ids"], raw_prompt=t, data_source="test", ground_truth="0",
+                  extra_info={}, index=i) for i, t in enumerate(texts)]
+    return collate_prompts(items, tokenizer.pad_token_id)
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_diff(model, state):
+    return max((v - state[k]).abs().max().item() for k, v in model.state_dict().items())
+
+
+def rollout_step(worker):
+    """generate -> old log-probs -> ref log-probs, with +1/-1 advantages on the two prompts' samples."""
+    torch.manual_seed(0)
+    gen = worker.generate_sequences(prompt_batch(worker.tokenizer))
+    batch = gen.union(worker.compute_log_prob(gen)).union(worker.compute_ref_log_prob(gen))
+    batch["advantages"] = torch.tensor([1.0, 1.0, -1.0, -1.0])[:, None] * gen["response_mask"]
+    return batch
+
+
+def test_worker_pipeline_shapes_and_old_log_probs_equal_ref_before_any_update(tiny_model_dir):
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir))
+    prompts = prompt_batch(worker.tokenizer)
+    torch.manual_seed(0)
+    gen = worker.generate_sequences(prompts)
+    old = worker.compute_log_prob(gen)
+    ref = worker.compute_ref_log_prob(gen)
+
+    P = prompts["input_ids"].shape[1]
+    assert len(gen) == 4
+    assert gen["responses"].shape == gen["response_mask"].shape == (4, RESPONSE_LENGTH)
+    assert gen["input_ids"].shape == gen["attention_mask"].shape == gen["position_ids"].shape == (4, P + 4)
+    assert old["old_log_probs"].shape == old["entropys"].shape == ref["ref_log_prob"].shape == (4, 4)
+    assert (old["old_log_probs"] <= 0).all() and (old["entropys"] >= 0).all()
+    assert torch.equal(old["old_log_probs"], ref["ref_log_prob"])
+
+
+def test_update_actor_changes_the_actor_but_not_the_reference_and_the_hybrid_rollout_shares_it(tiny_model_dir):
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir))
+    assert worker.rollout.model is worker.actor_model
+    batch = rollout_step(worker)
+    initial = snapshot(worker.actor_model)
+
+    metrics = worker.update_actor(batch)
+
+    assert max_diff(worker.actor_model, initial) > 1e-4
+    assert max_diff(worker.ref_model, initial) == 0.0
+    assert metrics["actor/grad_norm"] > 0
+    after = worker.compute_log_prob(batch)["old_log_probs"]
+    assert not torch.equal(after, worker.compute_ref_log_prob(batch)["ref_log_prob"])
+
+
+def test_without_hybrid_engine_the_rollout_copy_is_synced_to_the_actor_after_update(tiny_model_dir):
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir, hybrid_engine=False))
+    assert worker.rollout.model is not worker.actor_model
+    batch = rollout_step(worker)
+    initial = snapshot(worker.actor_model)
+
+    worker.update_actor(batch)
+
+    assert max_diff(worker.actor_model, initial) > 1e-4
+    assert max_diff(worker.rollout.model, snapshot(worker.actor_model)) == 0.0
+    assert not any(p.requires_grad for p in worker.rollout.model.parameters())
+
+
+def micro_batch_case(tiny_model_dir):
+    """A 4-sample batch whose responses stop at different lengths (4, 4, 1, 2 tokens), old log-probs from
+    the model itself and random advantages: micro-batches of 2 hold 8 and 3 tokens."""
+    torch.manual_seed(0)
+    model = load_causal_lm(str(tiny_model_dir))
+    prompts = collate_prompts([dict(input_ids=ids, raw_prompt="", data_source="t", ground_truth="", extra_info={},
+                                    index=i) for i, ids in enumerate([[10, 11, 12], [20, 21], [30], [40, 41, 42]])],
+                              PAD)
+    responses = torch.tensor([[50, 51, 52, 53], [60, 61, 62, 63], [EOS, 0, 0, 0], [70, EOS, 0, 0]])
+    batch = assemble_rollout(prompts, responses, RESPONSE_LENGTH, [EOS], PAD)
+    assert batch["response_mask"].sum(1).tolist() == [4, 4, 1, 2]
+    with torch.no_grad():
+        old, _ = compute_response_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                                           batch["responses"])
+    batch["old_log_probs"] = old + 0.05 * torch.randn_like(old)  # off-policy a little: ratios != 1
+    batch["advantages"] = torch.randn(4, RESPONSE_LENGTH) * batch["response_mask"]
+    return model, batch
+
+
+@pytest.mark.parametrize("loss_agg_mode", AGG_MODES)
+def test_micro_batches_of_two_give_the_same_update_as_the_whole_mini_batch(tiny_model_dir, loss_agg_mode):
+    model, batch = micro_batch_case(tiny_model_dir)
+    # eps=1 makes Adam's first step close to lr * grad (instead of lr * sign(grad)), and no clipping: so
+    # equal weights mean equal gradients, including their scale.
+    cfg = TrainerConfig(actor_rollout_ref=dict(actor=dict(
+        loss_agg_mode=loss_agg_mode, ppo_epochs=1, shuffle=False, grad_clip=1e9,
+        optim=dict(lr=1.0, eps=1.0, weight_decay=0.0)))).actor_rollout_ref.actor
+    updated = {}
+    for micro in (None, 2):
+        actor = Actor(copy.deepcopy(model), cfg, torch.device("cpu"), samples_per_mini_batch=4, total_steps=1)
+        actor.update(batch, micro_batch_size=micro)
+        updated[micro] = snapshot(actor.model)
+
+    initial = snapshot(model)
+    assert max((updated[None][k] - initial[k]).abs().max().item() for k in initial) > 1e-4
+    for key in initial:
+        torch.testing.assert_close(updated[2][key], updated[None][key], atol=1e-6, rtol=0, msg=key)
