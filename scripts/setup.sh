@@ -19,7 +19,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-    $PIP install -q "torch>=2.4"
+    $PIP install -q "torch>=2.6"
   elif tmp=$(mktemp -d) && $PIP download -q --no-deps --no-index -d "$tmp" "torch==2.13.0+cpu" >/dev/null 2>&1; then
     $PIP install -q "torch==2.13.0+cpu"          # the CPU wheel pip finds locally
   else

@@ -24,10 +24,15 @@ a new batch shares its tensors with the old one where slicing allows (views), as
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
+
+# The controller's data flow (worker calls, device moves), shown by logging at INFO level.
+_dataflow_logger = logging.getLogger("verl.dataflow")
 
 FIELDS: dict[str, str] = {
     # tensors
@@ -273,8 +278,20 @@ class Batch:
 
     # ------------------------------------------------------------------ misc
     def to(self, device: torch.device | str) -> "Batch":
-        """A batch with the tensors moved to ``device`` (non-tensor columns are shared)."""
-        return Batch({k: t.to(device) for k, t in self.tensors.items()}, self.non_tensors, self.meta)
+        """A batch with the tensors moved to ``device`` (non-tensor columns are shared).
+
+        A move that copies anything is logged at INFO on ``verl.dataflow``: devices, bytes, time.
+        """
+        start = time.perf_counter()
+        tensors = {k: t.to(device) for k, t in self.tensors.items()}
+        # Tensor.to returns the tensor itself when it is already there: those cost nothing.
+        moved = [(k, t) for k, t in self.tensors.items() if tensors[k] is not t]
+        if moved and _dataflow_logger.isEnabledFor(logging.INFO):
+            sources = sorted({str(t.device) for _, t in moved})
+            _dataflow_logger.info("Batch.to: %s -> %s, %d of %d tensors, %d bytes, %.4fs", "+".join(sources),
+                                  torch.device(device), len(moved), len(tensors),
+                                  sum(t.numel() * t.element_size() for _, t in moved), time.perf_counter() - start)
+        return Batch(tensors, self.non_tensors, self.meta)
 
     def nbytes(self) -> int:
         """Bytes held by the tensor columns (what moving this batch between workers costs)."""

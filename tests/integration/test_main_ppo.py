@@ -88,3 +88,15 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, tmp_path):
         torch.testing.assert_close(resumed[key], straight[key], rtol=0, atol=0)
     steps = [r["step"] for r in _metrics(tmp_path / "b" / "out") if "critic/score/mean" in r]
     assert steps == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("arch", ["llama", "phi3", "opt"])
+def test_other_architectures_train_unchanged(arch, tmp_path):
+    from verl.models.tiny import make_tiny_model_folder
+
+    model_dir = make_tiny_model_folder(tmp_path / f"tiny-{arch}", arch=arch, num_layers=1, hidden_size=32,
+                                       intermediate_size=64)
+    args = _common(model_dir, tmp_path, steps=1) + ["algorithm.adv_estimator=gae", "trainer.val_before_train=false"]
+    assert main(args) == 0
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface")
+    assert exported.config.model_type == arch

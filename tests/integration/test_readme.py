@@ -41,3 +41,13 @@ def test_unknown_key_error_is_as_documented(tmp_path):
     done = _run(documented.group(1), tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == documented.group(2)
+
+
+def test_python_blocks_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+    assert blocks
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert type(namespace["trainer"]).__name__ == "PPOTrainer"

@@ -1,6 +1,5 @@
 """verl.checkpoint: crash-safe save/latest/load, pruning, and the Hugging Face export."""
 
-import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 

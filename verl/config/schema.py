@@ -171,6 +171,17 @@ class TrainerSectionConfig(ConfigNode):
 
 
 @dataclass
+class LoggerConfig(ConfigNode):
+    """The tutorial's short form of the logging keys: logger=dict(type="wandb", project="my-rl")."""
+
+    type: str | list[str] | None = option(None, help="Short form of trainer.logger: one logger name or a "
+                                          "list (console, jsonl, tensorboard, wandb); replaces "
+                                          "trainer.logger when set; null = use trainer.logger.")
+    project: str | None = option(None, help="Short form of trainer.project_name; wins when set.")
+    name: str | None = option(None, help="Short form of trainer.experiment_name; wins when set.")
+
+
+@dataclass
 class SFTWarmstartConfig(ConfigNode):
     """Supervised warm start of the built-in tiny model (used only for the built-in demo)."""
 
@@ -198,6 +209,8 @@ class TrainerConfig(ConfigNode):
     algorithm: AlgorithmConfig = section(AlgorithmConfig, help="Advantages and KL penalty.")
     trainer: TrainerSectionConfig = section(TrainerSectionConfig, help="Run control, logging, checkpoints.")
     sft_warmstart: SFTWarmstartConfig = section(SFTWarmstartConfig, help="Built-in demo warm start.")
+    logger: LoggerConfig = section(LoggerConfig, help="Short form of trainer.logger / project_name / "
+                                   "experiment_name (the tutorial's spelling); where set it wins.")
 
     def validate(self, dp_size: int | None = None) -> None:
         """Raise ConfigError for inconsistent settings (batch-size arithmetic shown in the message).
@@ -209,6 +222,16 @@ class TrainerConfig(ConfigNode):
     def derived_sizes(self, dp_size: int | None = None, role: Literal["actor", "critic"] = "actor") -> dict[str, int]:
         """Batch sizes in prompts and samples for logging, e.g. `samples_per_mini_batch`."""
         return checks.derived_sizes(self, dp_size, role)
+
+    def resolved_logging(self) -> tuple[list[str], str, str]:
+        """``(logger names, project, experiment)``: trainer.logger / project_name / experiment_name,
+        each replaced by its short form in the top-level ``logger`` section where that is set."""
+        short, trainer = self.logger, self.trainer
+        names = short.type if short.type is not None else trainer.logger
+        names = [names] if isinstance(names, str) else list(names)
+        project = short.project if short.project is not None else trainer.project_name
+        experiment = short.name if short.name is not None else trainer.experiment_name
+        return list(dict.fromkeys(names)), project, experiment
 
     def critic_enabled(self) -> bool:
         """Whether a critic is trained: `critic.enable`, or when null, whether the estimator needs one."""

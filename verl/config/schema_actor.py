@@ -64,7 +64,8 @@ class OptimConfig(ConfigNode):
 class MixedPrecisionConfig(ConfigNode):
     """FSDP mixed-precision dtypes."""
 
-    param_dtype: Dtype = option("fp32", help="Dtype parameters are cast to for compute.")
+    param_dtype: Dtype = option("auto", help="Dtype parameters are cast to for compute; auto = the "
+                                "model's own dtype (actor_rollout_ref.model.dtype).")
     reduce_dtype: Dtype = option("fp32", help="Dtype of gradient reduction across ranks.")
     buffer_dtype: Dtype = option("fp32", help="Dtype of module buffers.")
 

@@ -26,6 +26,7 @@ DTYPES = {
 
 
 def _quiet_transformers() -> None:
+    """No download/shard progress bars or advisory warnings: verl prints its own progress."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()

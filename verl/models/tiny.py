@@ -69,37 +69,58 @@ def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
     return tok
 
 
-def build_tiny_qwen2_config(vocab_size: int, *, hidden_size: int = 128, num_layers: int = 4,
-                            num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 384,
-                            max_position_embeddings: int = 256, pad_token_id: int = 0,
-                            bos_token_id: int = 1, eos_token_id: int = 2):
-    """A Qwen2 configuration small enough to train on a CPU (about 1M parameters by default)."""
-    from transformers import Qwen2Config
-
-    return Qwen2Config(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
-        pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
-        rope_theta=10000.0,
-    )
+ARCHITECTURES = ("qwen2", "llama", "phi3", "opt")
 
 
-def make_tiny_model_folder(path: str | Path, *, seed: int = 0, **config_kwargs) -> Path:
-    """Write a randomly initialised tiny Qwen2 model and its character tokenizer to ``path``.
+def build_tiny_config(vocab_size: int, arch: str = "qwen2", *, hidden_size: int = 128, num_layers: int = 4,
+                      num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 384,
+                      max_position_embeddings: int = 256, pad_token_id: int = 0, bos_token_id: int = 1,
+                      eos_token_id: int = 2):
+    """A config of ``arch`` small enough to train on a CPU (about 0.8M parameters by default)."""
+    from transformers import LlamaConfig, OPTConfig, Phi3Config, Qwen2Config
+
+    special = dict(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
+    decoder = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+                   num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+                   max_position_embeddings=max_position_embeddings, tie_word_embeddings=True, **special)
+    if arch == "qwen2":
+        return Qwen2Config(rope_theta=10000.0, **decoder)
+    if arch == "llama":
+        return LlamaConfig(rope_theta=10000.0, **decoder)
+    if arch == "phi3":
+        return Phi3Config(**decoder)
+    if arch == "opt":
+        return OPTConfig(vocab_size=vocab_size, hidden_size=hidden_size, ffn_dim=intermediate_size,
+                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                         word_embed_proj_dim=hidden_size, max_position_embeddings=max_position_embeddings,
+                         **special)
+    raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHITECTURES}")
+
+
+def build_tiny_qwen2_config(vocab_size: int, **kwargs):
+    """The built-in model's architecture: a tiny Qwen2."""
+    return build_tiny_config(vocab_size, "qwen2", **kwargs)
+
+
+def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int = 0, **config_kwargs) -> Path:
+    """Write a randomly initialised tiny model (``arch``: qwen2, llama, phi3, opt) and the byte-level
+    tokenizer to ``path``.
 
     The folder is a normal Hugging Face model folder: ``AutoModelForCausalLM.from_pretrained(path)``
-    and ``AutoTokenizer.from_pretrained(path)`` load it.
+    and ``AutoTokenizer.from_pretrained(path)`` load it, so it can stand in for a hub model of the
+    same architecture wherever a path is accepted.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
+    from verl.models.loading import _quiet_transformers
+
+    _quiet_transformers()
     path = Path(path)
     tokenizer = build_char_tokenizer()
-    config = build_tiny_qwen2_config(
-        len(tokenizer), pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, **config_kwargs,
-    )
+    config = build_tiny_config(len(tokenizer), arch, pad_token_id=tokenizer.pad_token_id,
+                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                               **config_kwargs)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
@@ -127,7 +148,9 @@ def builtin_model_path() -> Path:
         return target
     # Write to a temporary folder and rename, so a crash never leaves a half-written model behind.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{BUILTIN_MODEL_NAME}-"))
-    make_tiny_model_folder(tmp, seed=0)
+    # RoPE has no position table, so a long context costs nothing: prompts of verl's default
+    # lengths (512 + 512 tokens) fit.
+    make_tiny_model_folder(tmp, seed=0, max_position_embeddings=2048)
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first

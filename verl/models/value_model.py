@@ -29,7 +29,8 @@ class ValueModel(nn.Module):
     def forward(self, input_ids, attention_mask=None, position_ids=None) -> torch.Tensor:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          use_cache=False)
-        return out.logits.squeeze(-1).float()
+        # clone: a view as the output of an FSDP-wrapped module would bypass its backward hook.
+        return out.logits.squeeze(-1).float().clone()
 
     def response_values(self, input_ids, attention_mask, position_ids, response_length: int) -> torch.Tensor:
         """Values ``[B, T_resp]`` of the states from which each response token was chosen."""

@@ -11,10 +11,10 @@ ROLLOUT_NAMES = ("hf", "dummy", "vllm")
 
 
 def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | None = None,
-                  seed: int = 0) -> RolloutEngine:
+                  seed: int = 0, device=None) -> RolloutEngine:
     """The engine called ``name``, sharing ``model``'s weights where the engine allows."""
     if name == "hf":
-        return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size)
+        return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":

@@ -14,12 +14,16 @@ from verl.rollout.base import RolloutEngine, SamplingParams
 class HFRollout(RolloutEngine):
     name = "hf"
 
-    def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None):
+    def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None,
+                 device: torch.device | str | None = None):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         super().__init__(eos, tokenizer.pad_token_id)
         self.model = model
         self.generation_batch_size = generation_batch_size
+        # Where inputs go: the compute device, which differs from the parameters' device when
+        # they are offloaded to the CPU between uses.
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
 
     def _generation_config(self, params: SamplingParams):
         from transformers import GenerationConfig
@@ -34,7 +38,7 @@ class HFRollout(RolloutEngine):
 
     @torch.no_grad()
     def generate_responses(self, input_ids, attention_mask, params: SamplingParams) -> torch.Tensor:
-        device = next(self.model.parameters()).device
+        device = self.device
         config = self._generation_config(params)
         chunk = self.generation_batch_size or input_ids.shape[0]
         was_training = self.model.training

@@ -78,7 +78,11 @@ class _Wandb:
             raise VerlError("trainer.logger includes 'wandb' but the wandb package is not installed; run "
                             "`pip install 'verl[wandb]'` (WANDB_MODE=offline works without an account) or "
                             "remove it from trainer.logger")
-        self.run = wandb.init(project=project, name=experiment, config=config, dir=str(out_dir), reinit=True)
+        # WANDB_DIR, when set, says where the user keeps wandb's files; else the run's folder.
+        run_dir = Path(os.environ.get("WANDB_DIR") or out_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=project, name=experiment, config=config, dir=str(run_dir),
+                              reinit="finish_previous")
 
     def log(self, metrics: dict, step: int) -> None:
         self.run.log(metrics, step=step)
@@ -88,14 +92,27 @@ class _Wandb:
 
 
 class Tracker:
-    """Sends each step's metrics to every configured backend."""
+    """Sends each step's metrics to every configured backend.
+
+    ``backends`` are logger names (see :data:`LOGGER_NAMES`); ``metrics.jsonl`` in ``out_dir`` is
+    written whichever are named. :meth:`from_config` reads them from a ``TrainerConfig``.
+    """
+
+    @classmethod
+    def from_config(cls, config, out_dir: str | os.PathLike, **kwargs) -> "Tracker":
+        """The loggers of ``config.resolved_logging()`` (trainer.logger merged with the short
+        ``logger=dict(type=..., project=..., name=...)``), with the whole config recorded."""
+        backends, project, experiment = config.resolved_logging()
+        kwargs.setdefault("progress_bar", config.trainer.progress_bar)
+        return cls(backends, out_dir, project=project, experiment=experiment, config=config.to_dict(), **kwargs)
 
     def __init__(self, backends, out_dir: str | os.PathLike, *, project: str = "verl", experiment: str = "run",
                  config: dict | None = None, progress_bar: bool = True):
         names = [backends] if isinstance(backends, str) else list(backends)
         unknown = [n for n in names if n not in LOGGER_NAMES]
         if unknown:
-            raise VerlError(f"unknown logger(s) {unknown} in trainer.logger; choose from {list(LOGGER_NAMES)}")
+            raise VerlError(f"unknown logger(s) {unknown} in trainer.logger (or logger.type); "
+                            f"choose from {list(LOGGER_NAMES)}")
         out_dir = Path(out_dir)
         self.backends = []
         for name in names:

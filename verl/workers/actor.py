@@ -9,13 +9,14 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss
+from verl.distributed.fsdp import parallelize, parallelize_optimizer
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
 from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
                                 micro_batches, mini_batches)
 
 
-_ADDITIVE = {"actor/pg_loss", "actor/entropy", "actor/kl_loss"}
+ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
 
 
 def _model_inputs(mb: Batch, device):
@@ -26,8 +27,10 @@ def _model_inputs(mb: Batch, device):
 class PolicyModel:
     """A causal LM that scores responses: the base of the actor and the reference."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None):
-        self.model = model.to(device)
+    def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None, *,
+                 fsdp_config=None):
+        # With an fsdp_config section the model is sharded (FSDP2) by it; without one it is used as is.
+        self.model = parallelize(model, fsdp_config, device=device) if fsdp_config is not None else model.to(device)
         self.device = device
         self.micro_batch_size = micro_batch_size
 
@@ -61,60 +64,73 @@ class Actor(PolicyModel):
 
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
                  log_prob_micro_batch_size: int | None = None, seed: int = 0):
-        super().__init__(model, device, log_prob_micro_batch_size)
+        super().__init__(model, device, log_prob_micro_batch_size, fsdp_config=config.fsdp_config)
         self.config = config
         self.samples_per_mini_batch = samples_per_mini_batch
-        self.optimizer = build_optimizer(self.model.parameters(), config.optim)
+        self.optimizer = parallelize_optimizer(build_optimizer(self.model.parameters(), config.optim),
+                                               config.fsdp_config)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
         self.generator = torch.Generator().manual_seed(seed)
         self.policy_loss_fn = POLICY_LOSSES[config.policy_loss.loss_mode]
 
-    def _micro_loss(self, mb: Batch, temperature: float, global_tokens, global_seqs):
+    def ppo_loss(self, mb: Batch, log_prob: torch.Tensor, entropy: torch.Tensor, counts: dict):
+        """The default objective: clipped policy loss, minus an entropy bonus, plus a KL loss.
+
+        A loss function gets the micro-batch (on its own device), the log-probs and entropies
+        ``[B, T_resp]`` of its responses under the current policy (with gradients), and
+        ``counts`` (``global_tokens``, ``global_seqs`` of the mini-batch, for normalising).
+        It returns ``(loss, metrics)``; metrics listed in ``ADDITIVE_METRICS`` are summed over
+        micro-batches, the rest averaged.
+        """
         cfg = self.config
-        need_entropy = cfg.entropy_coeff != 0
-        log_prob, entropy = compute_response_logprobs(self.model, *_model_inputs(mb, self.device),
-                                                      temperature=temperature, with_entropy=need_entropy)
-        mask = mb["response_mask"].to(self.device)
-        counts = dict(global_tokens=global_tokens, global_seqs=global_seqs)
+        mask = mb["response_mask"]
         pg_loss, metrics = self.policy_loss_fn(
-            mb["old_log_probs"].to(self.device), log_prob, mb["advantages"].to(self.device), mask,
+            mb["old_log_probs"], log_prob, mb["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, **counts)
         loss = pg_loss
         metrics["actor/pg_loss"] = pg_loss.detach()
-        if need_entropy:
+        if cfg.entropy_coeff != 0:
             entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **counts)
             loss = loss - cfg.entropy_coeff * entropy_loss
-            metrics["actor/entropy"] = entropy_loss.detach()
+            metrics["actor/entropy_loss"] = entropy_loss.detach()
         if cfg.use_kl_loss:
-            kl_loss, kl_metrics = compute_kl_loss(log_prob, mb["ref_log_prob"].to(self.device), mask,
-                                                  cfg.kl_loss_type, cfg.loss_agg_mode, **counts)
+            kl_loss, _ = compute_kl_loss(log_prob, mb["ref_log_prob"], mask, cfg.kl_loss_type, cfg.loss_agg_mode,
+                                         **counts)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return loss, metrics
 
-    def update(self, batch: Batch, *, micro_batch_size: int | None = None) -> dict[str, float]:
+    def update(self, batch: Batch, *, micro_batch_size: int | None = None, loss_fn=None,
+               mini_batch_size: int | None = None, epochs: int | None = None) -> dict[str, float]:
         """PPO epochs over mini-batches; one optimiser step per mini-batch.
 
-        Needs ``old_log_probs``, ``advantages``, ``response_mask`` (+ ``ref_log_prob`` with a KL
-        loss). Each micro-batch loss is normalised by its mini-batch's token and sequence counts,
-        so accumulating micro-batches gives exactly the mini-batch gradient.
+        ``loss_fn`` (default :meth:`ppo_loss`) turns a micro-batch and its log-probs into a loss.
+        The default needs ``old_log_probs``, ``advantages``, ``response_mask`` (+ ``ref_log_prob``
+        with a KL loss). Each micro-batch loss is normalised by its mini-batch's token and sequence
+        counts, so accumulating micro-batches gives exactly the mini-batch gradient.
+        ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
         """
+        loss_fn = loss_fn or self.ppo_loss
         self.model.train()
         temperature = batch.meta.get("temperature", 1.0)
         acc = MetricAccumulator()
-        for _ in range(self.config.ppo_epochs):
-            for mini in mini_batches(batch, self.samples_per_mini_batch, shuffle=self.config.shuffle,
-                                     generator=self.generator):
-                global_tokens = mini["response_mask"].sum().clamp(min=1).to(self.device)
-                global_seqs = len(mini)
+        for _ in range(epochs or self.config.ppo_epochs):
+            for mini in mini_batches(batch, mini_batch_size or self.samples_per_mini_batch,
+                                     shuffle=self.config.shuffle, generator=self.generator):
+                counts = {"global_tokens": mini["response_mask"].sum().clamp(min=1).to(self.device),
+                          "global_seqs": len(mini)}
                 loss_sums: dict[str, float] = {}
                 for mb in micro_batches(mini, micro_batch_size):
-                    loss, metrics = self._micro_loss(mb, temperature, global_tokens, global_seqs)
+                    mb = mb.to(self.device)
+                    log_prob, entropy = compute_response_logprobs(
+                        self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
+                        temperature=temperature, with_entropy=True)
+                    loss, metrics = loss_fn(mb, log_prob, entropy, counts)
                     loss.backward()
                     # Loss terms are normalised by mini-batch counts: their sum is the mini-batch value.
-                    for key in _ADDITIVE & metrics.keys():
+                    for key in ADDITIVE_METRICS & metrics.keys():
                         loss_sums[key] = loss_sums.get(key, 0.0) + float(metrics.pop(key))
                     acc.add(metrics)
                 acc.add(loss_sums)

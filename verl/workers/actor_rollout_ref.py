@@ -12,6 +12,7 @@ import logging
 
 import torch
 
+from verl.config import ConfigError
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
@@ -23,10 +24,9 @@ logger = logging.getLogger(__name__)
 
 def _root_value(config, dotted: str, default):
     """A value from the whole TrainerConfig when ``config`` is part of one, else ``default``."""
-    root = config._root()
     try:
-        return root.get(dotted)
-    except Exception:  # a standalone section: the key is not in its tree
+        return config._root().get(dotted)
+    except ConfigError:  # a standalone section: the key is not in its tree
         return default
 
 
@@ -45,6 +45,7 @@ class ActorRolloutRefWorker:
         seed = seed if seed is not None else _root_value(config, "trainer.seed", 1)
         model_cfg = config.model
         path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+        self.model_path = path
         self.tokenizer = tokenizer or load_tokenizer(model_cfg.tokenizer_path or path,
                                                      trust_remote_code=model_cfg.trust_remote_code)
         model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
@@ -53,18 +54,20 @@ class ActorRolloutRefWorker:
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
         ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None
+        # Without the hybrid engine the rollout owns a separate, unsharded copy, refreshed by
+        # sync_weights(); it is taken before the actor shards the model in place.
+        rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False).to(self.device)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
         self.actor = Actor(model, actor_cfg, self.device,
                            samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n,
                            total_steps=total_steps,
                            log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed)
-        self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu) \
-            if ref_model is not None else None
-        # Without the hybrid engine the rollout owns a separate copy, refreshed by sync_weights().
-        rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False)
+        self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
+                               fsdp_config=config.ref.fsdp_config) if ref_model is not None else None
         self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
-                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed)
+                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
+                                     device=self.device)
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
                     path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,

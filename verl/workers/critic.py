@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import compute_value_loss
+from verl.distributed.fsdp import parallelize, parallelize_optimizer
 from verl.protocol import Batch
 from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
                                 micro_batches, mini_batches)
@@ -13,12 +14,13 @@ from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_opt
 class Critic:
     def __init__(self, value_model, config, device, *, samples_per_mini_batch: int, ppo_epochs: int,
                  total_steps: int | None, seed: int = 0):
-        self.model = value_model.to(device)
+        self.model = parallelize(value_model, config.fsdp_config, device=device)
         self.config = config
         self.device = device
         self.samples_per_mini_batch = samples_per_mini_batch
         self.ppo_epochs = ppo_epochs
-        self.optimizer = build_optimizer(self.model.parameters(), config.optim)
+        self.optimizer = parallelize_optimizer(build_optimizer(self.model.parameters(), config.optim),
+                                               config.fsdp_config)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
         self.generator = torch.Generator().manual_seed(seed)
 
@@ -34,13 +36,17 @@ class Critic:
         self.model.train()
         return values.to(batch["responses"].device) * batch["response_mask"]
 
-    def update(self, batch: Batch, *, micro_batch_size: int | None = None) -> dict[str, float]:
-        """Epochs of clipped value-loss regression onto ``returns``; needs ``values`` (old), ``returns``."""
+    def update(self, batch: Batch, *, micro_batch_size: int | None = None, mini_batch_size: int | None = None,
+               epochs: int | None = None) -> dict[str, float]:
+        """Epochs of clipped value-loss regression onto ``returns``; needs ``values`` (old), ``returns``.
+
+        ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
+        """
         self.model.train()
         acc = MetricAccumulator()
-        for _ in range(self.ppo_epochs):
-            for mini in mini_batches(batch, self.samples_per_mini_batch, shuffle=self.config.shuffle,
-                                     generator=self.generator):
+        for _ in range(epochs or self.ppo_epochs):
+            for mini in mini_batches(batch, mini_batch_size or self.samples_per_mini_batch,
+                                     shuffle=self.config.shuffle, generator=self.generator):
                 global_tokens = mini["response_mask"].sum().clamp(min=1).to(self.device)
                 vf_loss_sum = 0.0
                 for mb in micro_batches(mini, micro_batch_size):

@@ -24,6 +24,7 @@ from verl.rewards import load_reward_function
 from verl.tracking import Tracker
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.utils.cache import cache_dir
+from verl.utils.checks import check_context_length
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from verl.workers.critic import Critic
 from verl.workers.reward import RewardWorker
@@ -98,6 +99,7 @@ def build_rl_trainer(config) -> RLTrainer:
     worker = ActorRolloutRefWorker(arr_cfg, tokenizer=tokenizer, with_ref=use_ref, device=trainer_cfg.device,
                                    max_response_length=data_cfg.max_response_length, total_steps=total_steps,
                                    seed=trainer_cfg.seed)
+    check_context_length(worker.actor_model.config, data_cfg.max_prompt_length, data_cfg.max_response_length)
     critic = None
     if config.critic_enabled():
         critic_cfg = config.critic
@@ -116,9 +118,7 @@ def build_rl_trainer(config) -> RLTrainer:
     reward = LocalWorkerGroup(RewardWorker(tokenizer, compute_score, data_cfg.reward_fn_key), "reward")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(config.to_yaml())
-    tracker = Tracker(trainer_cfg.logger, out_dir, project=trainer_cfg.project_name,
-                      experiment=trainer_cfg.experiment_name, config=config.to_dict(),
-                      progress_bar=trainer_cfg.progress_bar)
+    tracker = Tracker.from_config(config, out_dir)
     return RLTrainer(config, actor_rollout_ref=LocalWorkerGroup(worker, "actor_rollout_ref"), critic=critic,
                      reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
                      out_dir=out_dir, total_steps=total_steps, use_ref=use_ref)

@@ -1,0 +1,112 @@
+"""``PPOTrainer.step(batch)``: the tutorial's single-update API on a tiny local model."""
+
+import pytest
+import torch
+
+from verl.config import TrainerConfig
+from verl.algorithms import masked_mean
+from verl.trainer.ppo import PPOTrainer
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+
+def make_worker(model_dir, **actor):
+    config = TrainerConfig(actor_rollout_ref=dict(
+        model=dict(path=str(model_dir)), actor=dict(fsdp_config=dict(fsdp_size=1), optim=dict(lr=1e-3), **actor),
+        rollout=dict(name="dummy"), ref=dict(fsdp_config=dict(fsdp_size=1))),
+        data=dict(batch_size=2, seq_len=64), trainer=dict(max_steps=1))
+    return ActorRolloutRefWorker(config=config.actor_rollout_ref)
+
+
+def tutorial_batch(rewards=(0.85,)):
+    # As in the tutorial: prompt tokens then response tokens, no padding, prompt_mask marks the prompt.
+    prompt_ids = torch.tensor([1, 71, 13, 121, 29])
+    response_ids = torch.tensor([1, 71, 13, 121, 29, 30, 71, 13, 121, 29])
+    input_ids = torch.cat([prompt_ids, response_ids[1:]])
+    prompt_mask = torch.zeros_like(input_ids)
+    prompt_mask[:len(prompt_ids)] = 1
+    n = len(rewards)
+    return {"input_ids": input_ids.repeat(n, 1), "attention_mask": torch.ones(n, len(input_ids), dtype=torch.long),
+            "prompt_mask": prompt_mask.repeat(n, 1), "reward": torch.tensor(rewards)}
+
+
+def params(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def changed(before, model):
+    return any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_step_updates_the_actor_and_reports_losses(tiny_model_dir):
+    worker = make_worker(tiny_model_dir)
+    trainer = PPOTrainer(actor_rollout_ref_worker=worker,
+                         config=dict(kl_coef=0.1, cliprange_value=0.2, ppo_epochs=1, mini_batch_size=1))
+    actor_before, ref_before = params(worker.actor_model), params(worker.ref_model)
+    out = trainer.step(tutorial_batch())
+    for key in ("policy_loss", "value_loss", "kl", "clipfrac", "entropy", "policy_grad_norm", "value_grad_norm"):
+        assert isinstance(out[key], float), key
+    assert out["value_loss"] > 0 and out["entropy"] > 0
+    assert changed(actor_before, worker.actor_model)
+    assert not changed(ref_before, worker.ref_model)
+
+
+def test_rewards_are_kl_penalised_on_the_last_token_and_gae_is_applied(tiny_model_dir):
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir), config=dict(kl_coef=0.1, lam=0.95))
+    batch = trainer.prepare(tutorial_batch(rewards=(2.0, -1.0)))
+    mask = batch["response_mask"]
+    assert mask.sum(-1).tolist() == [9, 9]
+    # Before any update the policy equals the reference: the KL penalty is 0 and the reward sits
+    # on the last response token only.
+    assert torch.equal(batch["old_log_probs"], batch["ref_log_prob"])
+    expected_scores = torch.zeros(2, 9)
+    expected_scores[0, 8], expected_scores[1, 8] = 2.0, -1.0
+    torch.testing.assert_close(batch["token_level_rewards"], expected_scores)
+    # The fresh critic's value head is zero, so V = 0 and GAE returns are the discounted reward:
+    # gamma = 1, lam = 0.95 -> return_t = r * 0.95 ** (8 - t), e.g. 2.0 * 0.95**8 = 1.3268 at t = 0.
+    assert torch.count_nonzero(batch["values"]) == 0
+    decay = torch.tensor([0.95 ** (8 - t) for t in range(9)])
+    torch.testing.assert_close(batch["returns"], torch.stack([2.0 * decay, -1.0 * decay]))
+    # Advantages are the same numbers whitened over the batch's tokens: zero mean.
+    assert abs(masked_mean(batch["advantages"], mask).item()) < 1e-6
+
+
+@pytest.mark.parametrize("reward", [0.85, torch.tensor(0.85), torch.tensor([[0.85]]), [0.85]])
+def test_scalar_and_column_rewards_are_taken_as_one_per_row(tiny_model_dir, reward):
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    batch = tutorial_batch()
+    batch["reward"] = reward
+    assert trainer.prepare(batch)["reward"].tolist() == pytest.approx([0.85])
+
+
+def test_a_reward_of_the_wrong_size_is_rejected_with_both_shapes(tiny_model_dir):
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    batch = tutorial_batch(rewards=(1.0, 0.0))
+    batch["reward"] = torch.ones(3)
+    with pytest.raises(ValueError, match=r"\[3\].*2|2.*\[3\]"):
+        trainer.step(batch)
+
+
+def test_compute_loss_override_changes_the_objective_and_keeps_the_rest(tiny_model_dir, tmp_path):
+    calls = []
+
+    class LikelihoodTrainer(PPOTrainer):
+        # Maximise the response likelihood instead of the PPO objective.
+        def compute_loss(self, batch, log_prob, entropy, counts):
+            calls.append(len(batch))
+            loss = -(log_prob * batch["response_mask"]).sum() / counts["global_tokens"]
+            return loss, {"actor/pg_loss": loss.detach()}
+
+    worker = make_worker(tiny_model_dir)
+    trainer = LikelihoodTrainer(actor_rollout_ref_worker=worker, config=dict(mini_batch_size=1),
+                                output_dir=str(tmp_path / "run"), logger=dict(type="console"))
+    batch = tutorial_batch(rewards=(0.0, 0.0))  # zero reward: PPO alone would not push these tokens up
+    start = trainer.prepare(batch)["old_log_probs"].sum()
+    trainer.step(batch)
+    assert calls == [1, 1]  # one call per mini-batch of one row
+    assert trainer.prepare(batch)["old_log_probs"].sum() > start
+    # Logging and checkpoints are unchanged by the override.
+    assert (tmp_path / "run" / "metrics.jsonl").read_text().count('"step": 1') == 1
+    trainer.save_checkpoint(str(tmp_path / "ckpt"))
+    fresh = LikelihoodTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    fresh.load_checkpoint(str(tmp_path / "ckpt"))
+    assert fresh.global_step == 1 and not changed(params(worker.actor_model), fresh.worker.actor_model)

@@ -1,0 +1,98 @@
+"""Logger backends for real: tensorboard event files, a wandb offline run, the tutorial's short
+`logger=dict(type=..., project=...)` merged with trainer.logger, and the not-installed errors."""
+
+import json
+import re
+import sys
+
+import pytest
+
+from verl.config import TrainerConfig
+from verl.errors import VerlError
+from verl.tracking import Tracker
+
+
+def test_tensorboard_writes_events_that_tensorboard_reads_back(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tracker = Tracker(["tensorboard"], tmp_path)
+    tracker.log({"actor/pg_loss": 0.5, "critic/score/mean": 1.0}, step=1)
+    tracker.log({"actor/pg_loss": 0.25}, step=2)
+    tracker.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert sorted(events.Tags()["scalars"]) == ["actor/pg_loss", "critic/score/mean"]
+    assert [(e.step, e.value) for e in events.Scalars("actor/pg_loss")] == [(1, 0.5), (2, 0.25)]
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_wandb_offline_writes_a_local_run_with_the_logged_keys(tmp_path, monkeypatch):
+    import wandb
+
+    for var, sub in (("WANDB_DIR", "wandb-dir"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
+                     ("WANDB_DATA_DIR", "data")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = TrainerConfig(logger=dict(type="wandb", project="my-rl", name="first-run"))
+    tracker = Tracker.from_config(config, tmp_path / "out")
+    run = tracker.backends[0].run
+    assert (run.project, run.name) == ("my-rl", "first-run")
+    assert run.config["data"]["train_batch_size"] == config.data.train_batch_size
+    tracker.log({"actor/pg_loss": 0.5, "reward/mean": 1.0}, step=1)
+    tracker.log({"actor/pg_loss": 0.25}, step=2)
+    assert run.summary["actor/pg_loss"] == 0.5  # step 1 is committed once step 2 begins
+    tracker.close()
+    wandb.teardown()
+
+    run_files = list((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(run_files) == 1
+    records = run_files[0].read_bytes()
+    # History items are stored as (key, JSON value) pairs: each key with the value logged for it.
+    assert re.search(rb"actor/pg_loss.{1,8}0\.5", records, re.S)
+    assert re.search(rb"actor/pg_loss.{1,8}0\.25", records, re.S)
+    assert re.search(rb"reward/mean.{1,8}1", records, re.S)
+    assert (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_the_short_logger_section_wins_over_the_trainer_keys_where_given():
+    config = TrainerConfig.from_overrides(["trainer.logger=[console,wandb]", "trainer.project_name=p",
+                                           "trainer.experiment_name=e"])
+    assert config.resolved_logging() == (["console", "wandb"], "p", "e")
+    config.logger.project = "my-rl"
+    assert config.resolved_logging() == (["console", "wandb"], "my-rl", "e")
+    config.logger.type = "tensorboard"
+    config.logger.name = "n"
+    assert config.resolved_logging() == (["tensorboard"], "my-rl", "n")
+    config.logger.type = ["console", "tensorboard", "console"]
+    assert config.resolved_logging()[0] == ["console", "tensorboard"]
+
+
+def test_tracker_from_config_uses_the_short_form(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tracker = Tracker.from_config(TrainerConfig(logger=dict(type="tensorboard")), tmp_path)
+    tracker.log({"reward/mean": 0.75}, step=3)
+    tracker.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(3, 0.75)]
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 3, "reward/mean": 0.75}
+
+
+def test_an_unknown_name_in_the_short_form_is_rejected_naming_both_keys(tmp_path):
+    with pytest.raises(VerlError, match=r"'mlflow'.*trainer\.logger \(or logger\.type\)"):
+        Tracker.from_config(TrainerConfig(logger=dict(type="mlflow")), tmp_path)
+
+
+@pytest.mark.parametrize("name, modules", [
+    ("wandb", ["wandb"]),
+    ("tensorboard", ["tensorboard", "torch.utils.tensorboard"]),
+])
+def test_a_logger_whose_package_is_missing_raises_with_the_install_command(tmp_path, monkeypatch, name, modules):
+    for module in modules:
+        monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    with pytest.raises(VerlError) as err:
+        Tracker(["console", name], tmp_path)
+    assert f"pip install 'verl[{name}]'" in str(err.value)
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -1,0 +1,205 @@
+"""FSDP2 for one model: ``parallelize(model, fsdp_config, device=...)`` shards it from outside.
+
+Model code knows nothing of this: ``fully_shard`` is applied to every transformer block, then
+to the root (torchtitan's recipe), with the ``fsdp_config`` section of the model's role:
+
+- ``fsdp_size``: ranks one copy of the model is sharded over; -1 = all. A smaller size shards
+  within groups of that many ranks and replicates across groups (HSDP, a 2-D mesh).
+- ``mixed_precision``: ``param_dtype`` is the dtype blocks compute in (parameters are cast on
+  the fly; the master weights and the optimiser keep the model's own dtype), ``reduce_dtype`` the
+  dtype gradients are reduced in, ``buffer_dtype`` the dtype floating-point buffers are cast to.
+- ``param_offload``: parameters (and so gradients and the optimiser step) live in CPU memory;
+  each block is copied to the device for its forward and backward (``CPUOffloadPolicy``).
+- ``optimizer_offload``: optimiser state lives in CPU memory between steps
+  (:func:`parallelize_optimizer`).
+
+A wrapped module still behaves as the plain model for everyone outside: its ``state_dict()``
+holds full, unsharded CPU tensors (like FSDP1's ``FULL_STATE_DICT``) and ``load_state_dict()``
+takes them, so checkpoints, ``save_pretrained`` and weight sync need no FSDP knowledge, and a
+checkpoint of a wrapped model loads into an unwrapped one and back. The optimiser's state dict
+is made full the same way by :func:`parallelize_optimizer`. Gathering full tensors is a
+collective: in a multi-rank job every rank calls ``state_dict()`` together.
+
+In one process (world size 1) a one-rank process group is started on first use
+(:mod:`verl.distributed.process_group`), so a laptop runs the same code path as a cluster.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
+
+from verl.distributed.process_group import world_size
+from verl.errors import VerlError
+from verl.models.loading import resolve_dtype
+
+
+def resolve_fsdp_size(fsdp_size: int, world: int, key: str = "fsdp_size") -> int:
+    """Ranks per model copy: -1 = all ``world`` ranks, else a divisor of ``world``."""
+    if fsdp_size == -1:
+        return world
+    if fsdp_size < 1 or world % fsdp_size:
+        divisors = [d for d in range(1, world + 1) if world % d == 0]
+        arithmetic = f" ({world} % {fsdp_size} = {world % fsdp_size})" if fsdp_size >= 1 else ""
+        raise VerlError(f"{key}={fsdp_size} does not divide the world size {world}{arithmetic}; use -1 "
+                        f"(shard over all {world} ranks) or one of {divisors}")
+    return fsdp_size
+
+
+def fsdp_mesh(fsdp_config, device: torch.device) -> DeviceMesh:
+    """The device mesh for ``fsdp_config.fsdp_size``: 1-D ``(fsdp,)`` or 2-D ``(replicate, fsdp)``."""
+    world = world_size()
+    size = resolve_fsdp_size(fsdp_config.fsdp_size, world, fsdp_config._path("fsdp_size"))
+    if size == world:
+        return init_device_mesh(device.type, (world,), mesh_dim_names=("fsdp",))
+    return init_device_mesh(device.type, (world // size, size), mesh_dim_names=("replicate", "fsdp"))
+
+
+def transformer_blocks(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of ``model``: the classes its Hugging Face ``_no_split_modules`` names,
+    else the entries of its longest ``nn.ModuleList`` (the decoder layers of most models)."""
+    from transformers import PreTrainedModel
+
+    names = set()
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel):
+            names.update(module._no_split_modules or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if blocks:
+        return blocks
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    if not lists:
+        raise VerlError(f"cannot find the transformer blocks of {type(model).__name__} to shard: it has no "
+                        f"_no_split_modules and no nn.ModuleList")
+    return list(max(lists, key=len))
+
+
+def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | None = None) -> nn.Module:
+    """Apply FSDP2 to ``model`` in place, block by block and then the root; return it.
+
+    ``device`` is where the model computes. ``mesh`` defaults to the mesh of
+    ``fsdp_config.fsdp_size`` over the default process group (started when none exists).
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # fully_shard places shards on the current CUDA device
+    mesh = mesh if mesh is not None else fsdp_mesh(fsdp_config, device)
+    mp = fsdp_config.mixed_precision
+    _cast_floating_buffers(model, _dtype(mp.buffer_dtype))
+    offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp_config.param_offload else OffloadPolicy()
+    # Resharding after every forward, the root included, leaves the model sharded between calls:
+    # its parameters are always the DTensors that the optimiser and the state-dict hooks hold.
+    mp_policy = MixedPrecisionPolicy(param_dtype=_dtype(mp.param_dtype), reduce_dtype=_dtype(mp.reduce_dtype))
+    kwargs = dict(mesh=mesh, mp_policy=mp_policy, offload_policy=offload, reshard_after_forward=True)
+    # Children before parents (modules() lists parents first), so nested blocks get their own group.
+    for block in reversed(transformer_blocks(model)):
+        _shard(block, kwargs)
+    return _shard(model, kwargs)
+
+
+def parallelize_optimizer(optimizer: torch.optim.Optimizer, fsdp_config) -> torch.optim.Optimizer:
+    """Make the optimiser of a parallelized model checkpoint full tensors, and offload its state.
+
+    ``state_dict()`` returns full, unsharded CPU tensors and ``load_state_dict()`` accepts them
+    (the layout of an unwrapped model's optimiser). With ``optimizer_offload`` the state is
+    moved to the parameters' device just for ``step()`` and back to CPU after it (and after
+    loading a checkpoint).
+    """
+    optimizer.register_state_dict_post_hook(_gather_optimizer_state)
+    optimizer.register_load_state_dict_pre_hook(_shard_optimizer_state)
+    if fsdp_config.optimizer_offload:
+        optimizer.register_step_pre_hook(lambda opt, args, kwargs: _move_optimizer_state(opt, to_cpu=False))
+        optimizer.register_step_post_hook(lambda opt, args, kwargs: _move_optimizer_state(opt, to_cpu=True))
+        optimizer.register_load_state_dict_post_hook(lambda opt: _move_optimizer_state(opt, to_cpu=True))
+    return optimizer
+
+
+# ---------------------------------------------------------------------------- internals
+def _dtype(name: str) -> torch.dtype | None:
+    dtype = resolve_dtype(name)
+    return None if dtype == "auto" else dtype  # auto: keep the model's own dtype
+
+
+def _cast_floating_buffers(model: nn.Module, dtype: torch.dtype | None) -> None:
+    if dtype is None:
+        return
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            if buffer.is_floating_point() and buffer.dtype != dtype:
+                setattr(module, name, buffer.to(dtype))
+
+
+def _shard(module: nn.Module, kwargs: dict) -> nn.Module:
+    fully_shard(module, **kwargs)
+    module.register_state_dict_post_hook(_gather_state_dict)
+    module.register_load_state_dict_pre_hook(_shard_state_dict)
+    return module
+
+
+def _full_tensor(tensor: DTensor) -> torch.Tensor:
+    """The whole tensor on CPU (a collective: every rank of the mesh must call it)."""
+    if tensor.device.type != tensor.device_mesh.device_type:  # a CPU-offloaded shard of a GPU mesh
+        tensor = tensor.to(tensor.device_mesh.device_type)
+    return tensor.full_tensor().cpu()
+
+
+def _gather_state_dict(module: nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:
+    full: dict[int, torch.Tensor] = {}  # by parameter: tied weights stay one tensor (save_pretrained needs it)
+    for name, param in module.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
+        value = state_dict.get(name)
+        if isinstance(value, DTensor):
+            if id(param) not in full:
+                full[id(param)] = _full_tensor(value)
+            state_dict[name] = full[id(param)]
+
+
+def _shard_state_dict(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
+    # load_state_dict hands hooks its own copy of the caller's dict, so replacing entries is safe.
+    for name, param in module.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
+        value = state_dict.get(name)
+        if isinstance(param, DTensor) and isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            state_dict[name] = _shard_like(value, param)
+
+
+def _shard_like(value: torch.Tensor, param: DTensor) -> DTensor:
+    # Every rank holds the full tensor, so each takes its own shard without communication.
+    return distribute_tensor(value.detach(), param.device_mesh, param.placements, src_data_rank=None)
+
+
+def _gather_optimizer_state(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+    # A snapshot, all of it: the moments are gathered copies anyway, and a live "step" counter left
+    # in it would be shared with (and advanced by) an optimiser that loads this dict in-process.
+    state_dict["state"] = {index: {key: _snapshot(v) for key, v in state.items()}
+                           for index, state in state_dict["state"].items()}
+    return state_dict
+
+
+def _snapshot(value):
+    if isinstance(value, DTensor):
+        return _full_tensor(value)
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _shard_optimizer_state(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
+    saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    param_of = dict(zip(saved_ids, params))
+    state = {index: {key: _shard_state_value(v, param_of[index]) for key, v in saved.items()}
+             for index, saved in state_dict["state"].items()}
+    return {**state_dict, "state": state}
+
+
+def _shard_state_value(value, param):
+    # Per-element state (Adam's moments) has the parameter's shape; counters such as "step" do not.
+    per_element = isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.shape == param.shape
+    return _shard_like(value, param) if per_element and isinstance(param, DTensor) else value
+
+
+def _move_optimizer_state(optimizer: torch.optim.Optimizer, *, to_cpu: bool) -> None:
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor) and value.shape == param.shape:
+                state[key] = value.to("cpu" if to_cpu else param.device)

@@ -1,0 +1,52 @@
+"""The ``torch.distributed`` process group that sharded models run in.
+
+Launched by torchrun (``WORLD_SIZE`` is set), the job's group is initialised from the
+environment. In a plain Python process (the default single-process trainer, a notebook, pytest)
+a one-rank group is started in-process on first use, so a single process runs the very FSDP2 code
+path that N ranks run. That group lives until the interpreter exits: sharded modules keep
+references to it, so tearing it down earlier would break every model wrapped in it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+
+import torch.distributed as dist
+
+_local_group = None  # the one-rank group this module started, if any
+_local_store_dir: str | None = None
+
+
+def ensure_process_group() -> None:
+    """Initialise the default process group unless one exists (torchrun's, or one-rank local)."""
+    global _local_group, _local_store_dir
+    if dist.is_initialized():
+        return
+    if "WORLD_SIZE" in os.environ:  # torchrun and friends: rank, size and rendezvous come from env://
+        dist.init_process_group()
+        return
+    _local_store_dir = tempfile.mkdtemp(prefix="verl-pg-")
+    # A file store: no port to pick and no race with other processes for one.
+    dist.init_process_group(init_method=f"file://{_local_store_dir}/store", rank=0, world_size=1)
+    _local_group = dist.group.WORLD
+    atexit.register(destroy_local_process_group)
+
+
+def destroy_local_process_group() -> None:
+    """Tear down the one-rank group started by :func:`ensure_process_group` (never a launcher's)."""
+    global _local_group, _local_store_dir
+    if _local_group is not None and dist.is_initialized() and dist.group.WORLD is _local_group:
+        dist.destroy_process_group()
+    _local_group = None
+    if _local_store_dir is not None:
+        shutil.rmtree(_local_store_dir, ignore_errors=True)
+        _local_store_dir = None
+
+
+def world_size() -> int:
+    """Ranks in the default group (initialising it when needed)."""
+    ensure_process_group()
+    return dist.get_world_size()

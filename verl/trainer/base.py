@@ -1,0 +1,68 @@
+"""``BaseTrainer``: scheduling, logging and checkpointing around an objective you can replace.
+
+Subclass it and override :meth:`BaseTrainer.compute_loss` to change what the policy optimises;
+batching, micro-batch accumulation, gradient clipping, logging and checkpoints stay as they are::
+
+    class MyTrainer(PPOTrainer):
+        def compute_loss(self, batch, log_prob, entropy, counts):
+            loss, metrics = super().compute_loss(batch, log_prob, entropy, counts)
+            return loss - 0.01 * agg_loss(entropy, batch["response_mask"], "token-mean", **counts), metrics
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verl.checkpoint import CheckpointManager
+from verl.protocol import Batch
+from verl.tracking import Tracker
+
+
+class BaseTrainer:
+    def __init__(self, actor_rollout_ref_worker, *, logger=None, output_dir: str | None = None):
+        self.worker = actor_rollout_ref_worker
+        self.global_step = 0
+        self.output_dir = Path(output_dir) if output_dir else None
+        self.tracker = None
+        if logger is not None or output_dir is not None:
+            spec = dict(logger or {})
+            backends = spec.get("type", "console")
+            self.tracker = Tracker(backends, self.output_dir or Path("outputs") / spec.get("project", "verl"),
+                                   project=spec.get("project", "verl"), experiment=spec.get("name", "run"),
+                                   progress_bar=False)
+
+    def compute_loss(self, batch: Batch, log_prob, entropy, counts: dict):
+        """The policy objective for one micro-batch: ``(loss, metrics)``.
+
+        ``batch`` holds the micro-batch (``response_mask``, ``old_log_probs``, ``advantages``,
+        ``ref_log_prob`` when a reference exists, ...); ``log_prob`` and ``entropy`` are ``[B, T_resp]``
+        under the current policy, with gradients; ``counts`` holds the mini-batch's
+        ``global_tokens`` / ``global_seqs`` so that micro-batches add up to the mini-batch loss.
+        The default is the PPO clipped objective configured on the actor.
+        """
+        return self.worker.actor.ppo_loss(batch, log_prob, entropy, counts)
+
+    def log(self, metrics: dict) -> None:
+        if self.tracker is not None:
+            self.tracker.log(metrics, self.global_step)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {"global_step": self.global_step, "actor": self.worker.actor.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_step = state["global_step"]
+        self.worker.actor.load_state_dict(state["actor"])
+        self.worker.rollout.sync_weights(self.worker.actor.model)
+
+    def save_checkpoint(self, directory: str) -> Path:
+        """Write a resumable checkpoint (``directory/global_step_N``), crash-safe."""
+        return CheckpointManager(directory).save(self.global_step, self.state_dict())
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Resume from the newest complete checkpoint under ``directory``."""
+        manager = CheckpointManager(directory)
+        latest = manager.latest()
+        if latest is None:
+            raise FileNotFoundError(f"no complete checkpoint under {directory}")
+        self.load_state_dict(manager.load(latest))

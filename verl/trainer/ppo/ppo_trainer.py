@@ -1,0 +1,150 @@
+"""``PPOTrainer``: one full PPO update on a batch you bring (the beginner tutorial's API).
+
+``step(batch)`` takes prompt+response token ids and one reward per row, and runs the classic
+RLHF PPO update (Ouyang et al. 2022; Ziegler et al. 2019):
+
+1. old log-probs (actor) and reference log-probs (frozen reference);
+2. values from the critic: a value head on the actor's architecture unless one is given;
+3. token rewards: the sequence reward on the last response token, minus ``kl_coef`` x KL per token;
+4. GAE advantages and returns (Schulman et al. 2016);
+5. ``ppo_epochs`` passes over mini-batches, updating the critic (clipped value loss) and the
+   actor (the objective of :meth:`compute_loss`, by default the clipped PPO loss).
+
+For training from prompts with generation, rewards and validation, use ``RLTrainer`` through
+``python -m verl.trainer.main_ppo``; this class is for driving single updates yourself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from verl.algorithms import apply_kl_in_reward, compute_gae_advantage_return, compute_policy_loss
+from verl.config import TrainerConfig
+from verl.config.node import ConfigNode, option
+from verl.models.loading import load_causal_lm
+from verl.models.value_model import ValueModel
+from verl.protocol import Batch
+from verl.trainer.base import BaseTrainer
+from verl.trainer.ppo.step_batch import batch_from_dict
+from verl.utils.checks import check_context_length, explain_oom, normalize_reward
+from verl.workers.critic import Critic
+
+
+@dataclass
+class PPOStepConfig(ConfigNode):
+    """Settings of ``PPOTrainer.step``."""
+
+    kl_coef: float = option(0.05, help="Weight of the per-token KL(policy || reference) penalty in the reward.")
+    kl_penalty: str = option("kl", help="KL estimator for the penalty: kl (k1), abs, mse (k2), low_var_kl (k3).")
+    gamma: float = option(1.0, help="Discount factor of GAE.")
+    lam: float = option(0.95, help="GAE lambda.")
+    cliprange: float = option(0.2, help="Clip range of the policy ratio.")
+    cliprange_value: float = option(0.2, help="Clip range of the value prediction around the old value.")
+    ppo_epochs: int = option(1, help="Passes over the batch per step.")
+    mini_batch_size: int | None = option(None, help="Rows per optimiser step; null = the whole batch.")
+    micro_batch_size: int | None = option(None, help="Rows per forward/backward pass; null = the mini-batch.")
+    critic_lr: float = option(1e-5, help="Learning rate of the critic.")
+
+
+class PPOTrainer(BaseTrainer):
+    def __init__(self, actor_rollout_ref_worker, config: dict | PPOStepConfig | None = None, *, critic=None,
+                 logger=None, output_dir: str | None = None):
+        super().__init__(actor_rollout_ref_worker, logger=logger, output_dir=output_dir)
+        self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
+        self.critic = critic or self._build_critic()
+
+    def _build_critic(self) -> Critic:
+        worker = self.worker
+        model_cfg = worker.config.model
+        critic_cfg = TrainerConfig().critic
+        critic_cfg.optim.lr = self.config.critic_lr
+        critic_cfg.cliprange_value = self.config.cliprange_value
+        value_model = ValueModel(load_causal_lm(worker.model_path, dtype=model_cfg.dtype,
+                                                trust_remote_code=model_cfg.trust_remote_code,
+                                                override_config=dict(model_cfg.override_config)))
+        return Critic(value_model, critic_cfg, worker.device, samples_per_mini_batch=1, ppo_epochs=1,
+                      total_steps=None)
+
+    def prepare(self, data: dict | Batch) -> Batch:
+        """Log-probs, values, KL-penalised token rewards, advantages and returns for a batch."""
+        batch = data if isinstance(data, Batch) else batch_from_dict(
+            data, self.worker.tokenizer.pad_token_id, normalize_reward)
+        response_length = batch["responses"].shape[1]
+        check_context_length(self.worker.actor_model.config, batch["input_ids"].shape[1] - response_length,
+                             response_length, truncation_key="tokenizer(truncation=True)",
+                             max_prompt_key="tokenizer(max_length=...)")
+        batch = batch.to(self.worker.device)
+        batch = batch.union(self.worker.compute_log_prob(batch))
+        with_ref = self.worker.ref is not None
+        batch = batch.union(self.worker.compute_ref_log_prob(batch)) if with_ref else batch
+        batch["values"] = self.critic.compute_values(batch)
+        mask = batch["response_mask"]
+        last = (mask.sum(-1) - 1).clamp(min=0)
+        scores = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+        scores[torch.arange(len(batch)), last] = batch["reward"].to(scores)
+        batch["token_level_scores"] = scores * mask
+        if with_ref:
+            rewards, kl_metrics = apply_kl_in_reward(scores, batch["old_log_probs"], batch["ref_log_prob"], mask,
+                                                     self.config.kl_coef, self.config.kl_penalty)
+        else:
+            rewards, kl_metrics = scores, {}
+        batch["token_level_rewards"] = rewards
+        advantages, returns = compute_gae_advantage_return(rewards, batch["values"], mask, self.config.gamma,
+                                                           self.config.lam)
+        batch["advantages"], batch["returns"] = advantages, returns
+        batch.meta["kl_metrics"] = {k: float(v) for k, v in kl_metrics.items()}
+        return batch
+
+    def step(self, data: dict | Batch) -> dict:
+        """One PPO update; returns ``policy_loss``, ``value_loss`` and the usual statistics."""
+        with explain_oom("actor_rollout_ref", method="PPOTrainer.step"):
+            return self._step(data)
+
+    def _step(self, data: dict | Batch) -> dict:
+        cfg = self.config
+        batch = self.prepare(data)
+        size = cfg.mini_batch_size or len(batch)
+        critic_metrics = self._update_critic(batch, size)
+        actor = self.worker.actor
+        actor_metrics = actor.update(batch, micro_batch_size=cfg.micro_batch_size, loss_fn=self.compute_loss,
+                                     mini_batch_size=size, epochs=cfg.ppo_epochs)
+        self.worker.rollout.sync_weights(actor.model)
+        self.global_step += 1
+        mask = batch["response_mask"].bool()
+        out = {
+            "policy_loss": actor_metrics.get("actor/pg_loss", 0.0),
+            "value_loss": critic_metrics["critic/vf_loss"],
+            "kl": batch.meta["kl_metrics"].get("actor/reward_kl_penalty", 0.0),
+            "clipfrac": actor_metrics.get("actor/pg_clipfrac", 0.0),
+            "approx_kl": actor_metrics.get("actor/ppo_kl", 0.0),
+            "entropy": batch["entropys"][mask].mean().item() if mask.any() else 0.0,
+            "policy_grad_norm": actor_metrics["actor/grad_norm"],
+            "value_grad_norm": critic_metrics["critic/grad_norm"],
+            "vf_clipfrac": critic_metrics.get("critic/vf_clipfrac", 0.0),
+            "reward_mean": batch["reward"].float().mean().item(),
+            "advantage_mean": batch["advantages"][mask].mean().item() if mask.any() else 0.0,
+            "return_mean": batch["returns"][mask].mean().item() if mask.any() else 0.0,
+        }
+        self.log({**actor_metrics, **critic_metrics, **batch.meta["kl_metrics"],
+                  **{f"ppo/{k}": v for k, v in out.items()}})
+        return out
+
+    def compute_loss(self, batch: Batch, log_prob, entropy, counts: dict):
+        """PPO's clipped surrogate with ``config.cliprange`` (token-mean over the mini-batch)."""
+        loss, metrics = compute_policy_loss(batch["old_log_probs"], log_prob, batch["advantages"],
+                                            batch["response_mask"], clip_ratio=self.config.cliprange, **counts)
+        metrics["actor/pg_loss"] = loss.detach()
+        return loss, metrics
+
+    def _update_critic(self, batch: Batch, size: int) -> dict:
+        return self.critic.update(batch, micro_batch_size=self.config.micro_batch_size, mini_batch_size=size,
+                                  epochs=self.config.ppo_epochs)
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "critic": self.critic.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        self.critic.load_state_dict(state["critic"])

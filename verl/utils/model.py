@@ -1,0 +1,45 @@
+"""The tutorial's model and tokenizer loaders, over :mod:`verl.models.loading`.
+
+    model = load_hf_model("Qwen/Qwen2-0.5B-Instruct", torch_dtype=torch.bfloat16,
+                          attn_implementation="flash_attention_2", trust_remote_code=True)
+
+Where flash-attention cannot run (no flash-attn package or no CUDA) the model loads with
+``sdpa`` and one warning; a bad path or hub id raises :class:`~verl.errors.ModelLoadError`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.errors import ModelLoadError
+from verl.models.loading import load_causal_lm, load_tokenizer
+
+
+def load_hf_model(model_name_or_path: str, torch_dtype: torch.dtype | str | None = None,
+                  attn_implementation: str | None = None, trust_remote_code: bool = False, *,
+                  dtype: torch.dtype | str | None = None, **kwargs) -> torch.nn.Module:
+    """A Hugging Face causal LM from a hub id or a local folder.
+
+    Args:
+        model_name_or_path: hub id (``"Qwen/Qwen2-0.5B-Instruct"``) or folder with config.json.
+        torch_dtype: weight dtype, a ``torch.dtype`` or a name (``"bf16"``, ``"bfloat16"``,
+            ``"fp32"``, ``"auto"`` = the checkpoint's own); None = float32. ``dtype=`` is the
+            same argument under the name newer transformers use; give only one of them.
+        attn_implementation: ``"eager"``, ``"sdpa"`` or ``"flash_attention_2"``; None = the
+            transformers default.
+        trust_remote_code: allow modelling code shipped with the checkpoint.
+        **kwargs: passed to :func:`verl.models.loading.load_causal_lm` (``override_config``)
+            and on to ``from_pretrained``.
+    """
+    if torch_dtype is not None and dtype is not None and torch_dtype != dtype:
+        raise ModelLoadError(f"load_hf_model got torch_dtype={torch_dtype!r} and dtype={dtype!r}; give one of them")
+    chosen = torch_dtype if torch_dtype is not None else dtype
+    kwargs.setdefault("config_key", "model_name_or_path")
+    return load_causal_lm(model_name_or_path, dtype=chosen if chosen is not None else "float32",
+                          attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **kwargs)
+
+
+def load_hf_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, **kwargs):
+    """The model's tokenizer, set up for RL: left padding and a pad token (eos when it has none)."""
+    kwargs.setdefault("config_key", "model_name_or_path")
+    return load_tokenizer(model_name_or_path, trust_remote_code=trust_remote_code, **kwargs)
