@@ -135,3 +135,14 @@ def test_micro_batches_of_two_give_the_same_update_as_the_whole_mini_batch(tiny_
     assert max((updated[None][k] - initial[k]).abs().max().item() for k in initial) > 1e-4
     for key in initial:
         torch.testing.assert_close(updated[2][key], updated[None][key], atol=1e-6, rtol=0, msg=key)
+
+
+def test_generating_past_the_model_context_is_an_error_naming_both_lengths(tiny_model_dir):
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir), max_response_length=16)
+    limit = worker.actor_model.config.max_position_embeddings
+    too_long = prompt_batch(worker.tokenizer, texts=("1" * (limit - 8),))
+    with pytest.raises(ValueError) as err:
+        worker.generate_sequences(too_long)
+    message = str(err.value)
+    assert str(limit - 8) in message and "16" in message and str(limit) in message
+    assert "data.truncation" in message

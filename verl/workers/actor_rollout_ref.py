@@ -17,6 +17,7 @@ from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, build_rollout
+from verl.utils.checks import check_context_length
 from verl.workers.actor import Actor, PolicyModel
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ class ActorRolloutRefWorker:
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
-        out = self.rollout.generate(prompts.to(self.device), params or self.sampling_params())
+        params = params or self.sampling_params()
+        check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
+        out = self.rollout.generate(prompts.to(self.device), params)
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 
     def compute_log_prob(self, batch: Batch) -> Batch:

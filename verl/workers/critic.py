@@ -8,7 +8,7 @@ from verl.algorithms import compute_value_loss
 from verl.distributed.fsdp import parallelize, parallelize_optimizer
 from verl.protocol import Batch
 from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
-                                micro_batches, mini_batches)
+                                load_training_state, micro_batches, mini_batches, training_state)
 
 
 class Critic:
@@ -67,11 +67,7 @@ class Critic:
         return acc.means()
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+        return training_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
-        self.generator.set_state(state["generator"])
+        load_training_state(self, state)

@@ -65,3 +65,16 @@ def clip_and_step(model, optimizer, grad_clip: float) -> float:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
+
+
+def training_state(role) -> dict:
+    """Everything a trained role (actor or critic) needs to resume exactly."""
+    return {"model": role.model.state_dict(), "optimizer": role.optimizer.state_dict(),
+            "lr_scheduler": role.lr_scheduler.state_dict(), "generator": role.generator.get_state()}
+
+
+def load_training_state(role, state: dict) -> None:
+    role.model.load_state_dict(state["model"])
+    role.optimizer.load_state_dict(state["optimizer"])
+    role.lr_scheduler.load_state_dict(state["lr_scheduler"])
+    role.generator.set_state(state["generator"])
