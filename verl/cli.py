@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+TRAINERS = {"train": "verl.trainer.main_ppo", "sft": "verl.trainer.main_sft", "dpo": "verl.trainer.main_dpo",
+            "kto": "verl.trainer.main_kto"}
 
 USAGE = """usage: verl <command> [key=value ...]
 
 commands:
   train     PPO / GRPO training (python -m verl.trainer.main_ppo); no keys = the built-in demo
-  config    print the default configuration as YAML, one comment per key
+  sft       supervised fine-tuning (python -m verl.trainer.main_sft)
+  dpo       direct preference optimisation (python -m verl.trainer.main_dpo)
+  kto       Kahneman-Tversky optimisation (python -m verl.trainer.main_kto)
+  config    print the default PPO configuration as YAML, one comment per key
   version   print the verl version
 
-`verl train --help` lists every key."""
+`verl <command> --help` lists every key of that command."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
-    if command == "train":
-        from verl.trainer.main_ppo import main as train_main
-
-        return train_main(rest)
+    if command in TRAINERS:
+        return importlib.import_module(TRAINERS[command]).main(rest)
     if command == "config":
         from verl.config import render_default_yaml
 

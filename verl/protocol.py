@@ -44,13 +44,15 @@ FIELDS: dict[str, str] = {
     "response_mask": "[B, T_resp] long/float: 1 on response tokens that count in losses, 0 on padding",
     "old_log_probs": "[B, T_resp] float: log-probs of the responses under the policy before the update",
     "ref_log_prob": "[B, T_resp] float: log-probs of the responses under the frozen reference model",
-    "rollout_log_probs": "[B, T_resp] float: log-probs reported by the rollout engine while sampling",
+    "rollout_log_probs": "[B, T_resp] float: log-probs of the sampled tokens under the engine's sampling "
+                         "distribution (after temperature, top-k, top-p); 0 on padding",
     "entropys": "[B, T_resp] float: entropy of the policy's next-token distribution",
     "values": "[B, T_resp] float: critic values V(s_t) at each response token",
     "token_level_scores": "[B, T_resp] float: reward-function scores (rule and/or model), before KL",
     "token_level_rewards": "[B, T_resp] float: scores minus the KL penalty (equal to scores when no KL)",
     "advantages": "[B, T_resp] float: advantage estimates, zero on padding",
     "returns": "[B, T_resp] float: value targets for the critic",
+    "reward_baselines": "[B] float: score of the greedy response to the same prompt (ReMax's baseline)",
     # non-tensors (numpy object arrays of length B)
     "uid": "[B] str: group id; all samples drawn from the same prompt share it",
     "data_source": "[B] str: dataset / task name; picks the default reward scorer",

@@ -1,5 +1,6 @@
-"""RL math as pure tensor functions: advantage estimators, policy/value/KL/entropy losses, and
-the masked statistics and loss aggregation they share. No configs, workers or distributed here."""
+"""RL math as pure tensor functions: advantage estimators, policy/value/KL/entropy losses, DAPO's
+data-side techniques, rollout off-policy correction, and the masked statistics and loss
+aggregation they share. No configs, workers or distributed here."""
 
 from verl.algorithms.advantages import (
     ADV_ESTIMATORS,
@@ -11,6 +12,7 @@ from verl.algorithms.advantages import (
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
 )
+from verl.algorithms.dapo import add_to_last_token, groups_with_variance, overlong_penalty, truncated_responses
 from verl.algorithms.kl import (
     KL_KINDS,
     AdaptiveKLController,
@@ -28,6 +30,8 @@ from verl.algorithms.losses import (
     compute_value_loss,
     entropy_from_logits,
 )
+from verl.algorithms.preference import DPO_LOSS_TYPES, dpo_loss, kto_loss, kto_reference_point
+from verl.algorithms.rollout_correction import truncated_is_weights
 from verl.algorithms.utils import AGG_MODES, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
@@ -40,4 +44,7 @@ __all__ = [
     "compute_remax_outcome_advantage", "compute_rloo_outcome_advantage",
     "compute_entropy_loss", "compute_kl_loss", "compute_policy_loss", "compute_policy_loss_gspo",
     "compute_value_loss", "entropy_from_logits",
+    "DPO_LOSS_TYPES", "dpo_loss", "kto_loss", "kto_reference_point",
+    "add_to_last_token", "groups_with_variance", "overlong_penalty", "truncated_responses",
+    "truncated_is_weights",
 ]

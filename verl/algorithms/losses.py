@@ -52,12 +52,15 @@ def compute_policy_loss(
     global_tokens=None,
     global_seqs=None,
     norm_len=None,
+    rollout_is_weights: torch.Tensor | None = None,
 ):
     """PPO clipped surrogate with asymmetric (DAPO) and dual (Ye et al. 2020) clipping.
 
     ratio r = exp(logp - old_logp); per token
     L = max(-A r, -A clip(r, 1 - clip_ratio_low, 1 + clip_ratio_high)), and for A < 0 the loss
     is further capped at -A * clip_ratio_c so one very off-policy token cannot dominate.
+    ``rollout_is_weights`` ``[B, T]`` (detached, see :mod:`verl.algorithms.rollout_correction`)
+    multiply each token's loss when given.
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 (it caps -A*ratio from above), got {clip_ratio_c}")
@@ -71,6 +74,8 @@ def compute_policy_loss(
     negative = advantages < 0
     dual_active = negative & (clip_loss > dual_cap)
     pg_losses = torch.where(negative, torch.minimum(clip_loss, dual_cap), clip_loss)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
 
     loss = agg_loss(pg_losses, valid, loss_agg_mode, global_tokens=global_tokens, global_seqs=global_seqs,
                     norm_len=norm_len)
@@ -96,12 +101,14 @@ def compute_policy_loss_gspo(
     global_tokens=None,
     global_seqs=None,
     norm_len=None,
+    rollout_is_weights: torch.Tensor | None = None,
 ):
     """GSPO (Zheng et al. 2025): clip a sequence-level, length-normalised importance ratio.
 
     s_i = exp(mean over valid tokens of (logp - old_logp)); every token uses
     s_i,t = sg[s_i] * pi(y_t) / sg[pi(y_t)], whose value is s_i and whose gradient is
     s_i * grad log pi(y_t). The paper's clip ranges are tiny (e.g. 3e-4 / 4e-4): pass them.
+    ``rollout_is_weights`` multiply each token's loss when given, as in :func:`compute_policy_loss`.
     """
     low, high = _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
     valid = _as_bool(response_mask)
@@ -110,6 +117,8 @@ def compute_policy_loss_gspo(
     ratio = torch.exp(torch.clamp(token_log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
 
     pg_losses, clipped = _clipped_surrogate(ratio, advantages, low, high)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
     loss = agg_loss(pg_losses, valid, loss_agg_mode, global_tokens=global_tokens, global_seqs=global_seqs,
                     norm_len=norm_len)
     metrics = {
@@ -137,7 +146,9 @@ def compute_value_loss(
 ):
     """Clipped value loss: 0.5 * max((v - R)^2, (clip(v, v_old - c, v_old + c) - R)^2)."""
     valid = _as_bool(response_mask)
-    vclipped = values + torch.clamp(vpreds - values, -cliprange_value, cliprange_value)
+    # clamp returns vpreds itself inside the range, so an inactive clip is exact (not off by
+    # rounding) and the clip fraction counts only predictions that really left the range.
+    vclipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
     unclipped_sq = (vpreds - returns) ** 2
     clipped_sq = (vclipped - returns) ** 2
     vf_losses = 0.5 * torch.maximum(unclipped_sq, clipped_sq)

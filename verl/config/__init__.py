@@ -8,6 +8,7 @@
 
 from verl.config.errors import ConfigError
 from verl.config.node import ConfigNode, option, section
+from verl.config.offline import DPOTrainerConfig, KTOTrainerConfig, SFTTrainerConfig
 from verl.config.overrides import parse_overrides
 from verl.config.schema import (
     AlgorithmConfig,
@@ -46,9 +47,11 @@ __all__ = [
     "CriticConfig",
     "CriticModelConfig",
     "CustomRewardFunctionConfig",
+    "DPOTrainerConfig",
     "DataConfig",
     "FSDPConfig",
     "KLControlConfig",
+    "KTOTrainerConfig",
     "LoggerConfig",
     "MixedPrecisionConfig",
     "ModelConfig",
@@ -58,6 +61,7 @@ __all__ = [
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",
+    "SFTTrainerConfig",
     "SFTWarmstartConfig",
     "TrainerConfig",
     "TrainerSectionConfig",

@@ -140,3 +140,33 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
                           f"on the ratio for negative advantages); the default is 3.0")
+    _check_dapo(cfg)
+
+
+def _check_dapo(cfg: TrainerConfig) -> None:
+    """DAPO switches (dynamic sampling, overlong shaping) and the rollout importance ratio."""
+    groups = cfg.algorithm.filter_groups
+    if groups.enable:
+        if cfg.actor_rollout_ref.rollout.n < 2:
+            raise ConfigError(f"algorithm.filter_groups.enable=true keeps prompts whose responses score "
+                              f"differently, which needs {_N_KEY} >= 2 (it is {cfg.actor_rollout_ref.rollout.n})")
+        _at_least("algorithm.filter_groups.max_num_gen_batches", groups.max_num_gen_batches, 1,
+                  "prompt batches drawn per step, the first included")
+    buffer = cfg.reward_model.overlong_buffer
+    max_len = cfg.data.max_response_length
+    if buffer.enable and buffer.len is not None and not 1 <= buffer.len <= max_len:
+        raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len} must be between 1 and "
+                          f"data.max_response_length={max_len} (the penalty covers the last len tokens)")
+    if buffer.enable and buffer.penalty_factor < 0:
+        raise ConfigError(f"reward_model.overlong_buffer.penalty_factor={buffer.penalty_factor} must be >= 0 "
+                          f"(it is the size of a penalty)")
+    threshold = cfg.actor_rollout_ref.actor.rollout_is_threshold
+    if threshold <= 0:
+        raise ConfigError(f"{_ACTOR}.rollout_is_threshold={threshold} must be > 0 (cap of the rollout "
+                          f"importance ratio); the usual value is 2.0")
+
+
+def overlong_buffer_len(cfg: TrainerConfig) -> int:
+    """The penalty buffer in tokens: `reward_model.overlong_buffer.len`, or a fifth of the maximum length."""
+    buffer = cfg.reward_model.overlong_buffer
+    return buffer.len if buffer.len is not None else max(1, cfg.data.max_response_length // 5)

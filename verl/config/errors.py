@@ -57,3 +57,12 @@ def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
         where = f" under {parent}" if parent else ""
         hint = f"valid keys{where}: {', '.join(siblings)}"
     return ConfigError(f"unknown config key '{full_key}'; {hint}{note}")
+
+
+def check_choice(key: str, value: str, choices: Sequence[str], what: str = "value") -> None:
+    """Raise ConfigError unless `value` is one of `choices`; the message suggests the closest one."""
+    if value in choices:
+        return
+    close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.5)
+    hint = f"did you mean {key}={close[0]}? " if close else ""
+    raise ConfigError(f"unknown {what} {key}={value!r}; {hint}choose one of {', '.join(choices)}")

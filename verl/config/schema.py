@@ -93,6 +93,19 @@ class RewardModelModelConfig(ConfigNode):
 
 
 @dataclass
+class OverlongBufferConfig(ConfigNode):
+    """DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", section 3.4): a length penalty
+    added to the score of responses that end in the last `len` tokens before max_response_length."""
+
+    enable: bool = option(False, help="Add the overlong penalty to training rewards (validation "
+                          "scores stay unshaped).")
+    len: int | None = option(None, help="Length of the penalty buffer in tokens (the paper's L_cache); "
+                             "null = a fifth of data.max_response_length (the paper's 4096 of 20480).")
+    penalty_factor: float = option(1.0, help="Penalty at exactly max_response_length; it rises "
+                                   "linearly from 0 at the start of the buffer.")
+
+
+@dataclass
 class RewardModelConfig(ConfigNode):
     """Rewards: rule-based scoring, optionally plus a learned reward model."""
 
@@ -102,6 +115,8 @@ class RewardModelConfig(ConfigNode):
     reward_manager: str = option("naive", help="How scores are computed and placed on tokens; naive "
                                  "= one rule-function call per sample, score on the last token.")
     max_length: int | None = option(None, help="Longest reward-model input in tokens; null = prompt + response limits.")
+    overlong_buffer: OverlongBufferConfig = section(OverlongBufferConfig, help="DAPO overlong reward "
+                                                    "shaping (Yu et al. 2025).")
 
 
 @dataclass
@@ -124,18 +139,36 @@ class KLControlConfig(ConfigNode):
 
 
 @dataclass
+class FilterGroupsConfig(ConfigNode):
+    """DAPO's dynamic sampling (Yu et al. 2025, "DAPO", section 3.2): drop prompt groups whose
+    responses all score the same (they carry no group-relative signal) and draw more prompt
+    batches until the step has data.train_batch_size groups."""
+
+    enable: bool = option(False, help="Filter groups and draw extra prompt batches (needs rollout.n >= 2).")
+    metric: str = option("score", help="What must differ within a group: score (the summed token "
+                         "scores, after any overlong penalty), or the name of a numeric key the reward "
+                         "function returns in its dict (e.g. acc).")
+    max_num_gen_batches: int = option(10, help="Most prompt batches drawn for one step, the first "
+                                      "included; when reached, the step trains on the groups kept so "
+                                      "far (filter_groups/cap_hit = 1 in the metrics).")
+
+
+@dataclass
 class AlgorithmConfig(ConfigNode):
     """Advantage estimation and the KL penalty in the reward."""
 
     gamma: float = option(1.0, help="Discount factor.")
     lam: float = option(1.0, help="GAE lambda.")
     adv_estimator: str = option("grpo", help="Advantage estimator by name: gae, grpo, rloo, "
-                                "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, ...")
+                                "reinforce_plus_plus, reinforce_plus_plus_baseline, remax (docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = option(True, help="Divide GRPO advantages by the group's std "
-                                           "(false = Dr. GRPO).")
+                                           "(false = Dr. GRPO, Liu et al. 2025).")
     use_kl_in_reward: bool = option(False, help="Subtract a KL(policy || reference) penalty from the reward.")
-    kl_penalty: str = option("kl", help="KL estimator for the reward penalty: kl, abs, mse, low_var_kl, full.")
+    kl_penalty: str = option("kl", help="KL estimator for the reward penalty: kl (k1), abs, mse (k2), "
+                             "low_var_kl (k3).")
     kl_ctrl: KLControlConfig = section(KLControlConfig, help="KL coefficient control.")
+    filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, help="DAPO dynamic sampling "
+                                                "(Yu et al. 2025).")
 
 
 @dataclass

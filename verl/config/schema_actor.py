@@ -37,8 +37,9 @@ class ModelConfig(ConfigNode):
 class PolicyLossConfig(ConfigNode):
     """Which policy-gradient loss the actor minimises."""
 
-    loss_mode: str = option("vanilla", help="Policy loss by name; vanilla = the PPO clipped "
-                            "surrogate (Schulman et al. 2017).")
+    loss_mode: str = option("vanilla", help="Policy loss by name: vanilla = the PPO clipped "
+                            "surrogate (Schulman et al. 2017) with dual-clip and clip-higher; gspo = "
+                            "sequence-level ratio (Zheng et al. 2025).")
 
 
 @dataclass
@@ -104,8 +105,16 @@ class ActorConfig(ConfigNode):
     entropy_coeff: float = option(0.0, help="Weight of the entropy bonus (0 = none).")
     use_kl_loss: bool = option(False, help="Add a KL(policy || reference) term to the loss (GRPO style).")
     kl_loss_coef: float = option(0.001, help="Weight of the KL loss term.")
-    kl_loss_type: str = option("low_var_kl", help="KL estimator for the loss: kl (k1), abs, mse (k2), "
-                               "low_var_kl (k3).")
+    kl_loss_type: str = option("low_var_kl", help="KL estimator for the loss: k1 (kl), abs, k2 (mse), "
+                               "k3 (low_var_kl).")
+    mask_truncated_responses: bool = option(False, help="DAPO overlong filtering (Yu et al. 2025): "
+                                            "responses cut off at data.max_response_length without EOS "
+                                            "get response_mask 0 in the actor loss.")
+    rollout_is_correction: bool = option(False, help="Multiply each token's policy loss by the "
+                                         "truncated importance ratio min(pi_old / pi_rollout, "
+                                         "rollout_is_threshold), detached (TIS, Yao et al. 2025); makes "
+                                         "the rollout report its log-probs.")
+    rollout_is_threshold: float = option(2.0, help="Cap C of the rollout importance ratio.")
     grad_clip: float = option(1.0, help="Clip the global gradient norm to this value.")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, help="Policy loss selection.")
     optim: OptimConfig = section(OptimConfig, help="Actor optimiser.")
@@ -152,6 +161,9 @@ class RolloutConfig(ConfigNode):
                                                "the whole step at once.")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
                                                            "when recomputing old log-probs; null = all at once.")
+    calculate_log_probs: bool = option(False, help="The engine reports rollout_log_probs: each sampled "
+                                       "token's log-prob under the distribution it was drawn from (after "
+                                       "temperature, top-k, top-p). On by itself with actor.rollout_is_correction.")
     device: str | None = option(None, help="Device that receives rollout outputs; null = the actor's device.")
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig, help="Sampling for validation.")
 

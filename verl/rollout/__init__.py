@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from verl.errors import VerlError
-from verl.rollout.base import RolloutEngine, SamplingParams, assemble_rollout, response_mask_from_ids
+from verl.rollout.base import (RolloutEngine, SamplingParams, assemble_rollout, concat_rollouts,
+                              response_mask_from_ids)
 from verl.rollout.dummy import DummyRollout
 from verl.rollout.hf import HFRollout
 
@@ -27,4 +28,4 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
 
 
 __all__ = ["ROLLOUT_NAMES", "DummyRollout", "HFRollout", "RolloutEngine", "SamplingParams", "assemble_rollout",
-           "build_rollout", "response_mask_from_ids"]
+           "build_rollout", "concat_rollouts", "response_mask_from_ids"]

@@ -17,7 +17,11 @@ from verl.protocol import Batch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How responses are drawn. ``top_k=-1`` and ``top_p=1.0`` switch those filters off."""
+    """How responses are drawn. ``top_k=-1`` and ``top_p=1.0`` switch those filters off.
+
+    ``logprobs``: the engine also reports ``rollout_log_probs``, the log-prob of each sampled
+    token under the distribution it was drawn from (after temperature, top-k and top-p).
+    """
 
     max_new_tokens: int
     n: int = 1
@@ -25,6 +29,7 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = -1
     do_sample: bool = True
+    logprobs: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -47,8 +52,10 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def generate_responses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                           params: SamplingParams) -> torch.Tensor:
-        """Response ids ``[B, <= max_new_tokens]`` for left-padded prompts (one per row)."""
+                           params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Response ids ``[B, <= max_new_tokens]`` for left-padded prompts (one per row), and
+        with ``params.logprobs`` the log-prob of each of them under the sampling distribution
+        (same shape; anything after the end of a response is ignored), else None."""
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Prompts ``[B, T_prompt]`` -> the batch repeated ``n`` times with responses appended.
@@ -56,8 +63,9 @@ class RolloutEngine(ABC):
         Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``.
         """
         batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
-        responses = self.generate_responses(batch["input_ids"], batch["attention_mask"], params)
-        out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id)
+        responses, log_probs = self.generate_responses(batch["input_ids"], batch["attention_mask"], params)
+        out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
+                               log_probs=log_probs)
         out.meta["temperature"] = params.logprob_temperature
         return out
 
@@ -73,8 +81,12 @@ def response_mask_from_ids(responses: torch.Tensor, eos_token_ids: list[int]) ->
 
 
 def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: int,
-                     eos_token_ids: list[int], pad_token_id: int) -> Batch:
-    """Build the standard rollout layout (see :data:`verl.protocol.FIELDS`) from raw responses."""
+                     eos_token_ids: list[int], pad_token_id: int, *, log_probs: torch.Tensor | None = None) -> Batch:
+    """Build the standard rollout layout (see :data:`verl.protocol.FIELDS`) from raw responses.
+
+    ``log_probs`` (the engine's, aligned with ``responses``) become ``rollout_log_probs``, 0
+    wherever ``response_mask`` is 0.
+    """
     prompt_ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
     responses = responses.to(prompt_ids.device)
     # The mask comes from the engine's own output; padding added here to reach max_new_tokens is
@@ -85,6 +97,10 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: in
         responses = F.pad(responses, (0, extra), value=pad_token_id)
         response_mask = F.pad(response_mask, (0, extra), value=0)
     responses = responses.masked_fill(response_mask == 0, pad_token_id)
+    if log_probs is not None:
+        log_probs = F.pad(log_probs.to(prompt_ids.device).float(), (0, responses.shape[1] - log_probs.shape[1]))
+        # torch.where, not a product: a filtered-out pad token after EOS has log-prob -inf.
+        log_probs = torch.where(response_mask.bool(), log_probs, torch.zeros_like(log_probs))
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     # Padding after the response continues from the last real position, like the prompt's pads.
@@ -95,4 +111,25 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: in
     out["input_ids"] = torch.cat([prompt_ids, responses], dim=1)
     out["attention_mask"] = attention_mask
     out["position_ids"] = position_ids
+    if log_probs is not None:
+        out["rollout_log_probs"] = log_probs
     return out
+
+
+def concat_rollouts(batches: list[Batch], pad_token_id: int) -> Batch:
+    """Rows of several rollout batches in one, their prompts left-padded to a common width.
+
+    Prompt batches are padded to their own longest prompt, so rollouts of different prompt
+    batches differ in ``T_prompt``; the response columns all have ``max_new_tokens``.
+    """
+    width = max(b["prompts"].shape[1] for b in batches)
+    padded = []
+    for batch in batches:
+        extra = width - batch["prompts"].shape[1]
+        if extra:
+            batch = Batch(dict(batch.tensors), dict(batch.non_tensors), batch.meta)
+            for key, value in (("prompts", pad_token_id), ("input_ids", pad_token_id), ("attention_mask", 0),
+                               ("position_ids", 0)):
+                batch[key] = F.pad(batch[key], (extra, 0), value=value)
+        padded.append(batch)
+    return Batch.concat(padded)

@@ -6,6 +6,8 @@ generator so two runs see the same tokens.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from verl.rollout.base import RolloutEngine, SamplingParams
@@ -19,10 +21,16 @@ class DummyRollout(RolloutEngine):
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
 
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams) -> torch.Tensor:
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams):
         special = set(self.eos_token_ids) | {self.pad_token_id}
         allowed = torch.tensor([t for t in range(self.vocab_size) if t not in special])
         picks = torch.randint(len(allowed), (input_ids.shape[0], params.max_new_tokens), generator=self.generator)
         responses = allowed[picks]
         responses[:, -1] = self.eos_token_ids[0]
-        return responses.to(input_ids.device)
+        log_probs = None
+        if params.logprobs:
+            # Its own sampling distribution: uniform over the allowed tokens, then a certain EOS.
+            log_probs = torch.full(responses.shape, -math.log(len(allowed)))
+            log_probs[:, -1] = 0.0
+            log_probs = log_probs.to(input_ids.device)
+        return responses.to(input_ids.device), log_probs

@@ -1,14 +1,25 @@
 """Rollout with Hugging Face ``generate``: works for every causal LM, on CPU and GPU.
 
 In the hybrid engine the rollout holds the actor's own module, so it always samples with the
-current weights and :meth:`sync_weights` has nothing to do.
+current weights and :meth:`sync_weights` has nothing to do. With ``SamplingParams.logprobs``
+it reports the sampled tokens' log-probs from ``generate``'s processed scores.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+
+
+def _sampled_log_probs(scores: tuple[torch.Tensor, ...], tokens: torch.Tensor) -> torch.Tensor:
+    """Log-prob ``[B, T]`` of each generated token under the distribution ``generate`` sampled it
+    from: ``scores`` are the logits after every processor (temperature, top-k, top-p), one
+    ``[B, V]`` tensor per step. Holding them costs B x T x V floats per generate call."""
+    steps = [torch.log_softmax(step.float(), dim=-1).gather(-1, tokens[:, t:t + 1])
+             for t, step in enumerate(scores)]
+    return torch.cat(steps, dim=1)
 
 
 class HFRollout(RolloutEngine):
@@ -28,33 +39,43 @@ class HFRollout(RolloutEngine):
     def _generation_config(self, params: SamplingParams):
         from transformers import GenerationConfig
 
-        kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=self.eos_token_ids,
-                      pad_token_id=self.pad_token_id, num_return_sequences=1)
+        # Every setting that shapes the distribution is given explicitly: ``generate`` fills unset
+        # ones from the model's generation_config.json and then from its own defaults (top_k=50,
+        # hub files add top_k/top_p/repetition_penalty), and the samples would no longer follow
+        # SamplingParams. top_k=0 and top_p=1.0 are "off" to transformers.
+        kwargs = dict(max_new_tokens=params.max_new_tokens, min_new_tokens=0, eos_token_id=self.eos_token_ids,
+                      pad_token_id=self.pad_token_id, num_return_sequences=1, num_beams=1,
+                      repetition_penalty=1.0, no_repeat_ngram_size=0)
         if params.greedy:
             return GenerationConfig(do_sample=False, **kwargs)
-        return GenerationConfig(do_sample=True, temperature=params.temperature,
-                                top_p=params.top_p if params.top_p < 1.0 else None,
-                                top_k=params.top_k if params.top_k > 0 else None, **kwargs)
+        return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=min(params.top_p, 1.0),
+                                top_k=max(params.top_k, 0), min_p=0.0, typical_p=1.0, epsilon_cutoff=0.0,
+                                eta_cutoff=0.0, **kwargs)
 
     @torch.no_grad()
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams) -> torch.Tensor:
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams):
         device = self.device
         config = self._generation_config(params)
         chunk = self.generation_batch_size or input_ids.shape[0]
         was_training = self.model.training
         self.model.eval()
         try:
-            outs = []
+            outs, log_probs = [], []
             for start in range(0, input_ids.shape[0], chunk):
                 ids = input_ids[start:start + chunk].to(device)
                 mask = attention_mask[start:start + chunk].to(device)
-                seq = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-                outs.append(seq[:, ids.shape[1]:])
+                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                          output_scores=params.logprobs, return_dict_in_generate=True)
+                outs.append(out.sequences[:, ids.shape[1]:])
+                if params.logprobs:
+                    log_probs.append(_sampled_log_probs(out.scores, outs[-1]))
         finally:
             self.model.train(was_training)
         width = max(o.shape[1] for o in outs)
-        return torch.cat([torch.nn.functional.pad(o, (0, width - o.shape[1]), value=self.pad_token_id)
-                          for o in outs])
+        responses = torch.cat([F.pad(o, (0, width - o.shape[1]), value=self.pad_token_id) for o in outs])
+        if not params.logprobs:
+            return responses, None
+        return responses, torch.cat([F.pad(lp, (0, width - lp.shape[1])) for lp in log_probs])
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         if model is not self.model:  # a separate copy (hybrid_engine=false): refresh it

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-STAGE_ORDER = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-               "validate", "save_checkpoint")
+STAGE_ORDER = ("gen", "gen_baseline", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
+               "update_actor", "validate", "save_checkpoint")
 
 
 def _label(key: str) -> str:

@@ -37,7 +37,8 @@ class BaseTrainer:
         ``batch`` holds the micro-batch (``response_mask``, ``old_log_probs``, ``advantages``,
         ``ref_log_prob`` when a reference exists, ...); ``log_prob`` and ``entropy`` are ``[B, T_resp]``
         under the current policy, with gradients; ``counts`` holds the mini-batch's
-        ``global_tokens`` / ``global_seqs`` so that micro-batches add up to the mini-batch loss.
+        ``global_tokens`` / ``global_seqs`` (and the ``norm_len`` of ``seq-mean-token-sum-norm``) so
+        that micro-batches add up to the mini-batch loss: pass it on as ``agg_loss(..., **counts)``.
         The default is the PPO clipped objective configured on the actor.
         """
         return self.worker.actor.ppo_loss(batch, log_prob, entropy, counts)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss
+from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
+from verl.config.errors import check_choice
 from verl.distributed.fsdp import parallelize, parallelize_optimizer
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
@@ -63,10 +64,15 @@ class Actor(PolicyModel):
     """The policy under training: PPO-style updates over mini- and micro-batches."""
 
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
-                 log_prob_micro_batch_size: int | None = None, seed: int = 0):
+                 log_prob_micro_batch_size: int | None = None, seed: int = 0, norm_len: int | None = None):
+        check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", config.policy_loss.loss_mode,
+                     list(POLICY_LOSSES), "policy loss")
         super().__init__(model, device, log_prob_micro_batch_size, fsdp_config=config.fsdp_config)
         self.config = config
         self.samples_per_mini_batch = samples_per_mini_batch
+        # The constant length normaliser of seq-mean-token-sum-norm (the configured maximum
+        # response length), so that every micro-batch divides by the same number.
+        self.norm_len = norm_len
         self.optimizer = parallelize_optimizer(build_optimizer(self.model.parameters(), config.optim),
                                                config.fsdp_config)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
@@ -78,16 +84,24 @@ class Actor(PolicyModel):
 
         A loss function gets the micro-batch (on its own device), the log-probs and entropies
         ``[B, T_resp]`` of its responses under the current policy (with gradients), and
-        ``counts`` (``global_tokens``, ``global_seqs`` of the mini-batch, for normalising).
+        ``counts`` (``global_tokens``, ``global_seqs`` of the mini-batch and the ``norm_len`` of
+        ``seq-mean-token-sum-norm``, for normalising: ``agg_loss(..., **counts)``).
         It returns ``(loss, metrics)``; metrics listed in ``ADDITIVE_METRICS`` are summed over
-        micro-batches, the rest averaged.
+        micro-batches, the rest averaged. With ``rollout_is_correction`` the policy loss of each
+        token is weighted by the truncated ratio of ``old_log_probs`` to ``rollout_log_probs``.
         """
         cfg = self.config
         mask = mb["response_mask"]
+        is_weights, is_metrics = None, {}
+        if cfg.rollout_is_correction:
+            is_weights, is_metrics = truncated_is_weights(mb["old_log_probs"], mb["rollout_log_probs"], mask,
+                                                          cfg.rollout_is_threshold)
         pg_loss, metrics = self.policy_loss_fn(
             mb["old_log_probs"], log_prob, mb["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, **counts)
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, rollout_is_weights=is_weights,
+            **counts)
+        metrics.update(is_metrics)
         loss = pg_loss
         metrics["actor/pg_loss"] = pg_loss.detach()
         if cfg.entropy_coeff != 0:
@@ -120,7 +134,7 @@ class Actor(PolicyModel):
             for mini in mini_batches(batch, mini_batch_size or self.samples_per_mini_batch,
                                      shuffle=self.config.shuffle, generator=self.generator):
                 counts = {"global_tokens": mini["response_mask"].sum().clamp(min=1).to(self.device),
-                          "global_seqs": len(mini)}
+                          "global_seqs": len(mini), "norm_len": self.norm_len}
                 loss_sums: dict[str, float] = {}
                 for mb in micro_batches(mini, micro_batch_size):
                     mb = mb.to(self.device)

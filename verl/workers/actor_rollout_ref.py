@@ -12,6 +12,7 @@ import logging
 
 import torch
 
+from verl.algorithms import truncated_responses
 from verl.config import ConfigError
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
@@ -63,7 +64,8 @@ class ActorRolloutRefWorker:
         self.actor = Actor(model, actor_cfg, self.device,
                            samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n,
                            total_steps=total_steps,
-                           log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed)
+                           log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed,
+                           norm_len=self.max_response_length)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                fsdp_config=config.ref.fsdp_config) if ref_model is not None else None
         self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
@@ -83,10 +85,12 @@ class ActorRolloutRefWorker:
         return self.ref.model if self.ref else None
 
     def sampling_params(self, validate: bool = False) -> SamplingParams:
+        """Training sampling (with the engine's log-probs when asked for), or validation sampling."""
         cfg = self.config.rollout
         src = cfg.val_kwargs if validate else cfg
+        logprobs = not validate and (cfg.calculate_log_probs or self.config.actor.rollout_is_correction)
         return SamplingParams(max_new_tokens=self.max_response_length, n=src.n, temperature=src.temperature,
-                              top_p=src.top_p, top_k=src.top_k, do_sample=src.do_sample)
+                              top_p=src.top_p, top_k=src.top_k, do_sample=src.do_sample, logprobs=logprobs)
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
@@ -108,6 +112,18 @@ class ActorRolloutRefWorker:
         return Batch({"ref_log_prob": log_prob})
 
     def update_actor(self, batch: Batch) -> dict[str, float]:
-        metrics = self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu)
+        """PPO update of the actor on ``batch``, then the rollout sees the new weights.
+
+        With ``actor.mask_truncated_responses`` (DAPO overlong filtering) responses cut off at
+        the length limit are left out of the loss: their ``response_mask`` is 0 here.
+        """
+        metrics = {}
+        if self.config.actor.mask_truncated_responses:
+            truncated = truncated_responses(batch["responses"], batch["response_mask"], self.rollout.eos_token_ids)
+            keep = (~truncated).unsqueeze(-1).to(batch["response_mask"].dtype)
+            batch = Batch({**batch.tensors, "response_mask": batch["response_mask"] * keep}, batch.non_tensors,
+                          batch.meta)
+            metrics["actor/truncated_masked_ratio"] = truncated.float().mean().item()
+        metrics.update(self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu))
         self.rollout.sync_weights(self.actor.model)
         return metrics

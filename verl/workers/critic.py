@@ -13,8 +13,9 @@ from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_opt
 
 class Critic:
     def __init__(self, value_model, config, device, *, samples_per_mini_batch: int, ppo_epochs: int,
-                 total_steps: int | None, seed: int = 0):
+                 total_steps: int | None, seed: int = 0, norm_len: int | None = None):
         self.model = parallelize(value_model, config.fsdp_config, device=device)
+        self.norm_len = norm_len  # seq-mean-token-sum-norm's constant length (the maximum response length)
         self.config = config
         self.device = device
         self.samples_per_mini_batch = samples_per_mini_batch
@@ -55,7 +56,7 @@ class Critic:
                     loss, metrics = compute_value_loss(
                         vpreds, mb["values"].to(self.device), mb["returns"].to(self.device), mask,
                         cliprange_value=self.config.cliprange_value, loss_agg_mode=self.config.loss_agg_mode,
-                        global_tokens=global_tokens, global_seqs=len(mini))
+                        global_tokens=global_tokens, global_seqs=len(mini), norm_len=self.norm_len)
                     loss.backward()
                     vf_loss_sum += float(loss.detach())
                     metrics["critic/vpred_mean"] = (vpreds.detach() * mask).sum() / mask.sum().clamp(min=1)

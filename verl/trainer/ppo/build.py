@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from verl.algorithms import ADV_ESTIMATORS, KL_KINDS, POLICY_LOSSES
+from verl.config.errors import check_choice
 from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
 from verl.data.tasks import TASKS
 from verl.distributed.worker_group import LocalWorkerGroup
@@ -69,8 +71,19 @@ def _val_batches(dataset: RLDataset, batch_size: int | None, pad_token_id: int):
     return [collate_prompts(items[i:i + size], pad_token_id) for i in range(0, len(items), size)]
 
 
+def check_algorithm_names(config) -> None:
+    """Every algorithm picked by name exists (the config layer does not know the tables)."""
+    actor, algo = config.actor_rollout_ref.actor, config.algorithm
+    check_choice("algorithm.adv_estimator", algo.adv_estimator, list(ADV_ESTIMATORS), "advantage estimator")
+    check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode,
+                 list(POLICY_LOSSES), "policy loss")
+    check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_KINDS, "KL estimator")
+    check_choice("algorithm.kl_penalty", algo.kl_penalty, KL_KINDS, "KL estimator")
+
+
 def build_rl_trainer(config) -> RLTrainer:
     config.validate()
+    check_algorithm_names(config)
     seed_everything(config.trainer.seed)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
     out_dir = Path(trainer_cfg.default_local_dir)
@@ -114,7 +127,7 @@ def build_rl_trainer(config) -> RLTrainer:
         critic = LocalWorkerGroup(Critic(value_model, critic_cfg, worker.device,
                                          samples_per_mini_batch=sizes["samples_per_mini_batch"],
                                          ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
-                                         seed=trainer_cfg.seed), "critic")
+                                         seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length), "critic")
     reward = LocalWorkerGroup(RewardWorker(tokenizer, compute_score, data_cfg.reward_fn_key), "reward")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(config.to_yaml())

@@ -15,6 +15,7 @@ from verl.errors import VerlError
 from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
+from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.progress import Progress, rl_postfix
 from verl.trainer.timing import timer
 
@@ -34,6 +35,7 @@ class RLTrainer:
         self.out_dir = out_dir
         self.total_steps = total_steps
         self.use_ref = use_ref
+        self.sampler = StepSampler(config, actor_rollout_ref, reward)
         kl = config.algorithm.kl_ctrl
         self.kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
         self.checkpoints = CheckpointManager(out_dir, config.trainer.max_actor_ckpt_to_keep)
@@ -69,15 +71,14 @@ class RLTrainer:
         return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
                 "validation": self.val_history}
 
-    def train_step(self, batch: Batch) -> dict:
+    def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         algo = self.config.algorithm
         with timer("step", timing):
-            with timer("gen", timing):
-                batch = self.actor_rollout_ref.run("generate_sequences", batch)
-            with timer("reward", timing):
-                batch = batch.union(self.reward.run("score", batch))
+            # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
+            batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing)
+            metrics.update(sample_metrics)
             with timer("old_log_prob", timing):
                 batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
             if self.use_ref:

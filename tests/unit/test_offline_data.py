@@ -1,0 +1,166 @@
+"""Offline datasets, token by token: loss masks of prompt/response rows and of chat conversations
+(assistant turns only), truncation, column errors, collation and the resumable loader.
+
+The tokenizer has one token per character and the chat template concatenates the contents,
+ending each assistant turn with ``</s>``, so every expectation can be written as characters.
+"""
+
+import pytest
+import torch
+
+from verl.data.io import DataError
+from verl.data.offline import (BatchLoader, Encoder, KTODataset, PreferenceDataset, SFTDataset, addition_rows,
+                               collate_kto, collate_pairs, collate_sft)
+from verl.models.tiny import build_char_tokenizer
+
+TOK = build_char_tokenizer()
+EOS = "</s>"
+
+
+def chars(ids):
+    return [TOK.decode([i]) for i in ids]
+
+
+def encoder(**kwargs):
+    kwargs.setdefault("max_length", 64)
+    return Encoder(TOK, **kwargs)
+
+
+def test_prompt_response_row_masks_exactly_the_response_and_its_eos():
+    ids, mask = encoder().example([{"role": "user", "content": "12+34="}], "46", "row 0")
+    assert chars(ids) == list("12+34=46") + [EOS]
+    assert mask == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_text_prompt_is_wrapped_as_a_user_turn_and_without_template_eos_is_appended():
+    templated = encoder().example("7+1=", "8", "row 0")
+    plain = encoder(apply_chat_template=False).example("7+1=", "8", "row 0")
+    assert chars(templated[0]) == chars(plain[0]) == list("7+1=8") + [EOS]
+    assert templated[1] == plain[1] == [0, 0, 0, 0, 1, 1]
+
+
+def test_messages_without_a_chat_template_need_apply_chat_template_false():
+    no_template = Encoder(build_char_tokenizer(chat_template=None), max_length=64)
+    with pytest.raises(DataError, match="data.apply_chat_template=false"):
+        no_template.example([{"role": "user", "content": "1+1="}], "2", "row 3 of data.train_files")
+    ids, mask = Encoder(build_char_tokenizer(chat_template=None), max_length=64, apply_chat_template=False).example(
+        [{"role": "user", "content": "1+1="}], "2", "row 0")
+    assert chars(ids) == list("1+1=2") + [EOS] and mask == [0, 0, 0, 0, 1, 1]
+
+
+def test_conversation_loss_mask_covers_assistant_turns_only():
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "1+1="},
+                {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2="},
+                {"role": "assistant", "content": "4"}]
+    ids, mask = encoder().conversation(messages, "row 0")
+    assert chars(ids) == ["S", *"1+1=", "2", EOS, *"2+2=", "4", EOS]
+    assert mask == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
+
+
+def test_conversation_ending_with_a_user_turn_masks_nothing_after_the_last_assistant_turn():
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"}]
+    ids, mask = encoder().conversation(messages, "row 0")
+    assert chars(ids) == ["a", "b", EOS, "c"] and mask == [0, 1, 1, 0]
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused_with_the_alternative():
+    tok = build_char_tokenizer(chat_template="{% for m in messages %}{{ m['content'] }}{% if loop.last %}!{% endif %}"
+                                             "{% endfor %}")
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"}]
+    with pytest.raises(DataError, match="data.prompt_key"):
+        Encoder(tok, max_length=64).conversation(messages, "row 0")
+
+
+def test_truncation_error_left_and_right_token_by_token():
+    row = ([{"role": "user", "content": "123+456="}], "579")  # 8 prompt + 4 response tokens = 12
+    with pytest.raises(DataError, match=r"row 5 .* 12 tokens long, over data.max_length=6.*data.truncation=left"):
+        encoder(max_length=6).example(*row, "row 5 of data.train_files")
+    ids, mask = encoder(max_length=6, truncation="left").example(*row, "row 0")
+    assert chars(ids) == ["6", "=", "5", "7", "9", EOS] and mask == [0, 0, 1, 1, 1, 1]
+    ids, mask = encoder(max_length=10, truncation="right").example(*row, "row 0")
+    assert chars(ids) == list("123+456=57") and mask == [0] * 8 + [1, 1]
+
+
+def test_sft_dataset_missing_columns_names_the_columns_found_and_the_keys():
+    rows = [{"question": "1+1=", "answer": "2"}]
+    with pytest.raises(DataError) as err:
+        SFTDataset(rows, encoder(), source="data.train_files")
+    text = str(err.value)
+    assert "'prompt'" in text and "'response'" in text and "question, answer" in text
+    assert "data.prompt_key" in text and "data.response_key" in text
+    SFTDataset(rows, encoder(), prompt_key="question", response_key="answer")  # the fix works
+
+
+def test_sft_dataset_points_at_messages_key_when_rows_hold_conversations():
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}]
+    with pytest.raises(DataError, match="data.messages_key=messages"):
+        SFTDataset(rows, encoder())
+    item = SFTDataset(rows, encoder(), messages_key="messages")[0]
+    assert chars(item["input_ids"]) == ["a", "b", EOS] and item["loss_mask"] == [0, 1, 1]
+
+
+def test_preference_and_kto_datasets_check_their_columns_and_labels():
+    missing = r"lacks the column 'rejected' \(columns found: prompt, chosen\); set data.rejected_key"
+    with pytest.raises(DataError, match=missing):
+        PreferenceDataset([{"prompt": "a", "chosen": "b"}], encoder())
+    with pytest.raises(DataError, match="data.label_key"):
+        KTODataset([{"prompt": "a", "completion": "b"}], encoder())
+    with pytest.raises(DataError, match="must be true .desirable. or false"):
+        KTODataset([{"prompt": "a", "completion": "b", "label": "good"}], encoder())
+
+
+def test_collate_sft_left_pads_ids_masks_and_positions():
+    ds = SFTDataset([{"prompt": "1+1=", "response": "2"}, {"prompt": "10+10=", "response": "20"}], encoder())
+    b = collate_sft([ds[0], ds[1]], TOK.pad_token_id)
+    # row 0: 6 tokens ("1+1=2</s>") padded to row 1's 9 ("10+10=20</s>")
+    assert b["input_ids"].shape == (2, 9)
+    assert b["attention_mask"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1]
+    assert b["position_ids"][0].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5]
+    assert b["loss_mask"][0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1]
+    assert b["loss_mask"][1].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+
+
+def test_collate_pairs_gives_both_halves_one_width():
+    ds = PreferenceDataset([{"prompt": "1+1=", "chosen": "2", "rejected": "11"}], encoder())
+    b = collate_pairs([ds[0]], TOK.pad_token_id)
+    assert b["chosen_input_ids"].shape == b["rejected_input_ids"].shape == (1, 7)
+    assert chars(b["chosen_input_ids"][0][1:].tolist()) == list("1+1=2") + [EOS]
+    assert b["chosen_loss_mask"][0].tolist() == [0, 0, 0, 0, 0, 1, 1]
+    assert b["rejected_loss_mask"][0].tolist() == [0, 0, 0, 0, 1, 1, 1]
+
+
+def test_kto_mismatched_pairs_never_join_a_prompt_with_its_own_completions():
+    rows = [{"prompt": "1+1=", "completion": "2", "label": True}, {"prompt": "1+1=", "completion": "3", "label": False},
+            {"prompt": "5+5=", "completion": "10", "label": True}]
+    ds = KTODataset(rows, encoder())
+    b = collate_kto([ds[i] for i in range(3)], TOK.pad_token_id, encoder())
+    assert b["label"].tolist() == [True, False, True]
+    kl = ["".join(c for c in chars(row.tolist()) if c != "<pad>") for row in b["kl_input_ids"]]
+    # rows 0 and 1 share a prompt, so both borrow row 2's completion; row 2 borrows row 0's
+    assert kl == ["1+1=10" + EOS, "1+1=10" + EOS, "5+5=2" + EOS]
+    assert b["kl_loss_mask"][2].tolist()[-2:] == [1, 1]
+
+
+def test_batch_loader_resumes_with_the_batch_it_would_have_given_next():
+    ds = SFTDataset([{"prompt": f"{i}+0=", "response": str(i)} for i in range(10)], encoder())
+    collate = lambda items: collate_sft(items, TOK.pad_token_id)
+    loader = BatchLoader(ds, 3, collate, seed=7)
+    assert len(loader) == 3
+    for _ in range(4):  # into the second epoch
+        next(loader)
+    resumed = BatchLoader(ds, 3, collate, seed=7)
+    resumed.load_state_dict(loader.state_dict())
+    assert torch.equal(next(loader)["input_ids"], next(resumed)["input_ids"])
+    with pytest.raises(DataError, match="lower data.train_batch_size to at most 10"):
+        BatchLoader(ds, 11, collate)
+
+
+def test_builtin_addition_rows_are_right_and_wrong_as_labelled():
+    for row in addition_rows("preference", "test", n=50):
+        a, b = row["prompt"][0]["content"].rstrip("=").split("+")
+        assert row["chosen"] == str(int(a) + int(b)) != row["rejected"]
+    kto = addition_rows("kto", "train", n=20)
+    assert len(kto) == 40 and sum(r["label"] for r in kto) == 20
+    assert addition_rows("sft", "train", n=3)[0].keys() == {"prompt", "response"}

@@ -1,0 +1,365 @@
+"""Datasets of the offline trainers: supervised examples, preference pairs, KTO examples.
+
+Every row becomes token ids and a ``loss_mask`` of the same length: ``loss_mask[t] = 1`` when
+token t is a target of the loss (a response token, or a token of an assistant turn). Rows are
+tokenized when the dataset is built, so a missing column or an over-long row fails before training.
+
+Row formats (TRL's column names; every key can be renamed in the config)::
+
+    SFT         {"prompt": [{"role": "user", "content": "2+3="}] or "2+3=", "response": "5"}
+    SFT chat    {"messages": [{"role": "user", ...}, {"role": "assistant", ...}, ...]}
+    DPO         {"prompt": ..., "chosen": "5", "rejected": "6"}
+    KTO         {"prompt": ..., "completion": "5", "label": true}
+
+With a chat template the prompt is rendered with ``add_generation_prompt=True`` and the response
+is the rest of the rendered conversation (so it ends with the template's end-of-turn tokens).
+Without one (``apply_chat_template=false`` or a tokenizer without a template) the ids are
+``tokenize(prompt)`` then ``tokenize(response) + [eos]``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from verl.data.collate import left_pad, position_ids_from_mask
+from verl.data.io import DataError
+from verl.protocol import Batch
+
+Encoded = tuple[list[int], list[int]]  # (token ids, loss mask)
+
+
+# ------------------------------------------------------------------------------ tokenization
+class Encoder:
+    """Turns prompts, responses and conversations into ``(ids, loss_mask)`` for one tokenizer."""
+
+    def __init__(self, tokenizer, *, max_length: int, truncation: str = "error", apply_chat_template: bool = True,
+                 chat_template_kwargs: dict | None = None):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.truncation = truncation
+        self.templated = apply_chat_template and tokenizer.chat_template is not None
+        self.apply_chat_template = apply_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                  **self.chat_template_kwargs)
+
+    def _ids(self, text: str, special: bool = False) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def _ids_many(self, texts: list[str], special: bool = False) -> list[list[int]]:
+        # One call for all texts: the fast tokenizer's per-call overhead dominates short rows.
+        return [list(ids) for ids in self.tokenizer(texts, add_special_tokens=special)["input_ids"]] if texts else []
+
+    def _plain(self, value: Any, where: str) -> str:
+        if isinstance(value, str):
+            return value
+        if self.apply_chat_template:  # messages, and the tokenizer has no template to render them
+            raise DataError(f"{where}: chat messages need a chat template, and the tokenizer has none; use a "
+                            f"tokenizer (model) with a chat template, or set data.apply_chat_template=false to "
+                            f"use the message contents as plain text")
+        return "\n".join(str(m["content"]) for m in value)
+
+    def _texts(self, prompt: Any, response: Any, where: str, rendered: dict) -> tuple[str, str]:
+        """(prompt text, response text) as they will be tokenized; ``rendered`` caches prompt renderings."""
+        prompt, response = _messages_or_text(prompt, where, "prompt"), _messages_or_text(response, where, "response")
+        if not self.templated:
+            return self._plain(prompt, where), self._plain(response, where)
+        prompt_msgs = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        response_msgs = response if isinstance(response, list) else [{"role": "assistant", "content": response}]
+        key = repr(prompt_msgs)
+        if key not in rendered:
+            rendered[key] = self._render(prompt_msgs, True)
+        prompt_text = rendered[key]
+        full_text = self._render(prompt_msgs + response_msgs, False)
+        if not full_text.startswith(prompt_text):
+            raise DataError(f"{where}: the chat template does not render the prompt as the start of the whole "
+                            f"conversation, so the response tokens cannot be told apart; set "
+                            f"data.apply_chat_template=false or use a template without this behaviour")
+        return prompt_text, full_text[len(prompt_text):]
+
+    def prompt_response_many(self, rows: list[tuple[Any, Any, str]]) -> list[tuple[list[int], list[int]]]:
+        """``(prompt ids, response ids)`` of each ``(prompt, response, where)``, before truncation. A
+        prompt or response may be text or chat messages; ``where`` names the row in errors."""
+        rendered: dict[str, str] = {}
+        texts = [self._texts(prompt, response, where, rendered) for prompt, response, where in rows]
+        prompts = self._ids_many([p for p, _ in texts], special=not self.templated)
+        responses = self._ids_many([r for _, r in texts])
+        eos = [] if self.templated else [self.tokenizer.eos_token_id]
+        return [(p, r + eos) for p, r in zip(prompts, responses)]
+
+    def conversation(self, messages: Any, where: str) -> Encoded:
+        """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens)."""
+        if not _is_messages(messages):
+            raise DataError(f"{where}: expected a list of {{role, content}} messages, got "
+                            f"{type(messages).__name__}: {messages!r:.200}")
+        if not self.templated:
+            raise DataError(f"{where}: chat conversations need the tokenizer's chat template (data.apply_chat_template"
+                            f"=true and a tokenizer that has one)")
+        full = self._render(messages, False)
+        ids, mask, done = [], [], 0
+        for k, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            start_text = self._render(messages[:k], True) if k else ""
+            end_text = self._render(messages[:k + 1], False)
+            start = len(start_text)
+            if not (full.startswith(end_text) and end_text.startswith(start_text) and start >= done):
+                raise DataError(f"{where}: the chat template renders earlier turns differently once later turns "
+                                f"follow, so assistant turn {k} cannot be located; use prompt/response columns "
+                                f"(data.prompt_key / data.response_key) instead")
+            for text, target in ((full[done:start], 0), (full[start:len(end_text)], 1)):
+                piece = self._ids(text) if text else []
+                ids += piece
+                mask += [target] * len(piece)
+            done = len(end_text)
+        rest = self._ids(full[done:]) if done < len(full) else []
+        return ids + rest, mask + [0] * len(rest)
+
+    def fit(self, ids: list[int], mask: list[int], where: str, truncation: str | None = None) -> Encoded:
+        """``(ids, mask)`` cut to ``max_length`` as ``truncation`` (default: the configured mode) says."""
+        mode = truncation or self.truncation
+        if len(ids) <= self.max_length:
+            return ids, mask
+        if mode == "error":
+            raise DataError(f"{where} is {len(ids)} tokens long, over data.max_length={self.max_length}; raise "
+                            f"data.max_length, or set data.truncation=left (cut the start of the prompt) or "
+                            f"right (cut the end of the response)")
+        if mode == "left":
+            return ids[-self.max_length:], mask[-self.max_length:]
+        return ids[:self.max_length], mask[:self.max_length]
+
+    def join(self, prompt_ids: list[int], response_ids: list[int], where: str,
+             truncation: str | None = None) -> Encoded:
+        """Prompt then response, the loss mask on the response, cut to max_length (see :meth:`fit`)."""
+        return self.fit(prompt_ids + response_ids, [0] * len(prompt_ids) + [1] * len(response_ids), where, truncation)
+
+    def examples(self, rows: list[tuple[Any, Any, str]]) -> list[Encoded]:
+        """``(ids, loss_mask)`` of each ``(prompt, response, where)``."""
+        return [self.join(p, r, where) for (p, r), (_, _, where) in zip(self.prompt_response_many(rows), rows)]
+
+    def example(self, prompt: Any, response: Any, where: str) -> Encoded:
+        return self.examples([(prompt, response, where)])[0]
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
+
+
+def _messages_or_text(value: Any, where: str, what: str) -> str | list[dict]:
+    if isinstance(value, str) or _is_messages(value):
+        return value
+    raise DataError(f"{where}: the {what} must be a string or a list of {{role, content}} messages, got "
+                    f"{type(value).__name__}: {value!r:.200}")
+
+
+def check_columns(rows: list[dict], needed: dict[str, str], source: str, extra_hint: str = "") -> None:
+    """Every row has the columns ``needed`` maps to their config keys; else one error naming them all."""
+    if not rows:
+        raise DataError(f"{source} holds no rows")
+    for i, row in enumerate(rows):
+        missing = [(col, key) for col, key in needed.items() if row.get(col) is None]
+        if missing:
+            found = ", ".join(row) or "none"
+            if len(missing) == 1:
+                (col, key), = missing
+                what = f"the column {col!r} (columns found: {found}); set {key} to the column that holds it"
+            else:
+                cols = ", ".join(repr(c) for c, _ in missing)
+                keys = " / ".join(key for _, key in missing)
+                what = f"the columns {cols} (columns found: {found}); set {keys} to the columns that hold them"
+            raise DataError(f"row {i} of {source} lacks {what}{extra_hint}")
+
+
+# ------------------------------------------------------------------------------ datasets
+class SFTDataset:
+    """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
+
+    def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt",
+                 response_key: str = "response", messages_key: str | None = None, source: str = "data.train_files"):
+        if messages_key is not None:
+            check_columns(rows, {messages_key: "data.messages_key"}, source)
+            self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}"),
+                                      f"row {i} of {source}") for i, row in enumerate(rows)]
+            return
+        hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
+        check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
+        self.items = encoder.examples([(row[prompt_key], row[response_key], f"row {i} of {source}")
+                                       for i, row in enumerate(rows)])
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        ids, mask = self.items[i]
+        return {"input_ids": ids, "loss_mask": mask}
+
+
+class PreferenceDataset:
+    """Preference pairs: one prompt, a chosen and a rejected response."""
+
+    def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt", chosen_key: str = "chosen",
+                 rejected_key: str = "rejected", source: str = "data.train_files"):
+        check_columns(rows, {prompt_key: "data.prompt_key", chosen_key: "data.chosen_key",
+                             rejected_key: "data.rejected_key"}, source)
+        encoded = encoder.examples([(row[prompt_key], row[key], f"row {i} of {source} ({side})")
+                                    for i, row in enumerate(rows)
+                                    for key, side in ((chosen_key, "chosen"), (rejected_key, "rejected"))])
+        self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.items[i]
+
+
+class KTODataset:
+    """Unpaired examples with a desirable / undesirable label."""
+
+    def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt",
+                 completion_key: str = "completion", label_key: str = "label", source: str = "data.train_files"):
+        check_columns(rows, {prompt_key: "data.prompt_key", completion_key: "data.completion_key",
+                             label_key: "data.label_key"}, source)
+        for i, row in enumerate(rows):
+            label = row[label_key]
+            if not isinstance(label, bool) and label not in (0, 1):
+                raise DataError(f"row {i} of {source}: label {label!r} in column {label_key!r} must be true "
+                                f"(desirable) or false (undesirable)")
+        wheres = [f"row {i} of {source}" for i in range(len(rows))]
+        split = encoder.prompt_response_many([(row[prompt_key], row[completion_key], where)
+                                              for row, where in zip(rows, wheres)])
+        self.items = []
+        for row, where, (prompt_ids, completion_ids) in zip(rows, wheres, split):
+            ids, mask = encoder.join(prompt_ids, completion_ids, where)
+            self.items.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids, "input_ids": ids,
+                               "loss_mask": mask, "label": bool(row[label_key])})
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.items[i]
+
+
+# ------------------------------------------------------------------------------ collation
+def _sequences(encoded: list[Encoded], pad_token_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Left-padded ``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask`` ``[B, T]``."""
+    input_ids, attention_mask = left_pad([ids for ids, _ in encoded], pad_token_id)
+    loss_mask, _ = left_pad([mask for _, mask in encoded], 0)
+    return {f"{prefix}input_ids": input_ids, f"{prefix}attention_mask": attention_mask,
+            f"{prefix}position_ids": position_ids_from_mask(attention_mask), f"{prefix}loss_mask": loss_mask}
+
+
+def collate_sft(items: list[dict], pad_token_id: int) -> Batch:
+    """``input_ids``, ``attention_mask``, ``position_ids``, ``loss_mask``: ``[B, T]``, left-padded."""
+    return Batch(_sequences([(it["input_ids"], it["loss_mask"]) for it in items], pad_token_id))
+
+
+def collate_pairs(items: list[dict], pad_token_id: int) -> Batch:
+    """``chosen_*`` and ``rejected_*`` (the four fields of :func:`collate_sft`), all ``[B, T]`` with
+    one width T, so both halves can run through the model as one ``[2B, T]`` batch."""
+    both = _sequences([it["chosen"] for it in items] + [it["rejected"] for it in items], pad_token_id)
+    n = len(items)
+    out = {f"chosen_{k}": v[:n] for k, v in both.items()}
+    out.update({f"rejected_{k}": v[n:] for k, v in both.items()})
+    return Batch(out)
+
+
+def _mismatched_partner(items: list[dict], i: int) -> int:
+    """The next row (cyclically) whose prompt differs from row i's; i + 1 when all prompts are equal."""
+    n = len(items)
+    for j in range(i + 1, i + n):
+        if items[j % n]["prompt_ids"] != items[i]["prompt_ids"]:
+            return j % n
+    return (i + 1) % n
+
+
+def collate_kto(items: list[dict], pad_token_id: int, encoder: Encoder) -> Batch:
+    """The fields of :func:`collate_sft`, ``label`` ``[B]`` bool, and ``kl_*``: row i's prompt with the
+    completion of the next row that has another prompt: the mismatched pairs KTO's reference point is
+    estimated on. A KL pair longer than max_length is cut as data.truncation says (the end of the
+    completion when it is error)."""
+    batch = _sequences([(it["input_ids"], it["loss_mask"]) for it in items], pad_token_id)
+    batch["label"] = torch.tensor([it["label"] for it in items], dtype=torch.bool)
+    mode = "right" if encoder.truncation == "error" else encoder.truncation
+    kl = []
+    for i, item in enumerate(items):
+        kl.append(encoder.join(item["prompt_ids"], items[_mismatched_partner(items, i)]["completion_ids"],
+                               "KL pair", mode))
+    batch.update(_sequences(kl, pad_token_id, prefix="kl_"))
+    return Batch(batch)
+
+
+class BatchLoader:
+    """Batches of a dataset, epoch after epoch, resumable.
+
+    Epoch e's order is a permutation drawn from ``torch.Generator().manual_seed(seed + e)``, so
+    ``state_dict()`` (epoch, position) restores exactly the batches the run would have seen next.
+    A last incomplete batch of an epoch is dropped.
+    """
+
+    def __init__(self, dataset, batch_size: int, collate: Callable[[list[dict]], Batch], *, shuffle: bool = True,
+                 seed: int = 1):
+        if len(dataset) < batch_size:
+            raise DataError(f"the dataset has {len(dataset)} rows, fewer than one batch of {batch_size}; lower "
+                            f"data.train_batch_size to at most {len(dataset)}, or add data")
+        self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
+        self.shuffle, self.seed = shuffle, seed
+        self.epoch, self.position = 0, 0
+
+    def __len__(self) -> int:
+        return len(self.dataset) // self.batch_size
+
+    def __next__(self) -> Batch:
+        if self.position >= len(self):
+            self.epoch, self.position = self.epoch + 1, 0
+        n = len(self.dataset)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch)) \
+            if self.shuffle else torch.arange(n)
+        rows = order[self.position * self.batch_size:(self.position + 1) * self.batch_size].tolist()
+        self.position += 1
+        return self.collate([self.dataset[i] for i in rows])
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+# ------------------------------------------------------------------------------ built-in data
+def wrong_sum(a: int, b: int, rng: random.Random) -> str:
+    """A wrong answer to ``a+b=``: the sum with its digits reversed (``85`` -> ``58``), or, where that
+    reads the same (``55``, ``121``), the sum off by 10 either way."""
+    right = a + b
+    swapped = int(str(right)[::-1])
+    return str(swapped if swapped != right else right + rng.choice((10, -10)))
+
+
+def addition_rows(kind: str, split: str = "train", n: int | None = None, seed: int = 0) -> list[dict]:
+    """Rows of the built-in addition task for an offline trainer: ``kind`` is ``sft`` (prompt,
+    response), ``preference`` (prompt, chosen = the sum, rejected = a wrong sum) or ``kto`` (two rows
+    per prompt: the sum labelled true and a wrong sum labelled false)."""
+    from verl.data.tasks import addition
+
+    rng = random.Random(seed)
+    rows = []
+    for row in addition.make_rows(split, n, seed):
+        a, b, prompt = row["extra_info"]["a"], row["extra_info"]["b"], row["prompt"]
+        right = str(a + b)
+        if kind == "sft":
+            rows.append({"prompt": prompt, "response": right})
+        elif kind == "preference":
+            rows.append({"prompt": prompt, "chosen": right, "rejected": wrong_sum(a, b, rng)})
+        elif kind == "kto":
+            rows.append({"prompt": prompt, "completion": right, "label": True})
+            rows.append({"prompt": prompt, "completion": wrong_sum(a, b, rng), "label": False})
+        else:
+            raise ValueError(f"unknown kind {kind!r}; choose sft, preference or kto")
+    return rows

@@ -1,0 +1,117 @@
+"""The first stages of the RL step: generate responses and score them, for one step's batch.
+
+``StepSampler.generate_and_score`` runs, each stage timed:
+
+* ``gen``: the rollout engine samples ``rollout.n`` responses per prompt;
+* ``gen_baseline`` (ReMax only): one greedy response per prompt, scored; its score becomes the
+  ``reward_baselines`` of that prompt's samples (Li et al. 2023);
+* ``reward``: rule and/or model scores, plus DAPO's overlong penalty when
+  ``reward_model.overlong_buffer.enable`` (training only; validation scores stay unshaped).
+
+With ``algorithm.filter_groups.enable`` (DAPO dynamic sampling, Yu et al. 2025) prompt groups
+whose responses all score the same are dropped and further prompt batches are drawn (and go
+through the same stages) until the step has ``data.train_batch_size`` groups, or until
+``max_num_gen_batches`` batches were drawn; then the step trains on the groups kept so far (or,
+if not a single group was informative, on the last batch as it is) and the metrics say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from verl.algorithms import add_to_last_token, groups_with_variance, overlong_penalty
+from verl.config.checks import overlong_buffer_len
+from verl.errors import VerlError
+from verl.protocol import Batch
+from verl.rollout import concat_rollouts
+from verl.trainer.timing import timer
+
+
+class StepSampler:
+    def __init__(self, config, actor_rollout_ref, reward):
+        self.config = config
+        self.actor_rollout_ref = actor_rollout_ref
+        self.reward = reward
+        self.pad_token_id = actor_rollout_ref.worker.tokenizer.pad_token_id
+
+    def generate_and_score(self, prompts: Batch, prompt_loader, timing: dict) -> tuple[Batch, dict[str, float]]:
+        """A scored rollout batch for ``prompts`` (drawing more from ``prompt_loader`` only for
+        dynamic sampling), and the sampling metrics."""
+        batch = self._rollout(prompts, timing)
+        if not self.config.algorithm.filter_groups.enable:
+            return batch, {}
+        return self._keep_informative_groups(batch, prompt_loader, timing)
+
+    # ------------------------------------------------------------------ one prompt batch
+    def _rollout(self, prompts: Batch, timing: dict) -> Batch:
+        with timer("gen", timing):
+            batch = self.actor_rollout_ref.run("generate_sequences", prompts)
+        if self.config.algorithm.adv_estimator == "remax":
+            with timer("gen_baseline", timing):
+                baselines = self._greedy_scores(prompts).repeat_interleave(len(batch) // len(prompts))
+                batch["reward_baselines"] = baselines.to(batch["responses"].device)
+        with timer("reward", timing):
+            batch = batch.union(self._score(batch))
+        return batch
+
+    def _greedy_scores(self, prompts: Batch) -> torch.Tensor:
+        """``[B_prompts]``: the score of each prompt's greedy response (ReMax's baseline)."""
+        params = self.actor_rollout_ref.worker.sampling_params()
+        greedy = dataclasses.replace(params, n=1, do_sample=False, logprobs=False)
+        out = self.actor_rollout_ref.run("generate_sequences", prompts, params=greedy)
+        return self._score(out)["token_level_scores"].sum(-1)
+
+    def _score(self, batch: Batch) -> Batch:
+        scored = self.reward.run("score", batch)
+        buffer = self.config.reward_model.overlong_buffer
+        if buffer.enable:
+            mask = batch["response_mask"]
+            penalty = overlong_penalty(mask.sum(-1), self.config.data.max_response_length,
+                                       overlong_buffer_len(self.config), buffer.penalty_factor)
+            scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"], mask, penalty)
+            scored["reward_extra/overlong_penalty"] = penalty.tolist()
+        return scored
+
+    # ------------------------------------------------------------------ DAPO dynamic sampling
+    def _group_values(self, batch: Batch) -> torch.Tensor:
+        """``[B]``: the quantity that must differ within a group (``filter_groups.metric``)."""
+        metric = self.config.algorithm.filter_groups.metric
+        if metric == "score":
+            return batch["token_level_scores"].sum(-1).float()
+        key = f"reward_extra/{metric}"
+        if key not in batch:
+            extras = [k.split("/", 1)[1] for k in batch.keys() if k.startswith("reward_extra/")]
+            raise VerlError(f"algorithm.filter_groups.metric={metric!r}: the reward function returned no such "
+                            f"key; use score or one of the keys it returns: {extras or 'none'}")
+        try:
+            return torch.tensor(np.asarray(batch[key], dtype=np.float64))
+        except (TypeError, ValueError) as e:
+            raise VerlError(f"algorithm.filter_groups.metric={metric!r}: the reward function's values for it "
+                            f"are not all numbers ({e})") from e
+
+    def _keep_informative_groups(self, batch: Batch, prompt_loader, timing: dict):
+        cfg = self.config.algorithm.filter_groups
+        target = self.config.data.train_batch_size
+        n = self.config.actor_rollout_ref.rollout.n
+        kept: list[Batch] = []
+        kept_groups = dropped_groups = 0
+        draws = 1
+        while True:
+            keep = groups_with_variance(self._group_values(batch), batch["uid"])
+            kept_groups += int(keep.sum()) // n
+            dropped_groups += int((~keep).sum()) // n
+            if keep.any():
+                kept.append(batch.index(keep))
+            if kept_groups >= target or draws >= cfg.max_num_gen_batches:
+                break
+            batch = self._rollout(next(prompt_loader), timing)
+            draws += 1
+        # Samples of a group are adjacent and stay so: the first groups fill the step exactly.
+        out = concat_rollouts(kept, self.pad_token_id).index(slice(0, target * n)) if kept else batch
+        metrics = {"filter_groups/num_gen_batches": draws, "filter_groups/kept_groups": kept_groups,
+                   "filter_groups/dropped_groups": dropped_groups, "filter_groups/trained_groups": len(out) // n,
+                   "filter_groups/cap_hit": float(kept_groups < target)}
+        return out, metrics

@@ -1,0 +1,51 @@
+"""Log-probs of preference pairs under the policy and the reference, and held-out pair statistics."""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms import dpo_loss
+from verl.data.offline import PreferenceDataset, collate_pairs
+from verl.protocol import Batch
+from verl.trainer.sft.runtime import sequence_logps
+
+_FIELDS = ("input_ids", "attention_mask", "position_ids", "loss_mask")
+
+
+def pair_logps(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence log-probs ``([B], [B])`` of the chosen and rejected responses, in one forward pass
+    over the ``[2B, T]`` stack of both halves (collate_pairs pads them to one width)."""
+    both = Batch({f: torch.cat([batch[f"chosen_{f}"], batch[f"rejected_{f}"]]) for f in _FIELDS})
+    logps = sequence_logps(model, both)
+    return logps[:len(batch)], logps[len(batch):]
+
+
+@torch.no_grad()
+def pair_statistics(policy_model, ref_model, batches, beta: float, loss_type: str = "sigmoid") -> dict[str, float]:
+    """DPO's reward statistics (``rewards/accuracies``, ``rewards/margins``, ...) of every pair in
+    ``batches``, with the implicit reward ``beta * (log pi - log pi_ref)``, and the ``loss``."""
+    parts: list[tuple[torch.Tensor, ...]] = []
+    for batch in batches:
+        parts.append((*pair_logps(policy_model, batch), *pair_logps(ref_model, batch)))
+    logps = [torch.cat(column) for column in zip(*parts)]
+    loss, metrics = dpo_loss(*logps, beta=beta, loss_type=loss_type)
+    return {"loss": float(loss), **{k: float(v) for k, v in metrics.items()}}
+
+
+def evaluate_pairs(trainer, rows: list[dict], *, prompt_key: str = "prompt", chosen_key: str = "chosen",
+                   rejected_key: str = "rejected", batch_size: int = 64) -> dict[str, float]:
+    """How the trainer's policy ranks preference pairs it may never have seen: rows with a prompt,
+    a chosen and a rejected response, scored by the implicit reward against the trainer's reference.
+    ``rewards/accuracies`` is the fraction of pairs whose chosen response gets the higher reward."""
+    dataset = PreferenceDataset(rows, trainer.encoder, prompt_key=prompt_key, chosen_key=chosen_key,
+                                rejected_key=rejected_key, source="evaluate_pairs(rows)")
+    pad = trainer.tokenizer.pad_token_id
+    batches = (collate_pairs([dataset[i] for i in range(s, min(s + batch_size, len(dataset)))], pad).to(trainer.device)
+               for s in range(0, len(dataset), batch_size))
+    model = trainer.policy.model
+    was_training = model.training
+    model.eval()
+    try:
+        return pair_statistics(model, trainer.ref_model, batches, trainer.config.algorithm.beta)
+    finally:
+        model.train(was_training)
