@@ -1,5 +1,6 @@
 """verl.checkpoint: crash-safe save/latest/load, pruning, and the Hugging Face export."""
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,3 +110,24 @@ def test_export_hf_writes_a_folder_that_from_pretrained_loads_with_identical_log
     assert AutoTokenizer.from_pretrained(target)("ab=")["input_ids"] == tokenizer("ab=")["input_ids"]
     assert not (target / "stale.txt").exists()
     assert list((tmp_path / "out").glob(".tmp-*")) == []
+
+
+def test_resume_path_follows_the_resume_mode(tmp_path):
+    from verl.config import TrainerConfig
+    from verl.errors import VerlError
+
+    manager = CheckpointManager(tmp_path)
+    trainer = TrainerConfig().trainer
+    assert manager.resume_path(trainer) is None  # auto, nothing saved yet
+    manager.save(3, {"x": 1})
+    assert manager.resume_path(trainer) == tmp_path / "global_step_3"
+    trainer.resume_mode = "disable"
+    assert manager.resume_path(trainer) is None
+    trainer.resume_mode = "resume_path"
+    with pytest.raises(VerlError, match="needs trainer.resume_from_path"):
+        manager.resume_path(trainer)
+    trainer.resume_from_path = str(tmp_path / "global_step_9")
+    with pytest.raises(VerlError, match="holds no checkpoint"):
+        manager.resume_path(trainer)
+    trainer.resume_from_path = str(tmp_path / "global_step_3")
+    assert manager.resume_path(trainer) == tmp_path / "global_step_3"

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from verl.errors import VerlError
+
 logger = logging.getLogger(__name__)
 
 POINTER = "latest_checkpointed_iteration.txt"
@@ -64,6 +66,24 @@ class CheckpointManager:
             return None
         path = self.step_dir(int(pointer.read_text().strip()))
         return path if (path / "state.pt").exists() else None
+
+    def resume_path(self, trainer_cfg) -> Path | None:
+        """The checkpoint a run resumes from under ``trainer.resume_mode`` (None = start fresh).
+
+        ``auto``: the newest complete checkpoint here, if any; ``disable``: none;
+        ``resume_path``: ``trainer.resume_from_path``, which must hold a checkpoint.
+        """
+        if trainer_cfg.resume_mode == "disable":
+            return None
+        if trainer_cfg.resume_mode != "resume_path":
+            return self.latest()
+        if not trainer_cfg.resume_from_path:
+            raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
+        path = Path(trainer_cfg.resume_from_path)
+        if not (path / "state.pt").exists():
+            raise VerlError(f"trainer.resume_from_path={path} holds no checkpoint (no state.pt); give a "
+                            f"global_step_N folder under a run's default_local_dir")
+        return path
 
     def save(self, step: int, state: dict) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,6 @@ import time
 from collections import defaultdict
 
 from verl.algorithms import make_kl_controller
-from verl.errors import VerlError
 from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
@@ -150,15 +149,7 @@ class RLTrainer:
         self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
 
     def _maybe_resume(self) -> None:
-        cfg = self.config.trainer
-        if cfg.resume_mode == "disable":
-            return
-        if cfg.resume_mode == "resume_path":
-            if not cfg.resume_from_path:
-                raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
-            path = cfg.resume_from_path
-        else:
-            path = self.checkpoints.latest()
+        path = self.checkpoints.resume_path(self.config.trainer)
         if path is None:
             return
         state = self.checkpoints.load(path)

@@ -179,19 +179,9 @@ class OfflineTrainer:
 
     def _maybe_resume(self) -> None:
         cfg = self.config.trainer
-        if cfg.resume_mode == "disable":
+        path = self.checkpoints.resume_path(cfg)
+        if path is None:
             return
-        if cfg.resume_mode == "resume_path":
-            if not cfg.resume_from_path:
-                raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
-            path = Path(cfg.resume_from_path)
-            if not (path / "state.pt").exists():
-                raise VerlError(f"trainer.resume_from_path={path} holds no checkpoint (no state.pt); give a "
-                                f"global_step_N folder under a run's default_local_dir")
-        else:
-            path = self.checkpoints.latest()
-            if path is None:
-                return
         self.load_state_dict(self.checkpoints.load(path))
         if cfg.progress_bar:
             print(f"Resumed from {path} at step {self.global_step}", flush=True)
