@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from helpers import gradient_of_one_step
 from transformers import AutoModelForCausalLM
 
 from verl.data import write_jsonl, write_parquet
@@ -111,25 +112,13 @@ def test_kto_runs_three_steps_from_the_command_line(tiny_model_dir, tmp_path):
     assert (out / "global_step_3" / "state.pt").exists() and (out / "huggingface" / "config.json").exists()
 
 
-def one_step_gradient(trainer) -> tuple[float, dict]:
-    grads, optimizer_step = {}, trainer.policy.optimizer_step
-
-    def capture():
-        for name, param in trainer.policy.model.named_parameters():
-            grads[name] = param.grad.full_tensor().clone()
-        return optimizer_step()
-
-    trainer.policy.optimizer_step = capture
-    return trainer.step(next(trainer.train_loader))["train/loss"], grads
-
-
 @pytest.mark.parametrize("trainer_cls, kind", [(DPOTrainer, "preference"), (KTOTrainer, "kto")])
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp_path, trainer_cls, kind):
     def build(micro):
         return trainer_cls(config(tiny_model_dir, tmp_path / str(micro), kind, 16,
                                   data={"train_batch_size": 8, "micro_batch_size_per_gpu": micro}))
 
-    full, micro = one_step_gradient(build(None)), one_step_gradient(build(2))
+    full, micro = gradient_of_one_step(build(None)), gradient_of_one_step(build(2))
     assert full[0] == pytest.approx(micro[0], rel=1e-5)
     assert any(g.abs().sum() > 0 for g in full[1].values())
     for name, grad in full[1].items():

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from helpers import gradient_of_one_step
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from verl.data import write_jsonl, write_parquet
@@ -73,19 +74,6 @@ def test_chat_conversations_train_on_assistant_turns(tiny_model_dir, tmp_path):
     assert {trainer.tokenizer.decode([t]) for t in targets} <= set("0123456789") | {"</s>"}
     result = trainer.fit()
     assert result["steps"] == 2 and (tmp_path / "out" / "huggingface" / "config.json").exists()
-
-
-def gradient_of_one_step(trainer) -> tuple[float, dict]:
-    """The step's reported loss and the accumulated gradient the optimiser is about to apply."""
-    grads, optimizer_step = {}, trainer.policy.optimizer_step
-
-    def capture():
-        for name, param in trainer.policy.model.named_parameters():
-            grads[name] = param.grad.full_tensor().clone()
-        return optimizer_step()
-
-    trainer.policy.optimizer_step = capture
-    return trainer.step(next(trainer.train_loader))["train/loss"], grads
 
 
 def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp_path):

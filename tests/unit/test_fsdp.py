@@ -21,6 +21,7 @@ from verl.models.tiny import ARCHITECTURES, make_tiny_model_folder
 from verl.models.value_model import ValueModel
 from verl.rollout import assemble_rollout
 from verl.workers import actor as actor_module
+from verl.workers import optim as optim_module
 from verl.workers.actor import Actor
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from verl.workers.critic import Critic
@@ -72,7 +73,7 @@ def unwrapped_actor(model, cfg, monkeypatch):
     """The same Actor code with the FSDP wrapping switched off."""
     with monkeypatch.context() as patch:
         patch.setattr(actor_module, "parallelize", lambda m, fsdp_config, *, device: m.to(device))
-        patch.setattr(actor_module, "parallelize_optimizer", lambda optimizer, fsdp_config: optimizer)
+        patch.setattr(optim_module, "parallelize_optimizer", lambda optimizer, fsdp_config: optimizer)
         return make_actor(model, cfg)
 
 

@@ -10,11 +10,11 @@ import torch
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
 from verl.config.errors import check_choice
-from verl.distributed.fsdp import parallelize, parallelize_optimizer
+from verl.distributed.fsdp import parallelize
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
-                                load_training_state, micro_batches, mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, build_training, clip_and_step, load_training_state, micro_batches,
+                                mini_batches, training_state)
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
@@ -73,10 +73,8 @@ class Actor(PolicyModel):
         # The constant length normaliser of seq-mean-token-sum-norm (the configured maximum
         # response length), so that every micro-batch divides by the same number.
         self.norm_len = norm_len
-        self.optimizer = parallelize_optimizer(build_optimizer(self.model.parameters(), config.optim),
-                                               config.fsdp_config)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.optimizer, self.lr_scheduler, self.generator = build_training(
+            self.model, config.optim, config.fsdp_config, total_steps, seed)
         self.policy_loss_fn = POLICY_LOSSES[config.policy_loss.loss_mode]
 
     def ppo_loss(self, mb: Batch, log_prob: torch.Tensor, entropy: torch.Tensor, counts: dict):

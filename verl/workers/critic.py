@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import compute_value_loss
-from verl.distributed.fsdp import parallelize, parallelize_optimizer
+from verl.distributed.fsdp import parallelize
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_lr_scheduler, build_optimizer, clip_and_step,
-                                load_training_state, micro_batches, mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, build_training, clip_and_step, load_training_state, micro_batches,
+                                mini_batches, training_state)
 
 
 class Critic:
@@ -20,10 +20,8 @@ class Critic:
         self.device = device
         self.samples_per_mini_batch = samples_per_mini_batch
         self.ppo_epochs = ppo_epochs
-        self.optimizer = parallelize_optimizer(build_optimizer(self.model.parameters(), config.optim),
-                                               config.fsdp_config)
-        self.lr_scheduler = build_lr_scheduler(self.optimizer, config.optim, total_steps)
-        self.generator = torch.Generator().manual_seed(seed)
+        self.optimizer, self.lr_scheduler, self.generator = build_training(
+            self.model, config.optim, config.fsdp_config, total_steps, seed)
 
     def _values(self, mb: Batch) -> torch.Tensor:
         return self.model.response_values(mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),

@@ -7,12 +7,20 @@ from collections import defaultdict
 
 import torch
 
+from verl.distributed.fsdp import parallelize_optimizer
 from verl.protocol import Batch
 
 
 def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=optim_cfg.lr, betas=tuple(optim_cfg.betas), eps=optim_cfg.eps,
                              weight_decay=optim_cfg.weight_decay)
+
+
+def build_training(model, optim_cfg, fsdp_config, total_steps: int | None, seed: int):
+    """What a trained role (actor or critic) steps with: optimiser (sharded like the model), LR
+    schedule, and the generator that shuffles its mini-batches."""
+    optimizer = parallelize_optimizer(build_optimizer(model.parameters(), optim_cfg), fsdp_config)
+    return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps), torch.Generator().manual_seed(seed)
 
 
 def build_lr_scheduler(optimizer, optim_cfg, total_steps: int | None):

@@ -1,0 +1,59 @@
+"""Shared pieces of the integration tests: running a document's code blocks, capturing a gradient."""
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def code_blocks(markdown: str) -> list[tuple[str, str]]:
+    """``(kind, code)`` of every ```python and ```bash block, in order."""
+    return re.findall(r"```(python|bash)\n(.*?)```", markdown, flags=re.S)
+
+
+def run_bash(block: str, cwd: Path) -> None:
+    """Run a shell block with this interpreter as ``python`` / ``.venv/bin/python`` and the checkout importable.
+
+    One thread, as in the test process: two threads per process crawl on a busy 2-core machine.
+    """
+    script = block.replace(".venv/bin/python", sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, f"{block}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"
+
+
+def run_document(doc: Path, cwd: Path, *, min_blocks: int = 10, bash_cwd=None) -> dict:
+    """Run every code block of ``doc`` in order: python blocks share one namespace, bash blocks run in
+    ``bash_cwd(block)`` (default ``cwd``). Returns the python namespace."""
+    blocks = code_blocks(doc.read_text())
+    assert len(blocks) >= min_blocks, f"{doc.name} lost its code blocks"
+    namespace: dict = {"__name__": f"__{doc.stem}__"}
+    root_level = logging.getLogger().level
+    try:
+        for kind, block in blocks:
+            if kind == "python":
+                exec(compile(block, f"{doc.name}:block", "exec"), namespace)
+            else:
+                run_bash(block, bash_cwd(block) if bash_cwd else cwd)
+    finally:
+        logging.getLogger().setLevel(root_level)
+    return namespace
+
+
+def gradient_of_one_step(trainer) -> tuple[float, dict]:
+    """An offline trainer's reported step loss and the accumulated gradient its optimiser is about to apply."""
+    grads, optimizer_step = {}, trainer.policy.optimizer_step
+
+    def capture():
+        for name, param in trainer.policy.model.named_parameters():
+            grads[name] = param.grad.full_tensor().clone()
+        return optimizer_step()
+
+    trainer.policy.optimizer_step = capture
+    return trainer.step(next(trainer.train_loader))["train/loss"], grads
