@@ -46,6 +46,16 @@ def run_document(doc: Path, cwd: Path, *, min_blocks: int = 10, bash_cwd=None) -
     return namespace
 
 
+def run_torchrun(script: str, *args, tmp_path: Path, nproc: int = 2) -> None:
+    """Run ``script`` (python source) on ``nproc`` CPU ranks with torchrun, the checkout importable."""
+    path = tmp_path / "rank.py"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           str(path), *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
 def gradient_of_one_step(trainer) -> tuple[float, dict]:
     """An offline trainer's reported step loss and the accumulated gradient its optimiser is about to apply."""
     grads, optimizer_step = {}, trainer.policy.optimizer_step

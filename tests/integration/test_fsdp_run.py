@@ -1,12 +1,11 @@
 """FSDP2 across 2 CPU ranks (torchrun, gloo): the code path of one process shards for real.
 
-Both ranks get the same batch, so the data-parallel average of their gradients is the gradient
-of one process: the 2-rank actor must end with the weights of the 1-rank actor.
+Both ranks get the same batch: with loss counts over both ranks and gradients summed, the two
+copies are one batch of every sample twice, whose gradient is that of one process on the batch, so
+the 2-rank actor must end with the weights of the 1-rank actor. Ranks holding different data:
+``test_dp_loss_scaling.py``.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -84,12 +83,9 @@ def make_batch(model_dir):
 def test_two_ranks_shard_the_actor_and_end_with_the_weights_of_one_process(tiny_model_dir, tmp_path):
     batch = make_batch(tiny_model_dir)
     torch.save(batch, tmp_path / "batch.pt")
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(tiny_model_dir), str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-4000:]
+    from helpers import run_torchrun  # here, not at the top: the rank processes import this module
+
+    run_torchrun(RANK_SCRIPT, tiny_model_dir, tmp_path, tmp_path=tmp_path)
     results = torch.load(tmp_path / "rank0.pt", weights_only=False)
 
     one = make_actor(tiny_model_dir, actor_config())  # this process: a one-rank group

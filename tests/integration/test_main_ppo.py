@@ -100,3 +100,59 @@ def test_other_architectures_train_unchanged(arch, tmp_path):
     assert main(args) == 0
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface")
     assert exported.config.model_type == arch
+
+
+TWO_REWARDS = '''
+import asyncio
+
+def starts_right(data_source, solution_str, ground_truth, extra_info=None):
+    if extra_info["index"] % 4 == 3:
+        return None  # a broken sample: scored 0 with reward.on_error=zero
+    return {"score": float(solution_str.strip().startswith(ground_truth)), "pred": solution_str.strip()[:1]}
+
+async def brevity(prompts, completions, **kwargs):
+    await asyncio.sleep(0)
+    return [1.0 if len(c[0]["content"]) <= 2 else 0.0 for c in completions]
+'''
+
+
+def test_weighted_rewards_on_error_zero_and_validation_at_n(tiny_model_dir, tmp_path):
+    reward = tmp_path / "two.py"
+    reward.write_text(TWO_REWARDS)
+    args = [a for a in _common(tiny_model_dir, tmp_path) if not a.startswith("custom_reward_function")]
+    functions = f"[{{name: starts_right, path: {reward}}}, {{name: brevity, path: {reward}, weight: 0.5}}]"
+    assert main(args + [f"reward.functions={functions}", "reward.on_error=zero",
+                        "actor_rollout_ref.rollout.val_kwargs.n=3", "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                        "actor_rollout_ref.rollout.val_kwargs.temperature=1.0", "data.shuffle=false"]) == 0
+    rows = _metrics(tmp_path / "out")
+    steps = [r for r in rows if "critic/score/mean" in r]
+    for r in steps:
+        # unshuffled, step s trains on rows 4(s-1)..4s-1: one of them has index % 4 == 3, x 2 samples
+        assert r["reward/num_errors"] == 2, r
+    val = [r for r in rows if "val-core/echo/reward/mean@1" in r]
+    assert val, rows
+    for key in ("mean@3", "best@3", "maj@3"):
+        assert f"val-core/echo/reward/{key}" in val[-1]
+    last = val[-1]
+    assert last["val-core/echo/reward/best@3"] >= last["val-core/echo/reward/mean@3"]
+    assert "reward/starts_right/mean" in steps[0] and "reward/brevity/mean" in steps[0]
+    # score = starts_right + 0.5 * brevity, per sample; so the means obey the same sum
+    expected = steps[0]["reward/starts_right/mean"] + 0.5 * steps[0]["reward/brevity/mean"]
+    assert steps[0]["critic/score/mean"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_reward_model_scores_add_to_rule_scores(tiny_model_dir, tmp_path):
+    from verl.models.tiny import make_tiny_reward_model_folder
+
+    rm_dir = make_tiny_reward_model_folder(tmp_path / "rm")
+    ones = tmp_path / "ones.py"
+    ones.write_text("def one(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    args = [a for a in _common(tiny_model_dir, tmp_path) if not a.startswith("custom_reward_function")]
+    assert main(args + ["reward_model.enable=true", f"reward_model.model.path={rm_dir}", "reward_model.weight=0.5",
+                        "reward_model.micro_batch_size_per_gpu=3", f"reward.functions=[{{name: one, path: {ones}}}]"]) == 0
+    steps = [r for r in _metrics(tmp_path / "out") if "critic/score/mean" in r]
+    assert len(steps) == 2
+    for r in steps:
+        # score = rule (always 1) + 0.5 * rm_score for every sample, hence for the means too
+        assert r["critic/score/mean"] == pytest.approx(1.0 + 0.5 * r["reward_extra/rm_score/mean"], abs=1e-5)
+        assert r["reward_extra/rm_score/mean"] != 0.0

@@ -37,7 +37,8 @@ def test_plain_string_prompt_is_wrapped_as_a_user_message(tmp_path):
     path = write_jsonl([{"prompt": "hi", "answer": 7}], tmp_path / "d.jsonl")
     item = RLDataset(path, tok)[0]
     assert tok.decode(item["input_ids"]) == "<user>hi<assistant>"
-    assert item["raw_prompt"] == "hi" and item["ground_truth"] == 7 and item["extra_info"] == {}
+    assert item["raw_prompt"] == "hi" and item["ground_truth"] == 7
+    assert item["extra_info"] == {"answer": 7}  # no extra_info column: the other columns stand in
 
 
 def test_chat_template_kwargs_are_passed_through(tmp_path):

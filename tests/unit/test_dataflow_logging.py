@@ -11,6 +11,7 @@ import torch
 from verl.distributed.worker_group import LocalWorkerGroup
 from verl.models.loading import load_tokenizer
 from verl.protocol import Batch
+from verl.rewards import RuleRewardManager
 from verl.workers.reward import RewardWorker
 
 
@@ -63,7 +64,7 @@ def test_moving_a_batch_to_the_gpu_and_back_is_logged(caplog):
 
 def test_a_worker_call_logs_the_bytes_handed_over_and_returned(tiny_model_dir, caplog):
     tokenizer = load_tokenizer(str(tiny_model_dir))
-    worker = RewardWorker(tokenizer, compute_score=lambda data_source, solution_str, ground_truth, extra_info: 1.0)
+    worker = RewardWorker(RuleRewardManager(tokenizer, lambda data_source, solution_str, ground_truth, extra_info: 1.0))
     group = LocalWorkerGroup(worker, "reward")
     batch = Batch({"responses": torch.tensor(tokenizer(["12", "7"], padding=True)["input_ids"]),
                    "response_mask": torch.tensor(tokenizer(["12", "7"], padding=True)["attention_mask"])},

@@ -164,3 +164,15 @@ def test_builtin_addition_rows_are_right_and_wrong_as_labelled():
     kto = addition_rows("kto", "train", n=20)
     assert len(kto) == 40 and sum(r["label"] for r in kto) == 20
     assert addition_rows("sft", "train", n=3)[0].keys() == {"prompt", "response"}
+
+
+def test_sft_on_a_builtin_task_trains_on_its_worked_solutions():
+    from verl.config.offline import SFTTrainerConfig
+    from verl.errors import VerlError
+    from verl.trainer.sft.loop import offline_rows
+
+    data = SFTTrainerConfig(data={"builtin_task": "word_problems"}).data
+    train, val = offline_rows(data, "sft")
+    assert len(val) == 200 and all(r["response"].rstrip().split("#### ")[-1].isdigit() for r in train[:50])
+    with pytest.raises(VerlError, match=r"'word_problems'.*no preference data.*\['addition'\]"):
+        offline_rows(data, "preference")

@@ -115,6 +115,7 @@ class RewardModelConfig(ConfigNode):
     reward_manager: str = option("naive", help="How scores are computed and placed on tokens; naive "
                                  "= one rule-function call per sample, score on the last token.")
     max_length: int | None = option(None, help="Longest reward-model input in tokens; null = prompt + response limits.")
+    weight: float = option(1.0, help="The reward model's score is multiplied by this and added to the rule rewards.")
     overlong_buffer: OverlongBufferConfig = section(OverlongBufferConfig, help="DAPO overlong reward "
                                                     "shaping (Yu et al. 2025).")
 
@@ -125,6 +126,21 @@ class CustomRewardFunctionConfig(ConfigNode):
 
     path: str | None = option(None, help="Python file defining the function; null = the built-in scorers.")
     name: str = option("compute_score", help="Function name inside that file.")
+    reward_kwargs: dict = option({}, help="Extra keyword arguments passed to the function on every call.")
+
+
+@dataclass
+class RewardConfig(ConfigNode):
+    """How rule rewards are combined and what a failing reward function does."""
+
+    functions: list[dict] = option([], help="More reward functions, summed with weights: a list of "
+                                   "{name, path, weight, kwargs}; without a path, name is a built-in scorer "
+                                   "(e.g. format/think). custom_reward_function, when set, is added with weight 1.")
+    on_error: Literal["raise", "zero"] = option("raise", help="A reward function that raises or returns "
+                                                "NaN/None/a non-number: raise stops the step naming the "
+                                                "function and sample; zero scores it 0 and counts it "
+                                                "(reward/num_errors).")
+    max_concurrency: int = option(64, help="Samples an async reward function scores at once.")
 
 
 @dataclass
@@ -239,6 +255,7 @@ class TrainerConfig(ConfigNode):
     reward_model: RewardModelConfig = section(RewardModelConfig, help="Learned reward model.")
     custom_reward_function: CustomRewardFunctionConfig = section(CustomRewardFunctionConfig,
                                                                  help="User reward function.")
+    reward: RewardConfig = section(RewardConfig, help="Several weighted reward functions; error handling.")
     algorithm: AlgorithmConfig = section(AlgorithmConfig, help="Advantages and KL penalty.")
     trainer: TrainerSectionConfig = section(TrainerSectionConfig, help="Run control, logging, checkpoints.")
     sft_warmstart: SFTWarmstartConfig = section(SFTWarmstartConfig, help="Built-in demo warm start.")

@@ -4,8 +4,12 @@ A row looks like::
 
     {"prompt": [{"role": "user", "content": "What is 2+3?"}],   # or a plain string
      "data_source": "arith_add",
-     "reward_model": {"ground_truth": "5", "style": "rule"},     # or a top-level ground_truth / answer
+     "reward_model": {"ground_truth": "5", "style": "rule"},     # or a ground_truth / answer / solution column
      "extra_info": {"split": "train", ...}}
+
+TRL's layouts work too: ``prompt`` as plain text or messages, or a ``messages`` conversation whose
+final assistant turn is the reference answer (the prompt is the conversation before it). Files may
+be Hugging Face dataset folders or hub names (see :mod:`verl.data.hf`).
 
 All prompts are tokenized when the dataset is built, so an over-long prompt (or a missing column,
 or a tokenizer without a chat template) fails before training starts, not hours into it.
@@ -25,13 +29,27 @@ TRUNCATION_MODES = ("error", "left", "right")
 
 
 def ground_truth_of(row: dict) -> Any:
-    """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth`` or ``answer`` column."""
+    """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
+    ``solution`` column, else (conversational rows) the final assistant message."""
     reward_model = row.get("reward_model")
     if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
-    if row.get("ground_truth") is not None:
-        return row["ground_truth"]
-    return row.get("answer")
+    for key in ("ground_truth", "answer", "solution"):
+        if row.get(key) is not None:
+            return row[key]
+    messages = row.get("messages")
+    if isinstance(messages, list) and messages and isinstance(messages[-1], dict) \
+            and messages[-1].get("role") == "assistant":
+        return messages[-1].get("content")
+    return None
+
+
+def conversation_prompt(messages: list[dict]) -> list[dict]:
+    """The prompt part of a ``messages`` conversation: everything before the final assistant turn(s)."""
+    end = len(messages)
+    while end > 0 and isinstance(messages[end - 1], dict) and messages[end - 1].get("role") == "assistant":
+        end -= 1
+    return list(messages[:end])
 
 
 class RLDataset:
@@ -69,6 +87,12 @@ class RLDataset:
         if not rows:
             raise DataError(f"the files in `{config_key}` hold no rows: {files}")
         for i, row in enumerate(rows):
+            if prompt_key not in row and isinstance(row.get("messages"), list):
+                # TRL's conversational layout: the prompt is the conversation up to the answer.
+                row[prompt_key] = conversation_prompt(row["messages"])
+                if not row[prompt_key]:
+                    raise DataError(f"row {i}: its `messages` hold only assistant turns; a prompt needs a "
+                                    f"user (or system) message before the answer")
             if prompt_key not in row:
                 raise DataError(f"row {i} has no prompt column {prompt_key!r}; columns found: {sorted(row)}; "
                                 f"set `data.prompt_key` to the column that holds the prompt")
@@ -133,6 +157,11 @@ class RLDataset:
         except Exception as e:
             raise DataError(f"row {i}: the chat template failed on this prompt: {type(e).__name__}: {e}") from e
 
+    def _other_columns(self, row: dict) -> dict:
+        # Rows without verl's extra_info (TRL-style data): the remaining columns take its place,
+        # so reward functions see them (TRL passes every dataset column to a reward function).
+        return {k: v for k, v in row.items() if k not in (self.prompt_key, "messages", "data_source", "reward_model")}
+
     def __len__(self) -> int:
         return len(self._rows)
 
@@ -147,6 +176,6 @@ class RLDataset:
             "raw_prompt": row[self.prompt_key],
             "data_source": row.get("data_source"),
             "ground_truth": ground_truth_of(row),
-            "extra_info": row.get("extra_info") or {},
+            "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),
             "index": self._index[i],
         }

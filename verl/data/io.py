@@ -1,4 +1,5 @@
-"""Reading and writing row files: parquet (verl's format) and JSON lines.
+"""Reading and writing row files: parquet (verl's format) and JSON lines; Hugging Face datasets
+(a dataset folder or a hub name, see :mod:`verl.data.hf`) are read too.
 
 Rows are plain python dicts. Nested parquet columns come back as python objects: a struct
 column as a dict, a list-of-struct column (chat messages) as a list of dicts. A struct column has
@@ -37,10 +38,11 @@ def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     if not files:
         raise DataError(f"no data files given; set `{config_key}` to a .parquet or .jsonl file (or a list)")
     rows: list[dict] = []
+    default_split = "test" if "val" in config_key else "train"
     for path in files:
         if not path.is_file():
-            raise DataError(f"data file not found: {path} (from `{config_key}`); check the path "
-                            f"or set `{config_key}` to an existing file")
+            rows.extend(_read_dataset(path, default_split, config_key))
+            continue
         suffix = path.suffix.lower()
         if suffix == ".parquet":
             rows.extend(_read_parquet(path))
@@ -50,6 +52,19 @@ def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
             raise DataError(f"cannot read {path} (from `{config_key}`): unknown extension {suffix!r}; "
                             f"supported: {', '.join(SUPPORTED_EXTENSIONS)}")
     return rows
+
+
+def _read_dataset(path: Path, default_split: str, config_key: str) -> list[dict]:
+    """A Hugging Face dataset folder or hub name (``verl.data.hf``), or a clear not-found error."""
+    from verl.data import hf
+
+    base, split = hf.split_spec(str(path))
+    if Path(base).is_dir():
+        return hf.read_local_dataset(Path(base), split, default_split, config_key)
+    if path.suffix.lower() not in SUPPORTED_EXTENSIONS and hf.looks_like_hub_name(str(path)):
+        return hf.read_hub_dataset(str(path), default_split, config_key)
+    raise DataError(f"data file not found: {path} (from `{config_key}`); check the path "
+                    f"or set `{config_key}` to an existing file")
 
 
 def _read_parquet(path: Path) -> list[dict]:

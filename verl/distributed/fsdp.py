@@ -13,6 +13,11 @@ to the root (torchtitan's recipe), with the ``fsdp_config`` section of the model
 - ``optimizer_offload``: optimiser state lives in CPU memory between steps
   (:func:`parallelize_optimizer`).
 
+Gradients are SUMMED over the ranks, not averaged (FSDP2's default): a trainer normalises each
+rank's loss by counts over all ranks (tokens, sequences; see ``verl.workers.optim``), so each rank's
+loss is its share of the loss of the whole batch and the sum of the shares' gradients is its
+gradient. Averaging per-rank means would be wrong whenever ranks hold different numbers of tokens.
+
 A wrapped module still behaves as the plain model for everyone outside: its ``state_dict()``
 holds full, unsharded CPU tensors (like FSDP1's ``FULL_STATE_DICT``) and ``load_state_dict()``
 takes them, so checkpoints, ``save_pretrained`` and weight sync need no FSDP knowledge, and a
@@ -134,6 +139,15 @@ def _cast_floating_buffers(model: nn.Module, dtype: torch.dtype | None) -> None:
 
 def _shard(module: nn.Module, kwargs: dict) -> nn.Module:
     fully_shard(module, **kwargs)
+    # Sum, don't average (see the module docstring). A divide factor of 1 rather than a loss scaled
+    # by the world size: the loss and its metrics stay the rank's true share, and no rounding of a
+    # multiply by W then divide by W. Force-sum: otherwise a factor other than the group size
+    # becomes a PREMUL_SUM, which gloo lacks; so every backend and reduce_dtype runs a plain SUM
+    # with no division at all. No fp16 overflow guard is lost: each share is already divided by
+    # the global count, so the sum has the size of a one-process gradient. At world size 1 the
+    # gradient is copied unchanged, as before.
+    module.set_gradient_divide_factor(1.0)
+    module.set_force_sum_reduction_for_comms(True)
     module.register_state_dict_post_hook(_gather_state_dict)
     module.register_load_state_dict_pre_hook(_shard_state_dict)
     return module

@@ -5,6 +5,9 @@ environment. In a plain Python process (the default single-process trainer, a no
 a one-rank group is started in-process on first use, so a single process runs the very FSDP2 code
 path that N ranks run. That group lives until the interpreter exits: sharded modules keep
 references to it, so tearing it down earlier would break every model wrapped in it.
+
+Every rank of the group is a data-parallel rank (each holds its own share of a step's samples);
+the collectives below run over all of them and are free at world size 1.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import shutil
 import tempfile
 
+import torch
 import torch.distributed as dist
 
 _local_group = None  # the one-rank group this module started, if any
@@ -50,3 +54,20 @@ def world_size() -> int:
     """Ranks in the default group (initialising it when needed)."""
     ensure_process_group()
     return dist.get_world_size()
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` summed over all ranks, in place (untouched at world size 1); returns it."""
+    if world_size() > 1:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_gather_objects(obj) -> list:
+    """``obj`` of every rank, in rank order (``[obj]`` at world size 1); a collective."""
+    world = world_size()
+    if world == 1:
+        return [obj]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, obj)
+    return gathered

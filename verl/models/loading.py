@@ -128,3 +128,32 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
+
+
+def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
+                             trust_remote_code: bool = False, config_key: str = "reward_model.model.path",
+                             **kwargs):
+    """``AutoModelForSequenceClassification.from_pretrained`` with dtype names and clear errors, in eval mode.
+
+    A folder without trained head weights (a causal LM, a bare encoder) is refused: transformers
+    would fill the missing head with random numbers and only warn.
+    """
+    import transformers
+    from transformers import AutoModelForSequenceClassification
+
+    _quiet_transformers()
+    path = os.path.expanduser(name_or_path)
+    dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            path, trust_remote_code=trust_remote_code, output_loading_info=True,
+            **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _load_error("sequence-classification model", name_or_path, config_key, exc) from None
+    if info["missing_keys"]:
+        raise ModelLoadError(
+            f"{name_or_path!r} (from `{config_key}`) loads as {type(model).__name__}, but these weights are not "
+            f"in it and would be random: {sorted(info['missing_keys'])[:5]}. It is not a trained "
+            f"sequence-classification model (a causal LM folder, for instance); give a trained reward "
+            f"model's folder or hub id.")
+    return model.eval()

@@ -40,17 +40,11 @@ def _byte_level_alphabet() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
-    """A byte-level BPE tokenizer with no merges: one token per byte (so one per ASCII character).
-
-    It has the layout of Qwen2's tokenizer (byte-level pre-tokeniser, BPE model) and so loads back
-    as the same tokenizer whichever class transformers picks for it. 259 tokens: 3 specials and
-    256 bytes; ``<pad>`` is 0, ``<s>`` 1, ``</s>`` 2.
-    """
+def _byte_level_core(specials: list[str]):
+    """A ``tokenizers`` byte-level BPE with no merges: ``specials`` first, then the 256 bytes."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS] + _byte_level_alphabet())}
+    vocab = {tok: i for i, tok in enumerate(specials + _byte_level_alphabet())}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
     core.normalizer = normalizers.NFC()
     core.pre_tokenizer = pre_tokenizers.Sequence([
@@ -58,6 +52,19 @@ def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     core.decoder = decoders.ByteLevel()
+    return core
+
+
+def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
+    """A byte-level BPE tokenizer with no merges: one token per byte (so one per ASCII character).
+
+    It has the layout of Qwen2's tokenizer (byte-level pre-tokeniser, BPE model) and so loads back
+    as the same tokenizer whichever class transformers picks for it. 259 tokens: 3 specials and
+    256 bytes; ``<pad>`` is 0, ``<s>`` 1, ``</s>`` 2.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    core = _byte_level_core([PAD, BOS, EOS])
     tok = PreTrainedTokenizerFast(
         # unk = eos: byte-level BPE never produces an unknown token, and naming an existing token
         # keeps Qwen2's tokenizer class from adding its own default one past the vocabulary.
@@ -110,7 +117,6 @@ def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int =
     and ``AutoTokenizer.from_pretrained(path)`` load it, so it can stand in for a hub model of the
     same architecture wherever a path is accepted.
     """
-    import torch
     from transformers import AutoModelForCausalLM
 
     from verl.models.loading import _quiet_transformers
@@ -121,9 +127,16 @@ def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int =
     config = build_tiny_config(len(tokenizer), arch, pad_token_id=tokenizer.pad_token_id,
                                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                                **config_kwargs)
+    return _save_new_model(AutoModelForCausalLM, config, tokenizer, path, seed)
+
+
+def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int) -> Path:
+    """A model of ``config`` with weights drawn from ``seed`` (the caller's RNG untouched), saved with its tokenizer."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config)
+        model = auto_class.from_config(config)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -158,3 +171,61 @@ def builtin_model_path() -> Path:
 
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+# The tiny reward model's chat template: role markers the policy's template does not have, so a
+# test can tell which template rendered a text.
+RM_CHAT_TEMPLATE = "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+
+
+def _build_reward_tokenizer(chat_template: str | None):
+    """Byte-level like :func:`build_char_tokenizer`, with another vocabulary: four BERT-style
+    specials first (``[PAD]`` 0, ``[CLS]`` 1, ``[SEP]`` 2, ``[UNK]`` 3), so byte ``b`` is id ``b + 4``
+    here and ``b + 3`` in the policy's tokenizer. A text pair becomes ``[CLS] A [SEP] B [SEP]``."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    core = _byte_level_core(["[PAD]", "[CLS]", "[SEP]", "[UNK]"])
+    if chat_template is None:  # an encoder reward model reads (question, answer) pairs
+        core.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                                  eos_token="[SEP]", unk_token="[UNK]", clean_up_tokenization_spaces=False)
+    tok.chat_template = chat_template
+    return tok
+
+
+def make_tiny_reward_model_folder(path: str | Path, *, arch: str = "qwen2", num_labels: int = 1, seed: int = 0,
+                                  hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
+                                  intermediate_size: int = 128, max_position_embeddings: int = 512) -> Path:
+    """Write a randomly initialised tiny reward model: ``AutoModelForSequenceClassification`` with
+    ``num_labels`` outputs, and its own tokenizer (vocabulary unlike the policy's, see
+    :func:`_build_reward_tokenizer`).
+
+    ``arch``: ``"deberta"`` (DeBERTa-v3 layout, like OpenAssistant's reward models: no chat
+    template, reads (prompt, response) text pairs) or a decoder of :data:`ARCHITECTURES` (with the
+    chat template :data:`RM_CHAT_TEMPLATE`, scored at the last token).
+    """
+    from transformers import AutoModelForSequenceClassification, DebertaV2Config
+
+    from verl.models.loading import _quiet_transformers
+
+    _quiet_transformers()
+    path = Path(path)
+    tokenizer = _build_reward_tokenizer(None if arch == "deberta" else RM_CHAT_TEMPLATE)
+    special = {"pad_token_id": tokenizer.pad_token_id, "bos_token_id": tokenizer.cls_token_id,
+               "eos_token_id": tokenizer.sep_token_id}
+    if arch == "deberta":
+        config = DebertaV2Config(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+                                 num_attention_heads=num_heads, intermediate_size=intermediate_size,
+                                 max_position_embeddings=max_position_embeddings, relative_attention=True,
+                                 position_biased_input=False, pos_att_type=["p2c", "c2p"], position_buckets=64,
+                                 norm_rel_ebd="layer_norm", share_att_key=True, max_relative_positions=-1,
+                                 pooler_hidden_size=hidden_size, type_vocab_size=0, **special)
+    else:
+        config = build_tiny_config(len(tokenizer), arch, hidden_size=hidden_size, num_layers=num_layers,
+                                   num_heads=num_heads, num_kv_heads=num_heads // 2,
+                                   intermediate_size=intermediate_size,
+                                   max_position_embeddings=max_position_embeddings, **special)
+    config.num_labels = num_labels
+    return _save_new_model(AutoModelForSequenceClassification, config, tokenizer, path, seed)

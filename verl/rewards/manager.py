@@ -1,97 +1,220 @@
-"""Rule rewards: decode each response, score it with a python function, place the score.
+"""Rule rewards: decode each response, score it with one or more weighted functions, place the score.
 
-The score of a response goes on its last valid token (the last position where ``response_mask``
-is 1); all other positions are 0. A response with no valid token has nowhere to put its score:
-the scorer is still called (so the per-sample extras stay aligned), the score is dropped, and a
-warning counts such responses.
+The score of a response is the weighted sum of its functions' scores and goes on its last valid
+token (the last position where ``response_mask`` is 1); all other positions are 0. A response
+with no valid token has nowhere to put its score: the functions still see it (so per-sample
+extras stay aligned), the score is dropped, and a warning counts such responses.
+
+A function that raises, or returns NaN, None, a string or anything else that is not a number
+stops the step with a ``RewardError`` naming the function, the sample index and the value.
+With ``on_error="zero"`` such a sample scores 0 for that function instead, and is counted in
+``reward_error`` (logged as ``reward/num_errors``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from verl.protocol import Batch
 from verl.rewards.errors import RewardError
-from verl.rewards.scorers import get_scorer
+from verl.rewards.functions import RewardFunction, run_all
+from verl.rewards.scorers import SCORERS, get_scorer
 
 logger = logging.getLogger(__name__)
 
-
-def _name_of(fn: Callable) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
+ON_ERROR = ("raise", "zero")
 
 
-def _as_score(value: Any, fn: Callable, sample: int) -> tuple[float, dict]:
-    """``(score, extras)`` from what a scorer returned: a number, a bool, or a dict with "score"."""
+async def default_scorer(data_source, solution_str, ground_truth, extra_info=None):
+    """The built-in scorer registered for each row's ``data_source`` (``verl.rewards.scorers``).
+    Async so that async scorers (code in a sandbox) run concurrently; sync ones run as they are."""
+    result = get_scorer(data_source)(data_source=data_source, solution_str=solution_str,
+                                     ground_truth=ground_truth, extra_info=extra_info)
+    return await result if inspect.isawaitable(result) else result
+
+
+def as_score(value: Any, name: str, sample: int) -> tuple[float, dict]:
+    """``(score, extras)`` from one returned value: a number, a bool, or a dict with "score"."""
     extras: dict = {}
     raw = value
+    if isinstance(value, BaseException):
+        raise RewardError(f"reward function {name} raised {type(value).__name__}: {value} on sample {sample}")
     if isinstance(value, dict):
         if "score" not in value:
-            raise RewardError(f"reward function {_name_of(fn)} returned a dict without a 'score' key for "
-                              f"sample {sample}: {value!r:.300}")
+            raise RewardError(f"reward function {name} returned a dict without a 'score' key for sample {sample}: "
+                              f"{value!r:.300}; put the reward under 'score' (other keys are logged)")
         extras = {k: v for k, v in value.items() if k != "score"}
         value = value["score"]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
     if isinstance(value, (bool, np.bool_)):
         return float(value), extras
-    if isinstance(value, numbers.Real) and not math.isnan(float(value)):
+    if isinstance(value, numbers.Real) and math.isfinite(float(value)):
         return float(value), extras
-    raise RewardError(f"reward function {_name_of(fn)} returned {raw!r:.300} for sample {sample}; "
-                      f"it must return a float (not NaN), an int, a bool, or a dict with a 'score'")
+    raise RewardError(f"reward function {name} returned {raw!r:.300} ({type(raw).__name__}) for sample {sample}; "
+                      f"it must return a finite float, an int, a bool, or a dict with a 'score' "
+                      f"(or set reward.on_error=zero to score such samples 0)")
 
 
 class RuleRewardManager:
-    """Turns responses into ``token_level_scores`` with a rule function.
+    """Turns responses into ``token_level_scores`` with weighted reward functions.
 
     Args:
-        tokenizer: decodes the responses (special tokens skipped).
-        compute_score: ``fn(data_source, solution_str, ground_truth, extra_info) -> float | dict``,
-            called with keywords. None: the built-in scorer for each row's data source
-            (``verl.rewards.scorers.SCORERS``).
+        tokenizer: decodes prompts and responses (special tokens skipped).
+        compute_score: a single function (verl or TRL style), or None for the built-in scorer of
+            each row's data source. Kept for the one-function case; ``functions`` generalises it.
+        functions: ``RewardFunction`` objects (or plain callables, weight 1) summed with weights.
         reward_fn_key: the column whose value is passed as ``data_source``.
+        on_error: "raise" (stop the step) or "zero" (score the sample 0 and count it).
+        max_concurrency: how many samples an async verl-style function scores at once.
     """
 
-    def __init__(self, tokenizer, compute_score: Callable[..., Any] | None = None,
-                 reward_fn_key: str = "data_source"):
+    def __init__(self, tokenizer, compute_score: Callable[..., Any] | None = None, *,
+                 functions: Sequence[RewardFunction | Callable] | None = None,
+                 reward_fn_key: str = "data_source", on_error: str = "raise", max_concurrency: int = 64):
+        if on_error not in ON_ERROR:
+            raise RewardError(f"reward.on_error={on_error!r} is not one of {ON_ERROR}")
+        if compute_score is not None and functions:
+            raise RewardError("give either compute_score or functions, not both")
+        if functions:
+            self.functions = [f if isinstance(f, RewardFunction) else RewardFunction(f) for f in functions]
+        else:
+            self.functions = [RewardFunction(compute_score or default_scorer)]
+        names = [f.name for f in self.functions]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise RewardError(f"two reward functions are both named {duplicates}; give them distinct names")
+        # With no function given, rows are scored by their data source's built-in scorer; an
+        # unknown data source is a setup mistake, reported whatever reward.on_error says.
+        self.builtin = compute_score is None and not functions
         self.tokenizer = tokenizer
-        self.compute_score = compute_score
         self.reward_fn_key = reward_fn_key
+        self.on_error = on_error
+        self.max_concurrency = max_concurrency
 
-    def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict[str, list]]:
-        """``(token_level_scores [B, T_resp] float32, extras)``; ``extras`` maps every non-score key
-        any dict return held to a list of length B (None where a sample did not return that key)."""
+    def _samples(self, batch: Batch) -> list[dict]:
         responses, mask = batch["responses"], batch["response_mask"].bool()
         size = len(batch)
-        columns = {key: batch[key] if key in batch else [None] * size
-                   for key in (self.reward_fn_key, "ground_truth", "extra_info")}
-        texts = self.tokenizer.batch_decode([responses[i][mask[i]].tolist() for i in range(size)],
-                                            skip_special_tokens=True)
+        response_ids = [responses[i][mask[i]].tolist() for i in range(size)]
+        texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+        column = {key: batch[key] if key in batch else [None] * size
+                  for key in (self.reward_fn_key, "ground_truth", "extra_info", "raw_prompt")}
+        prompt_texts = [None] * size
+        if "prompts" in batch and any(p is None for p in column["raw_prompt"]):
+            width = batch["prompts"].shape[1]
+            prompt_mask = batch["attention_mask"][:, :width].bool()
+            prompt_texts = self.tokenizer.batch_decode(
+                [batch["prompts"][i][prompt_mask[i]].tolist() for i in range(size)], skip_special_tokens=True)
+        return [{"data_source": column[self.reward_fn_key][i], "response": texts[i], "response_ids": response_ids[i],
+                 "ground_truth": column["ground_truth"][i], "extra_info": column["extra_info"][i],
+                 "raw_prompt": column["raw_prompt"][i], "prompt_text": prompt_texts[i]} for i in range(size)]
 
+    def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict[str, list]]:
+        """``(token_level_scores [B, T_resp] float32, columns)``.
+
+        ``columns`` maps each extra key a dict return held to a list of length B (None where a
+        sample did not return it; with several functions the key is prefixed ``<function>/``),
+        plus ``reward_fn/<name>`` (each function's unweighted score) when there are several
+        functions and ``reward_error`` (1 where a score was replaced by 0) with ``on_error=zero``.
+        """
+        samples = self._samples(batch)
+        size = len(samples)
+        if self.builtin:
+            for source in dict.fromkeys(s["data_source"] for s in samples):
+                get_scorer(source)
+        raw = run_all(self.functions, samples, self.max_concurrency)
+        total = [0.0] * size
+        columns: dict[str, list] = {}
+        errors = [0] * size
+        first_error = None
+        several = len(self.functions) > 1
+        for fn, results in zip(self.functions, raw):
+            per_fn = [0.0] * size
+            for i, value in enumerate(results):
+                try:
+                    score, extras = as_score(value, fn.name, i)
+                except RewardError as e:
+                    if self.on_error == "raise":
+                        sample = samples[i]
+                        detail = f" (data_source={sample['data_source']!r}, solution_str={sample['response']!r:.200})"
+                        raise RewardError(str(e) + detail) from (value if isinstance(value, BaseException) else None)
+                    errors[i] = 1
+                    first_error = first_error or str(e)
+                    score, extras = 0.0, {}
+                per_fn[i] = score
+                total[i] += fn.weight * score
+                for key, v in extras.items():
+                    columns.setdefault(f"{fn.name}/{key}" if several else key, [None] * size)[i] = v
+            if several:
+                columns[f"reward_fn/{fn.name}"] = per_fn
+        if self.on_error == "zero":
+            columns["reward_error"] = errors
+            if any(errors):
+                logger.warning("%d of %d samples had a reward error and were scored 0 (reward.on_error=zero); "
+                               "first: %s", sum(errors), size, first_error)
+        return self._place(batch, total), columns
+
+    def _place(self, batch: Batch, total: list[float]) -> torch.Tensor:
+        responses, mask = batch["responses"], batch["response_mask"].bool()
         scores = torch.zeros(responses.shape, dtype=torch.float32)
-        extras: dict[str, list] = {}
         num_empty = 0
-        for i in range(size):
-            data_source = columns[self.reward_fn_key][i]
-            fn = self.compute_score or get_scorer(data_source)
-            try:
-                value = fn(data_source=data_source, solution_str=texts[i],
-                           ground_truth=columns["ground_truth"][i], extra_info=columns["extra_info"][i])
-            except Exception as e:
-                raise RewardError(f"reward function {_name_of(fn)} raised {type(e).__name__}: {e} on sample {i} "
-                                  f"(data_source={data_source!r}, solution_str={texts[i]!r:.200})") from e
-            score, sample_extras = _as_score(value, fn, i)
-            for key, v in sample_extras.items():
-                extras.setdefault(key, [None] * size)[i] = v
+        for i, value in enumerate(total):
             valid = mask[i].nonzero()
             if len(valid) == 0:
                 num_empty += 1
                 continue
-            scores[i, valid[-1, 0]] = score
+            scores[i, valid[-1, 0]] = value
         if num_empty:
-            logger.warning("%d of %d responses are empty; their scores were not placed", num_empty, size)
-        return scores.to(responses.device), extras
+            logger.warning("%d of %d responses are empty; their scores were not placed", num_empty, len(total))
+        return scores.to(responses.device)
+
+
+def build_reward_functions(entries: Sequence[dict], custom_path: str | None = None, custom_name: str = "compute_score",
+                           custom_kwargs: dict | None = None) -> list[RewardFunction]:
+    """Reward functions from config: ``custom_reward_function`` (weight 1) and ``reward.functions``.
+
+    Each entry of ``reward.functions`` is a dict with ``name`` (a function in ``path``, or a
+    built-in scorer name such as ``format/think`` when there is no ``path``), and optionally
+    ``path``, ``weight`` (default 1.0) and ``kwargs`` (extra keyword arguments bound to it).
+    An empty result means: the built-in scorer of each row's data source.
+    """
+    from verl.rewards.loader import load_reward_function
+
+    functions: list[RewardFunction] = []
+    if custom_path:
+        fn = load_reward_function(custom_path, custom_name)
+        if custom_kwargs:
+            fn = functools.partial(fn, **custom_kwargs)
+        functions.append(RewardFunction(fn, name=custom_name))
+    allowed = {"name", "path", "weight", "kwargs"}
+    for i, entry in enumerate(entries):
+        where = f"reward.functions[{i}]"
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise RewardError(f"{where} must be a mapping with at least a 'name', e.g. "
+                              f"{{name: compute_score, path: my_reward.py, weight: 1.0}}; got {entry!r:.200}")
+        unknown = sorted(set(entry) - allowed)
+        if unknown:
+            raise RewardError(f"{where} has unknown keys {unknown}; allowed: {sorted(allowed)}")
+        if entry.get("path"):
+            fn = load_reward_function(entry["path"], entry["name"])
+        elif entry["name"] in SCORERS:
+            fn = SCORERS[entry["name"]]
+        else:
+            raise RewardError(f"{where}: {entry['name']!r} is not a built-in scorer ({sorted(SCORERS)}); "
+                              f"give a 'path' to the python file that defines it")
+        if entry.get("kwargs"):
+            fn = functools.partial(fn, **dict(entry["kwargs"]))
+        try:
+            weight = float(entry.get("weight", 1.0))
+        except (TypeError, ValueError):
+            raise RewardError(f"{where}.weight must be a number, got {entry.get('weight')!r}") from None
+        functions.append(RewardFunction(fn, weight=weight, name=entry["name"]))
+    return functions

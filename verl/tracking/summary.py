@@ -10,7 +10,7 @@ def _label(key: str) -> str:
     # "val-core/builtin/addition/reward/mean@1" -> "builtin/addition greedy (mean@1)"
     prefix, rest = key.split("/", 1)
     source, _, stat = rest.rpartition("/reward/")
-    kind = "sampled" if stat.startswith("sampled") else "greedy"
+    kind = "greedy" if stat == "mean@1" else "sampled"  # sampled_mean@1, mean@N, best@N, maj@N
     return f"{source} {kind} reward ({stat.replace('sampled_', '')})" if prefix else key
 
 

@@ -28,4 +28,5 @@ DEMO_PRESET = [
 
 def is_demo(config) -> bool:
     """The built-in model on the built-in task: the case the preset and the warm start are for."""
-    return config.actor_rollout_ref.model.path is None and config.data.train_files is None
+    return (config.actor_rollout_ref.model.path is None and config.data.train_files is None
+            and config.data.builtin_task == "addition")

@@ -13,8 +13,8 @@ from verl.config.errors import check_choice
 from verl.distributed.fsdp import parallelize
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_training, clip_and_step, load_training_state, micro_batches,
-                                mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, all_rank_metrics, build_training, check_same_schedule, clip_and_step,
+                                load_training_state, micro_batches, mini_batch_counts, mini_batches, training_state)
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
@@ -82,8 +82,9 @@ class Actor(PolicyModel):
 
         A loss function gets the micro-batch (on its own device), the log-probs and entropies
         ``[B, T_resp]`` of its responses under the current policy (with gradients), and
-        ``counts`` (``global_tokens``, ``global_seqs`` of the mini-batch and the ``norm_len`` of
-        ``seq-mean-token-sum-norm``, for normalising: ``agg_loss(..., **counts)``).
+        ``counts`` (``global_tokens``, ``global_seqs`` of the mini-batch on all data-parallel ranks
+        and the ``norm_len`` of ``seq-mean-token-sum-norm``, for normalising:
+        ``agg_loss(..., **counts)``).
         It returns ``(loss, metrics)``; metrics listed in ``ADDITIVE_METRICS`` are summed over
         micro-batches, the rest averaged. With ``rollout_is_correction`` the policy loss of each
         token is weighted by the truncated ratio of ``old_log_probs`` to ``rollout_log_probs``.
@@ -121,18 +122,24 @@ class Actor(PolicyModel):
         ``loss_fn`` (default :meth:`ppo_loss`) turns a micro-batch and its log-probs into a loss.
         The default needs ``old_log_probs``, ``advantages``, ``response_mask`` (+ ``ref_log_prob``
         with a KL loss). Each micro-batch loss is normalised by its mini-batch's token and sequence
-        counts, so accumulating micro-batches gives exactly the mini-batch gradient.
+        counts over all data-parallel ranks, so accumulating micro-batches (and summing gradients
+        over ranks) gives exactly the gradient of the whole mini-batch in one process.
         ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
+
+        Data-parallel: ``batch`` is this rank's share; the ranks may hold different numbers of
+        samples only as long as they run equally many mini- and micro-batches (checked). The metrics
+        returned are those of all ranks together (loss terms summed, the rest averaged).
         """
         loss_fn = loss_fn or self.ppo_loss
         self.model.train()
         temperature = batch.meta.get("temperature", 1.0)
+        samples_per_mini_batch = mini_batch_size or self.samples_per_mini_batch
+        check_same_schedule(len(batch), samples_per_mini_batch, micro_batch_size)
         acc = MetricAccumulator()
         for _ in range(epochs or self.config.ppo_epochs):
-            for mini in mini_batches(batch, mini_batch_size or self.samples_per_mini_batch,
-                                     shuffle=self.config.shuffle, generator=self.generator):
-                counts = {"global_tokens": mini["response_mask"].sum().clamp(min=1).to(self.device),
-                          "global_seqs": len(mini), "norm_len": self.norm_len}
+            for mini in mini_batches(batch, samples_per_mini_batch, shuffle=self.config.shuffle,
+                                     generator=self.generator):
+                counts = mini_batch_counts(mini, self.device, self.norm_len)
                 loss_sums: dict[str, float] = {}
                 for mb in micro_batches(mini, micro_batch_size):
                     mb = mb.to(self.device)
@@ -141,7 +148,8 @@ class Actor(PolicyModel):
                         temperature=temperature, with_entropy=True)
                     loss, metrics = loss_fn(mb, log_prob, entropy, counts)
                     loss.backward()
-                    # Loss terms are normalised by mini-batch counts: their sum is the mini-batch value.
+                    # Loss terms are normalised by mini-batch counts: their sum is this rank's share
+                    # of the mini-batch value (all_rank_metrics adds the shares of all ranks).
                     for key in ADDITIVE_METRICS & metrics.keys():
                         loss_sums[key] = loss_sums.get(key, 0.0) + float(metrics.pop(key))
                     acc.add(metrics)
@@ -149,7 +157,7 @@ class Actor(PolicyModel):
                 acc.add({"actor/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
         acc.add({"actor/lr": self.lr_scheduler.get_last_lr()[0]})
         self.lr_scheduler.step()
-        return acc.means()
+        return all_rank_metrics(acc.means(), ADDITIVE_METRICS)
 
     def state_dict(self) -> dict:
         return training_state(self)

@@ -7,8 +7,10 @@ import torch
 from verl.algorithms import compute_value_loss
 from verl.distributed.fsdp import parallelize
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_training, clip_and_step, load_training_state, micro_batches,
-                                mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, all_rank_metrics, build_training, check_same_schedule, clip_and_step,
+                                load_training_state, micro_batches, mini_batch_counts, mini_batches, training_state)
+
+ADDITIVE_METRICS = {"critic/vf_loss"}
 
 
 class Critic:
@@ -40,13 +42,16 @@ class Critic:
         """Epochs of clipped value-loss regression onto ``returns``; needs ``values`` (old), ``returns``.
 
         ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
+        Losses are normalised by counts over all data-parallel ranks, as in :meth:`Actor.update`.
         """
         self.model.train()
+        samples_per_mini_batch = mini_batch_size or self.samples_per_mini_batch
+        check_same_schedule(len(batch), samples_per_mini_batch, micro_batch_size)
         acc = MetricAccumulator()
         for _ in range(epochs or self.ppo_epochs):
-            for mini in mini_batches(batch, mini_batch_size or self.samples_per_mini_batch,
-                                     shuffle=self.config.shuffle, generator=self.generator):
-                global_tokens = mini["response_mask"].sum().clamp(min=1).to(self.device)
+            for mini in mini_batches(batch, samples_per_mini_batch, shuffle=self.config.shuffle,
+                                     generator=self.generator):
+                counts = mini_batch_counts(mini, self.device, self.norm_len)
                 vf_loss_sum = 0.0
                 for mb in micro_batches(mini, micro_batch_size):
                     mask = mb["response_mask"].to(self.device)
@@ -54,7 +59,7 @@ class Critic:
                     loss, metrics = compute_value_loss(
                         vpreds, mb["values"].to(self.device), mb["returns"].to(self.device), mask,
                         cliprange_value=self.config.cliprange_value, loss_agg_mode=self.config.loss_agg_mode,
-                        global_tokens=global_tokens, global_seqs=len(mini), norm_len=self.norm_len)
+                        **counts)
                     loss.backward()
                     vf_loss_sum += float(loss.detach())
                     metrics["critic/vpred_mean"] = (vpreds.detach() * mask).sum() / mask.sum().clamp(min=1)
@@ -63,7 +68,7 @@ class Critic:
                          "critic/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
         acc.add({"critic/lr": self.lr_scheduler.get_last_lr()[0]})
         self.lr_scheduler.step()
-        return acc.means()
+        return all_rank_metrics(acc.means(), ADDITIVE_METRICS)
 
     def state_dict(self) -> dict:
         return training_state(self)

@@ -3,10 +3,11 @@
 Each task module exposes ``DATA_SOURCE`` (the ``data_source`` value its rows carry),
 ``make_rows(split, n, seed)`` and ``compute_score(data_source, solution_str, ground_truth,
 extra_info=None)``. ``TASKS`` maps a task name (``data.builtin_task``) to its module.
+docs/builtin_tasks.md describes each task's rows and scoring.
 """
 
-from verl.data.tasks import addition
+from verl.data.tasks import addition, countdown, word_problems
 
-TASKS = {"addition": addition}
+TASKS = {"addition": addition, "countdown": countdown, "word_problems": word_problems}
 
-__all__ = ["TASKS", "addition"]
+__all__ = ["TASKS", "addition", "countdown", "word_problems"]

@@ -6,6 +6,7 @@ seconds, not a crashed run.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from pathlib import Path
@@ -22,7 +23,7 @@ from verl.errors import VerlError
 from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.tiny import builtin_model_path
 from verl.models.value_model import ValueModel
-from verl.rewards import load_reward_function
+from verl.rewards.manager import RuleRewardManager, build_reward_functions
 from verl.tracking import Tracker
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.utils.cache import cache_dir
@@ -46,7 +47,9 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     if task_name not in TASKS:
         raise VerlError(f"unknown built-in task {task_name!r} (data.builtin_task); choose one of {sorted(TASKS)}")
     task = TASKS[task_name]
-    folder = cache_dir("data", task_name)
+    # Keyed by the generator's source, so an edited generator never serves stale cached rows.
+    source = Path(task.__file__).read_bytes()
+    folder = cache_dir("data", f"{task_name}-{hashlib.sha1(source).hexdigest()[:10]}")
     paths = []
     for split in ("train", "test"):
         path = folder / f"{split}.parquet"
@@ -81,6 +84,26 @@ def check_algorithm_names(config) -> None:
     check_choice("algorithm.kl_penalty", algo.kl_penalty, KL_KINDS, "KL estimator")
 
 
+def _reward_worker(config, tokenizer) -> RewardWorker:
+    """Rule reward functions (custom_reward_function + reward.functions, else the built-in scorer of
+    each row's data source) plus, with reward_model.enable, a learned reward model."""
+    custom, reward_cfg, rm_cfg = config.custom_reward_function, config.reward, config.reward_model
+    functions = build_reward_functions(list(reward_cfg.functions), custom.path, custom.name,
+                                       dict(custom.reward_kwargs))
+    manager = None
+    if functions or not rm_cfg.enable:
+        manager = RuleRewardManager(tokenizer, functions=functions, reward_fn_key=config.data.reward_fn_key,
+                                    on_error=reward_cfg.on_error, max_concurrency=reward_cfg.max_concurrency)
+    reward_model = None
+    if rm_cfg.enable:
+        from verl.workers.reward_model import RewardModelWorker
+
+        reward_model = RewardModelWorker(
+            rm_cfg, policy_tokenizer=tokenizer, dtype=config.actor_rollout_ref.model.dtype,
+            default_max_length=config.data.max_prompt_length + config.data.max_response_length)
+    return RewardWorker(manager, reward_model, rm_cfg.weight)
+
+
 def build_rl_trainer(config) -> RLTrainer:
     config.validate()
     check_algorithm_names(config)
@@ -95,9 +118,7 @@ def build_rl_trainer(config) -> RLTrainer:
     model_path = str(arr_cfg.model.path) if arr_cfg.model.path else str(builtin_model_path())
     tokenizer = load_tokenizer(arr_cfg.model.tokenizer_path or model_path,
                                trust_remote_code=arr_cfg.model.trust_remote_code)
-    compute_score = None
-    if config.custom_reward_function.path:
-        compute_score = load_reward_function(config.custom_reward_function.path, config.custom_reward_function.name)
+    reward_worker = _reward_worker(config, tokenizer)
 
     train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
     val_batches = []
@@ -128,7 +149,9 @@ def build_rl_trainer(config) -> RLTrainer:
                                          samples_per_mini_batch=sizes["samples_per_mini_batch"],
                                          ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length), "critic")
-    reward = LocalWorkerGroup(RewardWorker(tokenizer, compute_score, data_cfg.reward_fn_key), "reward")
+    if reward_worker.reward_model is not None:
+        reward_worker.reward_model.to(worker.device)
+    reward = LocalWorkerGroup(reward_worker, "reward")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(config.to_yaml())
     tracker = Tracker.from_config(config, out_dir)

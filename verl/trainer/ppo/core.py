@@ -67,8 +67,14 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
     metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()
     for key in batch.keys():
-        # Extra keys a reward function returned (see RewardWorker): logged as means when numeric.
-        if key.startswith("reward_extra/"):
+        # Extra keys a reward function returned (see RewardWorker): logged as means when numeric;
+        # each function's own score (several functions) as reward/<name>/mean.
+        if key == "reward_extra/reward_error":
+            metrics["reward/num_errors"] = float(sum(batch[key]))
+        elif key.startswith("reward_extra/reward_fn/"):
+            values = [float(v) for v in batch[key]]
+            metrics[f"reward/{key.split('/', 2)[2]}/mean"] = sum(values) / max(len(values), 1)
+        elif key.startswith("reward_extra/"):
             numbers = [float(v) for v in batch[key] if isinstance(v, (int, float, bool))]
             if numbers:
                 metrics[f"{key}/mean"] = sum(numbers) / len(numbers)

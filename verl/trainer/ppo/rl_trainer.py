@@ -15,6 +15,7 @@ from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
+from verl.trainer.ppo.validation import run_validation
 from verl.trainer.progress import Progress, rl_postfix
 from verl.trainer.timing import timer
 
@@ -107,23 +108,9 @@ class RLTrainer:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
-        """Greedy decoding on the validation set (and sampled decoding with ``trainer.val_sampled``)."""
+        """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        worker = self.actor_rollout_ref.worker
-        passes = [("val-core", "mean@1", worker.sampling_params(validate=True))]
-        if self.config.trainer.val_sampled:
-            sampled = worker.sampling_params(validate=False)
-            passes.append(("val-aux", "sampled_mean@1", type(sampled)(**{**sampled.__dict__, "n": 1})))
-        metrics: dict[str, float] = {}
-        for prefix, name, params in passes:
-            scores_by_source: dict[str, list[float]] = defaultdict(list)
-            for prompts in self.val_batches:
-                out = self.actor_rollout_ref.run("generate_sequences", prompts, params=params)
-                scores = self.reward.run("score", out)["token_level_scores"].sum(-1).tolist()
-                for source, score in zip(out["data_source"], scores):
-                    scores_by_source[str(source)].append(score)
-            for source, scores in scores_by_source.items():
-                metrics[f"{prefix}/{source}/reward/{name}"] = sum(scores) / len(scores)
+        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 

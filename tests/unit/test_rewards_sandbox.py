@@ -1,0 +1,264 @@
+"""The code reward's sandbox contains hostile programs, scores them 0, and always returns.
+
+Escapes are tried with the audit hook on (the normal case: refused, status ``blocked``) and, as
+root, with it off, to prove the OS layers (own uid, private mounts, network namespace, rlimits)
+hold on their own. Timing checks are generous upper bounds ("it returned"), never precise.
+"""
+
+import json
+import os
+import runpy
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from verl.rewards import RewardError
+from verl.rewards.sandbox import UID_BASE, SandboxLimits, run_python
+from verl.rewards.scorers.code import compute_score, extract_code, parse_tests, score_batch
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = SandboxLimits(wall_seconds=2, cpu_seconds=2, memory_bytes=256 * 2**20)
+NO_HOOK = SandboxLimits(wall_seconds=2, cpu_seconds=2, memory_bytes=256 * 2**20, audit_hook=False)
+EXTRA = {"sandbox": {"wall_seconds": 2, "cpu_seconds": 2, "memory_bytes": 256 * 2**20}}
+SUM_TESTS = json.dumps({"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7\n", "0\n"]})
+FORK_BOMB = "import os\nwhile True:\n    os.fork()\n"
+NEVER_BLOCKS_S = 30  # "returned at all", for runs limited to 2 s
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the OS layers need the trainer to run as root")
+
+
+def with_layer(result, layer):
+    """The result, or a skip when this machine could not set up ``layer`` (e.g. no CAP_SYS_ADMIN)."""
+    if not result.layers.get(layer):
+        pytest.skip(f"sandbox layer {layer!r} unavailable here: {result.layers}")
+    return result
+
+
+def sandbox_processes():
+    """Live processes whose real uid is a sandbox run's uid."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            lines = Path(f"/proc/{entry}/status").read_text().splitlines()
+            fields = dict(line.split(":", 1) for line in lines if ":" in line)
+        except OSError:
+            continue
+        uid = int(fields["Uid"].split()[0])
+        if UID_BASE <= uid < UID_BASE + 2**22 and not fields["State"].strip().startswith(("Z", "X")):
+            found.append((int(entry), uid))
+    return found
+
+
+def test_correct_solution_scores_one_in_both_test_formats():
+    stdio = "Here:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```\nDone."
+    assert compute_score("code", stdio, SUM_TESTS, EXTRA) == {"score": 1.0, "passed": 3, "total": 3,
+                                                              "status": "ok"}
+    asserts = {"assert": ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]}
+    assert compute_score("code", "def add(a, b):\n    return a + b\n", asserts, EXTRA)["score"] == 1.0
+
+
+def test_partially_correct_solution_scores_the_fraction_passed():
+    wrong_on_negatives = "```python\na, b = map(int, input().split())\nprint(abs(a) + abs(b))\n```"
+    result = compute_score("code", wrong_on_negatives, SUM_TESTS, EXTRA)
+    assert result["passed"] == 2 and result["total"] == 3 and result["status"] == "wrong_answer"
+    assert result["score"] == pytest.approx(2 / 3)
+    asserts = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+    half = compute_score("code", "def add(a, b):\n    return 3\n", asserts, EXTRA)
+    assert half["score"] == 0.5 and half["status"] == "error"
+
+
+def test_output_is_compared_without_trailing_whitespace():
+    tests = {"inputs": [""], "outputs": ["3"]}
+    assert compute_score("code", "print('3   ')\nprint()\n", tests, EXTRA)["score"] == 1.0
+    assert compute_score("code", "print(' 3')", tests, EXTRA)["score"] == 0.0
+
+
+@pytest.mark.parametrize("early_exit", ["import sys\nsys.exit(0)", "exit()", "import os\nos._exit(0)"])
+def test_exiting_before_the_assert_runs_does_not_pass_it(early_exit):
+    code = f"def add(a, b):\n    return 0\n{early_exit}\n"
+    assert compute_score("code", code, {"assert": "assert add(1, 2) == 3"}, EXTRA)["score"] == 0.0
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n"])
+def test_infinite_loop_times_out_scores_zero_and_returns(code):
+    started = time.monotonic()
+    result = run_python(code, limits=LIMITS)
+    assert result.status == "timeout"
+    scored = compute_score("code", code, SUM_TESTS, EXTRA)
+    assert scored["score"] == 0.0 and scored["status"] == "timeout"
+    assert time.monotonic() - started < NEVER_BLOCKS_S
+
+
+@pytest.mark.parametrize("limits, status", [(LIMITS, "blocked"),
+                                            pytest.param(NO_HOOK, "error", marks=as_root),
+                                            pytest.param(SandboxLimits(wall_seconds=2, cpu_seconds=2,
+                                                                       audit_hook=False, max_processes=8),
+                                                         "error", marks=as_root)],
+                         ids=["audit-hook", "own-uid-nproc-1", "own-uid-nproc-8"])
+def test_fork_bomb_is_contained_scores_zero_and_leaves_no_process(limits, status):
+    result = run_python(FORK_BOMB, limits=limits)
+    if not limits.audit_hook:
+        with_layer(result, "own_uid")
+    assert result.status == status, result.stderr
+    assert sandbox_processes() == []
+    scored = compute_score("code", FORK_BOMB, SUM_TESTS, {"sandbox": {"audit_hook": limits.audit_hook,
+                                                                      "max_processes": limits.max_processes}})
+    assert scored["score"] == 0.0
+    assert sandbox_processes() == []
+
+
+@as_root
+def test_background_grandchild_that_left_the_process_group_is_killed_when_the_run_ends():
+    # Forking is allowed here on purpose: the grandchild starts its own session, so killing the
+    # process group misses it and only the sweep of the run's uid can reach it.
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid()\n"
+            "    if os.fork() == 0:\n"
+            "        print(os.getpid(), flush=True)\n"
+            "        time.sleep(600)\n"
+            "    os._exit(0)\n"
+            "os.wait()\n"
+            "time.sleep(0.2)\n")
+    result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False,
+                                                              max_processes=4)), "own_uid")
+    assert result.status == "ok", result.stderr
+    grandchild = Path(f"/proc/{int(result.stdout)}/status")
+    assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()
+    assert sandbox_processes() == []
+
+
+@pytest.mark.parametrize("code", ["x = bytearray(10**11)\n",
+                                  "x = []\nwhile True:\n    x.append(bytearray(10**6))\n"],
+                         ids=["one-huge-block", "growing-list"])
+def test_huge_allocation_fails_with_memory_status_and_scores_zero(code):
+    assert run_python(code, limits=LIMITS).status == "memory"
+    assert compute_score("code", code, SUM_TESTS, EXTRA)["score"] == 0.0
+
+
+@pytest.mark.parametrize("where", ["tmp", "repo"])
+@pytest.mark.parametrize("limits, status, layer", [(LIMITS, "blocked", "audit_hook"),
+                                                   pytest.param(NO_HOOK, "error", None, marks=as_root)],
+                         ids=["audit-hook", "os-layers-only"])
+def test_writing_outside_the_working_directory_is_refused_and_scores_zero(where, limits, status, layer):
+    target = (Path("/tmp") if where == "tmp" else REPO) / f"verl_sandbox_escape_{uuid.uuid4().hex}"
+    code = f"open({str(target)!r}, 'w').write('escaped')\nprint(3)\n"
+    try:
+        result = run_python(code, limits=limits)
+        with_layer(result, layer or ("private_mounts" if where == "tmp" else "own_uid"))
+        assert result.status == status, result.stderr
+        assert not target.exists()
+        extra = {"sandbox": {**EXTRA["sandbox"], "audit_hook": limits.audit_hook}}
+        assert compute_score("code", code, {"inputs": [""], "outputs": ["3"]}, extra)["score"] == 0.0
+        assert not target.exists()
+    finally:
+        target.unlink(missing_ok=True)
+
+
+def test_the_working_directory_is_writable_and_thrown_away():
+    result = run_python("import os\nopen('scratch.txt', 'w').write('x')\nprint(os.getcwd())\n", limits=LIMITS)
+    assert result.status == "ok", result.stderr
+    assert not Path(result.stdout.strip()).exists()
+
+
+@pytest.mark.parametrize("limits, status, layer", [(LIMITS, "blocked", "audit_hook"),
+                                                   pytest.param(NO_HOOK, "error", "network_namespace",
+                                                                marks=as_root)],
+                         ids=["audit-hook", "network-namespace-only"])
+def test_network_socket_is_refused_and_the_listener_sees_nothing(limits, status, layer):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'hi')\n"
+        result = with_layer(run_python(code, limits=limits), layer)
+        assert result.status == status, result.stderr
+        extra = {"sandbox": {**EXTRA["sandbox"], "audit_hook": limits.audit_hook}}
+        assert compute_score("code", code, SUM_TESTS, extra)["score"] == 0.0
+        listener.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            listener.accept()
+
+
+def test_endless_output_is_capped():
+    result = run_python("while True:\n    print('x' * 1000)\n",
+                        limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
+    assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
+
+
+def test_score_batch_returns_for_a_batch_of_hostile_programs():
+    good = "a, b = map(int, input().split())\nprint(a + b)\n"
+    hostile = ["while True:\n    pass\n", FORK_BOMB, "x = bytearray(10**11)\n",
+               "open('/tmp/verl_sandbox_escape_batch', 'w')\n",
+               "import socket\nsocket.create_connection(('127.0.0.1', 9))\n"]
+    started = time.monotonic()
+    results = score_batch([good, *hostile], [SUM_TESTS] * 6, [EXTRA] * 6, max_workers=3)
+    assert time.monotonic() - started < NEVER_BLOCKS_S
+    assert [r["score"] for r in results] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert [r["status"] for r in results] == ["ok", "timeout", "blocked", "memory", "blocked", "blocked"]
+    assert sandbox_processes() == []
+
+
+def test_code_is_the_last_python_block_or_the_whole_response():
+    two = "```python\nprint(1)\n```\ntext\n```cpp\nint x;\n```\n```\nprint(2)\n```"
+    assert extract_code(two) == "print(2)"
+    assert extract_code("print(3)") == "print(3)"
+    assert extract_code("```py\nprint(4)\n") == "print(4)"  # cut off by the length limit
+
+
+@pytest.mark.parametrize("ground_truth, message", [
+    ("not json", "not valid JSON"),
+    ({"inputs": ["1"], "outputs": []}, "1 inputs but 0 outputs"),
+    ({"inputs": [1], "outputs": ["1"]}, "must hold strings only"),
+    ({"tests": []}, "has keys ['tests']"),
+    ([], "no test cases"),
+    (42, "must be a list of strings"),
+])
+def test_bad_ground_truth_names_the_problem_and_the_expected_format(ground_truth, message):
+    with pytest.raises(RewardError, match="expected|give one|write each") as error:
+        parse_tests(ground_truth)
+    assert message in str(error.value)
+
+
+def test_unknown_limit_in_extra_info_is_an_error_naming_the_known_ones():
+    with pytest.raises(RewardError, match="unknown keys \\['timeout'\\].*wall_seconds"):
+        compute_score("code", "print(3)", SUM_TESTS, {"sandbox": {"timeout": 3}})
+
+
+def test_example_script_scores_as_documented(capsys):
+    results = runpy.run_path(str(REPO / "examples" / "rewards" / "code_reward.py"))["main"]()
+    assert {name: r["score"] for name, r in results.items()} == pytest.approx(
+        {"correct": 1.0, "partial": 2 / 3, "loops": 0.0, "escapes": 0.0, "phones_home": 0.0})
+    assert "correct      score=1.00 passed=3/3 status=ok" in capsys.readouterr().out
+
+
+def test_the_reward_manager_runs_a_batch_of_sandboxes_concurrently_and_returns():
+    """data_source "code" through the trainer's reward path: hostile samples score 0, the good one 1,
+    and the step returns (a generous bound, not a timing claim: four 2 s limits run side by side)."""
+    import time
+
+    import torch
+
+    from verl.models.tiny import build_char_tokenizer
+    from verl.protocol import Batch
+    from verl.rewards import RuleRewardManager
+
+    tok = build_char_tokenizer()
+    texts = ["print(sum(map(int, input().split())))", "while True: pass",
+             "import os\nwhile True: os.fork()", "x = bytearray(10**11)"]
+    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    width = max(map(len, ids))
+    responses = torch.tensor([row + [0] * (width - len(row)) for row in ids])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
+    tests = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+    batch = Batch({"responses": responses, "response_mask": mask},
+                  {"data_source": ["code"] * 4, "ground_truth": [tests] * 4,
+                   "extra_info": [{"sandbox": {"wall_seconds": 2, "memory_bytes": 256 * 2**20}}] * 4})
+    start = time.monotonic()
+    scores, columns = RuleRewardManager(tok)(batch)
+    assert time.monotonic() - start < 60
+    assert scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert list(columns["status"]) == ["ok", "timeout", "blocked", "memory"]

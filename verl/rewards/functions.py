@@ -1,0 +1,152 @@
+"""Reward functions as the manager sees them: one callable, its name, weight and calling style.
+
+Two calling styles are accepted, told apart by the function's parameters:
+
+* verl's, one sample per call: ``compute_score(data_source, solution_str, ground_truth, extra_info)``
+  returning a number or a dict with a ``"score"`` (its other keys are logged);
+* TRL's, the whole batch in one call: ``f(prompts, completions, **kwargs) -> list[float]``, where
+  ``kwargs`` holds the dataset columns (``ground_truth``, ``data_source``, ``extra_info``, ...). As in
+  TRL, conversational prompts give conversational completions (``[{"role": "assistant", ...}]``).
+
+Either may be ``async def``: the samples of a verl-style async function are scored concurrently
+(at most ``max_concurrency`` at a time), and async functions of both styles run concurrently
+with one another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from verl.rewards.errors import RewardError
+
+TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
+
+
+def _name_of(fn: Callable) -> str:
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    return getattr(inner, "__name__", None) or repr(inner)
+
+
+def _is_async(fn: Callable) -> bool:
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    return inspect.iscoroutinefunction(inner) or inspect.iscoroutinefunction(getattr(inner, "__call__", None))
+
+
+def _style(fn: Callable) -> str:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # some builtins and C callables have no signature: call them verl's way
+        return "verl"
+    return "trl" if any(p in params for p in TRL_PARAMETERS) else "verl"
+
+
+@dataclass
+class RewardFunction:
+    """One reward function with its weight; ``style`` is "verl" or "trl" (detected when not given)."""
+
+    fn: Callable[..., Any]
+    weight: float = 1.0
+    name: str = ""
+    style: str = ""
+    is_async: bool = field(init=False)
+
+    def __post_init__(self):
+        if not callable(self.fn):
+            raise RewardError(f"reward function {self.name or self.fn!r} is a {type(self.fn).__name__}, "
+                              f"not callable")
+        self.name = self.name or _name_of(self.fn)
+        self.style = self.style or _style(self.fn)
+        if self.style not in ("verl", "trl"):
+            raise RewardError(f"reward function {self.name}: style must be 'verl' or 'trl', got {self.style!r}")
+        self.is_async = _is_async(self.fn)
+
+    async def results(self, samples: list[dict], max_concurrency: int) -> list[Any]:
+        """One raw result per sample, in order; an exception raised for a sample is returned in its
+        place (the manager decides whether that stops the step). A TRL-style function that raises
+        or returns the wrong number of values raises ``RewardError`` naming the function."""
+        if self.style == "trl":
+            return await self._trl_results(samples)
+        if not self.is_async:
+            return [_capture(lambda s=s: self.fn(**_verl_kwargs(s))) for s in samples]
+        gate = asyncio.Semaphore(max(1, max_concurrency))
+
+        async def one(sample):
+            async with gate:
+                try:
+                    return await self.fn(**_verl_kwargs(sample))
+                except Exception as e:  # noqa: BLE001 - reported per sample by the manager
+                    return e
+        return list(await asyncio.gather(*(one(s) for s in samples)))
+
+    async def _trl_results(self, samples: list[dict]) -> list[Any]:
+        kwargs = _trl_kwargs(samples)
+        try:
+            out = self.fn(**kwargs)
+            if inspect.isawaitable(out):
+                out = await out
+        except Exception as e:
+            raise RewardError(f"reward function {self.name} raised {type(e).__name__}: {e} "
+                              f"(called once for the batch of {len(samples)} samples)") from e
+        if not isinstance(out, (list, tuple)) and not hasattr(out, "tolist"):
+            raise RewardError(f"reward function {self.name} returned {type(out).__name__} {out!r:.200}; a function "
+                              f"taking (prompts, completions, **kwargs) must return a list with one score per "
+                              f"completion ({len(samples)} here)")
+        out = out.tolist() if hasattr(out, "tolist") else list(out)
+        if len(out) != len(samples):
+            raise RewardError(f"reward function {self.name} returned {len(out)} scores for {len(samples)} "
+                              f"completions; return exactly one score per completion")
+        return out
+
+
+def _capture(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception as e:  # noqa: BLE001 - reported per sample by the manager
+        return e
+
+
+def _verl_kwargs(sample: dict) -> dict:
+    return {"data_source": sample["data_source"], "solution_str": sample["response"],
+            "ground_truth": sample["ground_truth"], "extra_info": sample["extra_info"]}
+
+
+def _is_conversation(prompt: Any) -> bool:
+    return isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt)
+
+
+def _trl_kwargs(samples: list[dict]) -> dict:
+    prompts = [s["raw_prompt"] if s["raw_prompt"] is not None else s["prompt_text"] for s in samples]
+    completions = [[{"role": "assistant", "content": s["response"]}] if _is_conversation(p) else s["response"]
+                   for s, p in zip(samples, prompts)]
+    kwargs = {"prompts": prompts, "completions": completions,
+              "completion_ids": [s["response_ids"] for s in samples]}
+    for key in ("ground_truth", "data_source", "extra_info"):
+        kwargs[key] = [s[key] for s in samples]
+    # TRL passes every dataset column by name; extra_info's keys are the extra columns here.
+    # Two common names are also given as aliases of the ground truth.
+    extra_keys = {k for s in samples if isinstance(s["extra_info"], dict) for k in s["extra_info"]}
+    for key in sorted(extra_keys - kwargs.keys()):
+        kwargs[key] = [(s["extra_info"] or {}).get(key) for s in samples]
+    for alias in ("solution", "answer"):
+        kwargs.setdefault(alias, kwargs["ground_truth"])
+    return kwargs
+
+
+def run_all(functions: list[RewardFunction], samples: list[dict], max_concurrency: int) -> list[list[Any]]:
+    """Every function's raw results (``[function][sample]``); async functions run concurrently."""
+    async def gather():
+        return await asyncio.gather(*(f.results(samples, max_concurrency) for f in functions))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return list(asyncio.run(gather()))
+    # Called from inside a running event loop (e.g. a notebook): run ours on a helper thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return list(pool.submit(asyncio.run, gather()).result())

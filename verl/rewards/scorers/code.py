@@ -1,0 +1,180 @@
+"""Code tasks: run the Python in a response against test cases in the sandbox; score = fraction passed.
+
+The code is the last fenced block tagged ``python``/``py``/``python3`` (or untagged) in the
+response, else the whole response. ``ground_truth`` holds the tests, as a JSON string or the
+object itself, in one of two forms:
+
+* stdin/stdout: ``{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}``. A case passes when the
+  program exits 0 and its stdout equals the expected output, both with trailing whitespace
+  stripped from every line and trailing blank lines dropped.
+* asserts: ``{"assert": "assert add(1, 2) == 3"}``, ``{"assert": [...]}`` or a bare list of
+  strings. Each one runs after the code, in its own sandbox, and passes when it completes.
+
+The score is ``passed / total``. Two exceptions keep a bad sample cheap and unrewarded: a case that
+the sandbox *blocks* (an attempted escape: socket, fork, write outside its directory ...) makes the
+whole score 0, and after a case *times out* the remaining cases are not run and count as failed,
+so one sample waits for at most one wall limit. The returned dict also carries ``passed``,
+``total`` and ``status``: ``ok`` when all passed, else the first failure's sandbox status, or
+``wrong_answer`` when the program ran fine but printed something else.
+
+Limits: ``DEFAULT_LIMITS``, overridden per sample by ``extra_info["sandbox"]``, a dict of
+``SandboxLimits`` fields (e.g. ``{"wall_seconds": 2, "memory_bytes": 268435456}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from verl.rewards.errors import RewardError
+from verl.rewards.sandbox import SandboxLimits, run_python
+
+DEFAULT_LIMITS = SandboxLimits(wall_seconds=5.0, cpu_seconds=5, memory_bytes=512 * 2**20)
+
+_PYTHON_TAGS = ("", "python", "py", "python3")
+_FORMATS = ('{"inputs": [stdin, ...], "outputs": [expected stdout, ...]}, '
+            '{"assert": "assert f(1) == 2"} or {"assert": [...]}, or a list of assert strings '
+            '(as the object or its JSON string)')
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One stdin/stdout case (``expected_stdout`` set) or one assert case (``check`` set)."""
+
+    __test__ = False  # not a pytest class, despite the name
+    stdin: str = ""
+    expected_stdout: str | None = None
+    check: str | None = None
+
+
+def extract_code(response: str) -> str:
+    """The last fenced block tagged python/py/python3 or untagged (one cut off by the length limit
+    included); the whole response if there is none."""
+    blocks, current, tag = [], None, ""
+    for line in response.splitlines():
+        fence = line.strip()
+        if fence.startswith("```") and current is None:
+            current, tag = [], fence[3:].strip().lower()
+        elif fence.startswith("```"):
+            blocks.append((tag, "\n".join(current)))
+            current = None
+        elif current is not None:
+            current.append(line)
+    if current is not None:
+        blocks.append((tag, "\n".join(current)))
+    code = [text for tag, text in blocks if tag in _PYTHON_TAGS]
+    return code[-1] if code else response
+
+
+def parse_tests(ground_truth: Any) -> list[TestCase]:
+    """The test cases ``ground_truth`` describes; RewardError naming the problem otherwise."""
+    tests = ground_truth
+    if isinstance(tests, (str, bytes)):
+        try:
+            tests = json.loads(tests)
+        except json.JSONDecodeError as e:
+            raise RewardError(f"code ground_truth is not valid JSON ({e}): {ground_truth!r:.200}; "
+                              f"expected {_FORMATS}") from None
+    if isinstance(tests, dict) and "assert" in tests:
+        checks = tests["assert"]
+        checks = [checks] if isinstance(checks, str) else checks
+        cases = [TestCase(check=c) for c in _strings(checks, "assert")]
+    elif isinstance(tests, dict) and {"inputs", "outputs"} <= tests.keys():
+        inputs, outputs = _strings(tests["inputs"], "inputs"), _strings(tests["outputs"], "outputs")
+        if len(inputs) != len(outputs):
+            raise RewardError(f"code ground_truth has {len(inputs)} inputs but {len(outputs)} outputs; "
+                              f"give one expected output per input")
+        cases = [TestCase(stdin=i, expected_stdout=o) for i, o in zip(inputs, outputs)]
+    elif isinstance(tests, dict):
+        raise RewardError(f"code ground_truth has keys {sorted(tests)}; expected {_FORMATS}")
+    else:
+        cases = [TestCase(check=c) for c in _strings(tests, "assert")]
+    if not cases:
+        raise RewardError(f"code ground_truth holds no test cases: {ground_truth!r:.200}; "
+                          f"expected {_FORMATS}")
+    return cases
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    # Lists read back from parquet arrive as numpy arrays: any non-string iterable is accepted.
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise RewardError(f"code ground_truth {name!r} must be a list of strings, got "
+                          f"{type(value).__name__}: {value!r:.200}; expected {_FORMATS}")
+    items = list(value)
+    bad = [item for item in items if not isinstance(item, str)]
+    if bad:
+        raise RewardError(f"code ground_truth {name!r} must hold strings only, got {bad[0]!r:.100} "
+                          f"({type(bad[0]).__name__}); write each case as a string")
+    return items
+
+
+def limits_for(extra_info: dict | None) -> SandboxLimits:
+    """``DEFAULT_LIMITS`` with ``extra_info["sandbox"]``'s fields applied."""
+    overrides = (extra_info or {}).get("sandbox") or {}
+    fields = {f.name: f for f in dataclasses.fields(SandboxLimits)}
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise RewardError(f"extra_info['sandbox'] has unknown keys {unknown}; known: {sorted(fields)}")
+    # Cast to the default's type: values read from parquet can be numpy scalars.
+    return dataclasses.replace(DEFAULT_LIMITS, **{k: type(getattr(DEFAULT_LIMITS, k))(v)
+                                                  for k, v in overrides.items()})
+
+
+def _same_output(actual: str, expected: str) -> bool:
+    def norm(text: str) -> list[str]:
+        return [line.rstrip() for line in text.rstrip().splitlines()]
+    return norm(actual) == norm(expected)
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any,
+                  extra_info: dict | None = None) -> dict:
+    """``{"score": passed / total, "passed", "total", "status"}`` (see the module docstring)."""
+    cases = parse_tests(ground_truth)
+    limits = limits_for(extra_info)
+    code = extract_code(solution_str)
+    passed, status = 0, "ok"
+    for case in cases:
+        result = run_python(code, case.stdin, limits=limits, check=case.check)
+        if result.status == "ok" and (case.expected_stdout is None
+                                      or _same_output(result.stdout, case.expected_stdout)):
+            passed += 1
+            continue
+        if status == "ok":
+            status = "wrong_answer" if result.status == "ok" else result.status
+        if result.status == "blocked":
+            passed = 0
+            break
+        if result.status == "timeout":
+            break
+    return {"score": passed / len(cases), "passed": passed, "total": len(cases), "status": status}
+
+
+def score_batch(responses: Sequence[str], ground_truths: Sequence[Any],
+                extra_infos: Sequence[dict | None] | None = None, *, max_workers: int = 4,
+                data_source: str = "code") -> list[dict]:
+    """``compute_score`` for many samples at once, ``max_workers`` sandboxes at a time.
+
+    Threads suffice: each sandbox is its own process, and every sample is bounded by its limits
+    (about one wall limit plus the time of its passing cases), so the batch always returns.
+    """
+    if len(responses) != len(ground_truths):
+        raise RewardError(f"score_batch got {len(responses)} responses but {len(ground_truths)} "
+                          f"ground truths; pass one ground truth per response")
+    extra_infos = extra_infos if extra_infos is not None else [None] * len(responses)
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        futures = [pool.submit(compute_score, data_source, r, g, e)
+                   for r, g, e in zip(responses, ground_truths, extra_infos)]
+        return [f.result() for f in futures]
+
+
+async def compute_score_async(data_source: str, solution_str: str, ground_truth: Any,
+                              extra_info: dict | None = None) -> dict:
+    """:func:`compute_score` on a worker thread, so that the reward manager runs many samples'
+    sandboxes at once (``reward.max_concurrency``) instead of one wall limit after another."""
+    import asyncio
+
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info)

@@ -1,0 +1,88 @@
+"""Validation: greedy and sampled decoding on the validation set, scored per data source.
+
+Passes, each over every validation batch:
+
+* greedy (always): one response per prompt -> ``val-core/<source>/reward/mean@1``;
+* sampled, when ``trainer.val_sampled`` or ``rollout.val_kwargs.do_sample`` or
+  ``rollout.val_kwargs.n > 1``: N = ``val_kwargs.n`` responses per prompt, sampled with
+  ``val_kwargs`` when ``val_kwargs.do_sample`` is true, else with the training rollout's settings.
+  N = 1 logs ``val-aux/<source>/reward/sampled_mean@1``; N > 1 logs, under ``val-core``:
+
+  - ``mean@N``: the mean score of all N x prompts responses;
+  - ``best@N``: the mean over prompts of the best of its N scores (pass@N for 0/1 rewards);
+  - ``maj@N``: the mean over prompts of the score of its majority answer. A response's answer is
+    the ``pred`` its reward function returned (``{"score": ..., "pred": ...}``), else its text
+    with surrounding whitespace stripped. Ties go to the answer seen first; when responses
+    with the same answer scored differently, their mean is taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Sequence
+
+
+def at_n_metrics(scores: Sequence[float], answers: Sequence[object], groups: Sequence[object]) -> dict[str, float]:
+    """``{"mean": ..., "best": ..., "maj": ...}`` over prompts whose N samples share a group id."""
+    by_group: dict[object, list[int]] = defaultdict(list)
+    for i, group in enumerate(groups):
+        by_group[group].append(i)
+    best, maj = [], []
+    for members in by_group.values():
+        best.append(max(scores[i] for i in members))
+        votes: dict[object, list[float]] = {}
+        for i in members:
+            votes.setdefault(_hashable(answers[i]), []).append(scores[i])
+        top = max(votes.values(), key=len)  # max keeps the first of equal counts: ties go to the earliest
+        maj.append(sum(top) / len(top))
+    return {"mean": sum(scores) / len(scores), "best": sum(best) / len(best), "maj": sum(maj) / len(maj)}
+
+
+def _hashable(answer: object) -> object:
+    if isinstance(answer, str):
+        return answer.strip()
+    try:
+        hash(answer)
+        return answer
+    except TypeError:
+        return repr(answer)
+
+
+def validation_passes(worker, config) -> list[tuple[str, object]]:
+    """``[(kind, sampling params)]``: "greedy" always; "sampled" when asked for (see module doc)."""
+    val = config.actor_rollout_ref.rollout.val_kwargs
+    greedy = dataclasses.replace(worker.sampling_params(validate=True), n=1, do_sample=False)
+    passes = [("greedy", greedy)]
+    if config.trainer.val_sampled or val.do_sample or val.n > 1:
+        params = worker.sampling_params(validate=val.do_sample)
+        passes.append(("sampled", dataclasses.replace(params, n=val.n, do_sample=True, logprobs=False)))
+    return passes
+
+
+def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, float]:
+    """All validation metrics (names in the module doc)."""
+    metrics: dict[str, float] = {}
+    for kind, params in validation_passes(actor_rollout_ref.worker, config):
+        rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
+        for prompts in val_batches:
+            out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
+            scored = reward.run("score", out)
+            scores = scored["token_level_scores"].sum(-1).tolist()
+            answers = list(scored["reward_extra/pred"]) if "reward_extra/pred" in scored else [None] * len(out)
+            texts = actor_rollout_ref.worker.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+            for i, source in enumerate(out["data_source"]):
+                bucket = rows[str(source)]
+                bucket[0].append(scores[i])
+                bucket[1].append(answers[i] if answers[i] is not None else texts[i])
+                bucket[2].append(out["uid"][i])
+        n = params.n
+        for source, (scores, answers, groups) in rows.items():
+            if kind == "greedy":
+                metrics[f"val-core/{source}/reward/mean@1"] = sum(scores) / len(scores)
+            elif n == 1:
+                metrics[f"val-aux/{source}/reward/sampled_mean@1"] = sum(scores) / len(scores)
+            else:
+                for name, value in at_n_metrics(scores, answers, groups).items():
+                    metrics[f"val-core/{source}/reward/{name}@{n}"] = value
+    return metrics
