@@ -12,17 +12,33 @@ ROLLOUT_NAMES = ("hf", "dummy", "vllm")
 
 
 def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | None = None,
-                  seed: int = 0, device=None) -> RolloutEngine:
-    """The engine called ``name``, sharing ``model``'s weights where the engine allows."""
+                  seed: int = 0, device=None, model_path: str | None = None, rollout_config=None,
+                  max_model_len: int | None = None, trust_remote_code: bool = False) -> RolloutEngine:
+    """The engine called ``name``, sharing ``model``'s weights where the engine allows.
+
+    vLLM builds its own copy of the model from ``model_path`` with the engine settings of
+    ``rollout_config`` (the ``actor_rollout_ref.rollout`` section), then takes ``model``'s weights.
+    """
     if name == "hf":
         return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":
-        from verl.rollout.vllm import check_vllm_available
+        from verl.rollout.vllm import VLLMRollout, check_vllm_available
 
         check_vllm_available()
-        raise VerlError("the vLLM engine is not part of this build yet; use actor_rollout_ref.rollout.name=hf")
+        if model_path is None or rollout_config is None:
+            raise VerlError("the vllm rollout needs the model folder (model_path) and the rollout section "
+                            "(rollout_config) to build its engine")
+        cfg = rollout_config
+        eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
+            else tokenizer.eos_token_id
+        engine = VLLMRollout(model_path, tokenizer, eos_token_id=eos,
+                             tensor_model_parallel_size=cfg.tensor_model_parallel_size, dtype=cfg.dtype,
+                             gpu_memory_utilization=cfg.gpu_memory_utilization, max_num_seqs=cfg.max_num_seqs,
+                             max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code)
+        engine.sync_weights(model)  # the actor's weights, whatever the folder holds (override_config, resume)
+        return engine
     raise VerlError(f"unknown rollout name {name!r} (actor_rollout_ref.rollout.name); choose one of "
                     f"{', '.join(ROLLOUT_NAMES)}")
 

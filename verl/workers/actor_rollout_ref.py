@@ -68,9 +68,12 @@ class ActorRolloutRefWorker:
                            norm_len=self.max_response_length)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                fsdp_config=config.ref.fsdp_config) if ref_model is not None else None
+        prompt_length = _root_value(config, "data.max_prompt_length", None)
         self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
                                      generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
-                                     device=self.device)
+                                     device=self.device, model_path=path, rollout_config=rollout_cfg,
+                                     max_model_len=prompt_length + self.max_response_length if prompt_length else None,
+                                     trust_remote_code=model_cfg.trust_remote_code)
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
                     path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,
