@@ -28,3 +28,13 @@ def test_groups_need_not_be_adjacent_and_unhashable_answers_are_compared_by_valu
     got = at_n_metrics([1.0, 0.0, 0.0, 0.0], [[1, 2], "a", [1, 2], "b"], ["p", "q", "p", "q"])
     assert got["best"] == pytest.approx(0.5)  # p: 1, q: 0
     assert got["maj"] == pytest.approx(0.25)  # p: [1,2] twice, scores 1 and 0 -> 0.5; q: tie -> "a" -> 0
+
+
+def test_answers_come_from_pred_of_any_function_else_none():
+    from verl.protocol import Batch
+    from verl.trainer.ppo.validation import _answers
+
+    scored = Batch({}, {"reward_extra/a/pred": [None, "1", None], "reward_extra/b/pred": ["x", "2", None],
+                        "reward_extra/b/other": [1, 2, 3]})
+    assert _answers(scored, 3) == ["x", "1", None]
+    assert _answers(Batch({}, {"reward_extra/pred": ["7"]}), 1) == ["7"]

@@ -11,7 +11,8 @@ Passes, each over every validation batch:
   - ``mean@N``: the mean score of all N x prompts responses;
   - ``best@N``: the mean over prompts of the best of its N scores (pass@N for 0/1 rewards);
   - ``maj@N``: the mean over prompts of the score of its majority answer. A response's answer is
-    the ``pred`` its reward function returned (``{"score": ..., "pred": ...}``), else its text
+    the ``pred`` its reward function returned (``{"score": ..., "pred": ...}``; with several
+    functions, the first that returned one), else its text
     with surrounding whitespace stripped. Ties go to the answer seen first; when responses
     with the same answer scored differently, their mean is taken.
 """
@@ -49,6 +50,14 @@ def _hashable(answer: object) -> object:
         return repr(answer)
 
 
+def _answers(scored, size: int) -> list:
+    """Each response's ``pred`` (of the first function that returned one, with several), else None."""
+    keys = [k for k in scored.keys() if k == "reward_extra/pred" or
+            (k.startswith("reward_extra/") and k.endswith("/pred"))]
+    columns = [list(scored[k]) for k in keys]
+    return [next((c[i] for c in columns if c[i] is not None), None) for i in range(size)]
+
+
 def validation_passes(worker, config) -> list[tuple[str, object]]:
     """``[(kind, sampling params)]``: "greedy" always; "sampled" when asked for (see module doc)."""
     val = config.actor_rollout_ref.rollout.val_kwargs
@@ -69,7 +78,7 @@ def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, 
             out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
             scored = reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
-            answers = list(scored["reward_extra/pred"]) if "reward_extra/pred" in scored else [None] * len(out)
+            answers = _answers(scored, len(out))
             texts = actor_rollout_ref.worker.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
             for i, source in enumerate(out["data_source"]):
                 bucket = rows[str(source)]
