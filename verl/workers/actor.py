@@ -13,8 +13,9 @@ from verl.config.errors import check_choice
 from verl.distributed.fsdp import parallelize
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, all_rank_metrics, build_training, check_same_schedule, clip_and_step,
-                                load_training_state, micro_batches, mini_batch_counts, mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, build_training, check_same_schedule, clip_and_step,
+                                finish_update, load_training_state, micro_batches, mini_batch_counts, mini_batches,
+                                training_state)
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
@@ -155,9 +156,7 @@ class Actor(PolicyModel):
                     acc.add(metrics)
                 acc.add(loss_sums)
                 acc.add({"actor/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
-        acc.add({"actor/lr": self.lr_scheduler.get_last_lr()[0]})
-        self.lr_scheduler.step()
-        return all_rank_metrics(acc.means(), ADDITIVE_METRICS)
+        return finish_update(self, acc, "actor", ADDITIVE_METRICS)
 
     def state_dict(self) -> dict:
         return training_state(self)

@@ -7,8 +7,9 @@ import torch
 from verl.algorithms import compute_value_loss
 from verl.distributed.fsdp import parallelize
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, all_rank_metrics, build_training, check_same_schedule, clip_and_step,
-                                load_training_state, micro_batches, mini_batch_counts, mini_batches, training_state)
+from verl.workers.optim import (MetricAccumulator, build_training, check_same_schedule, clip_and_step,
+                                finish_update, load_training_state, micro_batches, mini_batch_counts, mini_batches,
+                                training_state)
 
 ADDITIVE_METRICS = {"critic/vf_loss"}
 
@@ -66,9 +67,7 @@ class Critic:
                     acc.add(metrics)
                 acc.add({"critic/vf_loss": vf_loss_sum,
                          "critic/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
-        acc.add({"critic/lr": self.lr_scheduler.get_last_lr()[0]})
-        self.lr_scheduler.step()
-        return all_rank_metrics(acc.means(), ADDITIVE_METRICS)
+        return finish_update(self, acc, "critic", ADDITIVE_METRICS)
 
     def state_dict(self) -> dict:
         return training_state(self)

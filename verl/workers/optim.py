@@ -131,6 +131,13 @@ def all_rank_metrics(metrics: dict[str, float], additive: set[str]) -> dict[str,
     return merged
 
 
+def finish_update(worker, acc: "MetricAccumulator", role: str, additive: set[str]) -> dict[str, float]:
+    """End of an update call: log the learning rate, advance the schedule, merge the ranks' metrics."""
+    acc.add({f"{role}/lr": worker.lr_scheduler.get_last_lr()[0]})
+    worker.lr_scheduler.step()
+    return all_rank_metrics(acc.means(), additive)
+
+
 def clip_and_step(model, optimizer, grad_clip: float) -> float:
     """Clip gradients, step unless the norm is not finite (then skip the update); return the norm."""
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
