@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Any, Sequence
 
-from verl.data.io import DataError, read_rows
+from verl.data.io import DataError, is_messages, read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class RLDataset:
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
                 messages = None
-            elif isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt):
+            elif is_messages(prompt):
                 messages = prompt
             else:
                 raise DataError(f"row {i}: column {self.prompt_key!r} must be a string or a list of "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from verl.errors import VerlError
 
@@ -20,6 +20,11 @@ SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
 
 class DataError(VerlError):
     """A dataset that cannot be used as configured; the message names the setting to change."""
+
+
+def is_messages(value: Any) -> bool:
+    """True for a chat conversation: a list of ``{"role": ..., "content": ...}`` dicts."""
+    return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
 
 
 def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:

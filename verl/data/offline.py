@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from verl.data.collate import left_pad, position_ids_from_mask
-from verl.data.io import DataError
+from verl.data.io import DataError, is_messages
 from verl.protocol import Batch
 
 Encoded = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -95,7 +95,7 @@ class Encoder:
 
     def conversation(self, messages: Any, where: str) -> Encoded:
         """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens)."""
-        if not _is_messages(messages):
+        if not is_messages(messages):
             raise DataError(f"{where}: expected a list of {{role, content}} messages, got "
                             f"{type(messages).__name__}: {messages!r:.200}")
         if not self.templated:
@@ -147,12 +147,8 @@ class Encoder:
         return self.examples([(prompt, response, where)])[0]
 
 
-def _is_messages(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
-
-
 def _messages_or_text(value: Any, where: str, what: str) -> str | list[dict]:
-    if isinstance(value, str) or _is_messages(value):
+    if isinstance(value, str) or is_messages(value):
         return value
     raise DataError(f"{where}: the {what} must be a string or a list of {{role, content}} messages, got "
                     f"{type(value).__name__}: {value!r:.200}")

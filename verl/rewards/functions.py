@@ -21,6 +21,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from verl.data.io import is_messages
 from verl.rewards.errors import RewardError
 
 TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
@@ -114,13 +115,9 @@ def _verl_kwargs(sample: dict) -> dict:
             "ground_truth": sample["ground_truth"], "extra_info": sample["extra_info"]}
 
 
-def _is_conversation(prompt: Any) -> bool:
-    return isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt)
-
-
 def _trl_kwargs(samples: list[dict]) -> dict:
     prompts = [s["raw_prompt"] if s["raw_prompt"] is not None else s["prompt_text"] for s in samples]
-    completions = [[{"role": "assistant", "content": s["response"]}] if _is_conversation(p) else s["response"]
+    completions = [[{"role": "assistant", "content": s["response"]}] if is_messages(p) else s["response"]
                    for s, p in zip(samples, prompts)]
     kwargs = {"prompts": prompts, "completions": completions,
               "completion_ids": [s["response_ids"] for s in samples]}
