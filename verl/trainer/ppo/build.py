@@ -98,8 +98,9 @@ def _reward_worker(config, tokenizer) -> RewardWorker:
     if rm_cfg.enable:
         from verl.workers.reward_model import RewardModelWorker
 
+        # trainer.device resolves here as it does for the actor, so both sit on the same device.
         reward_model = RewardModelWorker(
-            rm_cfg, policy_tokenizer=tokenizer, dtype=config.actor_rollout_ref.model.dtype,
+            rm_cfg, config.trainer.device, policy_tokenizer=tokenizer, dtype=config.actor_rollout_ref.model.dtype,
             default_max_length=config.data.max_prompt_length + config.data.max_response_length)
     return RewardWorker(manager, reward_model, rm_cfg.weight)
 
@@ -149,8 +150,6 @@ def build_rl_trainer(config) -> RLTrainer:
                                          samples_per_mini_batch=sizes["samples_per_mini_batch"],
                                          ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length), "critic")
-    if reward_worker.reward_model is not None:
-        reward_worker.reward_model.to(worker.device)
     reward = LocalWorkerGroup(reward_worker, "reward")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(config.to_yaml())

@@ -74,18 +74,24 @@ def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, 
     metrics: dict[str, float] = {}
     for kind, params in validation_passes(actor_rollout_ref.worker, config):
         rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
+        n = params.n
         for prompts in val_batches:
             out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
             scored = reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
-            answers = _answers(scored, len(out))
-            texts = actor_rollout_ref.worker.tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+            # Answers are only voted on by maj@N; the response text stands in where no pred came back.
+            answers = _answers(scored, len(out)) if kind == "sampled" and n > 1 else [""] * len(out)
+            unanswered = [i for i, a in enumerate(answers) if a is None]
+            if unanswered:
+                texts = actor_rollout_ref.worker.tokenizer.batch_decode(out["responses"][unanswered],
+                                                                        skip_special_tokens=True)
+                for i, text in zip(unanswered, texts):
+                    answers[i] = text
             for i, source in enumerate(out["data_source"]):
                 bucket = rows[str(source)]
                 bucket[0].append(scores[i])
-                bucket[1].append(answers[i] if answers[i] is not None else texts[i])
+                bucket[1].append(answers[i])
                 bucket[2].append(out["uid"][i])
-        n = params.n
         for source, (scores, answers, groups) in rows.items():
             if kind == "greedy":
                 metrics[f"val-core/{source}/reward/mean@1"] = sum(scores) / len(scores)
