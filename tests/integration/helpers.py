@@ -56,6 +56,15 @@ def run_torchrun(script: str, *args, tmp_path: Path, nproc: int = 2) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+def run_torchrun_module(module: str, args: list[str], *, nproc: int = 2, env: dict | None = None,
+                        timeout: float = 600) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node=nproc -m module args`` on CPU ranks (gloo), from the checkout;
+    returns the finished process (output captured) whatever its exit code."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})})
+
+
 def gradient_of_one_step(trainer) -> tuple[float, dict]:
     """An offline trainer's reported step loss and the accumulated gradient its optimiser is about to apply."""
     grads, optimizer_step = {}, trainer.policy.optimizer_step

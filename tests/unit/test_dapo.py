@@ -1,7 +1,6 @@
 """DAPO's techniques (Yu et al. 2025) and the rollout importance correction, against numbers
 worked out by hand; then the step sampler that applies them, with stub workers."""
 
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from verl.config import ConfigError, TrainerConfig
 from verl.config.errors import check_choice
 from verl.data.collate import collate_prompts
 from verl.errors import VerlError
+from verl.distributed.worker_group import LocalWorkerGroup
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, assemble_rollout
 from verl.trainer.ppo.sampling import StepSampler
@@ -133,24 +133,15 @@ def test_dapo_settings_are_checked_before_training(sections, message):
 PAD, EOS = 0, 2
 
 
-class Group:
-    """Stands in for a LocalWorkerGroup: ``run`` calls the worker's method."""
-
-    def __init__(self, worker):
-        self.worker = worker
-
-    def run(self, method, batch=None, **kwargs):
-        return getattr(self.worker, method)(batch, **kwargs)
-
-
 class Policy:
     """Every response is 4 tokens without EOS (a full-length response)."""
-
-    tokenizer = SimpleNamespace(pad_token_id=PAD)
 
     def __init__(self, n):
         self.n = n
         self.greedy_calls = 0
+
+    def pad_token_id(self):
+        return PAD
 
     def sampling_params(self, validate=False):
         return SamplingParams(max_new_tokens=4, n=self.n)
@@ -183,7 +174,7 @@ def prompts(*lengths):
 def sampler(reward, n=2, **algorithm):
     cfg = TrainerConfig(data=dict(train_batch_size=2, max_response_length=4),
                         actor_rollout_ref=dict(rollout=dict(n=n)), algorithm=algorithm)
-    return StepSampler(cfg, Group(Policy(n)), Group(reward))
+    return StepSampler(cfg, LocalWorkerGroup(Policy(n), "actor_rollout_ref"), LocalWorkerGroup(reward, "reward"))
 
 
 def test_dynamic_sampling_draws_until_the_step_is_full_then_trims_to_whole_groups():

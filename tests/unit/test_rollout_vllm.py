@@ -50,6 +50,7 @@ class FakeSamplingParams:
     stop_token_ids: list = field(default_factory=list)
     logprobs: int | None = None
     detokenize: bool = True
+    seed: int | None = None
 
 
 def make_fake_vllm(script, *, knows_logprobs_mode=True):
@@ -73,10 +74,13 @@ def make_fake_vllm(script, *, knows_logprobs_mode=True):
             LLM.instances.append(self)
 
         def generate(self, requests, params, use_tqdm=True):
+            # vLLM takes one SamplingParams for all requests or a list with one per request.
+            params = params if isinstance(params, list) else [params] * len(requests)
+            assert len(params) == len(requests)
             self.requests.append(requests)
             self.params.append(params)
             outs = []
-            for request in requests:
+            for request, params in zip(requests, params):
                 tokens, stop = script(request["prompt_token_ids"])
                 logprobs = [{t: Logprob(-0.1 * (i + 1)), 99: Logprob(-9.0)} for i, t in enumerate(tokens)] \
                     if params.logprobs is not None else None
@@ -150,7 +154,8 @@ def test_rows_become_unpadded_token_requests_and_outputs_the_rollout_layout(engi
     llm = fake.LLM.instances[-1]
     assert llm.requests[-1] == [{"prompt_token_ids": [10, 11, 12]}, {"prompt_token_ids": [20]},
                                 {"prompt_token_ids": [30, 31]}]
-    sent = llm.params[-1]
+    assert len({p.seed for p in llm.params[-1]}) == 3  # each request draws with its own seed
+    sent = llm.params[-1][0]
     assert (sent.n, sent.max_tokens, sent.temperature, sent.top_k, sent.top_p) == (1, 4, 0.7, 5, 0.9)
     assert (sent.stop_token_ids, sent.logprobs, sent.detokenize) == ([eos], 0, False)
     pad = engine.pad_token_id
@@ -166,8 +171,8 @@ def test_greedy_requests_switch_every_filter_off(engine_env, tiny_model_dir):
     fake = engine_env(lambda ids: ([7], None))
     engine, _, _ = build(tiny_model_dir)
     engine.generate(prompts_batch([[3]]), SamplingParams(max_new_tokens=2, do_sample=False, top_k=9, top_p=0.5))
-    sent = fake.LLM.instances[-1].params[-1]
-    assert (sent.temperature, sent.top_k, sent.top_p, sent.logprobs) == (0.0, -1, 1.0, None)
+    sent = fake.LLM.instances[-1].params[-1][0]
+    assert (sent.temperature, sent.top_k, sent.top_p, sent.logprobs, sent.seed) == (0.0, -1, 1.0, None, None)
 
 
 def test_sync_weights_puts_the_actors_weights_into_the_served_model(engine_env, tiny_model_dir):

@@ -113,12 +113,16 @@ class CheckpointManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def export_hf(model: torch.nn.Module, tokenizer, target: str | os.PathLike) -> Path:
-    """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically."""
+def export_hf(model: torch.nn.Module, tokenizer, target: str | os.PathLike, *, state_dict: dict | None = None) -> Path:
+    """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically.
+
+    ``state_dict``: the weights to write, when already gathered (a sharded model's ``state_dict()``
+    is a collective that every rank must join, while only one rank writes).
+    """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
     if target.exists():
         shutil.rmtree(target)

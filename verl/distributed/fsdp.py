@@ -31,10 +31,12 @@ In one process (world size 1) a one-rank process group is started on first use
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from verl.distributed.process_group import world_size
@@ -103,6 +105,29 @@ def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | Non
     for block in reversed(transformer_blocks(model)):
         _shard(block, kwargs)
     return _shard(model, kwargs)
+
+
+@contextmanager
+def unsharded(model: nn.Module):
+    """Full weights on every rank for the duration, gathered once: the hybrid engine's resharding.
+
+    A decode loop runs one forward per token, and each rank stops when its own rows are done;
+    with FSDP's per-forward all-gathers that would be a collective per token (slow) that ranks
+    call different numbers of times (a hang). Inside this context the parameters stay unsharded,
+    so forwards run no collective at all; on leaving, the model is sharded again. A model without
+    FSDP passes through unchanged.
+    """
+    modules = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for module in modules:
+        module.set_reshard_after_forward(False, recurse=False)
+    for module in modules:
+        module.unshard()
+    try:
+        yield model
+    finally:
+        for module in modules:
+            module.reshard()
+            module.set_reshard_after_forward(True, recurse=False)
 
 
 def parallelize_optimizer(optimizer: torch.optim.Optimizer, fsdp_config) -> torch.optim.Optimizer:

@@ -50,6 +50,43 @@ def destroy_local_process_group() -> None:
         _local_store_dir = None
 
 
+def launched_distributed() -> bool:
+    """True inside a launcher's job (torchrun sets ``WORLD_SIZE``), without starting a group."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def rank() -> int:
+    """This process's rank in the default group (0 in a plain process); starts no group."""
+    if dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+def is_main_process() -> bool:
+    """Rank 0: the one process that prints, logs, validates for the record and writes files."""
+    return rank() == 0
+
+
+def local_rank() -> int:
+    """The rank on this node (torchrun's ``LOCAL_RANK``; 0 in a plain process)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def barrier() -> None:
+    """Wait for every rank (free at world size 1)."""
+    if world_size() > 1:
+        dist.barrier()
+
+
+def broadcast_object(obj, src: int = 0):
+    """``obj`` of rank ``src`` on every rank (``obj`` itself at world size 1); a collective."""
+    if world_size() == 1:
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
+
+
 def world_size() -> int:
     """Ranks in the default group (initialising it when needed)."""
     ensure_process_group()

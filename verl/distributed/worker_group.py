@@ -1,17 +1,37 @@
-"""Placement of role workers. ``LocalWorkerGroup``: the worker lives in this process.
+"""Placement of role workers: the one contract the controller talks to, and its backends.
 
-The controller calls ``group.run("method", batch)``; a group decides where the call executes
-(here: a plain method call, so breakpoints and stack traces work as usual) and logs the data
-flow at INFO level on ``verl.dataflow``: method, batch shapes and devices, bytes handed to and
-returned from the worker, time. An out-of-memory error inside a worker becomes a VerlError that
-names the role and the settings that lower its memory use (``verl.utils.checks.explain_oom``).
+The controller (``fit()``) never touches a worker; it calls its role's group:
+
+* ``group.run(method, batch, **kwargs)``: data-parallel work. The group splits ``batch`` over
+  its ranks, each rank's worker runs ``method`` on its share, and the results come back
+  concatenated in the original row order (a ``Batch`` or tensor; a dict of metrics, which the
+  workers already reduced over the ranks, comes back as it is). ``block=k`` splits every block
+  of ``k`` rows over the ranks instead of the whole batch, so rank ``r``'s ``i``-th share is its
+  part of block ``i``: an update whose mini-batches are blocks then trains on exactly the
+  mini-batches one process would.
+* ``group.call(method, *args, **kwargs)``: every rank's worker runs ``method`` with the same
+  arguments (state dicts, exports, settings); the result of rank 0's worker, which for these
+  methods is the same everywhere, comes back.
+
+Backends: :class:`LocalWorkerGroup` (the worker in this process; breakpoints and tracebacks work
+as usual) and :class:`SPMDWorkerGroup` (torchrun: every process runs the controller and holds one
+rank of each role; "splitting" is each rank taking its share, "gathering" an all-gather).
+:func:`make_worker_group` picks the one that fits how the process was launched.
+
+Both log the data flow at INFO level on ``verl.dataflow`` (method, rows, shapes, bytes, time)
+and turn an out-of-memory error inside a worker into a VerlError naming the role and the
+settings that lower its memory use (``verl.utils.checks.explain_oom``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 
+import torch
+
+from verl.distributed import process_group
 from verl.protocol import Batch
 from verl.utils.checks import explain_oom
 
@@ -19,10 +39,14 @@ logger = logging.getLogger("verl.dataflow")
 
 
 def _nbytes(value) -> int:
-    return value.nbytes() if isinstance(value, Batch) else 0
+    if isinstance(value, Batch):
+        return value.nbytes()
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
 
 
 def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"tensor{list(value.shape)} on {value.device}"
     if not isinstance(value, Batch):
         return type(value).__name__
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in value.tensors.items())
@@ -30,29 +54,152 @@ def _describe(value) -> str:
     return f"{len(value)} rows [{shapes}] {value.nbytes()} bytes on {devices}"
 
 
-class LocalWorkerGroup:
-    """One worker, in-process (world size 1).
+def shard_rows(num_rows: int, world: int, block: int | None = None) -> list[list[int]]:
+    """The rows each of ``world`` ranks takes, in order.
 
-    ``bytes_sent`` / ``bytes_received`` count the tensor bytes of every batch handed to the
-    worker and returned by it (what a remote placement would move over the wire).
+    Without ``block``: contiguous, equal shares; when ``num_rows`` does not divide, the last
+    shares are padded with copies of the last row (their results are dropped when gathering),
+    so every rank runs equally many rows (FSDP's collectives need the same calls on all ranks).
+    With ``block``: every block of ``block`` rows is cut into ``world`` contiguous parts, rank
+    ``r`` takes part ``r`` of every block, and nothing is padded (an update must not count a row
+    twice); a last, shorter block is cut as evenly as it goes.
+    """
+    if block is None:
+        per_rank = -(-num_rows // world)
+        return [[min(i, num_rows - 1) for i in range(r * per_rank, (r + 1) * per_rank)] for r in range(world)]
+    rows: list[list[int]] = [[] for _ in range(world)]
+    for start in range(0, num_rows, block):
+        size = min(block, num_rows - start)
+        bounds = [start + size * r // world for r in range(world + 1)]
+        for r in range(world):
+            rows[r].extend(range(bounds[r], bounds[r + 1]))
+    return rows
+
+
+class WorkerGroup(ABC):
+    """A role's workers, wherever they run. See the module docstring for the contract."""
+
+    def __init__(self, name: str, world_size: int):
+        self.name = name
+        self.world_size = world_size
+        self.bytes_sent = 0
+        """Tensor bytes handed to this process's worker (its share of every batch)."""
+        self.bytes_received = 0
+        """Tensor bytes of the results, as the controller holds them (the whole gathered batch)."""
+        self.bytes_moved = 0
+        """Tensor bytes that crossed between processes to get there (0 in one process)."""
+
+    @abstractmethod
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
+        """Data-parallel ``method`` over ``batch`` (see the module docstring)."""
+
+    @abstractmethod
+    def call(self, method: str, *args, **kwargs):
+        """``method`` on every rank's worker with the same arguments; rank 0's result."""
+
+    def _invoke(self, worker, method: str, args: tuple, kwargs: dict):
+        with explain_oom(self.name, method=method):
+            return getattr(worker, method)(*args, **kwargs)
+
+    def _log(self, method: str, sent, result, start: float, where: str = "") -> None:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s%s.%s: sent %s -> returned %s, %.3fs", where, self.name, method,
+                        _describe(sent) if sent is not None else "-", _describe(result),
+                        time.perf_counter() - start)
+
+
+class LocalWorkerGroup(WorkerGroup):
+    """One worker, in this process (world size 1)."""
+
+    def __init__(self, worker, name: str):
+        super().__init__(name, 1)
+        self.worker = worker
+
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
+        start = time.perf_counter()
+        result = self._invoke(self.worker, method, () if batch is None else (batch,), kwargs)
+        self.bytes_sent += _nbytes(batch)
+        self.bytes_received += _nbytes(result)
+        self._log(method, batch, result, start)
+        return result
+
+    def call(self, method: str, *args, **kwargs):
+        return self._invoke(self.worker, method, args, kwargs)
+
+
+class SPMDWorkerGroup(WorkerGroup):
+    """Rank ``r`` of a torchrun job: this process's worker is the role's rank ``r``.
+
+    Every rank runs the same controller code on the same data, so each takes its own share of a
+    batch without any message, and an all-gather gives every rank the whole result: the
+    controller's next steps (advantages, metrics) see the whole batch on every rank.
     """
 
     def __init__(self, worker, name: str):
+        super().__init__(name, process_group.world_size())
         self.worker = worker
-        self.name = name
-        self.world_size = 1
-        self.bytes_sent = 0
-        self.bytes_received = 0
+        self.rank = process_group.rank()
 
-    def run(self, method: str, batch: Batch | None = None, **kwargs):
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
         start = time.perf_counter()
-        args = () if batch is None else (batch,)
-        with explain_oom(self.name, method=method):
-            result = getattr(self.worker, method)(*args, **kwargs)
-        self.bytes_sent += _nbytes(batch)
-        self.bytes_received += _nbytes(result)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("%s.%s: sent %s -> returned %s, %.3fs", self.name, method,
-                        _describe(batch) if batch is not None else "-", _describe(result),
-                        time.perf_counter() - start)
+        if batch is None:
+            return self._invoke(self.worker, method, (), kwargs)
+        rows = shard_rows(len(batch), self.world_size, block)
+        share = batch.index(rows[self.rank])
+        result = self._invoke(self.worker, method, (share,), kwargs)
+        self.bytes_sent += _nbytes(share)
+        if isinstance(result, (Batch, torch.Tensor)):
+            result = self._gather(result, rows, len(batch))
+            self.bytes_received += _nbytes(result)
+        where = f"rank {self.rank}/{self.world_size} rows {_spans(rows[self.rank])} "
+        self._log(method, share, result, start, where)
         return result
+
+    def call(self, method: str, *args, **kwargs):
+        return self._invoke(self.worker, method, args, kwargs)
+
+    def _gather(self, result, rows: list[list[int]], num_rows: int):
+        """Every rank's result, concatenated and put back into the batch's row order.
+
+        A result may hold ``k`` rows per input row (``generate_sequences``: ``n`` samples per
+        prompt, adjacent); they stay together, after the rows of the input rows before them.
+        """
+        device = result.device if isinstance(result, torch.Tensor) else None
+        local = result.to("cpu")  # pickled CUDA tensors would land on the sender's device index
+        shares = process_group.all_gather_objects(local)
+        self.bytes_moved += sum(_nbytes(s) for r, s in enumerate(shares) if r != self.rank)
+        per_row = {len(share) // max(len(share_rows), 1) for share, share_rows in zip(shares, rows) if share_rows}
+        if len(per_row) != 1 or any(len(share) != len(share_rows) * min(per_row) for share, share_rows in zip(shares, rows)):
+            raise RuntimeError(f"{self.name}: the ranks returned {[len(s) for s in shares]} rows for "
+                               f"{[len(r) for r in rows]} input rows; a worker method must return the same "
+                               f"number of rows per input row on every rank")
+        k = per_row.pop()
+        order = [row for share_rows in rows for row in share_rows]
+        first = {}
+        for position, row in enumerate(order):
+            first.setdefault(row, position)  # a padded copy of a row comes after the row itself
+        keep = torch.tensor([first[row] * k + j for row in range(num_rows) for j in range(k)])
+        if isinstance(result, torch.Tensor):
+            return torch.cat(shares).index_select(0, keep).to(device)
+        gathered = Batch.concat(shares).index(keep)
+        devices = {t.device for t in result.tensors.values()}
+        return gathered.to(devices.pop()) if len(devices) == 1 else gathered
+
+
+def _spans(rows: list[int]) -> str:
+    """``[0-3, 8-11]`` for rows 0..3 and 8..11."""
+    spans, start = [], None
+    for i, row in enumerate(rows):
+        if start is None:
+            start = row
+        if i + 1 == len(rows) or rows[i + 1] != row + 1:
+            spans.append(f"{start}-{row}" if row != start else str(row))
+            start = None
+    return "[" + ", ".join(spans) + "]"
+
+
+def make_worker_group(worker, name: str) -> WorkerGroup:
+    """The group for how this process was launched: SPMD under torchrun, else local."""
+    if process_group.launched_distributed():
+        return SPMDWorkerGroup(worker, name)
+    return LocalWorkerGroup(worker, name)

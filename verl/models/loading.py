@@ -43,10 +43,14 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
-    """``"auto"`` -> cuda when a GPU is visible, else cpu."""
+    """``"auto"`` -> cuda when a GPU is visible, else cpu. A bare ``cuda`` (or auto's cuda) is this
+    process's GPU: ``cuda:LOCAL_RANK`` under torchrun, so each rank of a node gets its own."""
     if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
 
 
 def resolve_attn_implementation(requested: str | None) -> str | None:

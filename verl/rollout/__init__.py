@@ -20,7 +20,7 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     ``rollout_config`` (the ``actor_rollout_ref.rollout`` section), then takes ``model``'s weights.
     """
     if name == "hf":
-        return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device)
+        return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device, seed=seed)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.protocol import Batch
+from verl.rollout.seeding import random_seeds, sample_seeds
 
 
 @dataclass(frozen=True)
@@ -46,24 +47,34 @@ class RolloutEngine(ABC):
 
     name: str = "base"
 
-    def __init__(self, eos_token_id: int | list[int], pad_token_id: int):
+    def __init__(self, eos_token_id: int | list[int], pad_token_id: int, seed: int = 0):
         self.eos_token_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         self.pad_token_id = pad_token_id
+        # Seeds for prompts that carry no rollout_seed: two engines built with one seed draw alike.
+        self.seed_generator = torch.Generator().manual_seed(seed)
 
     @abstractmethod
     def generate_responses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                           params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor | None]:
+                           params: SamplingParams, seeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Response ids ``[B, <= max_new_tokens]`` for left-padded prompts (one per row), and
         with ``params.logprobs`` the log-prob of each of them under the sampling distribution
-        (same shape; anything after the end of a response is ignored), else None."""
+        (same shape; anything after the end of a response is ignored), else None.
+
+        ``seeds`` ``[B]`` (int64): each row's own sampling seed (:mod:`verl.rollout.seeding`); a
+        row's response must depend on its prompt, seed and the weights only, not on the other rows.
+        """
 
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """Prompts ``[B, T_prompt]`` -> the batch repeated ``n`` times with responses appended.
 
-        Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``.
+        Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``. Sample ``j``
+        of a prompt is drawn with ``sample_seeds(prompts["rollout_seed"], n)``; prompts without a
+        ``rollout_seed`` column get seeds from the engine's own generator (seeded by its ``seed``).
         """
+        base = prompts["rollout_seed"] if "rollout_seed" in prompts else random_seeds(len(prompts), self.seed_generator)
+        seeds = sample_seeds(base.cpu(), params.n)
         batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
-        responses, log_probs = self.generate_responses(batch["input_ids"], batch["attention_mask"], params)
+        responses, log_probs = self.generate_responses(batch["input_ids"], batch["attention_mask"], params, seeds)
         out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                                log_probs=log_probs)
         out.meta["temperature"] = params.logprob_temperature

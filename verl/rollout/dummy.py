@@ -1,7 +1,8 @@
 """A rollout that runs no model: random responses, for checking the wiring of a pipeline.
 
-Every response has the full ``max_new_tokens`` length and ends with EOS, drawn from a seeded
-generator so two runs see the same tokens.
+Every response has the full ``max_new_tokens`` length and ends with EOS; its tokens are drawn with
+the row's own seed (:mod:`verl.rollout.seeding`), so two runs, and any split of a batch, see the
+same tokens.
 """
 
 from __future__ import annotations
@@ -11,20 +12,21 @@ import math
 import torch
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.seeding import mix
 
 
 class DummyRollout(RolloutEngine):
     name = "dummy"
 
     def __init__(self, vocab_size: int, eos_token_id: int | list[int], pad_token_id: int, seed: int = 0):
-        super().__init__(eos_token_id, pad_token_id)
+        super().__init__(eos_token_id, pad_token_id, seed)
         self.vocab_size = vocab_size
-        self.generator = torch.Generator().manual_seed(seed)
 
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams):
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
         special = set(self.eos_token_ids) | {self.pad_token_id}
         allowed = torch.tensor([t for t in range(self.vocab_size) if t not in special])
-        picks = torch.randint(len(allowed), (input_ids.shape[0], params.max_new_tokens), generator=self.generator)
+        steps = torch.arange(params.max_new_tokens)
+        picks = (mix(seeds.unsqueeze(1), steps.unsqueeze(0)) % len(allowed))
         responses = allowed[picks]
         responses[:, -1] = self.eos_token_ids[0]
         log_probs = None

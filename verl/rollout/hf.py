@@ -1,8 +1,14 @@
 """Rollout with Hugging Face ``generate``: works for every causal LM, on CPU and GPU.
 
 In the hybrid engine the rollout holds the actor's own module, so it always samples with the
-current weights and :meth:`sync_weights` has nothing to do. With ``SamplingParams.logprobs``
-it reports the sampled tokens' log-probs from ``generate``'s processed scores.
+current weights and :meth:`sync_weights` has nothing to do.
+
+Sampling is seeded per row (:mod:`verl.rollout.seeding`): ``generate`` runs its greedy loop with a
+logits processor that filters the logits (temperature, top-k, top-p), draws each row's token with
+that row's seed and leaves only it standing, so the argmax picks it. ``generate``'s own sampler
+would draw all rows from one random stream, and a row's response would depend on the batch.
+With ``SamplingParams.logprobs`` the processor also records each drawn token's log-prob under the
+filtered distribution; greedy log-probs come from the raw scores.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.seeding import draw, filter_logits
 
 
 def _sampled_log_probs(scores: tuple[torch.Tensor, ...], tokens: torch.Tensor) -> torch.Tensor:
@@ -22,14 +29,31 @@ def _sampled_log_probs(scores: tuple[torch.Tensor, ...], tokens: torch.Tensor) -
     return torch.cat(steps, dim=1)
 
 
+class _SeededDraw:
+    """A logits processor that samples: each row's token is drawn with the row's own seed, and
+    every other token's score is set to -inf so that generate's argmax takes the drawn one."""
+
+    def __init__(self, params: SamplingParams, seeds: torch.Tensor):
+        self.params, self.seeds = params, seeds
+        self.log_probs: list[torch.Tensor] = []  # [B] per decode step
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        p = self.params
+        logits = filter_logits(scores, p.temperature, p.top_k, p.top_p)
+        tokens, log_probs = draw(logits, self.seeds, len(self.log_probs))
+        self.log_probs.append(log_probs)
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+
+
 class HFRollout(RolloutEngine):
     name = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None, seed: int = 0):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
-        super().__init__(eos, tokenizer.pad_token_id)
+        super().__init__(eos, tokenizer.pad_token_id, seed)
         self.model = model
         self.generation_batch_size = generation_batch_size
         # Where inputs go: the compute device, which differs from the parameters' device when
@@ -43,17 +67,16 @@ class HFRollout(RolloutEngine):
         # ones from the model's generation_config.json and then from its own defaults (top_k=50,
         # hub files add top_k/top_p/repetition_penalty), and the samples would no longer follow
         # SamplingParams. top_k=0 and top_p=1.0 are "off" to transformers.
-        kwargs = dict(max_new_tokens=params.max_new_tokens, min_new_tokens=0, eos_token_id=self.eos_token_ids,
-                      pad_token_id=self.pad_token_id, num_return_sequences=1, num_beams=1,
-                      repetition_penalty=1.0, no_repeat_ngram_size=0)
-        if params.greedy:
-            return GenerationConfig(do_sample=False, **kwargs)
-        return GenerationConfig(do_sample=True, temperature=params.temperature, top_p=min(params.top_p, 1.0),
-                                top_k=max(params.top_k, 0), min_p=0.0, typical_p=1.0, epsilon_cutoff=0.0,
-                                eta_cutoff=0.0, **kwargs)
+        # Sampling too runs generate's greedy loop: the draw happens in _SeededDraw (module doc).
+        return GenerationConfig(max_new_tokens=params.max_new_tokens, min_new_tokens=0,
+                                eos_token_id=self.eos_token_ids, pad_token_id=self.pad_token_id,
+                                num_return_sequences=1, num_beams=1, repetition_penalty=1.0, no_repeat_ngram_size=0,
+                                do_sample=False)
 
     @torch.no_grad()
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams):
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
+        from transformers import LogitsProcessorList
+
         device = self.device
         config = self._generation_config(params)
         chunk = self.generation_batch_size or input_ids.shape[0]
@@ -64,11 +87,15 @@ class HFRollout(RolloutEngine):
             for start in range(0, input_ids.shape[0], chunk):
                 ids = input_ids[start:start + chunk].to(device)
                 mask = attention_mask[start:start + chunk].to(device)
+                sampler = None if params.greedy else _SeededDraw(params, seeds[start:start + chunk])
                 out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                                          output_scores=params.logprobs, return_dict_in_generate=True)
+                                          logits_processor=LogitsProcessorList([sampler] if sampler else []),
+                                          output_scores=params.logprobs and params.greedy,
+                                          return_dict_in_generate=True)
                 outs.append(out.sequences[:, ids.shape[1]:])
                 if params.logprobs:
-                    log_probs.append(_sampled_log_probs(out.scores, outs[-1]))
+                    log_probs.append(_sampled_log_probs(out.scores, outs[-1]) if sampler is None
+                                     else torch.stack(sampler.log_probs, dim=1)[:, :outs[-1].shape[1]])
         finally:
             self.model.train(was_training)
         width = max(o.shape[1] for o in outs)

@@ -62,7 +62,7 @@ class VLLMRollout(RolloutEngine):
                  dtype: str = "bfloat16", gpu_memory_utilization: float = 0.5, max_num_seqs: int = 256,
                  max_model_len: int | None = None, seed: int = 0, trust_remote_code: bool = False):
         check_vllm_available()
-        super().__init__(eos_token_id, tokenizer.pad_token_id)
+        super().__init__(eos_token_id, tokenizer.pad_token_id, seed)
         if tensor_model_parallel_size == 1:
             # One GPU: run the engine in this process, so weight syncs pass tensors by reference.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -82,22 +82,25 @@ class VLLMRollout(RolloutEngine):
             self.llm = vllm.LLM(**kwargs)
             self.processed_logprobs = False
 
-    def _sampling_params(self, params: SamplingParams):
+    def _sampling_params(self, params: SamplingParams, seed: int):
         greedy = params.greedy
+        # A seed per request: vLLM then draws that request's tokens from its own generator.
         return self._vllm.SamplingParams(
             n=1, max_tokens=params.max_new_tokens, temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p, top_k=-1 if greedy or params.top_k <= 0 else params.top_k,
-            stop_token_ids=list(self.eos_token_ids), logprobs=0 if params.logprobs else None, detokenize=False)
+            stop_token_ids=list(self.eos_token_ids), logprobs=0 if params.logprobs else None, detokenize=False,
+            seed=None if greedy else seed)
 
     @torch.no_grad()
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams):
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
         if params.logprobs and not self.processed_logprobs and not params.greedy:
             raise VerlError("this vLLM version reports log-probs before temperature/top-k/top-p, not those of the "
                             "distribution it samples from; upgrade vLLM (>= 0.10.2) or set "
                             "actor_rollout_ref.rollout.calculate_log_probs=false")
         mask = attention_mask.bool()
         requests = [{"prompt_token_ids": ids[keep].tolist()} for ids, keep in zip(input_ids, mask)]
-        outputs = self.llm.generate(requests, self._sampling_params(params), use_tqdm=False)
+        sampling = [self._sampling_params(params, int(seed)) for seed in seeds]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         rows, log_probs = [], []
         for output in outputs:
             sample = output.outputs[0]

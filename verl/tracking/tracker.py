@@ -12,6 +12,7 @@ import math
 import os
 from pathlib import Path
 
+from verl.distributed.process_group import is_main_process
 from verl.errors import VerlError
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class Tracker:
     """Sends each step's metrics to every configured backend.
 
     ``backends`` are logger names (see :data:`LOGGER_NAMES`); ``metrics.jsonl`` in ``out_dir`` is
-    written whichever are named. :meth:`from_config` reads them from a ``TrainerConfig``.
+    written whichever are named. In a multi-rank job only rank 0 logs (the others get no backend). :meth:`from_config` reads them from a ``TrainerConfig``.
     """
 
     @classmethod
@@ -115,6 +116,8 @@ class Tracker:
                             f"choose from {list(LOGGER_NAMES)}")
         out_dir = Path(out_dir)
         self.backends = []
+        if not is_main_process():  # every rank holds the same metrics; rank 0 records them
+            return
         for name in names:
             if name == "console":
                 self.backends.append(_Console(quiet=progress_bar))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 from verl.config import TrainerConfig
+from verl.distributed.process_group import barrier, ensure_process_group, is_main_process, launched_distributed
 from verl.trainer.demo import DEMO_PRESET, is_demo
 from verl.trainer.entry import run_entry
 
@@ -27,11 +28,19 @@ def run(config: TrainerConfig) -> dict:
 
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
-        warm = warm_start(config, progress=config.trainer.progress_bar)
+        # Under torchrun rank 0 trains and caches the warm start; the other ranks then load it.
+        if is_main_process():
+            warm = warm_start(config, progress=config.trainer.progress_bar)
+        if launched_distributed():
+            ensure_process_group()
+            barrier()
+        if warm is None:
+            warm = warm_start(config, progress=False)
         config.actor_rollout_ref.model.path = str(warm.path)
     trainer = build_rl_trainer(config)
     result = trainer.fit()
-    print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir), flush=True)
+    if is_main_process():
+        print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir), flush=True)
     return result
 
 

@@ -7,13 +7,17 @@ initial policy, built when a KL term needs it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 
 import torch
 
 from verl.algorithms import truncated_responses
+from verl.checkpoint import export_hf
 from verl.config import ConfigError
+from verl.distributed.fsdp import unsharded
+from verl.distributed.process_group import barrier, is_main_process, world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
@@ -61,8 +65,9 @@ class ActorRolloutRefWorker:
         rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False).to(self.device)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
+        # Each data-parallel rank trains on its share of every mini-batch (the config checks that it divides).
         self.actor = Actor(model, actor_cfg, self.device,
-                           samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n,
+                           samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n // world_size(),
                            total_steps=total_steps,
                            log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed,
                            norm_len=self.max_response_length)
@@ -87,6 +92,31 @@ class ActorRolloutRefWorker:
     def ref_model(self) -> torch.nn.Module | None:
         return self.ref.model if self.ref else None
 
+    # ---------------------------------------------------------------- for the controller (group.call)
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    def decode(self, responses: torch.Tensor) -> list[str]:
+        """Response token ids ``[B, T_resp]`` -> texts (special tokens dropped)."""
+        return self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+
+    def state_dict(self) -> dict:
+        """The actor's full training state (a collective under data parallelism: every rank calls it)."""
+        return self.actor.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the actor from :meth:`state_dict`; the rollout then generates with those weights."""
+        self.actor.load_state_dict(state)
+        self.rollout.sync_weights(self.actor.model)
+
+    def export_hf(self, target) -> None:
+        """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every
+        rank must call this: gathering the sharded weights is a collective)."""
+        state = self.actor.model.state_dict()
+        if is_main_process():
+            export_hf(self.actor.model, self.tokenizer, target, state_dict=state)
+        barrier()
+
     def sampling_params(self, validate: bool = False) -> SamplingParams:
         """Training sampling (with the engine's log-probs when asked for), or validation sampling."""
         cfg = self.config.rollout
@@ -99,7 +129,11 @@ class ActorRolloutRefWorker:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
-        out = self.rollout.generate(prompts.to(self.device), params)
+        # The hybrid engine's HF rollout decodes with the actor's own (sharded) module: full weights
+        # are gathered once for the whole rollout, never per decoded token.
+        shares_actor = self.config.hybrid_engine and self.rollout.name == "hf"
+        with unsharded(self.actor_model) if shares_actor else contextlib.nullcontext():
+            out = self.rollout.generate(prompts.to(self.device), params)
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 
     def compute_log_prob(self, batch: Batch) -> Batch:

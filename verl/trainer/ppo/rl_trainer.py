@@ -11,7 +11,8 @@ import time
 from collections import defaultdict
 
 from verl.algorithms import make_kl_controller
-from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
+from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
+from verl.distributed.process_group import barrier, is_main_process
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
@@ -23,6 +24,10 @@ logger = logging.getLogger(__name__)
 
 
 class RLTrainer:
+    """Runs on every rank of a torchrun job alike (each with the same data; the worker groups split
+    each batch over the ranks and gather the results), so every rank holds the same batch and
+    metrics. Rank 0 alone writes: logs, progress, checkpoints, the Hugging Face folder."""
+
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
                  tracker, out_dir, total_steps: int, critic=None, use_ref: bool = False):
         self.config = config
@@ -35,6 +40,7 @@ class RLTrainer:
         self.out_dir = out_dir
         self.total_steps = total_steps
         self.use_ref = use_ref
+        self.is_main = is_main_process()
         self.sampler = StepSampler(config, actor_rollout_ref, reward)
         kl = config.algorithm.kl_ctrl
         self.kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
@@ -49,7 +55,7 @@ class RLTrainer:
         self._maybe_resume()
         if cfg.val_before_train and self.val_batches and not self.val_history:
             self._log_validation(self.validate())
-        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar)
+        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar and self.is_main)
         try:
             while self.global_step < self.total_steps:
                 self.global_step += 1
@@ -66,8 +72,7 @@ class RLTrainer:
         validating = cfg.val_before_train or cfg.test_freq > 0
         if self.val_batches and validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
             self._log_validation(self.validate())
-        export_hf(self.actor_rollout_ref.worker.actor_model, self.actor_rollout_ref.worker.tokenizer,
-                  self.out_dir / "huggingface")
+        self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
         return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
                 "validation": self.val_history}
 
@@ -77,7 +82,8 @@ class RLTrainer:
         algo = self.config.algorithm
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
-            batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing)
+            batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
+                                                                    step=self.global_step)
             metrics.update(sample_metrics)
             with timer("old_log_prob", timing):
                 batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
@@ -92,10 +98,11 @@ class RLTrainer:
                 metrics.update(kl_metrics)
             if self.critic is not None:
                 with timer("update_critic", timing):
-                    metrics.update(self.critic.run("update", batch))
+                    metrics.update(self.critic.run("update", batch, block=self.samples_per_mini_batch("critic")))
             if self.global_step > self.config.critic.warmup_steps:
                 with timer("update_actor", timing):
-                    metrics.update(self.actor_rollout_ref.run("update_actor", batch))
+                    metrics.update(self.actor_rollout_ref.run("update_actor", batch,
+                                                              block=self.samples_per_mini_batch("actor")))
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(timing)
         n_tokens = int(batch["attention_mask"].sum())
@@ -105,6 +112,11 @@ class RLTrainer:
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
+
+    def samples_per_mini_batch(self, role: str) -> int:
+        """Rows of one optimiser step of ``role``: the group splits each such block over the ranks,
+        so that every rank trains on its part of the same mini-batches one process would."""
+        return self.config.derived_sizes(dp_size=1, role=role)["samples_per_mini_batch"]
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
@@ -117,22 +129,26 @@ class RLTrainer:
     def _log_validation(self, metrics: dict) -> None:
         self.val_history.append((self.global_step, metrics))
         self.tracker.log(metrics, self.global_step)
-        logger.info("validation at step %d: %s", self.global_step,
-                    ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
+        if self.is_main:
+            logger.info("validation at step %d: %s", self.global_step,
+                        ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
 
     # ------------------------------------------------------------------ checkpoints
     def _state(self) -> dict:
-        worker = self.actor_rollout_ref.worker
-        state = {"global_step": self.global_step, "actor": worker.actor.state_dict(),
+        # Full (unsharded) tensors: a checkpoint resumes at any number of ranks.
+        state = {"global_step": self.global_step, "actor": self.actor_rollout_ref.call("state_dict"),
                  "loader": self.train_loader.state_dict(), "kl_coef": self.kl_ctrl.value, "rng": rng_state(),
                  "val_history": self.val_history, "stage_seconds": dict(self.stage_seconds)}
         if self.critic is not None:
-            state["critic"] = self.critic.worker.state_dict()
+            state["critic"] = self.critic.call("state_dict")
         return state
 
     def save_checkpoint(self) -> None:
         start = time.perf_counter()
-        self.checkpoints.save(self.global_step, self._state())
+        state = self._state()  # every rank gathers (a collective); rank 0 writes
+        if self.is_main:
+            self.checkpoints.save(self.global_step, state)
+        barrier()
         self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
 
     def _maybe_resume(self) -> None:
@@ -140,16 +156,15 @@ class RLTrainer:
         if path is None:
             return
         state = self.checkpoints.load(path)
-        worker = self.actor_rollout_ref.worker
-        worker.actor.load_state_dict(state["actor"])
-        worker.rollout.sync_weights(worker.actor.model)
+        self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
-            self.critic.worker.load_state_dict(state["critic"])
+            self.critic.call("load_state_dict", state["critic"])
         self.train_loader.load_state_dict(state["loader"])
         self.kl_ctrl.value = state["kl_coef"]
         restore_rng_state(state["rng"])
         self.global_step = state["global_step"]
         self.val_history = state["val_history"]
         self.stage_seconds.update(state["stage_seconds"])
-        print(f"Resumed from {path} at step {self.global_step}", flush=True)
+        if self.is_main:
+            print(f"Resumed from {path} at step {self.global_step}", flush=True)
 

@@ -27,7 +27,12 @@ from verl.config.checks import overlong_buffer_len
 from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout import concat_rollouts
+from verl.rollout.seeding import prompt_seeds
 from verl.trainer.timing import timer
+
+
+# Seeds of prompt draws: step s uses draws s * MAX_DRAWS_PER_STEP + k (k-th batch of dynamic sampling).
+MAX_DRAWS_PER_STEP = 1 << 16
 
 
 class StepSampler:
@@ -35,18 +40,22 @@ class StepSampler:
         self.config = config
         self.actor_rollout_ref = actor_rollout_ref
         self.reward = reward
-        self.pad_token_id = actor_rollout_ref.worker.tokenizer.pad_token_id
+        self.pad_token_id = actor_rollout_ref.call("pad_token_id")
 
-    def generate_and_score(self, prompts: Batch, prompt_loader, timing: dict) -> tuple[Batch, dict[str, float]]:
+    def generate_and_score(self, prompts: Batch, prompt_loader, timing: dict, *, step: int = 0
+                           ) -> tuple[Batch, dict[str, float]]:
         """A scored rollout batch for ``prompts`` (drawing more from ``prompt_loader`` only for
-        dynamic sampling), and the sampling metrics."""
-        batch = self._rollout(prompts, timing)
+        dynamic sampling), and the sampling metrics. ``step`` seeds the samples (with the run's
+        seed and each prompt's place in the batch), so they do not depend on how many ranks draw them."""
+        batch = self._rollout(prompts, timing, seed_draw=step * MAX_DRAWS_PER_STEP)
         if not self.config.algorithm.filter_groups.enable:
             return batch, {}
-        return self._keep_informative_groups(batch, prompt_loader, timing)
+        return self._keep_informative_groups(batch, prompt_loader, timing, step)
 
     # ------------------------------------------------------------------ one prompt batch
-    def _rollout(self, prompts: Batch, timing: dict) -> Batch:
+    def _rollout(self, prompts: Batch, timing: dict, seed_draw: int) -> Batch:
+        prompts = Batch(dict(prompts.tensors), prompts.non_tensors, prompts.meta)
+        prompts["rollout_seed"] = prompt_seeds(self.config.trainer.seed, seed_draw, len(prompts))
         with timer("gen", timing):
             batch = self.actor_rollout_ref.run("generate_sequences", prompts)
         if self.config.algorithm.adv_estimator == "remax":
@@ -59,7 +68,7 @@ class StepSampler:
 
     def _greedy_scores(self, prompts: Batch) -> torch.Tensor:
         """``[B_prompts]``: the score of each prompt's greedy response (ReMax's baseline)."""
-        params = self.actor_rollout_ref.worker.sampling_params()
+        params = self.actor_rollout_ref.call("sampling_params")
         greedy = dataclasses.replace(params, n=1, do_sample=False, logprobs=False)
         out = self.actor_rollout_ref.run("generate_sequences", prompts, params=greedy)
         return self._score(out)["token_level_scores"].sum(-1)
@@ -92,7 +101,7 @@ class StepSampler:
             raise VerlError(f"algorithm.filter_groups.metric={metric!r}: the reward function's values for it "
                             f"are not all numbers ({e})") from e
 
-    def _keep_informative_groups(self, batch: Batch, prompt_loader, timing: dict):
+    def _keep_informative_groups(self, batch: Batch, prompt_loader, timing: dict, step: int):
         cfg = self.config.algorithm.filter_groups
         target = self.config.data.train_batch_size
         n = self.config.actor_rollout_ref.rollout.n
@@ -107,7 +116,7 @@ class StepSampler:
                 kept.append(batch.index(keep))
             if kept_groups >= target or draws >= cfg.max_num_gen_batches:
                 break
-            batch = self._rollout(next(prompt_loader), timing)
+            batch = self._rollout(next(prompt_loader), timing, seed_draw=step * MAX_DRAWS_PER_STEP + draws)
             draws += 1
         # Samples of a group are adjacent and stay so: the first groups fill the step exactly.
         out = concat_rollouts(kept, self.pad_token_id).index(slice(0, target * n)) if kept else batch

@@ -23,6 +23,9 @@ import dataclasses
 from collections import defaultdict
 from typing import Sequence
 
+from verl.protocol import Batch
+from verl.rollout.seeding import prompt_seeds
+
 
 def at_n_metrics(scores: Sequence[float], answers: Sequence[object], groups: Sequence[object]) -> dict[str, float]:
     """``{"mean": ..., "best": ..., "maj": ...}`` over prompts whose N samples share a group id."""
@@ -58,13 +61,13 @@ def _answers(scored, size: int) -> list:
     return [next((c[i] for c in columns if c[i] is not None), None) for i in range(size)]
 
 
-def validation_passes(worker, config) -> list[tuple[str, object]]:
+def validation_passes(actor_rollout_ref, config) -> list[tuple[str, object]]:
     """``[(kind, sampling params)]``: "greedy" always; "sampled" when asked for (see module doc)."""
     val = config.actor_rollout_ref.rollout.val_kwargs
-    greedy = dataclasses.replace(worker.sampling_params(validate=True), n=1, do_sample=False)
+    greedy = dataclasses.replace(actor_rollout_ref.call("sampling_params", validate=True), n=1, do_sample=False)
     passes = [("greedy", greedy)]
     if config.trainer.val_sampled or val.do_sample or val.n > 1:
-        params = worker.sampling_params(validate=val.do_sample)
+        params = actor_rollout_ref.call("sampling_params", validate=val.do_sample)
         passes.append(("sampled", dataclasses.replace(params, n=val.n, do_sample=True, logprobs=False)))
     return passes
 
@@ -72,10 +75,14 @@ def validation_passes(worker, config) -> list[tuple[str, object]]:
 def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, float]:
     """All validation metrics (names in the module doc)."""
     metrics: dict[str, float] = {}
-    for kind, params in validation_passes(actor_rollout_ref.worker, config):
+    for kind, params in validation_passes(actor_rollout_ref, config):
         rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
         n = params.n
-        for prompts in val_batches:
+        for number, prompts in enumerate(val_batches):
+            # The same seeds at every validation: the sampled scores of two steps differ by the
+            # policy, not by the luck of the draw.
+            prompts = Batch(dict(prompts.tensors), prompts.non_tensors, prompts.meta)
+            prompts["rollout_seed"] = prompt_seeds(config.trainer.seed, -1 - number, len(prompts))
             out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
             scored = reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
@@ -83,8 +90,7 @@ def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, 
             answers = _answers(scored, len(out)) if kind == "sampled" and n > 1 else [""] * len(out)
             unanswered = [i for i, a in enumerate(answers) if a is None]
             if unanswered:
-                texts = actor_rollout_ref.worker.tokenizer.batch_decode(out["responses"][unanswered],
-                                                                        skip_special_tokens=True)
+                texts = actor_rollout_ref.call("decode", out["responses"][unanswered])
                 for i, text in zip(unanswered, texts):
                     answers[i] = text
             for i, source in enumerate(out["data_source"]):
