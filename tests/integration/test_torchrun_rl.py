@@ -102,9 +102,12 @@ def _assert_same_weights(dir_a, dir_b, initial_dir) -> None:
     assert max((a[name] - initial[name]).abs().max() for name in a) > 1e-2  # the runs did train
 
 
-@pytest.mark.parametrize("algorithm", [["algorithm.adv_estimator=grpo"],
-                                       ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",
-                                        "critic.optim.lr=1e-2"]], ids=["grpo", "ppo_with_critic"])
+@pytest.mark.parametrize("algorithm", [
+    ["algorithm.adv_estimator=grpo"],
+    ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-2"],
+    # fsdp_size=1 on 2 ranks: each rank holds a whole replica (a 2-D replicate x shard mesh)
+    ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
+     "actor_rollout_ref.ref.fsdp_config.fsdp_size=1"]], ids=["grpo", "ppo_with_critic", "grpo_replicated"])
 def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, algorithm):
     one, two = tmp_path / "one", tmp_path / "two"
     _plain(_args(tiny_model_dir, data_dir, one, *algorithm))

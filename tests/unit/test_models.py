@@ -9,6 +9,7 @@ import torch
 from verl.errors import ModelLoadError, VerlError
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_attn_implementation, resolve_dtype
 from verl.models.logprob import compute_response_logprobs, logprobs_from_logits, response_logits
+from verl.models.tiny import make_tiny_model_folder
 from verl.models.value_model import ValueModel
 
 PAD = 0
@@ -223,3 +224,25 @@ def test_value_model_training_moves_the_head_then_the_backbone(tiny_model_dir):
     assert "embed_tokens.weight" in moved and any(".self_attn." in n for n in moved)
     assert not torch.equal(critic(ids, mask, pos).detach(), torch.zeros(2, 4))
     assert losses[-1] < losses[0]
+
+
+def test_disable_dropout_zeroes_every_dropout_setting_before_the_model_is_built(tmp_path):
+    """RL compares log-probs of separate forward passes: with dropout they would differ run to run."""
+    folder = make_tiny_model_folder(tmp_path / "opt", arch="opt")  # OPT ships dropout=0.1, like opt-125m
+    ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+
+    def two_train_forwards(model):
+        model.train()
+        return model(input_ids=ids).logits, model(input_ids=ids).logits
+
+    kept = load_causal_lm(str(folder))
+    assert kept.config.dropout == 0.1
+    a, b = two_train_forwards(kept)
+    assert not torch.equal(a, b)
+    off = load_causal_lm(str(folder), disable_dropout=True)
+    assert off.config.dropout == 0.0 and off.config.attention_dropout == 0.0
+    a, b = two_train_forwards(off)
+    assert torch.equal(a, b)
+    # override_config comes after, so a dropout can still be set on purpose
+    chosen = load_causal_lm(str(folder), disable_dropout=True, override_config={"dropout": 0.2})
+    assert chosen.config.dropout == 0.2

@@ -31,6 +31,9 @@ class ModelConfig(ConfigNode):
                                                  "pass: less memory, about 30% more compute.")
     override_config: dict = option({}, help="Free-form keys set on the Hugging Face model config "
                                    "before loading, e.g. {attention_dropout: 0.0}.")
+    disable_dropout: bool = option(True, help="Set every dropout of the policy, reference and critic "
+                                   "to 0 for RL: with dropout on, the log-probs of the update and of the "
+                                   "rollout come from different networks (and differ across ranks).")
 
 
 @dataclass

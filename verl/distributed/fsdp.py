@@ -104,6 +104,9 @@ def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | Non
     # Children before parents (modules() lists parents first), so nested blocks get their own group.
     for block in reversed(transformer_blocks(model)):
         _shard(block, kwargs)
+        # Runs before FSDP's own post-forward hook, which attaches the pre-backward all-gather to
+        # the block's output (prepend: hooks run in registration order otherwise).
+        block.register_forward_hook(_own_output, prepend=True)
     return _shard(model, kwargs)
 
 
@@ -160,6 +163,18 @@ def _cast_floating_buffers(model: nn.Module, dtype: torch.dtype | None) -> None:
         for name, buffer in module.named_buffers(recurse=False):
             if buffer.is_floating_point() and buffer.dtype != dtype:
                 setattr(module, name, buffer.to(dtype))
+
+
+def _own_output(module: nn.Module, args, output):
+    """A block's output that is a view (OPT's decoder layer returns ``x.view(shape)``) replaced by a
+    copy. FSDP hangs its pre-backward hook on the output; an in-place op on a view of it would
+    drop that hook and with it the backward all-gather (wrong gradients, and FSDP warns). A copy
+    makes that impossible whatever the next layer does; blocks that return fresh tensors pass."""
+    if isinstance(output, torch.Tensor):
+        return output.clone() if output._is_view() else output
+    if isinstance(output, tuple) and any(isinstance(o, torch.Tensor) and o._is_view() for o in output):
+        return type(output)(o.clone() if isinstance(o, torch.Tensor) and o._is_view() else o for o in output)
+    return output
 
 
 def _shard(module: nn.Module, kwargs: dict) -> nn.Module:

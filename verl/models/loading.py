@@ -109,8 +109,14 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
 def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
                    attn_implementation: str | None = None, trust_remote_code: bool = False,
                    override_config: dict | None = None, config_key: str = "actor_rollout_ref.model.path",
-                   **kwargs):
-    """``AutoModelForCausalLM.from_pretrained`` with dtype names, attention fallback and clear errors."""
+                   disable_dropout: bool = False, **kwargs):
+    """``AutoModelForCausalLM.from_pretrained`` with dtype names, attention fallback and clear errors.
+
+    ``disable_dropout``: every dropout probability of the model config (``dropout``,
+    ``attention_dropout``, ``resid_pdrop``, ...) is set to 0 before the model is built. RL wants this: its log-prob ratios compare forward passes, which
+    dropout would run through differently thinned networks (and differently on each rank).
+    ``override_config`` is applied after, so it can still set a dropout on purpose.
+    """
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -120,6 +126,8 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
+    if disable_dropout:
+        _zero_dropout_settings(config)
     for key, value in (override_config or {}).items():
         setattr(config, key, value)
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
@@ -132,6 +140,17 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
+
+
+def _zero_dropout_settings(config) -> None:
+    """Dropout probabilities of a Hugging Face config (and its sub-configs) set to 0."""
+    from transformers import PretrainedConfig
+
+    for key, value in list(vars(config).items()):
+        if ("dropout" in key or key.endswith("pdrop")) and isinstance(value, float):
+            setattr(config, key, 0.0)
+        elif isinstance(value, PretrainedConfig):  # a nested config (text, vision)
+            _zero_dropout_settings(value)
 
 
 def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
@@ -161,3 +180,4 @@ def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | No
             f"sequence-classification model (a causal LM folder, for instance); give a trained reward "
             f"model's folder or hub id.")
     return model.eval()
+

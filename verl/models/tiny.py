@@ -134,12 +134,21 @@ def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int) -> Pat
     """A model of ``config`` with weights drawn from ``seed`` (the caller's RNG untouched), saved with its tokenizer."""
     import torch
 
+    import os
+    import tempfile
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = auto_class.from_config(config)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    # Written aside, then each file renamed into place: the ranks of a torchrun job may all write
+    # the same folder at once (same seed, same bytes), and none ever reads a half-written file.
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    for file in tmp.iterdir():
+        os.replace(file, path / file.name)
+    tmp.rmdir()
     return path
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
+from verl.distributed.process_group import barrier, is_main_process
 from verl.protocol import Batch
 from verl.tracking import Tracker
 
@@ -57,8 +58,14 @@ class BaseTrainer:
         self.worker.rollout.sync_weights(self.worker.actor.model)
 
     def save_checkpoint(self, directory: str) -> Path:
-        """Write a resumable checkpoint (``directory/global_step_N``), crash-safe."""
-        return CheckpointManager(directory).save(self.global_step, self.state_dict())
+        """Write a resumable checkpoint (``directory/global_step_N``), crash-safe. Under torchrun every
+        rank calls it (gathering the sharded state is a collective) and rank 0 writes."""
+        manager = CheckpointManager(directory)
+        state = self.state_dict()
+        if is_main_process():
+            manager.save(self.global_step, state)
+        barrier()
+        return manager.step_dir(self.global_step)
 
     def load_checkpoint(self, directory: str) -> None:
         """Resume from the newest complete checkpoint under ``directory``."""

@@ -56,7 +56,8 @@ class ActorRolloutRefWorker:
                                                      trust_remote_code=model_cfg.trust_remote_code)
         model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
                                trust_remote_code=model_cfg.trust_remote_code,
-                               override_config=dict(model_cfg.override_config))
+                               override_config=dict(model_cfg.override_config),
+                               disable_dropout=model_cfg.disable_dropout)
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
         ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None

@@ -148,6 +148,7 @@ def build_rl_trainer(config) -> RLTrainer:
         value_model = ValueModel(load_causal_lm(critic_path, dtype=arr_cfg.model.dtype,
                                                 trust_remote_code=critic_cfg.model.trust_remote_code,
                                                 override_config=dict(critic_cfg.model.override_config),
+                                                disable_dropout=arr_cfg.model.disable_dropout,
                                                 config_key="critic.model.path"))
         if critic_cfg.model.enable_gradient_checkpointing:
             value_model.model.gradient_checkpointing_enable()

@@ -23,6 +23,8 @@ import torch
 from verl.algorithms import apply_kl_in_reward, compute_gae_advantage_return, compute_policy_loss
 from verl.config import TrainerConfig
 from verl.config.node import ConfigNode, option
+from verl.distributed.process_group import rank, world_size
+from verl.distributed.worker_group import shard_rows
 from verl.models.loading import load_causal_lm
 from verl.models.value_model import ValueModel
 from verl.protocol import Batch
@@ -30,6 +32,21 @@ from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.step_batch import batch_from_dict
 from verl.utils.checks import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
+
+
+def data_parallel_share(batch: Batch, mini_batch_size: int) -> tuple[Batch, int]:
+    """This rank's rows of ``batch`` for the updates, and its mini-batch size.
+
+    Under torchrun every rank runs the user's script and holds the same batch. Each rank then
+    trains on its part of every mini-batch; since losses are normalised by counts over all ranks
+    and gradients summed, that is the update of the whole batch. Where a mini-batch has fewer
+    rows than there are ranks (or does not split evenly), every rank trains on all of it instead:
+    each rank's loss is then half (a 1/W share) of the whole, and the sum is still exact.
+    """
+    world = world_size()
+    if world == 1 or mini_batch_size % world or len(batch) % mini_batch_size:
+        return batch, mini_batch_size
+    return batch.index(shard_rows(len(batch), world, block=mini_batch_size)[rank()]), mini_batch_size // world
 
 
 @dataclass
@@ -63,7 +80,8 @@ class PPOTrainer(BaseTrainer):
         critic_cfg.cliprange_value = self.config.cliprange_value
         value_model = ValueModel(load_causal_lm(worker.model_path, dtype=model_cfg.dtype,
                                                 trust_remote_code=model_cfg.trust_remote_code,
-                                                override_config=dict(model_cfg.override_config)))
+                                                override_config=dict(model_cfg.override_config),
+                                                disable_dropout=model_cfg.disable_dropout))
         return Critic(value_model, critic_cfg, worker.device, samples_per_mini_batch=1, ppo_epochs=1,
                       total_steps=None)
 
@@ -106,10 +124,11 @@ class PPOTrainer(BaseTrainer):
         cfg = self.config
         batch = self.prepare(data)
         size = cfg.mini_batch_size or len(batch)
-        critic_metrics = self._update_critic(batch, size)
+        share, share_size = data_parallel_share(batch, size)
+        critic_metrics = self._update_critic(share, share_size)
         actor = self.worker.actor
-        actor_metrics = actor.update(batch, micro_batch_size=cfg.micro_batch_size, loss_fn=self.compute_loss,
-                                     mini_batch_size=size, epochs=cfg.ppo_epochs)
+        actor_metrics = actor.update(share, micro_batch_size=cfg.micro_batch_size, loss_fn=self.compute_loss,
+                                     mini_batch_size=share_size, epochs=cfg.ppo_epochs)
         self.worker.rollout.sync_weights(actor.model)
         self.global_step += 1
         mask = batch["response_mask"].bool()

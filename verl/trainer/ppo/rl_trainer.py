@@ -80,6 +80,7 @@ class RLTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         algo = self.config.algorithm
+        moved_before = self._bytes_moved()
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
@@ -109,9 +110,15 @@ class RLTrainer:
         metrics["perf/total_num_tokens"] = n_tokens
         metrics["perf/time_per_step"] = timing["timing_s/step"]
         metrics["perf/throughput"] = n_tokens / max(timing["timing_s/step"], 1e-9)
+        metrics["perf/bytes_moved"] = self._bytes_moved() - moved_before
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
+
+    def _bytes_moved(self) -> int:
+        """Tensor bytes the worker groups moved between processes so far (0 in one process)."""
+        groups = (self.actor_rollout_ref, self.critic, self.reward)
+        return sum(group.bytes_moved for group in groups if group is not None)
 
     def samples_per_mini_batch(self, role: str) -> int:
         """Rows of one optimiser step of ``role``: the group splits each such block over the ranks,
