@@ -169,7 +169,7 @@ def test_builtin_addition_rows_are_right_and_wrong_as_labelled():
 def test_sft_on_a_builtin_task_trains_on_its_worked_solutions():
     from verl.config.offline import SFTTrainerConfig
     from verl.errors import VerlError
-    from verl.trainer.sft.loop import offline_rows
+    from verl.trainer.offline.rows import offline_rows
 
     data = SFTTrainerConfig(data={"builtin_task": "word_problems"}).data
     train, val = offline_rows(data, "sft")

@@ -208,7 +208,7 @@ class _OfflineConfig(ConfigNode):
     def validate(self, dp_size: int = 1) -> None:
         """Raise ConfigError for inconsistent settings (batch-size arithmetic shown in the message).
 
-        `dp_size` is the number of data-parallel ranks (the trainers run in one process for now).
+        `dp_size` is the number of data-parallel ranks (torchrun's world size; 1 in a plain process).
         """
         check_batch_sizes(self.data, dp_size, self._unit)
         if self.optim.clip_grad <= 0:

@@ -16,21 +16,43 @@ import atexit
 import os
 import shutil
 import tempfile
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+COLLECTIVE_SLACK_S = 60.0
+"""How much longer than ``trainer.dist_timeout_s`` one collective may wait (see ensure_process_group)."""
 
 _local_group = None  # the one-rank group this module started, if any
 _local_store_dir: str | None = None
 
 
-def ensure_process_group() -> None:
-    """Initialise the default process group unless one exists (torchrun's, or one-rank local)."""
+def collective_timeout(dist_timeout_s: float) -> timedelta:
+    """The ``timeout`` for ``init_process_group``: a rank waits this long in one collective.
+
+    Longer than the watchdog's, so that a dead or stalled rank is reported by the watchdog (rank and
+    stage) before gloo or NCCL raise their own error (NCCL's ends the process without Python); it
+    still ends the hangs that heartbeats cannot see.
+    """
+    return timedelta(seconds=dist_timeout_s + COLLECTIVE_SLACK_S)
+
+
+def ensure_process_group(timeout_s: float | None = None) -> None:
+    """Initialise the default process group unless one exists (torchrun's, or one-rank local).
+
+    ``timeout_s``: the job's ``trainer.dist_timeout_s``. A collective then waits at most a minute
+    longer than that, so that the watchdog (:mod:`verl.distributed.watchdog`) reports a dead or
+    stalled rank before the backend's own timeout does.
+    """
     global _local_group, _local_store_dir
     if dist.is_initialized():
         return
     if "WORLD_SIZE" in os.environ:  # torchrun and friends: rank, size and rendezvous come from env://
-        dist.init_process_group()
+        if timeout_s is None:
+            dist.init_process_group()
+        else:
+            dist.init_process_group(timeout=collective_timeout(timeout_s))
         return
     _local_store_dir = tempfile.mkdtemp(prefix="verl-pg-")
     # A file store: no port to pick and no race with other processes for one.
@@ -50,9 +72,15 @@ def destroy_local_process_group() -> None:
         _local_store_dir = None
 
 
+def launched_world_size() -> int:
+    """The job's number of ranks as the launcher set it (``WORLD_SIZE``; 1 in a plain process),
+    without starting a group."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def launched_distributed() -> bool:
-    """True inside a launcher's job (torchrun sets ``WORLD_SIZE``), without starting a group."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True inside a multi-rank launcher's job (torchrun), without starting a group."""
+    return launched_world_size() > 1
 
 
 def rank() -> int:

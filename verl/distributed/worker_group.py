@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from verl.distributed import process_group
+from verl.distributed.watchdog import Watchdog
 from verl.protocol import Batch
 from verl.utils.checks import explain_oom
 
@@ -135,10 +136,16 @@ class SPMDWorkerGroup(WorkerGroup):
     controller's next steps (advantages, metrics) see the whole batch on every rank.
     """
 
-    def __init__(self, worker, name: str):
+    def __init__(self, worker, name: str, watchdog: Watchdog):
         super().__init__(name, process_group.world_size())
         self.worker = worker
         self.rank = process_group.rank()
+        self.watchdog = watchdog
+
+    def _invoke(self, worker, method: str, args: tuple, kwargs: dict):
+        # A rank that dies or hangs in here is reported with this stage's name (role.method).
+        with self.watchdog.stage(f"{self.name}.{method}"):
+            return super()._invoke(worker, method, args, kwargs)
 
     def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
         start = time.perf_counter()
@@ -198,8 +205,9 @@ def _spans(rows: list[int]) -> str:
     return "[" + ", ".join(spans) + "]"
 
 
-def make_worker_group(worker, name: str) -> WorkerGroup:
-    """The group for how this process was launched: SPMD under torchrun, else local."""
+def make_worker_group(worker, name: str, watchdog: Watchdog) -> WorkerGroup:
+    """The group for how this process was launched: SPMD under torchrun (its stages reported by
+    ``watchdog`` when a rank fails), else local."""
     if process_group.launched_distributed():
-        return SPMDWorkerGroup(worker, name)
+        return SPMDWorkerGroup(worker, name, watchdog)
     return LocalWorkerGroup(worker, name)

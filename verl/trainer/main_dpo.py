@@ -4,6 +4,8 @@ Trains on (prompt, chosen, rejected) pairs against a frozen reference (a copy of
 policy, or ref.path); algorithm.loss_type = sigmoid (DPO), ipo or hinge (SLiC-HF). With no model
 and no data it trains the built-in tiny model on preference pairs of the built-in addition task
 (chosen = the sum, rejected = the sum with its digits reversed).
+
+Data-parallel on N processes (one per GPU): torchrun --nproc_per_node=N -m verl.trainer.main_dpo ...
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from verl.config.offline import DPOTrainerConfig
-from verl.trainer.sft.cli import offline_main
+from verl.trainer.offline.cli import offline_main
 
 # Used only with the built-in model and task (model.path and data.train_files null).
 BUILTIN_PRESET = ["optim.lr=3e-3", "optim.weight_decay=0.0", "trainer.total_training_steps=150",

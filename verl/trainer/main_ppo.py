@@ -32,7 +32,7 @@ def run(config: TrainerConfig) -> dict:
         if is_main_process():
             warm = warm_start(config, progress=config.trainer.progress_bar)
         if launched_distributed():
-            ensure_process_group()
+            ensure_process_group(timeout_s=config.trainer.dist_timeout_s)
             barrier()
         if warm is None:
             warm = warm_start(config, progress=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -19,16 +20,19 @@ from pathlib import Path
 import torch
 
 from verl.checkpoint import export_hf
+from verl.config.schema_actor import FSDPConfig, OptimConfig
 from verl.data import collate_prompts
 from verl.data.collate import left_pad
 from verl.data.tasks import TASKS
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
+from verl.protocol import Batch
 from verl.rollout import HFRollout, SamplingParams
 from verl.trainer.progress import Progress
-from verl.trainer.sft_loss import sft_loss
+from verl.trainer.sft_loss import sft_counts, sft_loss
 from verl.utils.cache import cache_dir
 from verl.version import __version__
+from verl.workers.engine import TrainingEngine
 
 
 @dataclass
@@ -58,14 +62,17 @@ def _encode_examples(rows, tokenizer):
     return out
 
 
-def _sft_batch(examples, pad_id: int):
+def _sft_batch(examples, pad_id: int) -> Batch:
+    """Left-padded examples with ``loss_mask`` on the answer and eos tokens (the SFT loss's batch)."""
     full = [e[1] for e in examples]
     input_ids, attention_mask = left_pad(full, pad_id)
     loss_mask = attention_mask.clone()
     for i, (prompt, seq) in enumerate(examples):
         start = input_ids.shape[1] - len(seq)
         loss_mask[i, start:start + len(prompt)] = 0
-    return input_ids, attention_mask, loss_mask
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return Batch({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
+                  "loss_mask": loss_mask})
 
 
 def sampled_accuracy(rollout: HFRollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
@@ -92,7 +99,10 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     base = str(builtin_model_path())
     tokenizer = load_tokenizer(base)
     model = load_causal_lm(base).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    # One process on a tiny model: plain (unsharded) weights, constant learning rate, no clipping.
+    engine = TrainingEngine(model, OptimConfig(lr=cfg.lr, weight_decay=0.0), FSDPConfig(), device,
+                            grad_clip=math.inf, total_steps=cfg.max_steps, seed=config.trainer.seed,
+                            metric_prefix="train")
     train = _encode_examples(task.make_rows("train"), tokenizer)
     eval_rows = task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
     eval_prompts = collate_prompts([{"input_ids": p, "raw_prompt": r["prompt"], "data_source": r["data_source"],
@@ -104,15 +114,11 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     accuracy, step = 0.0, 0
     bar = Progress(cfg.max_steps, enabled=progress, desc="SFT warm start")
     for step in range(1, cfg.max_steps + 1):
-        input_ids, attention_mask, loss_mask = (t.to(device) for t in
-                                                _sft_batch(rng.sample(train, cfg.batch_size), tokenizer.pad_token_id))
-        loss = sft_loss(model, input_ids, attention_mask, loss_mask)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        batch = _sft_batch(rng.sample(train, cfg.batch_size), tokenizer.pad_token_id)
+        loss = engine.train_batch(batch, sft_loss, counts_fn=sft_counts, additive={"train/loss"})["train/loss"]
         if step % cfg.eval_every == 0:
             accuracy = sampled_accuracy(rollout, eval_prompts, task, config.data.max_response_length, tokenizer)
-        bar.update(f"loss={loss.item():.3f} sampled_acc={accuracy:.2f} (stops at {cfg.target_accuracy})")
+        bar.update(f"loss={loss:.3f} sampled_acc={accuracy:.2f} (stops at {cfg.target_accuracy})")
         if step % cfg.eval_every == 0 and accuracy >= cfg.target_accuracy:
             break
     bar.close()

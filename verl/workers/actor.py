@@ -13,9 +13,7 @@ from verl.config.errors import check_choice
 from verl.distributed.fsdp import parallelize
 from verl.models.logprob import compute_response_logprobs
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_training, check_same_schedule, clip_and_step,
-                                finish_update, load_training_state, micro_batches, mini_batch_counts, mini_batches,
-                                training_state)
+from verl.workers.engine import TrainingEngine, agg_counts, micro_batches, token_counts
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
@@ -74,9 +72,13 @@ class Actor(PolicyModel):
         # The constant length normaliser of seq-mean-token-sum-norm (the configured maximum
         # response length), so that every micro-batch divides by the same number.
         self.norm_len = norm_len
-        self.optimizer, self.lr_scheduler, self.generator = build_training(
-            self.model, config.optim, config.fsdp_config, total_steps, seed)
+        self.engine = TrainingEngine(self.model, config.optim, config.fsdp_config, device, grad_clip=config.grad_clip,
+                                     total_steps=total_steps, seed=seed, metric_prefix="actor")
         self.policy_loss_fn = POLICY_LOSSES[config.policy_loss.loss_mode]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.engine.optimizer
 
     def ppo_loss(self, mb: Batch, log_prob: torch.Tensor, entropy: torch.Tensor, counts: dict):
         """The default objective: clipped policy loss, minus an entropy bonus, plus a KL loss.
@@ -132,34 +134,21 @@ class Actor(PolicyModel):
         returned are those of all ranks together (loss terms summed, the rest averaged).
         """
         loss_fn = loss_fn or self.ppo_loss
-        self.model.train()
         temperature = batch.meta.get("temperature", 1.0)
-        samples_per_mini_batch = mini_batch_size or self.samples_per_mini_batch
-        check_same_schedule(len(batch), samples_per_mini_batch, micro_batch_size)
-        acc = MetricAccumulator()
-        for _ in range(epochs or self.config.ppo_epochs):
-            for mini in mini_batches(batch, samples_per_mini_batch, shuffle=self.config.shuffle,
-                                     generator=self.generator):
-                counts = mini_batch_counts(mini, self.device, self.norm_len)
-                loss_sums: dict[str, float] = {}
-                for mb in micro_batches(mini, micro_batch_size):
-                    mb = mb.to(self.device)
-                    log_prob, entropy = compute_response_logprobs(
-                        self.model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
-                        temperature=temperature, with_entropy=True)
-                    loss, metrics = loss_fn(mb, log_prob, entropy, counts)
-                    loss.backward()
-                    # Loss terms are normalised by mini-batch counts: their sum is this rank's share
-                    # of the mini-batch value (all_rank_metrics adds the shares of all ranks).
-                    for key in ADDITIVE_METRICS & metrics.keys():
-                        loss_sums[key] = loss_sums.get(key, 0.0) + float(metrics.pop(key))
-                    acc.add(metrics)
-                acc.add(loss_sums)
-                acc.add({"actor/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
-        return finish_update(self, acc, "actor", ADDITIVE_METRICS)
+
+        def loss_of_log_probs(model, mb: Batch, counts: dict):
+            log_prob, entropy = compute_response_logprobs(
+                model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
+                temperature=temperature, with_entropy=True)
+            return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
+
+        return self.engine.train_batch(
+            batch, loss_of_log_probs, counts_fn=token_counts, additive=ADDITIVE_METRICS,
+            micro_batch_size=micro_batch_size, mini_batch_size=mini_batch_size or self.samples_per_mini_batch,
+            epochs=epochs or self.config.ppo_epochs, shuffle=self.config.shuffle)
 
     def state_dict(self) -> dict:
-        return training_state(self)
+        return self.engine.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        load_training_state(self, state)
+        self.engine.load_state_dict(state)

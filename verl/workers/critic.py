@@ -7,9 +7,7 @@ import torch
 from verl.algorithms import compute_value_loss
 from verl.distributed.fsdp import parallelize
 from verl.protocol import Batch
-from verl.workers.optim import (MetricAccumulator, build_training, check_same_schedule, clip_and_step,
-                                finish_update, load_training_state, micro_batches, mini_batch_counts, mini_batches,
-                                training_state)
+from verl.workers.engine import TrainingEngine, agg_counts, micro_batches, token_counts
 
 ADDITIVE_METRICS = {"critic/vf_loss"}
 
@@ -23,8 +21,8 @@ class Critic:
         self.device = device
         self.samples_per_mini_batch = samples_per_mini_batch
         self.ppo_epochs = ppo_epochs
-        self.optimizer, self.lr_scheduler, self.generator = build_training(
-            self.model, config.optim, config.fsdp_config, total_steps, seed)
+        self.engine = TrainingEngine(self.model, config.optim, config.fsdp_config, device, grad_clip=config.grad_clip,
+                                     total_steps=total_steps, seed=seed, metric_prefix="critic")
 
     def _values(self, mb: Batch) -> torch.Tensor:
         return self.model.response_values(mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
@@ -45,32 +43,25 @@ class Critic:
         ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
         Losses are normalised by counts over all data-parallel ranks, as in :meth:`Actor.update`.
         """
-        self.model.train()
-        samples_per_mini_batch = mini_batch_size or self.samples_per_mini_batch
-        check_same_schedule(len(batch), samples_per_mini_batch, micro_batch_size)
-        acc = MetricAccumulator()
-        for _ in range(epochs or self.ppo_epochs):
-            for mini in mini_batches(batch, samples_per_mini_batch, shuffle=self.config.shuffle,
-                                     generator=self.generator):
-                counts = mini_batch_counts(mini, self.device, self.norm_len)
-                vf_loss_sum = 0.0
-                for mb in micro_batches(mini, micro_batch_size):
-                    mask = mb["response_mask"].to(self.device)
-                    vpreds = self._values(mb)
-                    loss, metrics = compute_value_loss(
-                        vpreds, mb["values"].to(self.device), mb["returns"].to(self.device), mask,
-                        cliprange_value=self.config.cliprange_value, loss_agg_mode=self.config.loss_agg_mode,
-                        **counts)
-                    loss.backward()
-                    vf_loss_sum += float(loss.detach())
-                    metrics["critic/vpred_mean"] = (vpreds.detach() * mask).sum() / mask.sum().clamp(min=1)
-                    acc.add(metrics)
-                acc.add({"critic/vf_loss": vf_loss_sum,
-                         "critic/grad_norm": clip_and_step(self.model, self.optimizer, self.config.grad_clip)})
-        return finish_update(self, acc, "critic", ADDITIVE_METRICS)
+        return self.engine.train_batch(
+            batch, self.value_loss, counts_fn=token_counts, additive=ADDITIVE_METRICS,
+            micro_batch_size=micro_batch_size, mini_batch_size=mini_batch_size or self.samples_per_mini_batch,
+            epochs=epochs or self.ppo_epochs, shuffle=self.config.shuffle)
+
+    def value_loss(self, model, mb: Batch, counts: dict):
+        """The clipped value loss of one micro-batch (on the device), normalised by the global counts."""
+        mask = mb["response_mask"]
+        vpreds = model.response_values(mb["input_ids"], mb["attention_mask"], mb["position_ids"],
+                                       mb["responses"].shape[1])
+        loss, metrics = compute_value_loss(vpreds, mb["values"], mb["returns"], mask,
+                                           cliprange_value=self.config.cliprange_value,
+                                           loss_agg_mode=self.config.loss_agg_mode, **agg_counts(counts, self.norm_len))
+        metrics["critic/vf_loss"] = loss.detach()
+        metrics["critic/vpred_mean"] = (vpreds.detach() * mask).sum() / mask.sum().clamp(min=1)
+        return loss, metrics
 
     def state_dict(self) -> dict:
-        return training_state(self)
+        return self.engine.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        load_training_state(self, state)
+        self.engine.load_state_dict(state)

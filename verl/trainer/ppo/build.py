@@ -18,7 +18,9 @@ from verl.algorithms import ADV_ESTIMATORS, KL_KINDS, POLICY_LOSSES
 from verl.config.errors import check_choice
 from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
 from verl.data.tasks import TASKS
-from verl.distributed.process_group import ensure_process_group, is_main_process, launched_distributed, world_size
+from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
+                                            launched_world_size, world_size)
+from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import make_worker_group
 from verl.errors import VerlError
 from verl.models.loading import load_causal_lm, load_tokenizer
@@ -109,11 +111,17 @@ def _reward_worker(config, tokenizer) -> RewardWorker:
 def build_rl_trainer(config) -> RLTrainer:
     """The trainer of ``config``, its roles placed by how this process was launched: in this
     process (plain ``python``), or as this rank's share of a torchrun job (every rank builds)."""
-    if launched_distributed():
-        ensure_process_group()
     # The data-parallel size is the job's: torchrun's world size, else what the config declares.
-    config.validate(dp_size=world_size() if launched_distributed() else None)
+    config.validate(dp_size=launched_world_size() if launched_distributed() else None)
     check_algorithm_names(config)
+    # Under torchrun: collectives time out a minute after the watchdog would report a lost rank.
+    ensure_process_group(timeout_s=config.trainer.dist_timeout_s)
+    watchdog = Watchdog.start(config.trainer.dist_timeout_s)  # inert in one process
+    with watchdog.stage("build"):
+        return _build_rl_trainer(config, watchdog)
+
+
+def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     seed_everything(config.trainer.seed)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
     out_dir = Path(trainer_cfg.default_local_dir)
@@ -156,12 +164,13 @@ def build_rl_trainer(config) -> RLTrainer:
         critic = make_worker_group(Critic(value_model, critic_cfg, worker.device,
                                           samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
                                           ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
-                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length), "critic")
-    reward = make_worker_group(reward_worker, "reward")
+                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length),
+                                   "critic", watchdog)
+    reward = make_worker_group(reward_worker, "reward", watchdog)
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(config.to_yaml())
     tracker = Tracker.from_config(config, out_dir)
-    return RLTrainer(config, actor_rollout_ref=make_worker_group(worker, "actor_rollout_ref"), critic=critic,
+    return RLTrainer(config, actor_rollout_ref=make_worker_group(worker, "actor_rollout_ref", watchdog), critic=critic,
                      reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
-                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref)
+                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref, watchdog=watchdog)

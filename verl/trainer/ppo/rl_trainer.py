@@ -13,6 +13,7 @@ from collections import defaultdict
 from verl.algorithms import make_kl_controller
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
 from verl.distributed.process_group import barrier, is_main_process
+from verl.distributed.watchdog import Watchdog
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
@@ -29,7 +30,7 @@ class RLTrainer:
     metrics. Rank 0 alone writes: logs, progress, checkpoints, the Hugging Face folder."""
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
-                 tracker, out_dir, total_steps: int, critic=None, use_ref: bool = False):
+                 tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False):
         self.config = config
         self.actor_rollout_ref = actor_rollout_ref
         self.critic = critic
@@ -40,6 +41,7 @@ class RLTrainer:
         self.out_dir = out_dir
         self.total_steps = total_steps
         self.use_ref = use_ref
+        self.watchdog = watchdog
         self.is_main = is_main_process()
         self.sampler = StepSampler(config, actor_rollout_ref, reward)
         kl = config.algorithm.kl_ctrl
@@ -52,14 +54,16 @@ class RLTrainer:
     # ------------------------------------------------------------------ the RL step
     def fit(self) -> dict:
         cfg = self.config.trainer
-        self._maybe_resume()
+        with self.watchdog.stage("resume"):
+            self._maybe_resume()
         if cfg.val_before_train and self.val_batches and not self.val_history:
             self._log_validation(self.validate())
         bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar and self.is_main)
         try:
             while self.global_step < self.total_steps:
                 self.global_step += 1
-                metrics = self.train_step(next(self.train_loader))
+                with self.watchdog.stage("train_step", step=self.global_step):
+                    metrics = self.train_step(next(self.train_loader))
                 self.tracker.log(metrics, self.global_step)
                 bar.update(rl_postfix(metrics))
                 last = self.global_step == self.total_steps
@@ -72,7 +76,9 @@ class RLTrainer:
         validating = cfg.val_before_train or cfg.test_freq > 0
         if self.val_batches and validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
             self._log_validation(self.validate())
-        self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
+        with self.watchdog.stage("export_hf"):
+            self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
+        self.watchdog.stop()
         return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
                 "validation": self.val_history}
 
@@ -129,7 +135,8 @@ class RLTrainer:
     def validate(self) -> dict[str, float]:
         """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
+        with self.watchdog.stage("validate"):
+            metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 
@@ -152,10 +159,11 @@ class RLTrainer:
 
     def save_checkpoint(self) -> None:
         start = time.perf_counter()
-        state = self._state()  # every rank gathers (a collective); rank 0 writes
-        if self.is_main:
-            self.checkpoints.save(self.global_step, state)
-        barrier()
+        with self.watchdog.stage("save_checkpoint"):
+            state = self._state()  # every rank gathers (a collective); rank 0 writes
+            if self.is_main:
+                self.checkpoints.save(self.global_step, state)
+            barrier()
         self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
 
     def _maybe_resume(self) -> None:

@@ -3,8 +3,8 @@
 
 Deviations from the papers and from TRL:
 
-* The reference log-probs are computed in the training step, micro-batch by micro-batch (the
-  papers precompute them once; the numbers are the same, the reference is frozen).
+* The reference log-probs are computed at the start of each training step, micro-batch by
+  micro-batch (the papers precompute them once; the numbers are the same, the reference is frozen).
 * IPO uses summed sequence log-probs, as the paper writes it; TRL averages them over the tokens.
 * No label smoothing (conservative DPO) and no extra SFT term.
 * A pair whose response was cut away entirely by ``data.truncation`` still counts, with a
@@ -19,8 +19,17 @@ from verl.algorithms import dpo_loss
 from verl.config.offline import DPOTrainerConfig
 from verl.data.offline import PreferenceDataset, collate_pairs
 from verl.protocol import Batch
-from verl.trainer.preference.common import evaluate_pairs, pair_logps, pair_statistics
-from verl.trainer.sft.loop import OfflineTrainer
+from verl.trainer.offline import OfflineTrainer
+from verl.trainer.offline.runtime import gather_examples, per_example
+from verl.trainer.preference.common import evaluate_pairs, pair_columns, pair_logps, pair_statistics
+
+# Every metric of a step is a mean over its pairs, reported by each micro-batch as its share.
+ADDITIVE_METRICS = {"train/loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
+                    "logps/chosen", "logps/rejected"}
+
+
+def pair_counts(mini: Batch) -> dict:
+    return {"pairs": len(mini)}
 
 
 class DPOTrainer(OfflineTrainer):
@@ -49,26 +58,26 @@ class DPOTrainer(OfflineTrainer):
         return collate_pairs(items, self.tokenizer.pad_token_id)
 
     def update(self, batch: Batch) -> dict[str, float]:
+        batch["ref_chosen_logps"], batch["ref_rejected_logps"] = per_example(
+            lambda mb: pair_logps(self.ref_model, mb), batch, self.micro_batch_size, self.device)
+        return self.policy.train_batch(batch, self.loss, counts_fn=pair_counts, additive=ADDITIVE_METRICS,
+                                       micro_batch_size=self.micro_batch_size)
+
+    def loss(self, model, mb: Batch, counts: dict) -> tuple[torch.Tensor, dict]:
+        """The DPO loss of a micro-batch's pairs / the step's pairs on all ranks, so that the losses
+        add up to the step's; its statistics (means over its pairs) weighted the same way."""
         algo = self.config.algorithm
-        logps: list[tuple[torch.Tensor, ...]] = []
-        for mb in self.micro_batches(batch):
-            with torch.no_grad():
-                ref_chosen, ref_rejected = pair_logps(self.ref_model, mb)
-            chosen, rejected = pair_logps(self.policy.model, mb)
-            # Divided by the step's pair count: the micro-batch losses add up to the step's loss.
-            loss, _ = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, algo.beta, algo.loss_type,
-                               num_pairs=len(batch))
-            loss.backward()
-            logps.append((chosen.detach(), rejected.detach(), ref_chosen, ref_rejected))
-        loss, metrics = dpo_loss(*(torch.cat(c) for c in zip(*logps)), algo.beta, algo.loss_type)
-        return {"train/loss": float(loss), **{k: float(v) for k, v in metrics.items()},
-                **self.policy.optimizer_step()}
+        chosen, rejected = pair_logps(model, mb)
+        loss, metrics = dpo_loss(chosen, rejected, mb["ref_chosen_logps"], mb["ref_rejected_logps"], algo.beta,
+                                 algo.loss_type, num_pairs=counts["pairs"])
+        share = len(mb) / counts["pairs"]
+        return loss, {"train/loss": loss.detach(), **{k: v * share for k, v in metrics.items()}}
 
     def validate(self) -> dict[str, float]:
         """``val/loss`` (of the configured loss_type) and ``val/rewards/*`` over all validation pairs."""
         algo = self.config.algorithm
-        stats = pair_statistics(self.policy.model, self.ref_model, self.val_batches(), algo.beta, algo.loss_type)
-        return {f"val/{k}": v for k, v in stats.items()}
+        columns = gather_examples(pair_columns(self.policy.model, self.ref_model, self.val_batches()))
+        return {f"val/{k}": v for k, v in pair_statistics(columns, algo.beta, algo.loss_type).items()}
 
     def postfix(self, metrics: dict) -> str:
         return (f"loss={metrics['train/loss']:.4f} margin={metrics['rewards/margins']:.3f} "

@@ -1,6 +1,6 @@
-"""Supervised fine-tuning (``SFTTrainer``) and the loop every offline trainer shares (``OfflineTrainer``)."""
+"""Supervised fine-tuning: ``SFTTrainer`` (the loop it shares with DPO and KTO is in
+:mod:`verl.trainer.offline`)."""
 
-from verl.trainer.sft.loop import OfflineTrainer
 from verl.trainer.sft.trainer import SFTTrainer
 
-__all__ = ["OfflineTrainer", "SFTTrainer"]
+__all__ = ["SFTTrainer"]

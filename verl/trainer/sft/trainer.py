@@ -1,18 +1,22 @@
 """``SFTTrainer``: supervised fine-tuning, next-token cross-entropy on the response tokens only.
 
-The loss is the token mean over the *whole step* (every micro-batch divides its token sum by
-the step's count of response tokens), so gradient accumulation over micro-batches gives the
-gradient of one big batch, whatever the micro-batch size.
+The loss is the token mean over the *whole step* (every micro-batch on every rank divides its
+token sum by the step's count of response tokens), so gradient accumulation over micro-batches
+and data parallel over ranks give the gradient of one big batch, whatever the micro-batch size.
 """
 
 from __future__ import annotations
 
-from verl.algorithms import agg_loss, masked_sum
+import torch
+
+from verl.algorithms import masked_sum
 from verl.config.offline import SFTTrainerConfig
 from verl.data.offline import SFTDataset, collate_sft
+from verl.distributed.process_group import all_reduce_sum
 from verl.protocol import Batch
-from verl.trainer.sft.loop import OfflineTrainer
-from verl.trainer.sft.runtime import token_logps
+from verl.trainer.offline import OfflineTrainer
+from verl.trainer.offline.runtime import token_logps
+from verl.trainer.sft_loss import sft_counts, sft_loss
 
 
 class SFTTrainer(OfflineTrainer):
@@ -39,22 +43,17 @@ class SFTTrainer(OfflineTrainer):
         return collate_sft(items, self.tokenizer.pad_token_id)
 
     def update(self, batch: Batch) -> dict[str, float]:
-        global_tokens = batch["loss_mask"][:, 1:].sum().clamp(min=1).to(self.device)
-        loss_sum = 0.0
-        for mb in self.micro_batches(batch):
-            nll = -token_logps(self.policy.model, mb)
-            loss = agg_loss(nll, mb["loss_mask"][:, 1:], "token-mean", global_tokens=global_tokens)
-            loss.backward()
-            loss_sum += loss.item()
-        metrics = {"train/loss": loss_sum, **self.policy.optimizer_step()}
-        metrics["train/num_tokens"] = int(global_tokens)
+        metrics = self.policy.train_batch(batch, sft_loss, counts_fn=sft_counts, additive={"train/loss"},
+                                          micro_batch_size=self.micro_batch_size)
+        metrics["train/num_tokens"] = int(metrics["train/num_tokens"])
         return metrics
 
     def validate(self) -> dict[str, float]:
         """``val/loss``: mean cross-entropy per response token over the whole validation set."""
         nll_sum, tokens = 0.0, 0
-        for batch in self.val_batches():
-            mask = batch["loss_mask"][:, 1:]
-            nll_sum += float(masked_sum(-token_logps(self.policy.model, batch), mask))
+        for batch, rows in self.val_batches():
+            mask = batch["loss_mask"][:rows, 1:]
+            nll_sum += float(masked_sum(-token_logps(self.policy.model, batch)[:rows], mask))
             tokens += int(mask.sum())
-        return {"val/loss": nll_sum / max(tokens, 1)}
+        totals = all_reduce_sum(torch.tensor([nll_sum, tokens], dtype=torch.float64, device=self.device))
+        return {"val/loss": float(totals[0] / totals[1].clamp(min=1))}

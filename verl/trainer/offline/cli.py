@@ -1,9 +1,13 @@
-"""What ``main_sft``, ``main_dpo`` and ``main_kto`` share: help, the built-in preset, the summary."""
+"""What ``main_sft``, ``main_dpo`` and ``main_kto`` share: help, the built-in preset, the summary.
+
+Under torchrun every rank runs the same command; only rank 0 prints the summary.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from verl.distributed.process_group import is_main_process
 from verl.trainer.entry import run_entry
 
 SUMMARY_KEYS = ("val/loss", "val/rewards/accuracies", "val/rewards/margins")
@@ -46,6 +50,7 @@ def offline_main(config_cls, build_trainer: Callable, args: list[str], doc: str 
     def job() -> None:
         trainer = build_trainer(load_config(config_cls, args, preset))
         result = trainer.fit()
-        print(format_summary(trainer.label, result), flush=True)
+        if is_main_process():
+            print(format_summary(trainer.label, result), flush=True)
 
     return run_entry(job, args, doc)

@@ -1,4 +1,4 @@
-"""``OfflineTrainer``: the loop SFT, DPO and KTO share; each subclass brings its data and its step.
+"""``OfflineTrainer``: the loop SFT, DPO and KTO share; each subclass brings its data and its loss.
 
 ``fit()`` reads as the run: resume, validate, then one optimiser step per batch with logging,
 periodic validation and crash-safe checkpoints, and finally the policy as a Hugging Face folder.
@@ -6,60 +6,37 @@ A subclass sets ``kind`` (which built-in rows it trains on) and implements:
 
 * ``make_dataset(rows, source)``: tokenized rows;
 * ``collate(items)``: a :class:`~verl.protocol.Batch` of them;
-* ``update(batch)``: gradients and one optimiser step, returning metrics (``train/loss``, ...);
-* ``validate()``: metrics on the validation set (``val/loss``, ...).
+* ``update(batch)``: one optimiser step on this rank's share of a step's batch through
+  ``self.policy.train_batch`` (a :class:`~verl.workers.engine.TrainingEngine`), returning metrics
+  (``train/loss``, ...);
+* ``validate()``: metrics on the validation set (``val/loss``, ...), over all ranks.
+
+Data parallel (torchrun): every rank reads the same rows and draws the same batches; each trains
+on its contiguous share of every step's batch, the losses normalised by the step's counts over all
+ranks, so the update is the one of one process on the whole batch. Each rank validates on its
+share of the validation set and the results are combined. Rank 0 alone prints, logs and writes
+files; every rank takes part in gathering the full state dicts (a collective under FSDP2).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import torch
 
 from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
-from verl.data.io import read_rows
-from verl.data.offline import BatchLoader, Encoder, addition_rows
-from verl.errors import VerlError
+from verl.data.offline import BatchLoader, Encoder
+from verl.distributed.process_group import is_main_process, rank, world_size
 from verl.models.loading import resolve_device
 from verl.protocol import Batch
 from verl.tracking import Tracker
+from verl.trainer.offline.rows import offline_rows
+from verl.trainer.offline.runtime import frozen_reference, load_policy, seed_everything, trainable_policy
 from verl.trainer.progress import Progress
-from verl.trainer.sft.runtime import (TrainablePolicy, check_single_process, frozen_reference, load_policy,
-                                      seed_everything)
 
-BUILTIN_VAL_ROWS = 200  # held-out prompts of the built-in task used for validation
-
-
-def offline_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict] | None]:
-    """(training rows, validation rows or None): from the files, or from the built-in task."""
-    if data_cfg.train_files is None:
-        if data_cfg.builtin_task != "addition":
-            return _solution_rows(data_cfg, kind)
-        val = read_rows(data_cfg.val_files, config_key="data.val_files") if data_cfg.val_files else \
-            addition_rows(kind, "test", n=BUILTIN_VAL_ROWS, seed=data_cfg.seed)
-        return addition_rows(kind, "train", seed=data_cfg.seed), val
-    train = read_rows(data_cfg.train_files, config_key="data.train_files")
-    val = read_rows(data_cfg.val_files, config_key="data.val_files") if data_cfg.val_files else None
-    return train, val
-
-
-def _solution_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict]]:
-    """SFT rows of a built-in task whose rows carry a worked solution (``extra_info.solution``)."""
-    from verl.data.tasks import TASKS
-
-    task = TASKS.get(data_cfg.builtin_task)
-    if task is None or kind != "sft":
-        offered = sorted(TASKS) if kind == "sft" else ["addition"]
-        raise VerlError(f"built-in task {data_cfg.builtin_task!r} (data.builtin_task) has no {kind} data; the "
-                        f"{kind} trainer's built-in tasks: {offered}. Or set data.train_files")
-
-    def rows(split, n=None):
-        return [{"prompt": r["prompt"], "response": r["extra_info"]["solution"]}
-                for r in task.make_rows(split, n, data_cfg.seed)]
-    val = read_rows(data_cfg.val_files, config_key="data.val_files") if data_cfg.val_files else \
-        rows("test", BUILTIN_VAL_ROWS)
-    return rows("train"), val
+logger = logging.getLogger(__name__)
 
 
 class OfflineTrainer:
@@ -67,8 +44,8 @@ class OfflineTrainer:
     label = "SFT"  # shown on the progress line
 
     def __init__(self, config, *, with_reference: bool = False):
-        check_single_process()
-        config.validate()
+        self.rank, self.world = rank(), world_size()
+        config.validate(dp_size=self.world)
         self.config = config
         data_cfg, trainer_cfg = config.data, config.trainer
         seed_everything(trainer_cfg.seed)
@@ -85,13 +62,13 @@ class OfflineTrainer:
         self.total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(self.train_loader)
         # The reference is copied from the initial weights, before the policy wraps (and trains) them.
         self.ref_model = frozen_reference(model, config.ref, config.model, self.device) if with_reference else None
-        self.policy = TrainablePolicy(model, config.model, config.optim, self.device, self.total_steps)
+        self.policy = trainable_policy(model, config, self.device, self.total_steps)
         self.micro_batch_size = data_cfg.micro_batch_size_per_gpu
         self.out_dir = Path(trainer_cfg.default_local_dir)
         self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep)
         self.global_step = 0
         self.val_history: list[tuple[int, dict]] = []
-        self.tracker: Tracker | None = None
+        self.tracker: Tracker | _OtherRankTracker | None = None
 
     # ------------------------------------------------------------------ subclass hooks
     def make_dataset(self, rows: list[dict], source: str):
@@ -110,24 +87,38 @@ class OfflineTrainer:
         return f"loss={metrics['train/loss']:.4f} lr={metrics['train/lr']:.2e}"
 
     # ------------------------------------------------------------------ helpers for steps
-    def micro_batches(self, batch: Batch) -> list[Batch]:
-        parts = batch.split(self.micro_batch_size) if self.micro_batch_size else [batch]
-        return [mb.to(self.device) for mb in parts]
+    def shard(self, batch: Batch) -> Batch:
+        """This rank's contiguous share of a step's batch (all of it in one process)."""
+        start, stop = self.rank * len(batch) // self.world, (self.rank + 1) * len(batch) // self.world
+        share = batch.index(slice(start, stop))
+        # Which rows each rank trains on; the checksums (sums of the integer columns) of the ranks'
+        # shares add up to that of the whole batch.
+        if logger.isEnabledFor(logging.DEBUG):
+            checksum = sum(int(t.sum()) for t in share.tensors.values() if not t.is_floating_point())
+            logger.debug("rank %d of %d, step %d: rows %d:%d of %d, checksum %d", self.rank, self.world,
+                         self.global_step, start, stop, len(batch), checksum)
+        return share
 
     def val_batches(self):
-        """The validation set in batches of the micro-batch size (all at once when that is null)."""
-        size = self.micro_batch_size or len(self.val_set)
-        for start in range(0, len(self.val_set), size):
-            items = [self.val_set[i] for i in range(start, min(start + size, len(self.val_set)))]
-            yield self.collate(items).to(self.device)
+        """This rank's share of the validation set (rows ``rank``, ``rank + W``, ...) as ``(batch, n)``
+        in batches of the micro-batch size (the whole share when that is null), of which the first
+        ``n`` rows count. Every rank runs as many batches (FSDP's forward is a collective), so a
+        rank short of rows fills its last ones with copies of row 0, which do not count."""
+        total = len(self.val_set)
+        per_rank = -(-total // self.world)
+        size = self.micro_batch_size or per_rank
+        for start in range(0, per_rank, size):
+            rows = [self.rank + self.world * i for i in range(start, min(start + size, per_rank))]
+            items = [self.val_set[r if r < total else 0] for r in rows]
+            yield self.collate(items).to(self.device), sum(r < total for r in rows)
 
     # ------------------------------------------------------------------ the run
     def step(self, batch: Batch) -> dict[str, float]:
-        """One optimiser step on ``batch`` (a batch of this trainer's ``collate``); it counts
-        towards ``total_steps``. Returns the step's metrics."""
+        """One optimiser step on ``batch`` (a batch of this trainer's ``collate``, the same on every
+        rank); it counts towards ``total_steps``. Returns the step's metrics."""
         self.global_step += 1
         start = time.perf_counter()
-        metrics = self.update(batch)
+        metrics = self.update(self.shard(batch))
         metrics["timing_s/step"] = time.perf_counter() - start
         return metrics
 
@@ -140,7 +131,8 @@ class OfflineTrainer:
         validating = self.val_set is not None and (cfg.val_before_train or cfg.test_freq > 0)
         if validating and cfg.val_before_train and not self.val_history:
             self._log_validation()
-        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar, desc=self.label)
+        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar and is_main_process(),
+                       desc=self.label)
         try:
             while self.global_step < self.total_steps:
                 metrics = self.step(next(self.train_loader))
@@ -156,12 +148,24 @@ class OfflineTrainer:
             bar.close()
         if validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
             self._log_validation()
-        export_hf(self.policy.model, self.tokenizer, self.out_dir / "huggingface")
+        self.export(self.out_dir / "huggingface")
         self.tracker.close()
         return {"steps": self.global_step, "validation": self.val_history, "out_dir": self.out_dir}
 
+    def export(self, target: Path) -> None:
+        """Write the policy as a Hugging Face folder (rank 0; every rank gathers the weights)."""
+        if is_main_process():
+            export_hf(self.policy.model, self.tokenizer, target)
+        else:
+            # save_pretrained on rank 0 gathers the full weights with one state_dict() call, a
+            # collective under FSDP2: the other ranks make the matching call.
+            self.policy.model.state_dict()
+
     def _open_outputs(self) -> None:
         cfg = self.config.trainer
+        if not is_main_process():
+            self.tracker = _OtherRankTracker()
+            return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
         self.tracker = Tracker(cfg.logger, self.out_dir, project=cfg.project_name, experiment=cfg.experiment_name,
@@ -180,6 +184,7 @@ class OfflineTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
+        """The run's state, with the full (unsharded) weights: a collective, every rank calls it."""
         return {"global_step": self.global_step, "policy": self.policy.state_dict(),
                 "loader": self.train_loader.state_dict(), "rng": rng_state(), "val_history": self.val_history}
 
@@ -191,8 +196,14 @@ class OfflineTrainer:
         self.val_history = state["val_history"]
 
     def save_checkpoint(self) -> Path:
-        """Write ``default_local_dir/global_step_N`` (crash-safe: written aside, renamed into place)."""
-        return self.checkpoints.save(self.global_step, self.state_dict())
+        """Write ``default_local_dir/global_step_N`` (crash-safe: written aside, renamed into place).
+
+        Every rank gathers the state; rank 0 writes it. A checkpoint holds full tensors, so it
+        resumes at any world size."""
+        state = self.state_dict()
+        if is_main_process():
+            return self.checkpoints.save(self.global_step, state)
+        return self.checkpoints.step_dir(self.global_step)
 
     def _maybe_resume(self) -> None:
         cfg = self.config.trainer
@@ -200,5 +211,15 @@ class OfflineTrainer:
         if path is None:
             return
         self.load_state_dict(self.checkpoints.load(path))
-        if cfg.progress_bar:
+        if cfg.progress_bar and is_main_process():
             print(f"Resumed from {path} at step {self.global_step}", flush=True)
+
+
+class _OtherRankTracker:
+    """The tracker of ranks other than 0: every rank has the same metrics, and rank 0 records them."""
+
+    def log(self, metrics: dict, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,186 @@
+"""``TrainingEngine``: one model under training and the loop every trainer shares.
+
+The engine owns the model (as its owner built it: FSDP2-wrapped by ``parallelize`` for the
+actor, critic and offline trainers; the plain tiny model in the demo's warm start), its optimiser
+and learning-rate schedule, and the generator that shuffles mini-batches.
+:meth:`TrainingEngine.train_batch` runs
+
+    epochs -> mini-batches -> global counts -> micro-batches -> loss -> backward -> clip -> step
+
+with the loss function it is given. The actor, critic, SFT, DPO, KTO and the warm start differ only
+in that function (and in what they compute before the loop, such as reference log-probs).
+
+Data parallelism: each rank calls ``train_batch`` with its own share of a step's samples. The
+counts a mini-batch's loss is normalised by (tokens, sequences, pairs, ...) are summed over all
+ranks before its micro-batches run, so each micro-batch loss on each rank is its share of the loss
+of the whole mini-batch; FSDP sums the gradients over the ranks (:mod:`verl.distributed.fsdp`).
+W ranks therefore give the gradient of one process holding all the samples, however unevenly the
+tokens are spread. Normalising by a rank's own counts and averaging over ranks instead would weigh
+a token on a rank with few tokens more than one on a rank with many.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+
+from verl.distributed.process_group import all_gather_objects, all_reduce_sum
+from verl.errors import VerlError
+from verl.protocol import Batch
+from verl.workers.optim import build_training, clip_and_step
+
+# loss_fn(model, micro_batch, counts) -> (loss, metrics); the micro-batch is on the engine's device.
+LossFn = Callable[[torch.nn.Module, Batch, dict], tuple[torch.Tensor, dict]]
+# counts_fn(mini_batch) -> this rank's counts of the mini-batch (numbers or 0-dim tensors).
+CountsFn = Callable[[Batch], dict]
+
+
+class TrainingEngine:
+    """A model, its optimiser (sharded like the model), LR schedule and mini-batch shuffling.
+
+    ``grad_clip`` bounds the global gradient norm (``math.inf``: no clipping). Metrics the engine
+    adds are named ``{metric_prefix}/grad_norm`` and ``{metric_prefix}/lr``.
+    """
+
+    def __init__(self, model: torch.nn.Module, optim_cfg, fsdp_config, device: torch.device, *, grad_clip: float,
+                 total_steps: int | None, seed: int = 0, metric_prefix: str):
+        self.model = model
+        self.device = device
+        self.grad_clip = grad_clip
+        self.metric_prefix = metric_prefix
+        self.optimizer, self.lr_scheduler, self.generator = build_training(model, optim_cfg, fsdp_config,
+                                                                           total_steps, seed)
+
+    def train_batch(self, batch: Batch, loss_fn: LossFn, *, counts_fn: CountsFn, additive=frozenset(),
+                    micro_batch_size: int | None = None, mini_batch_size: int | None = None, epochs: int = 1,
+                    shuffle: bool = False) -> dict[str, float]:
+        """``epochs`` passes over ``batch`` (this rank's share) in mini-batches of ``mini_batch_size``
+        samples (default: all), one optimiser step each, every mini-batch in micro-batches of
+        ``micro_batch_size`` (default: whole); then one step of the LR schedule.
+
+        For each mini-batch, ``counts_fn`` gives this rank's counts; their sums over all ranks are
+        handed to ``loss_fn`` with every micro-batch, whose loss must be its share of the
+        mini-batch loss (normalised by those global counts). Metrics named in ``additive`` are such
+        shares: summed over micro-batches and over ranks; the others are averaged. The result is
+        the same on every rank (a collective), as are the ranks' schedules (checked up front).
+        """
+        self.model.train()
+        mini_batch_size = mini_batch_size or len(batch)
+        check_same_schedule(len(batch), mini_batch_size, micro_batch_size)
+        acc = MetricAccumulator()
+        for _ in range(epochs):
+            for mini in mini_batches(batch, mini_batch_size, shuffle=shuffle, generator=self.generator):
+                counts = self.global_counts(counts_fn(mini))
+                sums: dict[str, float] = {}
+                for mb in micro_batches(mini, micro_batch_size):
+                    loss, metrics = loss_fn(self.model, mb.to(self.device), counts)
+                    loss.backward()
+                    for key in additive & metrics.keys():
+                        sums[key] = sums.get(key, 0.0) + float(metrics[key])
+                    acc.add({k: v for k, v in metrics.items() if k not in additive})
+                acc.add(sums)
+                acc.add({f"{self.metric_prefix}/grad_norm": self.optimizer_step()})
+        acc.add({f"{self.metric_prefix}/lr": self.lr_scheduler.get_last_lr()[0]})
+        self.lr_scheduler.step()
+        return all_rank_metrics(acc.means(), additive)
+
+    def global_counts(self, local: dict) -> dict[str, torch.Tensor]:
+        """``local`` counts summed over all data-parallel ranks, as float64 scalars on the device."""
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in local.values()])
+        return dict(zip(local, all_reduce_sum(values).unbind()))
+
+    def optimizer_step(self) -> float:
+        """Clip the accumulated gradients, step (skipped when their norm is not finite); the norm."""
+        return clip_and_step(self.model, self.optimizer, self.grad_clip)
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume exactly: full (unsharded) tensors, a collective under FSDP."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        self.generator.set_state(state["generator"])
+
+
+# ---------------------------------------------------------------------------- counts
+def token_counts(mini: Batch) -> dict:
+    """The counts of PPO-style losses: valid response ``tokens`` and ``seqs`` (sequences)."""
+    return {"tokens": mini["response_mask"].sum(), "seqs": len(mini)}
+
+
+def agg_counts(counts: dict, norm_len: int | None) -> dict:
+    """The denominators ``agg_loss`` takes, from the global :func:`token_counts`: ``global_tokens``,
+    ``global_seqs`` and the constant ``norm_len`` of ``seq-mean-token-sum-norm``, which must be one
+    number on all ranks (the configured maximum response length), not a rank's own padded length."""
+    return {"global_tokens": counts["tokens"].clamp(min=1), "global_seqs": int(counts["seqs"]), "norm_len": norm_len}
+
+
+# ---------------------------------------------------------------------------- batching
+def mini_batches(batch: Batch, samples_per_mini_batch: int, *, shuffle: bool, generator: torch.Generator):
+    """Split a step's samples into mini-batches (optionally after a shuffle)."""
+    if shuffle:
+        batch = batch.shuffle(generator)
+    return batch.split(samples_per_mini_batch)
+
+
+def micro_batches(batch: Batch, micro_batch_size: int | None) -> list[Batch]:
+    return batch.split(micro_batch_size) if micro_batch_size else [batch]
+
+
+def check_same_schedule(num_samples: int, samples_per_mini_batch: int, micro_batch_size: int | None) -> None:
+    """Fail on every rank alike unless all ranks run as many mini-batches, and as many
+    micro-batches in each, as each other.
+
+    FSDP gathers parameters and reduces gradients in every forward and backward, so a rank with
+    one micro-batch more would wait forever for the others. Ranks may hold different numbers of
+    samples (and tokens) as long as their schedules match: the loss counts are global.
+    """
+    sizes = [min(samples_per_mini_batch, num_samples - start)
+             for start in range(0, num_samples, samples_per_mini_batch)]
+    schedule = [-(-size // micro_batch_size) if micro_batch_size else 1 for size in sizes]
+    everyone = all_gather_objects((num_samples, schedule))
+    if any(other != schedule for _, other in everyone):
+        ranks = "; ".join(f"rank {rank}: {n} samples -> {s}" for rank, (n, s) in enumerate(everyone))
+        micro = f"{micro_batch_size} samples" if micro_batch_size else "a whole mini-batch"
+        raise VerlError(
+            f"the data-parallel ranks must run as many mini-batches, and micro-batches in each, as each other "
+            f"(FSDP's collectives run in every forward and backward), but with mini-batches of "
+            f"{samples_per_mini_batch} samples and micro-batches of {micro} their micro-batches per mini-batch "
+            f"differ ({ranks}); split the step's samples evenly over the ranks")
+
+
+# ---------------------------------------------------------------------------- metrics
+class MetricAccumulator:
+    """Collects per-micro-batch metrics and reports their means."""
+
+    def __init__(self):
+        self.values: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, metrics: dict) -> None:
+        for key, value in metrics.items():
+            self.values[key].append(float(value))
+
+    def means(self) -> dict[str, float]:
+        return {k: sum(v) / len(v) for k, v in self.values.items()}
+
+
+def all_rank_metrics(metrics: dict[str, float], additive) -> dict[str, float]:
+    """The metrics of the whole data-parallel update, the same on every rank (a collective).
+
+    ``additive`` metrics are each rank's share of a quantity normalised by global counts: their
+    sum over ranks is the value of the whole batch. The others (means over a rank's micro-batches,
+    which every rank has as many of) are averaged over the ranks reporting them.
+    """
+    gathered = all_gather_objects(metrics)
+    if len(gathered) == 1:
+        return metrics
+    merged = {}
+    for key in dict.fromkeys(k for m in gathered for k in m):
+        values = [m[key] for m in gathered if key in m]
+        merged[key] = sum(values) if key in additive else sum(values) / len(values)
+    return merged
