@@ -17,6 +17,7 @@ import torch
 from verl.algorithms.utils import AGG_MODES
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
+from verl.distributed.fsdp import full_state_dict
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
 from verl.models.value_model import ValueModel
@@ -91,7 +92,7 @@ def update(role: str, mode: str, model_dir, batch: Batch, samples_per_mini_batch
     else:
         worker = Critic(ValueModel(model), cfg.critic, torch.device("cpu"), ppo_epochs=1, **common)
     metrics = worker.update(batch, micro_batch_size=micro_batch_size)
-    return worker.model.state_dict(), metrics  # state_dict() gathers: a collective with W ranks
+    return full_state_dict(worker.model, every_rank=True), metrics  # gathering is a collective with W ranks
 
 
 def one_process_rows(rows0: list[int], rows1: list[int]) -> list[int]:

@@ -14,6 +14,7 @@ import torch
 
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
+from verl.distributed.fsdp import full_state_dict
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
 from verl.rollout import assemble_rollout
@@ -32,6 +33,7 @@ RANK_SCRIPT = textwrap.dedent('''
     torch.set_num_threads(1)
     import torch.distributed as dist
     from tests.integration.test_fsdp_run import GENERATE, PROMPT, actor_config, make_actor
+    from verl.distributed.fsdp import full_state_dict
 
     model_dir, out = sys.argv[1], sys.argv[2]
     batch = torch.load(f"{out}/batch.pt", weights_only=False)
@@ -49,7 +51,7 @@ RANK_SCRIPT = textwrap.dedent('''
         embed = actor.model.model.embed_tokens.weight
         results[fsdp_size] = dict(
             world=dist.get_world_size(), mesh=tuple(embed.device_mesh.shape), local_rows=embed.to_local().shape[0],
-            final=actor.model.state_dict(), resumed=resumed.model.state_dict(), generated=generated)
+            final=full_state_dict(actor.model), resumed=full_state_dict(resumed.model), generated=generated)
     if dist.get_rank() == 0:
         torch.save(results, f"{out}/rank0.pt")
     dist.destroy_process_group()
@@ -93,7 +95,7 @@ def test_two_ranks_shard_the_actor_and_end_with_the_weights_of_one_process(tiny_
     one.update(batch)
     with torch.no_grad():
         generated = one.model.generate(input_ids=torch.tensor(PROMPT), **GENERATE)
-    expected = {k: v.detach().clone() for k, v in one.model.state_dict().items()}
+    expected = {k: v.detach().clone() for k, v in full_state_dict(one.model).items()}
     vocab = expected["model.embed_tokens.weight"].shape[0]
 
     assert results[-1]["mesh"] == (2,) and results[-1]["local_rows"] == (vocab + 1) // 2  # sharded over 2 ranks

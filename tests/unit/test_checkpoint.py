@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from verl.checkpoint import CheckpointManager, export_hf
+from verl.checkpoint import CheckpointManager, write_hf_folder
 from verl.checkpoint.manager import POINTER
 from verl.models.loading import load_causal_lm, load_tokenizer
 
@@ -90,7 +90,7 @@ def test_pruning_never_deletes_the_checkpoint_just_saved(tmp_path):
     assert manager.latest() == path
 
 
-def test_export_hf_writes_a_folder_that_from_pretrained_loads_with_identical_logits(tiny_model_dir, tmp_path):
+def test_write_hf_folder_writes_a_folder_that_from_pretrained_loads_with_identical_logits(tiny_model_dir, tmp_path):
     model = load_causal_lm(str(tiny_model_dir)).eval()
     tokenizer = load_tokenizer(str(tiny_model_dir))
     with torch.no_grad():  # change the weights, so the export cannot pass by reloading the original
@@ -99,7 +99,7 @@ def test_export_hf_writes_a_folder_that_from_pretrained_loads_with_identical_log
     target.mkdir(parents=True)
     (target / "stale.txt").write_text("from an older export")
 
-    assert export_hf(model, tokenizer, target) == target
+    assert write_hf_folder(model, tokenizer, target) == target
 
     reloaded = AutoModelForCausalLM.from_pretrained(target).eval()
     ids = torch.tensor([[10, 11, 12, 13], [0, 0, 20, 21]])

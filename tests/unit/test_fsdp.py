@@ -9,10 +9,11 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
-from verl.checkpoint import export_hf
+from verl.distributed.fsdp import export_hf
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
-from verl.distributed.fsdp import parallelize, resolve_fsdp_size, transformer_blocks
+from verl.distributed.fsdp import (full_state_dict, load_full_state_dict, parallelize, resolve_fsdp_size,
+                                   transformer_blocks)
 from verl.distributed.process_group import ensure_process_group
 from verl.errors import VerlError
 from verl.models.loading import load_causal_lm, load_tokenizer
@@ -78,7 +79,7 @@ def unwrapped_actor(model, cfg, monkeypatch):
 
 
 def weights(model) -> dict[str, torch.Tensor]:
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().cpu().clone() for k, v in full_state_dict(model).items()}
 
 
 def max_change(before, after) -> float:
@@ -211,7 +212,7 @@ def test_bf16_mixed_precision_computes_in_bf16_and_keeps_fp32_master_weights(cas
     assert seen and set(seen) == {torch.bfloat16}
     assert {p.dtype for p in actor.model.parameters()} == {torch.float32}
     assert {v.dtype for s in actor.optimizer.state.values() for k, v in s.items() if k != "step"} == {torch.float32}
-    assert {v.dtype for v in actor.model.state_dict().values()} == {torch.float32}
+    assert {v.dtype for v in full_state_dict(actor.model).values()} == {torch.float32}
 
 
 @pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
@@ -276,23 +277,23 @@ def test_an_fsdp_size_larger_than_this_one_process_fails_when_the_actor_is_built
 
 
 # ---------------------------------------------------------------------------- state dicts
-def test_state_dict_of_a_wrapped_model_is_full_and_loads_into_an_unwrapped_one_and_back(case):
+def test_full_state_dict_of_a_wrapped_model_loads_into_an_unwrapped_one_and_back(case):
     model = case[0]
     wrapped = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE)
-    state = wrapped.state_dict()
-    assert state.keys() == model.state_dict().keys()
+    state = full_state_dict(wrapped)
+    assert state.keys() == model.state_dict().keys()  # the unwrapped model's names
     assert not any(isinstance(v, DTensor) for v in state.values())
-    assert state["lm_head.weight"] is state["model.embed_tokens.weight"]  # tied: one tensor, as in the model
+    assert torch.equal(state["lm_head.weight"], state["model.embed_tokens.weight"])  # tied
 
     with torch.no_grad():
         for p in wrapped.parameters():
             p.add_(1.0)
     plain = copy.deepcopy(model)
-    plain.load_state_dict(wrapped.state_dict())
+    plain.load_state_dict(full_state_dict(wrapped))
     assert max_change(weights(model), weights(plain)) == pytest.approx(1.0)
 
     fresh = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE)
-    fresh.load_state_dict(plain.state_dict())
+    load_full_state_dict(fresh, plain.state_dict())
     assert all(isinstance(p, DTensor) for p in fresh.parameters())
     assert max_change(weights(plain), weights(fresh)) == 0.0
 

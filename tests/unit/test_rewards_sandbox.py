@@ -9,13 +9,15 @@ import json
 import os
 import runpy
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from verl.rewards import RewardError
+from verl.rewards import RewardError, sandbox
 from verl.rewards.sandbox import UID_BASE, SandboxLimits, run_python
 from verl.rewards.scorers.code import compute_score, extract_code, parse_tests, score_batch
 
@@ -37,8 +39,22 @@ def with_layer(result, layer):
     return result
 
 
-def sandbox_processes():
-    """Live processes whose real uid is a sandbox run's uid."""
+@pytest.fixture
+def run_uids(monkeypatch):
+    """The uids (as root) of the runs this test starts: other sandboxes may run on the machine."""
+    uids = []
+
+    class Recording(subprocess.Popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            uids.append(UID_BASE + self.pid)
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", Recording)
+    return uids
+
+
+def sandbox_processes(uids):
+    """Live processes whose real uid is one of ``uids``."""
     found = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -47,7 +63,7 @@ def sandbox_processes():
         except OSError:
             continue
         uid = int(fields["Uid"].split()[0])
-        if UID_BASE <= uid < UID_BASE + 2**22 and not fields["State"].strip().startswith(("Z", "X")):
+        if uid in uids and not fields["State"].strip().startswith(("Z", "X")):
             found.append((int(entry), uid))
     return found
 
@@ -67,7 +83,7 @@ def test_partially_correct_solution_scores_the_fraction_passed():
     assert result["score"] == pytest.approx(2 / 3)
     asserts = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
     half = compute_score("code", "def add(a, b):\n    return 3\n", asserts, EXTRA)
-    assert half["score"] == 0.5 and half["status"] == "error"
+    assert half["score"] == 0.5 and half["status"] == "wrong_answer"  # judged outside: no AssertionError
 
 
 def test_output_is_compared_without_trailing_whitespace():
@@ -98,22 +114,27 @@ def test_infinite_loop_times_out_scores_zero_and_returns(code):
                                                                        audit_hook=False, max_processes=8),
                                                          "error", marks=as_root)],
                          ids=["audit-hook", "own-uid-nproc-1", "own-uid-nproc-8"])
-def test_fork_bomb_is_contained_scores_zero_and_leaves_no_process(limits, status):
+def test_fork_bomb_is_contained_scores_zero_and_leaves_no_process(limits, status, run_uids):
     result = run_python(FORK_BOMB, limits=limits)
     if not limits.audit_hook:
         with_layer(result, "own_uid")
     assert result.status == status, result.stderr
-    assert sandbox_processes() == []
+    assert sandbox_processes(run_uids) == []
     scored = compute_score("code", FORK_BOMB, SUM_TESTS, {"sandbox": {"audit_hook": limits.audit_hook,
                                                                       "max_processes": limits.max_processes}})
     assert scored["score"] == 0.0
-    assert sandbox_processes() == []
+    assert sandbox_processes(run_uids) == []
 
 
 @as_root
-def test_background_grandchild_that_left_the_process_group_is_killed_when_the_run_ends():
+@pytest.mark.parametrize("namespaces", [True, False], ids=["pid-namespace", "uid-sweep"])
+def test_background_grandchild_that_left_the_process_group_is_killed_when_the_run_ends(namespaces, monkeypatch,
+                                                                                       run_uids):
     # Forking is allowed here on purpose: the grandchild starts its own session, so killing the
-    # process group misses it and only the sweep of the run's uid can reach it.
+    # process group misses it. The pid namespace's end kills it; without namespaces only the sweep
+    # of the run's uid can reach it.
+    monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
+    monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
     code = ("import os, time\n"
             "if os.fork() == 0:\n"
             "    os.setsid()\n"
@@ -126,9 +147,11 @@ def test_background_grandchild_that_left_the_process_group_is_killed_when_the_ru
     result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False,
                                                               max_processes=4)), "own_uid")
     assert result.status == "ok", result.stderr
-    grandchild = Path(f"/proc/{int(result.stdout)}/status")
-    assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()
-    assert sandbox_processes() == []
+    assert result.layers["pid_namespace"] is namespaces
+    if not namespaces:  # a pid of this namespace: it must be gone, or a zombie
+        grandchild = Path(f"/proc/{int(result.stdout)}/status")
+        assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()
+    assert sandbox_processes(run_uids) == []
 
 
 @pytest.mark.parametrize("code", ["x = bytearray(10**11)\n",
@@ -189,7 +212,7 @@ def test_endless_output_is_capped():
     assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
 
 
-def test_score_batch_returns_for_a_batch_of_hostile_programs():
+def test_score_batch_returns_for_a_batch_of_hostile_programs(run_uids):
     good = "a, b = map(int, input().split())\nprint(a + b)\n"
     hostile = ["while True:\n    pass\n", FORK_BOMB, "x = bytearray(10**11)\n",
                "open('/tmp/verl_sandbox_escape_batch', 'w')\n",
@@ -199,7 +222,7 @@ def test_score_batch_returns_for_a_batch_of_hostile_programs():
     assert time.monotonic() - started < NEVER_BLOCKS_S
     assert [r["score"] for r in results] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert [r["status"] for r in results] == ["ok", "timeout", "blocked", "memory", "blocked", "blocked"]
-    assert sandbox_processes() == []
+    assert sandbox_processes(run_uids) == []
 
 
 def test_code_is_the_last_python_block_or_the_whole_response():
@@ -262,3 +285,21 @@ def test_the_reward_manager_runs_a_batch_of_sandboxes_concurrently_and_returns()
     assert time.monotonic() - start < 60
     assert scores.sum(-1).tolist() == [1.0, 0.0, 0.0, 0.0]
     assert list(columns["status"]) == ["ok", "timeout", "blocked", "memory"]
+
+
+def test_isolation_reports_the_layers_up_front_and_runs_see_only_the_new_root():
+    layers = sandbox.isolation(SandboxLimits(wall_seconds=5))
+    missing = [name for name in (*sandbox.ESSENTIAL_LAYERS, "private_proc") if not layers.get(name)]
+    if missing:
+        pytest.skip(f"this machine cannot set up {missing}: {layers}")
+    code = ("import os\nprint(sorted(os.listdir('/')))\n"
+            "print(sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+            f"print(os.path.exists({str(REPO / 'verl')!r}), os.path.exists('/etc/passwd'))\n")
+    result = run_python(code, limits=LIMITS)
+    visible, processes, exists = (eval(line) if line[0] == "[" else line for line in result.stdout.splitlines())
+    interpreter = {Path(os.path.realpath(p)).parts[1] for p in (sys.prefix, sys.base_prefix)}
+    interpreter |= {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix)}
+    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "tmp"}
+    assert set(visible) <= system | interpreter, visible
+    assert processes == ["1", "2"]  # the namespace's init and the program: not the trainer
+    assert exists == "False True"  # the repository's sources are not there, the system is

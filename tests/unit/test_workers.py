@@ -7,6 +7,7 @@ import torch
 
 from verl.algorithms.utils import AGG_MODES
 from verl.config import TrainerConfig
+from verl.distributed.fsdp import full_state_dict
 from verl.data.collate import collate_prompts
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
@@ -37,11 +38,11 @@ def prompt_batch(tokenizer, texts=("12+34=", "5+6=")):
 
 
 def snapshot(model):
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return {k: v.detach().clone() for k, v in full_state_dict(model).items()}
 
 
 def max_diff(model, state):
-    return max((v - state[k]).abs().max().item() for k, v in model.state_dict().items())
+    return max((v - state[k]).abs().max().item() for k, v in full_state_dict(model).items())
 
 
 def rollout_step(worker):

@@ -1,3 +1,3 @@
-from verl.checkpoint.manager import CheckpointManager, export_hf, restore_rng_state, rng_state
+from verl.checkpoint.manager import CheckpointManager, write_hf_folder, restore_rng_state, rng_state
 
-__all__ = ["CheckpointManager", "export_hf", "restore_rng_state", "rng_state"]
+__all__ = ["CheckpointManager", "write_hf_folder", "restore_rng_state", "rng_state"]

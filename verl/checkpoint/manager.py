@@ -113,12 +113,11 @@ class CheckpointManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def export_hf(model: torch.nn.Module, tokenizer, target: str | os.PathLike, *, state_dict: dict | None = None) -> Path:
-    """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically.
-
-    ``state_dict``: the weights to write, when already gathered (a sharded model's ``state_dict()``
-    is a collective that every rank must join, while only one rank writes).
-    """
+def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike, *,
+                    state_dict: dict | None = None) -> Path:
+    """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically, from
+    this process alone. ``state_dict``: the full weights to write, for a sharded model (gathered
+    beforehand by every rank: ``verl.distributed.fsdp.export_hf`` does both)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))

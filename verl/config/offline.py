@@ -132,7 +132,11 @@ class OfflineTrainerSectionConfig(ConfigNode):
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, "
                                      "wandb (metrics.jsonl is always written).")
-    device: str = option("auto", help="cuda, cpu, or auto (cuda when available).")
+    device: str = option("auto", help="cuda, cpu, or auto (cuda when available). Under torchrun each "
+                         "rank uses the GPU of its LOCAL_RANK.")
+    dist_timeout_s: float = option(600.0, help="Multi-rank jobs: a rank that dies, stops responding or "
+                                   "fails ends the whole job within this many seconds, with one line "
+                                   "naming the rank and the stage (see docs/distributed.md).")
     save_freq: int = option(-1, help="Save a checkpoint every this many steps and after the last one; "
                             "-1 = no checkpoints.")
     test_freq: int = option(-1, help="Validate every this many steps and after the last one; -1 = only "

@@ -14,16 +14,16 @@ to the root (torchtitan's recipe), with the ``fsdp_config`` section of the model
   (:func:`parallelize_optimizer`).
 
 Gradients are SUMMED over the ranks, not averaged (FSDP2's default): a trainer normalises each
-rank's loss by counts over all ranks (tokens, sequences; see ``verl.workers.optim``), so each rank's
+rank's loss by counts over all ranks (tokens, sequences; see ``verl.workers.engine``), so each rank's
 loss is its share of the loss of the whole batch and the sum of the shares' gradients is its
 gradient. Averaging per-rank means would be wrong whenever ranks hold different numbers of tokens.
 
-A wrapped module still behaves as the plain model for everyone outside: its ``state_dict()``
-holds full, unsharded CPU tensors (like FSDP1's ``FULL_STATE_DICT``) and ``load_state_dict()``
-takes them, so checkpoints, ``save_pretrained`` and weight sync need no FSDP knowledge, and a
-checkpoint of a wrapped model loads into an unwrapped one and back. The optimiser's state dict
-is made full the same way by :func:`parallelize_optimizer`. Gathering full tensors is a
-collective: in a multi-rank job every rank calls ``state_dict()`` together.
+State dicts go through ``torch.distributed.checkpoint.state_dict``: :func:`full_state_dict` and
+:func:`full_optimizer_state_dict` gather full, unsharded tensors (keyed by parameter name, the
+layout of an unwrapped model), and the ``load_*`` functions shard such a dict back onto whatever
+mesh the model now has. So a checkpoint written at one world size (or by an unwrapped model)
+loads at any other. Gathering is a collective: in a multi-rank job every rank calls them together.
+:func:`export_hf` writes the Hugging Face folder the same way (every rank gathers, rank 0 writes).
 
 In one process (world size 1) a one-rank process group is started on first use
 (:mod:`verl.distributed.process_group`), so a laptop runs the same code path as a cluster.
@@ -37,9 +37,11 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-from torch.distributed.tensor import DTensor, distribute_tensor
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 
-from verl.distributed.process_group import world_size
+from verl.checkpoint import write_hf_folder
+from verl.distributed.process_group import barrier, is_main_process, world_size
 from verl.errors import VerlError
 from verl.models.loading import resolve_dtype
 
@@ -134,20 +136,71 @@ def unsharded(model: nn.Module):
 
 
 def parallelize_optimizer(optimizer: torch.optim.Optimizer, fsdp_config) -> torch.optim.Optimizer:
-    """Make the optimiser of a parallelized model checkpoint full tensors, and offload its state.
-
-    ``state_dict()`` returns full, unsharded CPU tensors and ``load_state_dict()`` accepts them
-    (the layout of an unwrapped model's optimiser). With ``optimizer_offload`` the state is
-    moved to the parameters' device just for ``step()`` and back to CPU after it (and after
-    loading a checkpoint).
-    """
-    optimizer.register_state_dict_post_hook(_gather_optimizer_state)
-    optimizer.register_load_state_dict_pre_hook(_shard_optimizer_state)
+    """With ``optimizer_offload``, keep the optimiser's state in CPU memory between steps: it is
+    moved to the parameters' device just for ``step()`` (and after loading a checkpoint, back)."""
     if fsdp_config.optimizer_offload:
         optimizer.register_step_pre_hook(lambda opt, args, kwargs: _move_optimizer_state(opt, to_cpu=False))
         optimizer.register_step_post_hook(lambda opt, args, kwargs: _move_optimizer_state(opt, to_cpu=True))
         optimizer.register_load_state_dict_post_hook(lambda opt: _move_optimizer_state(opt, to_cpu=True))
     return optimizer
+
+
+# ---------------------------------------------------------------------------- state dicts
+def full_state_dict(model: nn.Module, *, every_rank: bool = False) -> dict[str, torch.Tensor]:
+    """The model's weights as full tensors (a collective). By default rank 0 gets them on the CPU and
+    the other ranks an empty dict (what a checkpoint or an export needs); ``every_rank`` gives every
+    rank all of them, on the model's device (what a weight sync into another engine needs)."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not every_rank)
+    state = get_model_state_dict(model, options=options)
+    # Tied weights (an embedding shared with the output layer) stay one tensor under all their
+    # names, as in the model's own state dict: save_pretrained then writes it once.
+    names_of: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(param), []).append(name)
+    for first, *others in names_of.values():
+        for other in others:
+            if first in state and other in state:
+                state[other] = state[first]
+    return state
+
+
+def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load full tensors (from :func:`full_state_dict` or an unwrapped model) into ``model``, each
+    rank keeping its own shards. Rank 0's dict is what loads (it is broadcast); the other ranks'
+    may be the empty dicts :func:`full_state_dict` gave them."""
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True,
+                                                                broadcast_from_rank0=True))
+
+
+def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """The optimiser's state with full tensors, keyed by parameter name (a collective; rank 0 gets
+    it, the other ranks an empty state). Offloaded state is gathered on the parameters' device."""
+    with _state_on_param_device(optimizer):
+        state = get_optimizer_state_dict(model, optimizer,
+                                         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # A snapshot: tensors that were not gathered (Adam's "step" counters) would otherwise be the
+    # live ones, shared with (and advanced by) an optimiser that loads this dict in the same process.
+    # (Ranks other than 0 got an empty dict.)
+    if state:
+        state["state"] = {name: {key: value.detach().clone() if isinstance(value, torch.Tensor) else value
+                                 for key, value in entry.items()} for name, entry in state["state"].items()}
+    return state
+
+
+def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Load what :func:`full_optimizer_state_dict` returned (rank 0's is broadcast, as for the model)."""
+    with _state_on_param_device(optimizer):
+        set_optimizer_state_dict(model, optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def export_hf(model: nn.Module, tokenizer, target) -> None:
+    """``model`` and ``tokenizer`` as a Hugging Face folder at ``target``: every rank gathers the
+    weights (a collective), rank 0 writes them (atomically), the others wait for it."""
+    state = full_state_dict(model)
+    if is_main_process():
+        write_hf_folder(model, tokenizer, target, state_dict=state)
+    barrier()
 
 
 # ---------------------------------------------------------------------------- internals
@@ -188,68 +241,22 @@ def _shard(module: nn.Module, kwargs: dict) -> nn.Module:
     # gradient is copied unchanged, as before.
     module.set_gradient_divide_factor(1.0)
     module.set_force_sum_reduction_for_comms(True)
-    module.register_state_dict_post_hook(_gather_state_dict)
-    module.register_load_state_dict_pre_hook(_shard_state_dict)
     return module
 
 
-def _full_tensor(tensor: DTensor) -> torch.Tensor:
-    """The whole tensor on CPU (a collective: every rank of the mesh must call it)."""
-    if tensor.device.type != tensor.device_mesh.device_type:  # a CPU-offloaded shard of a GPU mesh
-        tensor = tensor.to(tensor.device_mesh.device_type)
-    return tensor.full_tensor().cpu()
-
-
-def _gather_state_dict(module: nn.Module, state_dict: dict, prefix: str, local_metadata) -> None:
-    full: dict[int, torch.Tensor] = {}  # by parameter: tied weights stay one tensor (save_pretrained needs it)
-    for name, param in module.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
-        value = state_dict.get(name)
-        if isinstance(value, DTensor):
-            if id(param) not in full:
-                full[id(param)] = _full_tensor(value)
-            state_dict[name] = full[id(param)]
-
-
-def _shard_state_dict(module: nn.Module, state_dict: dict, prefix: str, *args) -> None:
-    # load_state_dict hands hooks its own copy of the caller's dict, so replacing entries is safe.
-    for name, param in module.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
-        value = state_dict.get(name)
-        if isinstance(param, DTensor) and isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
-            state_dict[name] = _shard_like(value, param)
-
-
-def _shard_like(value: torch.Tensor, param: DTensor) -> DTensor:
-    # Every rank holds the full tensor, so each takes its own shard without communication.
-    return distribute_tensor(value.detach(), param.device_mesh, param.placements, src_data_rank=None)
-
-
-def _gather_optimizer_state(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
-    # A snapshot, all of it: the moments are gathered copies anyway, and a live "step" counter left
-    # in it would be shared with (and advanced by) an optimiser that loads this dict in-process.
-    state_dict["state"] = {index: {key: _snapshot(v) for key, v in state.items()}
-                           for index, state in state_dict["state"].items()}
-    return state_dict
-
-
-def _snapshot(value):
-    if isinstance(value, DTensor):
-        return _full_tensor(value)
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
-
-
-def _shard_optimizer_state(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict:
-    saved_ids = [i for group in state_dict["param_groups"] for i in group["params"]]
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    param_of = dict(zip(saved_ids, params))
-    state = {index: {key: _shard_state_value(v, param_of[index]) for key, v in saved.items()}
-             for index, saved in state_dict["state"].items()}
-    return {**state_dict, "state": state}
-
-
-def _shard_state_value(value, param):
-    # Per-element state (Adam's moments) has the parameter's shape; counters such as "step" do not.
-    per_element = isinstance(value, torch.Tensor) and not isinstance(value, DTensor) and value.shape == param.shape
-    return _shard_like(value, param) if per_element and isinstance(param, DTensor) else value
+@contextmanager
+def _state_on_param_device(optimizer: torch.optim.Optimizer):
+    """Offloaded optimiser state (on the CPU while its parameters are on a GPU) on the parameters'
+    device for the duration: gathering and sharding it are collectives of the GPU mesh."""
+    offloaded = any(isinstance(v, torch.Tensor) and v.device != p.device and v.shape == p.shape
+                    for p, state in optimizer.state.items() for v in state.values())
+    if offloaded:
+        _move_optimizer_state(optimizer, to_cpu=False)
+    try:
+        yield
+    finally:
+        if offloaded:
+            _move_optimizer_state(optimizer, to_cpu=True)
 
 
 def _move_optimizer_state(optimizer: torch.optim.Optimizer, *, to_cpu: bool) -> None:

@@ -53,12 +53,20 @@ def ensure_process_group(timeout_s: float | None = None) -> None:
             dist.init_process_group()
         else:
             dist.init_process_group(timeout=collective_timeout(timeout_s))
+        # Torn down before the interpreter's own teardown: a group left to die with the process can
+        # abort it ("terminate called without an active exception") while its threads still run.
+        atexit.register(_destroy_launched_group)
         return
     _local_store_dir = tempfile.mkdtemp(prefix="verl-pg-")
     # A file store: no port to pick and no race with other processes for one.
     dist.init_process_group(init_method=f"file://{_local_store_dir}/store", rank=0, world_size=1)
     _local_group = dist.group.WORLD
     atexit.register(destroy_local_process_group)
+
+
+def _destroy_launched_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def destroy_local_process_group() -> None:

@@ -1,66 +1,81 @@
-"""Run untrusted Python (a model's answer) in a throw-away subprocess and always get control back.
+"""Run untrusted Python (a model's answer) in a throw-away sandbox and always get control back.
 
-``run_python`` starts ``python -I -B`` in a fresh ``mkdtemp()`` directory, with a minimal environment
-and a new session, and returns within about ``limits.wall_seconds``; the process group and (as root)
-every process of the run's uid are then SIGKILLed and the directory removed, whatever happened.
-Defence in depth; ``SandboxResult.layers`` says which layers a run got:
+``run_python`` starts ``python -I -B`` (the trainer's interpreter) with a minimal environment, in a
+new session, and returns within about ``limits.wall_seconds``: the process group and (as root)
+every process of the run's uid are then SIGKILLed and the working directory removed, whatever
+happened. The program's stdin, stdout and stderr are memfds (stdin sealed read-only, output capped
+by RLIMIT_FSIZE); the job comes in on a pipe and results go out on another (no file to reopen).
 
-* parent: the wall limit, waited on with a pidfd so the leader stays unreaped and its pid (the group
-  id, and the name of the run's uid) cannot be reused during the kill; then, as root, a ``/proc``
-  sweep of the run's uid catches a grandchild that ``setsid()``-ed out of the group. Output goes to
-  unlinked files capped by RLIMIT_FSIZE (``max_output_bytes``).
-* rlimits (any user): CPU, address space (MemoryError -> ``memory``), file size, open files, no core
-  dumps, and processes, counted per real uid: exact with an own uid; as a plain user the trainer's
-  processes count too, so forking simply fails.
-* own uid (root): once the interpreter runs (it may live where others cannot read, like pyenv under
-  /root: ``PRELOAD`` is imported first, other unreadable modules are then not found), the child
-  chowns its directory and drops to uid = gid = ``UID_BASE + pid``, no groups, no new privileges.
-  Permissions then stop writes to the repo, /root, ... and signals to other processes. Reads of
-  world-readable files and writes to world-writable places (/tmp) are not stopped by it, but by:
-* private mounts (root): a mount namespace with /tmp, /var/tmp, /dev/shm read-only, except the
-  working directory, bound back writable over its own path.
-* network namespace (root / CAP_SYS_ADMIN): ``unshare(CLONE_NEWNET)``; its only loopback is down, so
-  every connect fails, the host's 127.0.0.1 included.
-* audit hook (any user, on by default; Python cannot remove it, and its helpers are bound from C so
-  monkeypatching ``os`` does not change it): a refused event ends the run as ``blocked``: sockets,
-  fork/exec/spawn/subprocess, os.kill, importing ctypes or _posixsubprocess, gc object walks,
-  opening for writing outside the directory (symlinks resolved), opening any directory (no fd for
-  ``dir_fd`` tricks), create/remove/rename/link/chmod outside it, path objects it cannot trust. It
-  sees only what CPython audits: C extensions, native code and ``os.mkfifo``/``mknod`` pass it. As
-  a plain user it is the only file and network barrier.
+The verdict is never made inside the sandbox. ``calls`` (``sandbox_verdict.Call``) are expressions
+the sandbox evaluates after the program ran; their results come back as plain data that the
+caller judges (``scorers/code.py`` does, with ``sandbox_verdict.judge``). Expected outputs never
+enter the sandbox, so there is nothing there to read or tamper with.
 
-Not covered: reads of whatever the run's uid may read (a dataset's answers included), the disk
-filled with many files, CPU taken from other runs. A ``check`` run's verdict is its exit status;
-``sys.exit`` and ``os._exit`` cannot fake it, but code walking frames into this harness can: the
-sandbox contains hostile code, it does not make grading tamper-proof.
+Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` says how):
+
+* trainer (every run): the trainer process makes itself non-dumpable (``PR_SET_DUMPABLE`` 0,
+  process-wide, once): processes of its uid cannot ptrace it or read its ``/proc/<pid>/mem``,
+  ``environ`` or ``fd`` (``PROTECT_TRAINER`` turns this off). The run's processes are
+  non-dumpable too.
+* namespaces (``user_namespace``, ``network_namespace``, ``ipc_namespace``, ``pid_namespace``):
+  new user, mount, network, IPC and pid namespaces, for root and for a plain user alike (then by
+  unprivileged ``unshare``); no capability survives into the program, and it cannot create user
+  namespaces of its own. Network: only a loopback that is down (abstract unix sockets included).
+  Pid: the sandbox sees only its own processes, so it cannot name the trainer to signal, trace or
+  read it; when the namespace's first process ends, the kernel kills the rest. Root falls back to
+  the other namespaces without a user namespace where one is refused.
+* filesystem (``private_mounts``, ``private_workdir``, ``private_proc``): a new root holding only
+  the system directories (/usr, /bin, /lib*, /sbin, /etc, /dev) and the interpreter's prefixes,
+  all read-only (checked mount by mount); a /proc of the sandbox's own; and as the
+  working directory, at its usual path, a private tmpfs of ``max_disk_bytes``. The trainer's home,
+  repository, data sets, /tmp, /run, /var ... are not there at all.
+* own uid (root): the run drops to uid = gid = ``UID_BASE + pid``, no groups, after the
+  interpreter started (``PRELOAD`` is imported first: without the new root the interpreter may be
+  unreadable then). RLIMIT_NPROC then counts only the run, and the parent can sweep every
+  process of it. A plain user's run keeps the trainer's uid (inside its namespaces).
+* rlimits (any user): CPU, address space (MemoryError -> ``memory``), file size, open files,
+  processes, no core dumps; no-new-privileges.
+* audit hook (on by default): a second layer in Python, see ``sandbox_hook``.
+
+Where the namespaces cannot be had (a plain user on a system that refuses unprivileged user
+namespaces, or root without CAP_SYS_ADMIN), the run goes on with weak isolation, and the first
+such run logs a warning naming the missing layers; docs/code_reward.md says what is then exposed.
+``isolation()`` reports the layers up front.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import inspect
 import json
+import logging
 import os
 import select
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from verl.rewards import sandbox_child
+from verl.rewards import sandbox_child, sandbox_hook
 from verl.rewards.errors import RewardError
+from verl.rewards.sandbox_verdict import Call, CallResult, parse_results
+
+logger = logging.getLogger(__name__)
 
 STATUSES = ("ok", "error", "timeout", "memory", "blocked", "killed")
 # How the child tells the parent why it stopped. A program can fake one, which only ever turns its
-# own run into a failure ("early": a check run whose code exited before the check finished).
-EXIT_CODES = {"blocked": 97, "memory": 98, "early": 99}
-# uid of a run = UID_BASE + the pid of its first process: unique while that process is unreaped,
-# far above any real account, and below 2**32 - 1 for every possible pid (at most 2**22).
+# own run into a failure.
+EXIT_CODES = {"blocked": 97, "memory": 98}
+# uid of a run (as root) = UID_BASE + the pid of its first process: unique while that process is
+# unreaped, far above any real account, and below 2**32 - 1 for every possible pid (at most 2**22).
 UID_BASE = 1 << 30
 # Imported by the child before it drops privileges (see the module docstring): what solutions use,
 # plus what lets a network attempt reach the audit hook rather than fail on an import.
@@ -68,6 +83,17 @@ PRELOAD = ("array", "base64", "bisect", "cmath", "collections", "copy", "datacla
            "decimal", "encodings.idna", "fractions", "functools", "hashlib", "heapq", "itertools",
            "json", "math", "numbers", "operator", "queue", "random", "re", "socket", "statistics",
            "string", "struct", "textwrap", "threading", "time", "traceback", "typing", "unicodedata")
+ESSENTIAL_LAYERS = ("network_namespace", "pid_namespace", "private_mounts")
+"""Without any of these a run has weak isolation (a warning is logged once)."""
+
+PROTECT_TRAINER = True
+"""Make the trainer process non-dumpable at the first run (see ``_protect_trainer``). Set it to
+False before the first run only if something must ptrace this process or take fds from it with
+``pidfd_getfd`` (a debugger, py-spy, CUDA IPC of expandable segments) and ``isolation()`` shows the
+namespaces: without them, a plain user's sandbox could then read the trainer's memory."""
+
+_NAMESPACES = True  # switched off only by tests, to exercise the weak mode
+_USER_NAMESPACE = True  # switched off only by tests, to exercise root's fallback without one
 
 
 @dataclass(frozen=True)
@@ -81,17 +107,21 @@ class SandboxLimits:
     memory_bytes: int = 512 * 2**20
     """Address space (RLIMIT_AS). The interpreter itself takes about 30 MiB of it."""
     max_output_bytes: int = 4 * 2**20
-    """Largest file the run may write (RLIMIT_FSIZE), stdout and stderr included."""
+    """Largest file the run may write (RLIMIT_FSIZE), stdout and stderr included; also the most
+    bytes of results read back."""
     max_open_files: int = 64
     """RLIMIT_NOFILE."""
     max_processes: int = 1
     """RLIMIT_NPROC for the run's uid: 1 forbids fork and threads (the audit hook refuses fork anyway)."""
+    max_disk_bytes: int = 32 * 2**20
+    """Size of the private working directory (a tmpfs; where the mount namespace is available)."""
     audit_hook: bool = True
-    """Refuse escapes in Python (see module docstring). Off only to test that the OS layers hold alone."""
+    """Refuse escapes in Python (see ``sandbox_hook``). Off only to test that the OS layers hold alone."""
 
     def __post_init__(self):
         minimum = {"wall_seconds": 0.1, "cpu_seconds": 1, "memory_bytes": 64 * 2**20,
-                   "max_output_bytes": 1024, "max_open_files": 8, "max_processes": 1}
+                   "max_output_bytes": 1024, "max_open_files": 8, "max_processes": 1,
+                   "max_disk_bytes": 64 * 1024}
         for name, low in minimum.items():
             if getattr(self, name) < low:
                 raise RewardError(f"SandboxLimits.{name}={getattr(self, name)!r} is below the "
@@ -111,63 +141,200 @@ class SandboxResult:
     """Exit status; negative for a signal; None if the process could not even be reaped."""
     wall_seconds: float
     truncated: bool = False
-    """True when stdout or stderr reached ``max_output_bytes``."""
+    """True when stdout, stderr or the results reached ``max_output_bytes``."""
     layers: dict[str, bool] = field(default_factory=dict)
-    """Which containment layers the child set up (empty if it died before reporting)."""
+    """Which containment layers the run got (empty if it died before reporting)."""
+    results: list[CallResult | None] = field(default_factory=list)
+    """One per call: its plain result, the exception it raised, or None (never came back)."""
 
 
 def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLimits(),
-               check: str | None = None) -> SandboxResult:
-    """Run ``code`` with ``stdin`` in a sandbox. With ``check`` (e.g. ``"assert add(1, 2) == 3"``),
-    the check runs after the code in the same namespace and the run is ``ok`` only if both finish;
-    the code exiting early (``sys.exit``) then counts as an error."""
+               calls: Sequence[Call | str] = ()) -> SandboxResult:
+    """Run ``code`` with ``stdin`` in a sandbox; then, if the program ended normally, evaluate
+    each of ``calls`` (expressions, e.g. ``"add(1, 2)"``) in its namespace and return their
+    results as plain data in ``SandboxResult.results``. Never raises for anything the program does."""
+    calls = [c if isinstance(c, Call) else Call(str(c)) for c in calls]
+    _protect_trainer()
+    job = json.dumps({"code": code, "calls": [dataclasses.asdict(c) for c in calls],
+                      "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
+                      "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
+                      "user_namespace": _USER_NAMESPACE}).encode()
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
-    proc = None
+    proc, opened = None, []
+
+    def own(fd: int) -> int:
+        opened.append(fd)
+        return fd
+
     try:
-        with contextlib.ExitStack() as files:
-            job, stdin_file, out, err = (files.enter_context(tempfile.TemporaryFile()) for _ in range(4))
-            for f in (out, err):  # appending: a program reopening /dev/stdout keeps what it printed
-                fcntl.fcntl(f, fcntl.F_SETFL, os.O_APPEND)
-            job.write(json.dumps({"code": code, "check": check, "limits": dataclasses.asdict(limits),
-                                  "exit_codes": EXIT_CODES, "uid_base": UID_BASE,
-                                  "preload": PRELOAD}).encode())
-            stdin_file.write(stdin.encode())
-            job.seek(0)
-            stdin_file.seek(0)
-            started = time.monotonic()
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _CHILD_SOURCE, str(job.fileno())],
-                stdin=stdin_file, stdout=out, stderr=err, cwd=workdir, pass_fds=(job.fileno(),),
-                env={"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8"},
-                start_new_session=True)
-            exited = _wait_unreaped(proc.pid, limits.wall_seconds)
-            _kill_run(proc.pid)
-            try:
-                returncode = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # stuck in the kernel (D state): do not hang the trainer
-                returncode = None
-            wall = time.monotonic() - started
-            job.seek(0)
-            report = json.loads(job.read() or b"{}")
-            stdout, stdout_full = _read_capped(out, limits.max_output_bytes)
-            stderr, stderr_full = _read_capped(err, limits.max_output_bytes)
-            return SandboxResult(_status(exited, returncode), stdout, stderr, returncode, wall,
-                                 stdout_full or stderr_full, report.get("layers", {}))
+        stdin_fd = own(_memfd("verl-stdin", stdin.encode("utf-8", "surrogatepass")))
+        out_fd, err_fd = own(_memfd("verl-stdout")), own(_memfd("verl-stderr"))
+        job_r, job_w = map(own, os.pipe())
+        results_r, results_w = map(own, os.pipe())
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", "-c", _STUB, _CHILD_SOURCE, str(job_r), str(results_w)],
+            stdin=stdin_fd, stdout=out_fd, stderr=err_fd, pass_fds=(job_r, results_w), cwd=workdir,
+            env={"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LC_ALL": "C.UTF-8"},
+            start_new_session=True)
+        for fd in (job_r, results_w, job_w):  # the child's ends (EOF on results once the run is
+            opened.remove(fd)                 # gone), and the job's, which _supervise closes
+            if fd != job_w:
+                os.close(fd)
+        exited, results = _supervise(proc.pid, job_w, job, results_r, limits)
+        _kill_run(proc.pid)
+        try:
+            returncode = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # stuck in the kernel (D state): do not hang the trainer
+            returncode = None
+        wall = time.monotonic() - started
+        results_full = _drain(results_r, results, limits.max_output_bytes)
+        layers, values = parse_results(bytes(results), len(calls))
+        stdout, stdout_full = _read_capped(out_fd, limits.max_output_bytes)
+        stderr, stderr_full = _read_capped(err_fd, limits.max_output_bytes)
+        _warn_if_weak(layers)
+        return SandboxResult(_status(exited, returncode), stdout, stderr, returncode, wall,
+                             stdout_full or stderr_full or results_full, layers, values)
     finally:
         if proc is not None and proc.returncode is None:  # an exception above: still leave nothing
             _kill_run(proc.pid)
-        shutil.rmtree(workdir, ignore_errors=True)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        for fd in opened:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _remove_tree(workdir)
 
 
-def _wait_unreaped(pid: int, timeout: float) -> bool:
-    """True if ``pid`` exited within ``timeout``. It is not reaped (see module docstring)."""
+def isolation(limits: SandboxLimits = SandboxLimits(wall_seconds=10)) -> dict[str, bool]:
+    """The layers a run gets on this machine (runs an empty program; logs the weak-isolation
+    warning if it applies). Call it at start-up to know before the first reward."""
+    return run_python("pass", limits=limits).layers
+
+
+# ------------------------------------------------------------------------------- the trainer's side
+_lock = threading.Lock()
+_state = {"protected": False, "warned": False}
+
+
+def _protect_trainer() -> None:
+    """Make the trainer non-dumpable, once: same-uid processes cannot ptrace it or read its
+    /proc/<pid>/mem, environ or fd (they become root-owned). Side effects, process-wide: no core
+    dumps, and a debugger or py-spy attaching to the trainer needs root."""
+    import ctypes
+
+    with _lock:
+        if _state["protected"] or not PROTECT_TRAINER:
+            return
+        _state["protected"] = True
+        libc = ctypes.CDLL(None, use_errno=True)
+        zero = ctypes.c_ulong(0)
+        if libc.prctl(4, zero, zero, zero, zero) != 0:  # PR_SET_DUMPABLE
+            logger.warning("verl sandbox: could not make the trainer non-dumpable (errno %d)",
+                           ctypes.get_errno())
+
+
+def _warn_if_weak(layers: dict[str, bool]) -> None:
+    missing = [name for name in ESSENTIAL_LAYERS if not layers.get(name)]
+    if not layers or not missing:
+        return
+    with _lock:
+        if _state["warned"]:
+            return
+        _state["warned"] = True
+    mode = "root" if os.geteuid() == 0 else "a plain user (unprivileged user namespaces refused?)"
+    logger.warning(
+        "verl code-reward sandbox runs with WEAK ISOLATION as %s: %s could not be set up. Only "
+        "rlimits, %sthe audit hook%s contain a hostile program: "
+        "it may reach the network, write what this uid may write, and signal this uid's "
+        "processes. Rewards stay correct (they are judged outside the sandbox). See "
+        "docs/code_reward.md, 'Isolation modes'.", mode, ", ".join(missing),
+        "its own uid, " if layers.get("own_uid") else "",
+        " and the trainer's non-dumpable flag" if _state["protected"] else " (the trainer is NOT protected: "
+        "PROTECT_TRAINER is False)")
+
+
+def _memfd(name: str, data: bytes | None = None) -> int:
+    """An anonymous file; with ``data``, filled, rewound and sealed against any change."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    if data is None:
+        fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND)  # a program reopening /dev/stdout keeps what it printed
+        return fd
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                | fcntl.F_SEAL_WRITE)
+    return fd
+
+
+def _supervise(pid: int, job_w: int, job: bytes, results_r: int, limits: SandboxLimits) -> tuple[bool, bytearray]:
+    """Feed the job, collect results (at most ``max_output_bytes``, the rest read and dropped) and
+    wait for the child, up to the wall limit. Returns (exited, results). The child is waited on
+    with a pidfd and left unreaped, so its pid (the group id, and the name of the run's uid)
+    cannot be reused before ``_kill_run``. Closes ``job_w``."""
+    deadline = time.monotonic() + limits.wall_seconds
+    results = bytearray()
     pidfd = os.pidfd_open(pid)
+    poller = select.poll()  # not select.select: a trainer can hold more than 1024 fds
+    poller.register(pidfd, select.POLLIN)
+    poller.register(results_r, select.POLLIN)
+    poller.register(job_w, select.POLLOUT)
+    os.set_blocking(job_w, False)
+    os.set_blocking(results_r, False)
+    sent, exited = 0, False
     try:
-        poller = select.poll()  # not select.select: a trainer can hold more than 1024 fds
-        poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(timeout * 1000))
+        while not exited:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+                if fd == pidfd:
+                    exited = True
+                elif fd == results_r:
+                    if not _read_some(results_r, results, limits.max_output_bytes):
+                        poller.unregister(results_r)
+                elif fd == job_w:
+                    try:
+                        sent += os.write(job_w, job[sent:sent + 65536])
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # the child is gone
+                        sent = len(job)
+                    if sent >= len(job):
+                        poller.unregister(job_w)
+                        os.close(job_w)
+                        job_w = -1
     finally:
         os.close(pidfd)
+        if job_w != -1:
+            os.close(job_w)
+    return exited, results
+
+
+def _read_some(fd: int, into: bytearray, cap: int) -> bool:
+    """One read into ``into`` (dropped beyond ``cap``); False at end of file."""
+    try:
+        chunk = os.read(fd, 65536)
+    except BlockingIOError:
+        return True
+    if chunk:
+        into += chunk[:max(0, cap - len(into))]
+    return bool(chunk)
+
+
+def _drain(fd: int, into: bytearray, cap: int) -> bool:
+    """What is still in the pipe, without waiting for writers that survived; True if capped."""
+    for _ in range(10_000):
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        into += chunk[:max(0, cap - len(into))]
+    return len(into) >= cap
 
 
 def _kill_run(pid: int) -> None:
@@ -200,9 +367,8 @@ def _processes_of(uid: int) -> list[int]:
     return found
 
 
-def _read_capped(file, cap: int) -> tuple[str, bool]:
-    file.seek(0)
-    data = file.read(cap)
+def _read_capped(fd: int, cap: int) -> tuple[str, bool]:
+    data = os.pread(fd, cap, 0)
     return data.decode("utf-8", "replace"), len(data) >= cap
 
 
@@ -215,7 +381,81 @@ def _status(exited: bool, returncode: int | None) -> str:
     return "killed" if returncode is None or returncode < 0 else "error"
 
 
-# The child runs the functions of sandbox_child as ``python -c`` source (it imports nothing from verl).
+def _remove_tree(top: str, max_steps: int = 2_000_000) -> None:
+    """Remove a run's directory whatever the run did to it: modes like 000 (made 700 first) and
+    any depth (subdirectories are moved up to ``top`` one level at a time, so neither recursion
+    nor path length grows). Never raises; gives up, with a warning, after ``max_steps`` entries
+    or a round that removed nothing.
+    With a private working directory (a tmpfs gone with the run) ``top`` is already empty."""
+    try:
+        os.rmdir(top)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    steps, fresh = 0, 0
+    try:
+        os.chmod(top, 0o700)
+        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        logger.warning("verl sandbox: could not remove %s", top)
+        return
+    try:
+        progress = True
+        while progress and steps < max_steps:  # a round that removes nothing ends it
+            names, progress = os.listdir(top_fd), False
+            if not names:
+                break
+            for name in names:
+                steps += 1
+                try:
+                    mode = os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode
+                    if not stat.S_ISDIR(mode):
+                        os.unlink(name, dir_fd=top_fd)
+                        progress = True
+                        continue
+                    os.chmod(name, 0o700, dir_fd=top_fd)  # a directory, not a link: no race, the run is dead
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top_fd)
+                    try:
+                        for child in os.listdir(sub):
+                            steps += 1
+                            if stat.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
+                                os.chmod(child, 0o700, dir_fd=sub)  # moving a directory writes its ".."
+                            while True:
+                                fresh += 1
+                                try:
+                                    os.rename(child, f".verl-{fresh}", src_dir_fd=sub, dst_dir_fd=top_fd)
+                                    break
+                                except FileExistsError:
+                                    continue
+                                except OSError as e:  # that name is taken (by a directory ...)
+                                    if e.errno not in (errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                                        raise
+                    finally:
+                        os.close(sub)
+                    os.rmdir(name, dir_fd=top_fd)
+                    progress = True
+                except OSError:
+                    continue
+        os.rmdir(top)
+    except OSError:
+        logger.warning("verl sandbox: could not remove %s entirely", top)
+    finally:
+        os.close(top_fd)
+
+
+# The child runs sandbox_child's and sandbox_hook's functions as ``python -c`` source compiled
+# as <verl-sandbox> (the audit hook recognises the harness's frames by that name).
+_STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
-    sandbox_child._child_set_up, sandbox_child._child_private_mounts, sandbox_child._child_audit_hook,
-    sandbox_child._child_run, sandbox_child._child_main)) + "\n_child_main()\n"
+    sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
+    sandbox_child._child_init, sandbox_child._child_drop, sandbox_child._child_run,
+    sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_hook._child_audit_hook)) + """
+
+_state = _child_init(_child_launch())
+_child_drop(_state)
+if _state["job"]["limits"]["audit_hook"]:
+    _child_audit_hook(__import__("os").getcwd(), _state["job"]["exit_codes"]["blocked"])
+_child_run(_state["job"], _state["results_fd"])
+"""

@@ -1,51 +1,279 @@
-"""The sandbox's child side (see :mod:`verl.rewards.sandbox`): set-up, audit hook and the run.
+"""The sandbox's child side (see :mod:`verl.rewards.sandbox`): isolation, privilege drop and the run.
 
-These functions are not called in the trainer's process: ``sandbox.run_python`` ships their source
-to ``python -I -B -c``. So each one imports what it needs, and nothing from verl.
+None of this runs in the trainer's process: ``sandbox.run_python`` ships these functions' source
+(and ``sandbox_hook``'s) to ``python -I -B -c``, compiled as ``<verl-sandbox>``. So each function
+imports what it needs, and nothing from verl. Three processes take part, each started by a
+``fork`` of the one before; each set-up function returns only in the new process, so that no
+frame of an earlier stage (nor any of its ctypes handles) is on the stack once the program runs:
+
+1. the *launcher*, the trainer's child (``_child_launch``): reads the job from its pipe, closes
+   every other fd, imports ``PRELOAD``, enters new user, mount, network, IPC and pid namespaces
+   (``_child_namespaces``), makes itself non-dumpable, forks 2., and exits as 2. did;
+2. the *init* of the new pid namespace (``_child_init``): builds and enters the new root
+   (``_child_private_mounts``: system directories and the interpreter, read-only; a /proc of the
+   new pid namespace; a private tmpfs as the working directory; nothing else), forks 3., reaps
+   every orphan, and exits as 3. did; when it exits the kernel kills whatever is left in the
+   namespace;
+3. the *sandboxed* process (``_child_drop``, then ``_child_run``): drops to its own uid (root)
+   and every capability, sets no-new-privileges, non-dumpable and rlimits, writes the set-up
+   report as the first line of the results pipe, installs the audit hook and runs the program,
+   then each call, writing one JSON line per result.
 """
 
-# Set-up locals (ctypes, the job file) die with their frames.
+
+def _child_launch() -> dict:
+    """Stage 1. Returns (in stage 2 only) the state the next stages need."""
+    import ctypes
+    import json
+    import os
+    import resource
+    import signal
+    import sys
+
+    job_fd, results_fd = int(sys.argv[2]), int(sys.argv[3])
+    chunks = []
+    while True:
+        chunk = os.read(job_fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(job_fd)
+    os.closerange(3, results_fd)  # Popen passed only these; close anything else all the same
+    os.closerange(results_fd + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    job = json.loads(b"".join(chunks))
+    for name in job["preload"]:  # before the privilege drop: the interpreter may be unreadable then
+        __import__(name)
+    libc = ctypes.CDLL(None, use_errno=True)
+    is_root = os.geteuid() == 0
+    uid = job["uid_base"] + os.getpid() if is_root else os.geteuid()
+    gid = uid if is_root else os.getegid()
+    layers = dict.fromkeys(("user_namespace", "network_namespace", "ipc_namespace", "pid_namespace",
+                            "private_proc", "private_mounts", "private_workdir", "own_uid",
+                            "no_capabilities", "no_new_privs"), False)
+    layers["audit_hook"] = bool(job["limits"]["audit_hook"])
+    if job["namespaces"]:
+        _child_namespaces(libc, is_root, uid, gid, layers, job["user_namespace"])
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    libc.prctl(4, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))  # not dumpable
+    child = os.fork()
+    if child == 0:
+        return {"job": job, "results_fd": results_fd, "layers": layers, "uid": uid, "gid": gid,
+                "is_root": is_root}
+    os.close(results_fd)
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    # Stage 2 reports a signal death of stage 3 as 128 + signal: die of it too, so the trainer sees it.
+    mirrored = {signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
+                signal.SIGFPE, signal.SIGILL, signal.SIGTERM, signal.SIGXFSZ, signal.SIGSYS,
+                signal.SIGPIPE, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGQUIT}
+    sig = -code if code < 0 else code - 128
+    if sig in mirrored:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(code if code >= 0 else 128 - code)
 
 
-def _child_main() -> None:
+def _child_namespaces(libc, is_root: bool, uid: int, gid: int, layers: dict, user_namespace: bool) -> bool:
+    """New user, mount, network, IPC and pid namespaces. The user namespace maps only the
+    trainer's uid and gid (a plain user: unprivileged ``unshare``), or root and the run's own uid
+    (root: a helper left outside writes that mapping, which needs CAP_SETUID in the parent
+    namespace); in it, creating more user namespaces is forbidden. Root falls back to the other
+    namespaces alone if a user namespace is refused (or ``user_namespace`` is False, which only
+    tests ask for). False if the namespaces are refused."""
+    import ctypes
+    import os
+
+    newns, newnet, newpid, newipc, newuser = 0x20000, 0x40000000, 0x20000000, 0x08000000, 0x10000000
+    flags = newns | newnet | newpid | newipc
+    maps = {"uid_map": (0, uid) if is_root else (uid,), "gid_map": (0, gid) if is_root else (gid,)}
+
+    def write_maps(pid):
+        if not is_root:
+            with open(f"/proc/{pid}/setgroups", "w") as f:
+                f.write("deny")
+        for name, ids in maps.items():
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write("".join(f"{i} {i} 1\n" for i in ids))
+
+    entered = False
+    if user_namespace:
+        if is_root:
+            ready_r, ready_w = os.pipe()
+            helper = os.fork()
+            if helper == 0:
+                os.close(ready_w)
+                try:
+                    if os.read(ready_r, 1) == b"u":
+                        write_maps(os.getppid())
+                    os._exit(0)
+                except BaseException:  # noqa: BLE001
+                    os._exit(1)
+            os.close(ready_r)
+        entered = libc.unshare(ctypes.c_int(flags | newuser)) == 0
+        try:
+            if is_root:
+                os.write(ready_w, b"u" if entered else b"-")
+                os.close(ready_w)
+                if os.waitstatus_to_exitcode(os.waitpid(helper, 0)[1]) != 0:
+                    return False
+            elif entered:
+                write_maps("self")
+        except OSError:  # e.g. an LSM that allows the namespace but not the mapping
+            return False
+    if entered:
+        try:  # a limit of this namespace only, not of the host
+            with open("/proc/sys/user/max_user_namespaces", "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+        layers["user_namespace"] = True
+    elif not is_root or libc.unshare(ctypes.c_int(flags)) != 0:
+        return False
+    layers["network_namespace"] = layers["ipc_namespace"] = layers["pid_namespace"] = True
+    return True
+
+
+def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: int) -> tuple[bool, bool, bool]:
+    """A new root: an empty tmpfs holding read-only binds of the system directories and of the
+    interpreter's prefixes only (the trainer's home, repository, data, /tmp, /run, /var ... are
+    not there at all), a /proc of the new pid namespace (mounted while the old /proc is still
+    visible, as the kernel requires in a user namespace), and a fresh tmpfs of ``disk_bytes`` as
+    the working directory, at its usual path. Built on the (host-empty) working directory, entered
+    with pivot_root, the old root detached. Returns (private_mounts, private_workdir, private_proc)."""
+    import ctypes
     import os
     import sys
 
-    with os.fdopen(int(sys.argv[1]), "r+b") as job_file:
-        job = _child_set_up(job_file)
-    if job["limits"]["audit_hook"]:
-        _child_audit_hook(os.getcwd(), job["exit_codes"]["blocked"])
-    _child_run(job["code"], job["check"], job["exit_codes"])
+    nosuid, nodev, noexec, bind, move, rec, private = 2, 4, 8, 4096, 8192, 16384, 1 << 18
+
+    def mount(source, target, fstype, flags, options=None):
+        return libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(),
+                          ctypes.c_ulong(flags), options and options.encode()) == 0
+
+    # Private first: otherwise the mounts below would propagate to the trainer's namespace.
+    if not mount(None, "/", None, rec | private) or not mount("tmpfs", workdir, "tmpfs", nosuid | nodev,
+                                                              "size=1m,nr_inodes=4096,mode=0755"):
+        return False, False, False
+    new = workdir
+    keep = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev"]
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        keep += [prefix, os.path.realpath(prefix)]
+    kept: list[str] = []
+    built = True
+    for path in sorted(set(keep), key=len):
+        if not os.path.lexists(path) or any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            continue
+        kept.append(path)
+        if os.path.islink(path) and os.path.dirname(path) == "/":  # /bin -> usr/bin (merged /usr)
+            os.symlink(os.readlink(path), new + path)
+            continue
+        os.makedirs(new + path, exist_ok=True)
+        built &= mount(os.path.realpath(path), new + path, None, bind | rec)  # rec: keeps locked submounts
+    os.makedirs(new + "/proc", exist_ok=True)
+    os.makedirs(new + workdir, exist_ok=True)
+    proc = mount("proc", new + "/proc", "proc", 1 | nosuid | nodev | noexec)  # read-only
+
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                    ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+    # mount_setattr(AT_FDCWD, new, AT_RECURSIVE, {MOUNT_ATTR_RDONLY}): syscall 442 everywhere.
+    attr = MountAttr(1, 0, 0, 0)
+    libc.syscall(ctypes.c_long(442), ctypes.c_int(-100), new.encode(), ctypes.c_uint(0x8000),
+                 ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    # Checked mount by mount (and, on a kernel without mount_setattr, done that way): each remount
+    # keeps the flags a user namespace may not clear (nosuid, nodev, noexec, atime).
+    read_only = True
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    for point in points:
+        if point != new and not point.startswith(new + "/"):
+            continue
+        flags = os.statvfs(point).f_flag
+        if not flags & 1:  # ST_RDONLY
+            keep = (flags & (nosuid | nodev | noexec | 1024 | 2048)) | (1 << 21 if flags & 4096 else 0)
+            mount(None, point, None, 32 | bind | 1 | keep)  # MS_REMOUNT | MS_BIND | MS_RDONLY
+            read_only &= bool(os.statvfs(point).f_flag & 1)
+    options = f"size={disk_bytes},nr_inodes={max(64, disk_bytes // 4096)},mode=0700,uid={uid},gid={gid}"
+    own = mount("tmpfs", new + workdir, "tmpfs", nosuid | nodev | noexec, options)
+    os.chdir(new)
+    number = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
+    if number is not None and libc.syscall(ctypes.c_long(number), b".", b".") == 0:  # pivot_root(".", ".")
+        entered = libc.umount2(b".", ctypes.c_int(2)) == 0  # MNT_DETACH: the old root is gone
+    else:  # the switch_root way: move the new root over /, then chroot into it
+        entered = mount(".", "/", None, move) and libc.chroot(b".") == 0
+    if not entered:
+        return False, False, False
+    os.chdir(workdir)
+    return built and read_only and own, own, proc
 
 
-def _child_set_up(job_file) -> dict:
-    """Namespaces, preloads, privilege drop, rlimits, then the layers report; returns the job."""
+def _child_init(state: dict) -> dict:
+    """Stage 2, the pid namespace's first process. Returns (in stage 3 only) the state."""
+    import ctypes
+    import os
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    layers = state["layers"]
+    if layers["pid_namespace"]:  # the namespaces came together: a mount namespace too
+        layers["private_mounts"], layers["private_workdir"], layers["private_proc"] = _child_private_mounts(
+            libc, os.getcwd(), state["uid"], state["gid"], state["job"]["limits"]["max_disk_bytes"])
+        # Without the new root, hide the trainer's /proc rather than show it.
+        if not layers["private_mounts"] and libc.mount(b"tmpfs", b"/proc", b"tmpfs", ctypes.c_ulong(15),
+                                                       b"size=4k") != 0:
+            layers["pid_namespace"] = False
+    child = os.fork()
+    if child == 0:
+        return state
+    os.close(state["results_fd"])
+    while True:  # as a namespace's init, reap every orphan until the sandboxed process is done
+        pid, status = os.waitpid(-1, 0)
+        if pid == child:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _child_drop(state: dict) -> None:
+    """Stage 3 set-up: privileges, rlimits, then the set-up report (the first results line)."""
     import ctypes
     import json
     import os
     import resource
     import sys
 
-    job = json.loads(job_file.read())
-    limits = job["limits"]
     libc = ctypes.CDLL(None, use_errno=True)
-    is_root = os.geteuid() == 0
-    layers = {"network_namespace": libc.unshare(0x40000000) == 0,  # CLONE_NEWNET
-              "private_mounts": is_root and _child_private_mounts(libc),
-              "own_uid": False, "no_new_privs": False, "audit_hook": limits["audit_hook"]}
-    for name in job["preload"]:
-        __import__(name)
-    if is_root:
-        uid = job["uid_base"] + os.getpid()
+    job, layers, uid, gid = state["job"], state["layers"], state["uid"], state["gid"]
+    limits = job["limits"]
+    zero = ctypes.c_ulong(0)
+    for cap in range(64):  # empty the bounding set while allowed to (CAP_SETPCAP)
+        if libc.prctl(24, ctypes.c_ulong(cap), zero, zero, zero) != 0:  # PR_CAPBSET_DROP
+            break
+    if state["is_root"]:
+        if not layers["private_workdir"]:
+            os.chown(".", uid, gid)
         for fd in (0, 1, 2):  # so that /dev/stdin, /dev/stdout, /dev/stderr can still be opened
-            os.fchown(fd, uid, uid)
-        os.chown(".", uid, uid)
+            os.fchown(fd, uid, gid)
         os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        os.setgid(gid)
+        os.setuid(uid)  # leaving uid 0 clears every capability
         layers["own_uid"] = True
-    one, zero = ctypes.c_ulong(1), ctypes.c_ulong(0)
-    layers["no_new_privs"] = libc.prctl(38, one, zero, zero, zero) == 0  # PR_SET_NO_NEW_PRIVS
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    dropped = libc.capset(ctypes.byref(Header(0x20080522, 0)), ctypes.byref((Data * 2)())) == 0  # none at all
+    try:
+        with open("/proc/self/status") as f:
+            caps = dict(line.split(":", 1) for line in f if line.startswith(("CapPrm", "CapEff")))
+        layers["no_capabilities"] = len(caps) == 2 and all(int(v, 16) == 0 for v in caps.values())
+    except OSError:  # no /proc here
+        layers["no_capabilities"] = dropped
+    layers["no_new_privs"] = libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) == 0
+    libc.prctl(4, zero, zero, zero, zero)  # not dumpable: no ptrace, no /proc/<pid>/mem
     cpu = limits["cpu_seconds"]
     for which, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1),
                               (resource.RLIMIT_AS, limits["memory_bytes"], None),
@@ -54,181 +282,133 @@ def _child_set_up(job_file) -> dict:
                               (resource.RLIMIT_NPROC, limits["max_processes"], None),
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
-    job_file.seek(0)
-    job_file.truncate()
-    job_file.write(json.dumps({"layers": layers}).encode())
     # Forgotten, so importing them again is an audited import, which the hook refuses.
     for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes", "subprocess")]:
         del sys.modules[name]
-    return job
+    report = (json.dumps({"layers": layers}) + "\n").encode()
+    while report:
+        report = report[os.write(state["results_fd"], report):]
 
 
-def _child_private_mounts(libc) -> bool:
-    """A private mount namespace: world-writable directories read-only, the cwd writable."""
-    import ctypes
-    import os
-
-    ms_rdonly, ms_remount, ms_bind, ms_rec, ms_private = 1, 32, 4096, 16384, 1 << 18
-    ms_keep = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag
-    if libc.unshare(0x20000) != 0:  # CLONE_NEWNS
-        return False
-    # Private first: otherwise the mounts below would propagate to the trainer's namespace.
-    if libc.mount(None, b"/", None, ctypes.c_ulong(ms_rec | ms_private), None) != 0:
-        return False
-    here = os.getcwd()
-    for path in ("/tmp", "/var/tmp", "/dev/shm"):
-        if not os.path.isdir(path):
-            continue
-        flags = ms_remount | ms_bind | ms_rdonly | (os.statvfs(path).f_flag & ms_keep)
-        if (libc.mount(path.encode(), path.encode(), None, ctypes.c_ulong(ms_bind | ms_rec), None) != 0
-                or libc.mount(None, path.encode(), None, ctypes.c_ulong(flags), None) != 0):
-            return False
-    # The cwd still points at the writable original: bind it over its now read-only path.
-    if libc.mount(b"/proc/self/cwd", here.encode(), None, ctypes.c_ulong(ms_bind), None) != 0:
-        return False
-    os.chdir(here)
-    return True
-
-
-def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
-    """Install the audit hook. All it calls is bound here from C modules and builtins, so the code
-    cannot change what the hook does by monkeypatching ``os``, ``os.path`` or ``builtins``."""
-    import posix
-    import stat
-    import sys
-
-    lstat, stat_, readlink, getcwd, write, exit_ = (posix.lstat, posix.stat, posix.readlink,
-                                                    posix.getcwd, posix.write, posix._exit)
-    is_link, is_dir, type_, str_, bytes_, int_, oserror = (stat.S_ISLNK, stat.S_ISDIR, type, str,
-                                                           bytes, int, OSError)
-    writing = posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND
-    directory = posix.O_DIRECTORY | posix.O_PATH
-    streams = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
-    refused = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn",
-                         "os.spawn", "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill",
-                         "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
-    refused_imports = frozenset({"ctypes", "_ctypes", "_posixsubprocess"})
-    # event -> ((argument position, follow a final symlink), ...), positions of dir_fd arguments
-    path_events = {"os.mkdir": (((0, False),), (2,)), "os.rmdir": (((0, False),), (1,)),
-                   "os.remove": (((0, False),), (1,)), "os.rename": (((0, False), (1, False)), (2, 3)),
-                   "os.link": (((0, True), (1, False)), (2, 3)), "os.symlink": (((1, False),), (2,)),
-                   "os.chmod": (((0, True),), (2,)), "os.chown": (((0, True),), (3,)),
-                   "os.utime": (((0, True),), (3,)), "os.truncate": (((0, True),), ()),
-                   "os.setxattr": (((0, True),), ()), "os.removexattr": (((0, True),), ())}
-
-    def deny(event, why):
-        write(2, ("sandbox: refused " + event + ": " + why + "\n").encode("utf-8", "replace"))
-        exit_(exit_blocked)
-
-    def as_str(event, path):
-        if type_(path) is bytes_:
-            return path.decode("utf-8", "surrogateescape")
-        if type_(path) is not str_:  # a path object could name one file now and another when opened
-            deny(event, "paths must be str or bytes, not " + type_(path).__name__)
-        return path
-
-    def resolve(path, follow_last=True):
-        """The absolute path the kernel would reach, symlinks followed; None for a symlink loop."""
-        todo = ((path if path.startswith("/") else getcwd() + "/" + path).split("/"))[::-1]
-        done, hops = [], 0
-        while todo:
-            part = todo.pop()
-            if part in ("", "."):
-                continue
-            if part == "..":
-                done = done[:-1]
-                continue
-            candidate = "/" + "/".join(done + [part])
-            try:
-                mode = lstat(candidate).st_mode
-            except oserror:  # does not exist (yet): the name is taken as it is
-                mode = 0
-            if is_link(mode) and (todo or follow_last):
-                hops += 1
-                if hops > 40:
-                    return None
-                target = readlink(candidate)
-                done = [] if target.startswith("/") else done
-                todo.extend(target.split("/")[::-1])
-                continue
-            done.append(part)
-        return "/" + "/".join(done)
-
-    def inside(target):
-        return target is not None and (target == workdir or target.startswith(workdir + "/"))
-
-    def is_directory(target):
-        try:
-            return target is not None and is_dir(stat_(target).st_mode)
-        except oserror:
-            return False
-
-    def hook(event, args):
-        if event == "open":
-            path, flags = args[0], args[2]
-            if type_(path) is int_ or path in streams:  # fds this process already holds
-                return
-            target = resolve(as_str(event, path))
-            if flags & directory or is_directory(target):  # a dir fd would make dir_fd escapes possible
-                deny(event, "opening a directory (" + str_(target) + ")")
-            if flags & writing and not inside(target):
-                deny(event, "writing " + str_(target) + ", outside the working directory")
-        elif event in refused or event.startswith(("socket.", "ctypes.")):
-            deny(event, "not allowed in the sandbox")
-        elif event == "import" and args[0] in refused_imports:
-            deny(event, args[0] + " is not allowed in the sandbox")
-        elif event in path_events:
-            paths, dir_fds = path_events[event]
-            for i in dir_fds:
-                if args[i] != -1:
-                    deny(event, "dir_fd is not allowed in the sandbox")
-            for i, follow in paths:
-                if type_(args[i]) is int_ and event == "os.truncate":  # an fd opened for writing
-                    continue
-                if type_(args[i]) is int_:
-                    deny(event, "a file descriptor instead of a path")
-                target = resolve(as_str(event, args[i]), follow)
-                if not inside(target):
-                    deny(event, str_(target) + " is outside the working directory")
-
-    sys.addaudithook(hook)
-
-
-def _child_run(code: str, check: str | None, exit_codes: dict) -> None:
-    """Execute the code as ``__main__``, then the check if there is one."""
+def _child_run(job: dict, results_fd: int) -> None:
+    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result."""
+    import atexit
     import builtins
-    import os
+    import json
     import posix
     import sys
-    import traceback
     import types
 
-    exit_, write, print_exc = posix._exit, posix.write, traceback.print_exc
-    if check is not None:  # a check run passes by exiting 0, which only the end of this function does
-        del os._exit, posix._exit
+    # Bound before the program runs: patching builtins, json or os later changes none of this
+    # (and could only spoil the program's own results: nothing here decides a pass).
+    exit_, write, compile_, exec_, eval_, dumps = posix._exit, posix.write, compile, exec, eval, json.dumps
+    excepthook, run_exitfuncs, encode, type_, str_ = (sys.__excepthook__, atexit._run_exitfuncs,
+                                                      _child_encode, type, str)
+    calls, memory_code = job["calls"], job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
     sys.argv = ["solution.py"]
+    status = 0
     try:
-        exec(compile(code, "<solution>", "exec"), main.__dict__)  # noqa: S102 (the point of the sandbox)
-        if check is not None:
-            exec(compile(check, "<check>", "exec"), main.__dict__)  # noqa: S102
+        exec_(compile_(job["code"], "<solution>", "exec"), main.__dict__)  # noqa: S102 (the point)
+    except SystemExit as stop:
+        calls, status = (), _child_exit_code(stop)
     except MemoryError:
         write(2, b"MemoryError\n")
-        exit_(exit_codes["memory"])
-    except SystemExit:
-        if check is None:
-            raise
-        write(2, b"sandbox: the code exited before its check finished\n")
-        exit_(exit_codes["early"])
-    except BaseException:
-        if check is None:
-            raise
-        print_exc()
-        exit_(1)
-    if check is not None:
+        calls, status = (), memory_code
+    except BaseException as error:  # noqa: BLE001
+        excepthook(type_(error), error, error.__traceback__)
+        calls, status = (), 1
+    for index, call in enumerate(calls):
         try:
-            sys.stdout.flush()
-        finally:
-            exit_(0)
+            value = eval_(compile_(call["expression"], "<call>", "eval"), main.__dict__)  # noqa: S307
+            ok, payload = encode(value, call["iterate"])
+            record = {"i": index, "value": payload} if ok else {"i": index, "raised": payload}
+            line = dumps(record)
+        except BaseException as error:  # noqa: BLE001 (SystemExit and MemoryError included)
+            try:
+                line = dumps({"i": index, "raised": str_(type_(error).__name__)})
+            except BaseException:  # noqa: BLE001
+                line = '{"i": %d, "raised": "?"}' % index
+        data = (line + "\n").encode()
+        try:
+            while data:
+                data = data[write(results_fd, data):]
+        except OSError:
+            break
+    # Python's own shutdown is skipped (its finalizers would run after the audit hooks are
+    # cleared); atexit functions still run, as buffered-output templates rely on them.
+    try:
+        run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    exit_(status)
+
+
+def _child_exit_code(stop) -> int:
+    """The exit status Python gives a SystemExit."""
+    import sys
+
+    code = stop.code
+    if code is None:
+        return 0
+    if type(code) is int:
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _child_encode(value, iterate: bool) -> tuple:
+    """``(True, json_ready)`` for plain data (see ``sandbox_verdict``), ``(False, "unplain:<type>")``
+    otherwise. Subclasses of the plain types are sent as their base type."""
+    import math
+
+    budget = [1_000_000]
+    plain = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+    def enc(x, depth):
+        budget[0] -= 1
+        if depth > 100 or budget[0] < 0:
+            raise ValueError("result too deep or too large")
+        if x is None or x is True or x is False:
+            return x
+        if isinstance(x, int):
+            x = int(x)
+            return x if -2**53 < x < 2**53 else {"int": hex(x)}
+        if isinstance(x, float):
+            x = float(x)
+            return x if math.isfinite(x) else {"float": repr(x)}
+        if isinstance(x, complex):
+            x = complex(x)
+            return {"complex": [enc(x.real, depth + 1), enc(x.imag, depth + 1)]}
+        if isinstance(x, str):
+            return str.__str__(x)
+        if isinstance(x, (bytes, bytearray)):
+            return {"bytes" if isinstance(x, bytes) else "bytearray": bytes(x).hex()}
+        if isinstance(x, list):
+            return [enc(item, depth + 1) for item in list(x)]
+        if isinstance(x, tuple):
+            return {"tuple": [enc(item, depth + 1) for item in tuple(x)]}
+        if isinstance(x, dict):
+            return {"dict": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in dict(x).items()]}
+        if isinstance(x, (set, frozenset)):
+            return {"frozenset" if isinstance(x, frozenset) else "set": [enc(item, depth + 1) for item in x]}
+        raise TypeError("unplain:" + type(x).__name__)
+
+    if iterate and value is not None and not isinstance(value, plain):
+        value = list(value)  # as list(), sorted(), sum() ... would iterate it
+    try:
+        return True, enc(value, 0)
+    except TypeError as error:
+        if str(error).startswith("unplain:"):
+            return False, str(error)
+        raise

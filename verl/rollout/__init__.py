@@ -17,7 +17,8 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     """The engine called ``name``, sharing ``model``'s weights where the engine allows.
 
     vLLM builds its own copy of the model from ``model_path`` with the engine settings of
-    ``rollout_config`` (the ``actor_rollout_ref.rollout`` section), then takes ``model``'s weights.
+    ``rollout_config`` (the ``actor_rollout_ref.rollout`` section); the caller then gives it the
+    actor's weights with ``sync_weights``, whatever the folder holds (override_config, a resume).
     """
     if name == "hf":
         return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device, seed=seed)
@@ -37,7 +38,6 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
                              tensor_model_parallel_size=cfg.tensor_model_parallel_size, dtype=cfg.dtype,
                              gpu_memory_utilization=cfg.gpu_memory_utilization, max_num_seqs=cfg.max_num_seqs,
                              max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code)
-        engine.sync_weights(model)  # the actor's weights, whatever the folder holds (override_config, resume)
         return engine
     raise VerlError(f"unknown rollout name {name!r} (actor_rollout_ref.rollout.name); choose one of "
                     f"{', '.join(ROLLOUT_NAMES)}")

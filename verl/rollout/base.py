@@ -80,8 +80,10 @@ class RolloutEngine(ABC):
         out.meta["temperature"] = params.logprob_temperature
         return out
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Make the engine generate with ``model``'s current weights (engines that share them: no-op)."""
+    def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Make the engine generate with ``weights``: the actor's full state dict (parameter name ->
+        tensor), for engines that hold a copy of their own. Engines that share the actor's module
+        (the hybrid engine's ``hf``) and engines without a model need nothing: the default."""
 
 
 def response_mask_from_ids(responses: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Rollout with Hugging Face ``generate``: works for every causal LM, on CPU and GPU.
 
 In the hybrid engine the rollout holds the actor's own module, so it always samples with the
-current weights and :meth:`sync_weights` has nothing to do.
+current weights and is never synced; otherwise it holds a copy that :meth:`sync_weights` refreshes.
 
 Sampling is seeded per row (:mod:`verl.rollout.seeding`): ``generate`` runs its greedy loop with a
 logits processor that filters the logits (temperature, top-k, top-p), draws each row's token with
@@ -104,6 +104,5 @@ class HFRollout(RolloutEngine):
             return responses, None
         return responses, torch.cat([F.pad(lp, (0, width - lp.shape[1])) for lp in log_probs])
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        if model is not self.model:  # a separate copy (hybrid_engine=false): refresh it
-            self.model.load_state_dict(model.state_dict())
+    def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(weights)

@@ -119,9 +119,8 @@ class VLLMRollout(RolloutEngine):
             return responses, None
         return responses, torch.stack([F.pad(lp, (0, width - len(lp))) for lp in log_probs])
 
-    def sync_weights(self, model: torch.nn.Module) -> None:
-        """Load ``model``'s current weights into the engine (full tensors: FSDP state dicts gather)."""
-        state = model.state_dict()
-        self.llm.collective_rpc("verl_load_weights", args=(list(state.items()),))
+    def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Load the actor's full state dict into the engine."""
+        self.llm.collective_rpc("verl_load_weights", args=(list(weights.items()),))
         self.llm.reset_prefix_cache()
-        logger.info("vLLM rollout: loaded %d tensors from the actor", len(state))
+        logger.info("vLLM rollout: loaded %d tensors from the actor", len(weights))

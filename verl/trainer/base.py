@@ -50,12 +50,11 @@ class BaseTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {"global_step": self.global_step, "actor": self.worker.actor.state_dict()}
+        return {"global_step": self.global_step, "actor": self.worker.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.global_step = state["global_step"]
-        self.worker.actor.load_state_dict(state["actor"])
-        self.worker.rollout.sync_weights(self.worker.actor.model)
+        self.worker.load_state_dict(state["actor"])
 
     def save_checkpoint(self, directory: str) -> Path:
         """Write a resumable checkpoint (``directory/global_step_N``), crash-safe. Under torchrun every

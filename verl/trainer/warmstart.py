@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from verl.checkpoint import export_hf
+from verl.checkpoint import write_hf_folder
 from verl.config.schema_actor import FSDPConfig, OptimConfig
 from verl.data import collate_prompts
 from verl.data.collate import left_pad
@@ -100,9 +100,10 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     tokenizer = load_tokenizer(base)
     model = load_causal_lm(base).to(device)
     # One process on a tiny model: plain (unsharded) weights, constant learning rate, no clipping.
+    # Not data-parallel: under torchrun rank 0 trains it alone while the other ranks wait.
     engine = TrainingEngine(model, OptimConfig(lr=cfg.lr, weight_decay=0.0), FSDPConfig(), device,
                             grad_clip=math.inf, total_steps=cfg.max_steps, seed=config.trainer.seed,
-                            metric_prefix="train")
+                            metric_prefix="train", data_parallel=False)
     train = _encode_examples(task.make_rows("train"), tokenizer)
     eval_rows = task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
     eval_prompts = collate_prompts([{"input_ids": p, "raw_prompt": r["prompt"], "data_source": r["data_source"],
@@ -125,6 +126,6 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     if progress:
         print(f"SFT warm start done: {step} steps, held-out sampled accuracy {accuracy:.2f}", flush=True)
     seconds = time.perf_counter() - start
-    export_hf(model, tokenizer, folder / "model")
+    write_hf_folder(model, tokenizer, folder / "model")
     done.write_text(json.dumps({"steps": step, "accuracy": accuracy, "seconds": seconds}))
     return WarmStart(folder / "model", step, accuracy, seconds, cached=False)

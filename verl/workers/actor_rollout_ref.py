@@ -14,10 +14,9 @@ import logging
 import torch
 
 from verl.algorithms import truncated_responses
-from verl.checkpoint import export_hf
 from verl.config import ConfigError
-from verl.distributed.fsdp import unsharded
-from verl.distributed.process_group import barrier, is_main_process, world_size
+from verl.distributed.fsdp import export_hf, full_state_dict, unsharded
+from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
@@ -80,6 +79,11 @@ class ActorRolloutRefWorker:
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
                                      max_model_len=prompt_length + self.max_response_length if prompt_length else None,
                                      trust_remote_code=model_cfg.trust_remote_code)
+        # The hybrid engine's hf rollout decodes with the actor's own module; vllm, and hf without
+        # the hybrid engine, hold a copy of the weights, synced now and after every update.
+        self.rollout_shares_actor = config.hybrid_engine and rollout_cfg.name == "hf"
+        self.rollout_holds_copy = rollout_cfg.name in ("hf", "vllm") and not self.rollout_shares_actor
+        self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
                     path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,
@@ -108,15 +112,18 @@ class ActorRolloutRefWorker:
     def load_state_dict(self, state: dict) -> None:
         """Restore the actor from :meth:`state_dict`; the rollout then generates with those weights."""
         self.actor.load_state_dict(state)
-        self.rollout.sync_weights(self.actor.model)
+        self.sync_rollout_weights()
+
+    def sync_rollout_weights(self) -> None:
+        """Give the rollout engine the actor's current weights, where it holds a copy of its own
+        (a collective under FSDP: every rank calls it)."""
+        if self.rollout_holds_copy:
+            self.rollout.sync_weights(full_state_dict(self.actor.model, every_rank=True))
 
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every
         rank must call this: gathering the sharded weights is a collective)."""
-        state = self.actor.model.state_dict()
-        if is_main_process():
-            export_hf(self.actor.model, self.tokenizer, target, state_dict=state)
-        barrier()
+        export_hf(self.actor.model, self.tokenizer, target)
 
     def sampling_params(self, validate: bool = False) -> SamplingParams:
         """Training sampling (with the engine's log-probs when asked for), or validation sampling."""
@@ -130,10 +137,9 @@ class ActorRolloutRefWorker:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
-        # The hybrid engine's HF rollout decodes with the actor's own (sharded) module: full weights
-        # are gathered once for the whole rollout, never per decoded token.
-        shares_actor = self.config.hybrid_engine and self.rollout.name == "hf"
-        with unsharded(self.actor_model) if shares_actor else contextlib.nullcontext():
+        # Decoding with the actor's own (sharded) module: full weights are gathered once for the
+        # whole rollout, never per decoded token.
+        with unsharded(self.actor_model) if self.rollout_shares_actor else contextlib.nullcontext():
             out = self.rollout.generate(prompts.to(self.device), params)
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 
@@ -163,5 +169,5 @@ class ActorRolloutRefWorker:
                           batch.meta)
             metrics["actor/truncated_masked_ratio"] = truncated.float().mean().item()
         metrics.update(self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu))
-        self.rollout.sync_weights(self.actor.model)
+        self.sync_rollout_weights()
         return metrics

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import torch
 
+from verl.distributed.fsdp import (full_optimizer_state_dict, full_state_dict, load_full_optimizer_state_dict,
+                                   load_full_state_dict)
 from verl.distributed.process_group import all_gather_objects, all_reduce_sum
 from verl.errors import VerlError
 from verl.protocol import Batch
@@ -41,13 +43,16 @@ class TrainingEngine:
     """A model, its optimiser (sharded like the model), LR schedule and mini-batch shuffling.
 
     ``grad_clip`` bounds the global gradient norm (``math.inf``: no clipping). Metrics the engine
-    adds are named ``{metric_prefix}/grad_norm`` and ``{metric_prefix}/lr``.
+    adds are named ``{metric_prefix}/grad_norm`` and ``{metric_prefix}/lr``. ``data_parallel=False``
+    trains this process's model on its own, with no collective (the demo's warm start, which rank 0
+    of a torchrun job runs while the others wait).
     """
 
     def __init__(self, model: torch.nn.Module, optim_cfg, fsdp_config, device: torch.device, *, grad_clip: float,
-                 total_steps: int | None, seed: int = 0, metric_prefix: str):
+                 total_steps: int | None, seed: int = 0, metric_prefix: str, data_parallel: bool = True):
         self.model = model
         self.device = device
+        self.data_parallel = data_parallel
         self.grad_clip = grad_clip
         self.metric_prefix = metric_prefix
         self.optimizer, self.lr_scheduler, self.generator = build_training(model, optim_cfg, fsdp_config,
@@ -68,7 +73,8 @@ class TrainingEngine:
         """
         self.model.train()
         mini_batch_size = mini_batch_size or len(batch)
-        check_same_schedule(len(batch), mini_batch_size, micro_batch_size)
+        if self.data_parallel:
+            check_same_schedule(len(batch), mini_batch_size, micro_batch_size)
         acc = MetricAccumulator()
         for _ in range(epochs):
             for mini in mini_batches(batch, mini_batch_size, shuffle=shuffle, generator=self.generator):
@@ -84,25 +90,28 @@ class TrainingEngine:
                 acc.add({f"{self.metric_prefix}/grad_norm": self.optimizer_step()})
         acc.add({f"{self.metric_prefix}/lr": self.lr_scheduler.get_last_lr()[0]})
         self.lr_scheduler.step()
-        return all_rank_metrics(acc.means(), additive)
+        return all_rank_metrics(acc.means(), additive) if self.data_parallel else acc.means()
 
     def global_counts(self, local: dict) -> dict[str, torch.Tensor]:
         """``local`` counts summed over all data-parallel ranks, as float64 scalars on the device."""
         values = torch.stack([torch.as_tensor(v, dtype=torch.float64).to(self.device) for v in local.values()])
-        return dict(zip(local, all_reduce_sum(values).unbind()))
+        return dict(zip(local, (all_reduce_sum(values) if self.data_parallel else values).unbind()))
 
     def optimizer_step(self) -> float:
         """Clip the accumulated gradients, step (skipped when their norm is not finite); the norm."""
         return clip_and_step(self.model, self.optimizer, self.grad_clip)
 
     def state_dict(self) -> dict:
-        """Everything needed to resume exactly: full (unsharded) tensors, a collective under FSDP."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        """Everything needed to resume exactly, as full (unsharded) tensors keyed by parameter name:
+        loads at any world size. A collective under FSDP; rank 0 gets the tensors, the others empty
+        dicts (only rank 0 writes checkpoints)."""
+        return {"model": full_state_dict(self.model), "optimizer": full_optimizer_state_dict(self.model, self.optimizer),
                 "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Every rank loads the whole :meth:`state_dict` and keeps its own shards."""
+        load_full_state_dict(self.model, state["model"])
+        load_full_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.generator.set_state(state["generator"])
 

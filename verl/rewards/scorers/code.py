@@ -4,18 +4,24 @@ The code is the last fenced block tagged ``python``/``py``/``python3`` (or untag
 response, else the whole response. ``ground_truth`` holds the tests, as a JSON string or the
 object itself, in one of two forms:
 
-* stdin/stdout: ``{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}``. A case passes when the
-  program exits 0 and its stdout equals the expected output, both with trailing whitespace
-  stripped from every line and trailing blank lines dropped.
+* stdin/stdout: ``{"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}``. Each case is one
+  sandbox run given the input; it passes when the program exits 0 and its stdout equals the
+  expected output, both with trailing whitespace stripped from every line and trailing blank
+  lines dropped. The expected output stays here: it never enters the sandbox.
 * asserts: ``{"assert": "assert add(1, 2) == 3"}``, ``{"assert": [...]}`` or a bare list of
-  strings. Each one runs after the code, in its own sandbox, and passes when it completes.
+  strings. Each assert is compiled here (``sandbox_verdict.compile_assert``) into the calls the
+  program must answer (``add(1, 2)``) and a trusted expression around them (``== 3``). One sandbox
+  run executes the code, then every call, and returns the results as plain data, which are judged
+  here. An assert of a shape that cannot be judged this way scores 0 for that case (status
+  ``unsupported``; a warning names the first one).
 
-The score is ``passed / total``. Two exceptions keep a bad sample cheap and unrewarded: a case that
+The score is ``passed / total``. Two exceptions keep a bad sample cheap and unrewarded: a run that
 the sandbox *blocks* (an attempted escape: socket, fork, write outside its directory ...) makes the
-whole score 0, and after a case *times out* the remaining cases are not run and count as failed,
-so one sample waits for at most one wall limit. The returned dict also carries ``passed``,
-``total`` and ``status``: ``ok`` when all passed, else the first failure's sandbox status, or
-``wrong_answer`` when the program ran fine but printed something else.
+whole score 0, and after a stdin/stdout case *times out* the remaining cases are not run and count
+as failed, so one sample waits for at most one wall limit (the asserts share one run, and so one
+wall limit). The returned dict also carries ``passed``, ``total`` and ``status``: ``ok`` when all
+passed, else the first failure's: a sandbox status, ``wrong_answer`` (ran fine, answered
+something else) or ``unsupported``.
 
 Limits: ``DEFAULT_LIMITS``, overridden per sample by ``extra_info["sandbox"]``, a dict of
 ``SandboxLimits`` fields (e.g. ``{"wall_seconds": 2, "memory_bytes": 268435456}``).
@@ -24,7 +30,10 @@ Limits: ``DEFAULT_LIMITS``, overridden per sample by ``extra_info["sandbox"]``, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import logging
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +41,9 @@ from typing import Any
 
 from verl.rewards.errors import RewardError
 from verl.rewards.sandbox import SandboxLimits, run_python
+from verl.rewards.sandbox_verdict import AssertPlan, compile_assert, judge
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LIMITS = SandboxLimits(wall_seconds=5.0, cpu_seconds=5, memory_bytes=512 * 2**20)
 
@@ -130,27 +142,71 @@ def _same_output(actual: str, expected: str) -> bool:
     return norm(actual) == norm(expected)
 
 
+@functools.lru_cache(maxsize=4096)
+def _plan(check: str) -> AssertPlan | None:
+    return compile_assert(check)
+
+
+_warned = threading.Event()
+
+
+def _warn_unsupported(check: str) -> None:
+    if not _warned.is_set():
+        _warned.set()
+        logger.warning("code reward: an assert cannot be judged outside the sandbox and scores 0: "
+                       "%.200r. Write asserts as `assert f(<literals>) == <literal>` (see "
+                       "docs/code_reward.md for every accepted shape). Warned once.", check)
+
+
 def compute_score(data_source: str, solution_str: str, ground_truth: Any,
                   extra_info: dict | None = None) -> dict:
     """``{"score": passed / total, "passed", "total", "status"}`` (see the module docstring)."""
     cases = parse_tests(ground_truth)
     limits = limits_for(extra_info)
     code = extract_code(solution_str)
+    if cases[0].check is not None:
+        passed, status = _score_asserts(code, [case.check for case in cases], limits)
+    else:
+        passed, status = _score_stdio(code, cases, limits)
+    return {"score": passed / len(cases), "passed": passed, "total": len(cases), "status": status}
+
+
+def _score_stdio(code: str, cases: list[TestCase], limits: SandboxLimits) -> tuple[int, str]:
     passed, status = 0, "ok"
     for case in cases:
-        result = run_python(code, case.stdin, limits=limits, check=case.check)
-        if result.status == "ok" and (case.expected_stdout is None
-                                      or _same_output(result.stdout, case.expected_stdout)):
+        result = run_python(code, case.stdin, limits=limits)
+        if result.status == "ok" and _same_output(result.stdout, case.expected_stdout):
             passed += 1
             continue
         if status == "ok":
             status = "wrong_answer" if result.status == "ok" else result.status
         if result.status == "blocked":
-            passed = 0
-            break
+            return 0, status
         if result.status == "timeout":
             break
-    return {"score": passed / len(cases), "passed": passed, "total": len(cases), "status": status}
+    return passed, status
+
+
+def _score_asserts(code: str, checks: list[str], limits: SandboxLimits) -> tuple[int, str]:
+    plans = [_plan(check) for check in checks]
+    calls, offsets = [], []
+    for plan in plans:
+        offsets.append(len(calls))
+        calls.extend(plan.calls if plan is not None else ())
+    result = run_python(code, limits=limits, calls=calls) if calls else None
+    if result is not None and result.status == "blocked":
+        return 0, "blocked"
+    passed, status = 0, "ok"
+    for check, plan, offset in zip(checks, plans, offsets):
+        if plan is None:
+            _warn_unsupported(check)
+            verdict = (False, "unsupported")
+        else:
+            verdict = judge(plan, result.results[offset:offset + len(plan.calls)], result.status)
+        passed += verdict[0]
+        if not verdict[0] and status == "ok":
+            status = verdict[1]
+    return passed, status
 
 
 def score_batch(responses: Sequence[str], ground_truths: Sequence[Any],

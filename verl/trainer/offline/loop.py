@@ -26,15 +26,18 @@ from pathlib import Path
 
 import torch
 
-from verl.checkpoint import CheckpointManager, export_hf, restore_rng_state, rng_state
+from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
+from verl.distributed.fsdp import export_hf
 from verl.data.offline import BatchLoader, Encoder
-from verl.distributed.process_group import is_main_process, rank, world_size
+from verl.distributed.process_group import (barrier, ensure_process_group, is_main_process, launched_world_size, rank,
+                                            world_size)
+from verl.distributed.watchdog import Watchdog
 from verl.models.loading import resolve_device
 from verl.protocol import Batch
 from verl.tracking import Tracker
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, seed_everything, trainable_policy
-from verl.trainer.progress import Progress
+from verl.trainer.loop import run_loop
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +47,11 @@ class OfflineTrainer:
     label = "SFT"  # shown on the progress line
 
     def __init__(self, config, *, with_reference: bool = False):
-        self.rank, self.world = rank(), world_size()
-        config.validate(dp_size=self.world)
+        config.validate(dp_size=launched_world_size())
+        # Under torchrun: collectives time out a minute after the watchdog would report a lost rank.
+        ensure_process_group(timeout_s=config.trainer.dist_timeout_s)
+        self.rank, self.world, self.is_main = rank(), world_size(), is_main_process()
+        self.watchdog = Watchdog.start(config.trainer.dist_timeout_s)  # inert in one process
         self.config = config
         data_cfg, trainer_cfg = config.data, config.trainer
         seed_everything(trainer_cfg.seed)
@@ -68,7 +74,7 @@ class OfflineTrainer:
         self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep)
         self.global_step = 0
         self.val_history: list[tuple[int, dict]] = []
-        self.tracker: Tracker | _OtherRankTracker | None = None
+        self.tracker: Tracker | None = None
 
     # ------------------------------------------------------------------ subclass hooks
     def make_dataset(self, rows: list[dict], source: str):
@@ -125,53 +131,33 @@ class OfflineTrainer:
     def fit(self) -> dict:
         """Train for ``total_steps`` optimiser steps (resuming when a checkpoint exists); return
         ``{"steps", "validation": [(step, metrics), ...], "out_dir"}``."""
-        cfg = self.config.trainer
         self._open_outputs()
-        self._maybe_resume()
-        validating = self.val_set is not None and (cfg.val_before_train or cfg.test_freq > 0)
-        if validating and cfg.val_before_train and not self.val_history:
-            self._log_validation()
-        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar and is_main_process(),
-                       desc=self.label)
-        try:
-            while self.global_step < self.total_steps:
-                metrics = self.step(next(self.train_loader))
-                metrics["train/epoch"] = self.train_loader.epoch
-                self.tracker.log(metrics, self.global_step)
-                bar.update(self.postfix(metrics))
-                last = self.global_step == self.total_steps
-                if self.val_set is not None and cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or last):
-                    self._log_validation()
-                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or last):
-                    self.save_checkpoint()
-        finally:
-            bar.close()
-        if validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
-            self._log_validation()
-        self.export(self.out_dir / "huggingface")
-        self.tracker.close()
+        run_loop(self, self.config.trainer)
         return {"steps": self.global_step, "validation": self.val_history, "out_dir": self.out_dir}
 
-    def export(self, target: Path) -> None:
-        """Write the policy as a Hugging Face folder (rank 0; every rank gathers the weights)."""
-        if is_main_process():
-            export_hf(self.policy.model, self.tokenizer, target)
-        else:
-            # save_pretrained on rank 0 gathers the full weights with one state_dict() call, a
-            # collective under FSDP2: the other ranks make the matching call.
-            self.policy.model.state_dict()
+    # ------------------------------------------------------------------ what run_loop calls
+    def has_validation(self) -> bool:
+        return self.val_set is not None
+
+    def next_step(self) -> dict[str, float]:
+        metrics = self.step(next(self.train_loader))
+        metrics["train/epoch"] = self.train_loader.epoch
+        return metrics
+
+    def export(self, target: Path | None = None) -> None:
+        """Write the policy as a Hugging Face folder, by default ``default_local_dir/huggingface``
+        (every rank gathers the weights, rank 0 writes)."""
+        export_hf(self.policy.model, self.tokenizer, target or self.out_dir / "huggingface")
 
     def _open_outputs(self) -> None:
         cfg = self.config.trainer
-        if not is_main_process():
-            self.tracker = _OtherRankTracker()
-            return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
+        if is_main_process():
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
         self.tracker = Tracker(cfg.logger, self.out_dir, project=cfg.project_name, experiment=cfg.experiment_name,
                                config=self.config.to_dict(), progress_bar=cfg.progress_bar)
 
-    def _log_validation(self) -> None:
+    def log_validation(self) -> None:
         was_training = self.policy.model.training
         self.policy.model.eval()
         try:
@@ -202,10 +188,12 @@ class OfflineTrainer:
         resumes at any world size."""
         state = self.state_dict()
         if is_main_process():
-            return self.checkpoints.save(self.global_step, state)
+            self.checkpoints.save(self.global_step, state)
+        barrier()
         return self.checkpoints.step_dir(self.global_step)
 
-    def _maybe_resume(self) -> None:
+    def resume(self) -> None:
+        """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
         cfg = self.config.trainer
         path = self.checkpoints.resume_path(cfg)
         if path is None:
@@ -214,12 +202,3 @@ class OfflineTrainer:
         if cfg.progress_bar and is_main_process():
             print(f"Resumed from {path} at step {self.global_step}", flush=True)
 
-
-class _OtherRankTracker:
-    """The tracker of ranks other than 0: every rank has the same metrics, and rank 0 records them."""
-
-    def log(self, metrics: dict, step: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -129,7 +129,7 @@ class PPOTrainer(BaseTrainer):
         actor = self.worker.actor
         actor_metrics = actor.update(share, micro_batch_size=cfg.micro_batch_size, loss_fn=self.compute_loss,
                                      mini_batch_size=share_size, epochs=cfg.ppo_epochs)
-        self.worker.rollout.sync_weights(actor.model)
+        self.worker.sync_rollout_weights()
         self.global_step += 1
         mask = batch["response_mask"].bool()
         out = {

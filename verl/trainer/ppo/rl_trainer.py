@@ -18,7 +18,8 @@ from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation
-from verl.trainer.progress import Progress, rl_postfix
+from verl.trainer.loop import run_loop
+from verl.trainer.progress import rl_postfix
 from verl.trainer.timing import timer
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ class RLTrainer:
     """Runs on every rank of a torchrun job alike (each with the same data; the worker groups split
     each batch over the ranks and gather the results), so every rank holds the same batch and
     metrics. Rank 0 alone writes: logs, progress, checkpoints, the Hugging Face folder."""
+
+    label = "RL"  # on the progress line
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
                  tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False):
@@ -53,34 +56,14 @@ class RLTrainer:
 
     # ------------------------------------------------------------------ the RL step
     def fit(self) -> dict:
-        cfg = self.config.trainer
-        with self.watchdog.stage("resume"):
-            self._maybe_resume()
-        if cfg.val_before_train and self.val_batches and not self.val_history:
-            self._log_validation(self.validate())
-        bar = Progress(self.total_steps, initial=self.global_step, enabled=cfg.progress_bar and self.is_main)
-        try:
-            while self.global_step < self.total_steps:
-                self.global_step += 1
-                with self.watchdog.stage("train_step", step=self.global_step):
-                    metrics = self.train_step(next(self.train_loader))
-                self.tracker.log(metrics, self.global_step)
-                bar.update(rl_postfix(metrics))
-                last = self.global_step == self.total_steps
-                if self.val_batches and cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or last):
-                    self._log_validation(self.validate())
-                if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or last):
-                    self.save_checkpoint()
-        finally:
-            bar.close()
-        validating = cfg.val_before_train or cfg.test_freq > 0
-        if self.val_batches and validating and (not self.val_history or self.val_history[-1][0] != self.global_step):
-            self._log_validation(self.validate())
-        with self.watchdog.stage("export_hf"):
-            self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
-        self.watchdog.stop()
+        """Train to ``total_steps`` (resuming from the latest checkpoint; see :func:`run_loop`)."""
+        run_loop(self, self.config.trainer)
         return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
                 "validation": self.val_history}
+
+    def next_step(self) -> dict:
+        self.global_step += 1
+        return self.train_step(next(self.train_loader))
 
     def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
@@ -131,16 +114,26 @@ class RLTrainer:
         so that every rank trains on its part of the same mini-batches one process would."""
         return self.config.derived_sizes(dp_size=1, role=role)["samples_per_mini_batch"]
 
+    # ------------------------------------------------------------------ what run_loop calls
+    def has_validation(self) -> bool:
+        return bool(self.val_batches)
+
+    def postfix(self, metrics: dict) -> str:
+        return rl_postfix(metrics)
+
+    def export(self) -> None:
+        self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
+
     # ------------------------------------------------------------------ validation
     def validate(self) -> dict[str, float]:
         """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        with self.watchdog.stage("validate"):
-            metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
+        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 
-    def _log_validation(self, metrics: dict) -> None:
+    def log_validation(self) -> None:
+        metrics = self.validate()
         self.val_history.append((self.global_step, metrics))
         self.tracker.log(metrics, self.global_step)
         if self.is_main:
@@ -159,14 +152,14 @@ class RLTrainer:
 
     def save_checkpoint(self) -> None:
         start = time.perf_counter()
-        with self.watchdog.stage("save_checkpoint"):
-            state = self._state()  # every rank gathers (a collective); rank 0 writes
-            if self.is_main:
-                self.checkpoints.save(self.global_step, state)
-            barrier()
+        state = self._state()  # every rank gathers (a collective); rank 0 writes
+        if self.is_main:
+            self.checkpoints.save(self.global_step, state)
+        barrier()
         self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
 
-    def _maybe_resume(self) -> None:
+    def resume(self) -> None:
+        """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
         path = self.checkpoints.resume_path(self.config.trainer)
         if path is None:
             return

@@ -1,0 +1,232 @@
+"""The trusted half of grading (verl/rewards/sandbox_verdict.py): asserts are split into calls for
+the sandbox and an expression judged here; results come back as plain data and are parsed without
+ever raising. Most of these run no sandbox; the few that do are marked in their names."""
+
+import json
+import math
+import os
+from collections import Counter, OrderedDict, namedtuple
+
+import pytest
+
+from verl.rewards import sandbox
+from verl.rewards.sandbox import SandboxLimits, run_python
+from verl.rewards.sandbox_child import _child_encode
+from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, decode_value, judge, parse_results
+from verl.rewards.scorers.code import compute_score
+
+LIMITS = SandboxLimits(wall_seconds=3, cpu_seconds=3, memory_bytes=256 * 2**20)
+EXTRA = {"sandbox": {"wall_seconds": 3, "cpu_seconds": 3, "memory_bytes": 256 * 2**20}}
+
+
+def roundtrip(value, iterate=False):
+    ok, payload = _child_encode(value, iterate)
+    assert ok, payload
+    return decode_value(json.loads(json.dumps(payload)))
+
+
+def verdict(source, *values, run_status="ok"):
+    plan = compile_assert(source)
+    assert plan is not None, source
+    results = [v if isinstance(v, CallResult) or v is None else CallResult(True, v) for v in values]
+    return judge(plan, results, run_status)
+
+
+@pytest.mark.parametrize("source, calls", [
+    ("assert add(1, 2) == 3", ["add(1, 2)"]),
+    ("assert 3 == add(1, 2)", ["add(1, 2)"]),
+    ("assert add(a=1, b=[2, (3, 4)]) == 3, 'message'", ["add(a=1, b=[2, (3, 4)])"]),
+    ("assert Solution().two_sum([2, 7], 9) == [0, 1]", ["Solution().two_sum([2, 7], 9)"]),
+    ("assert f(Point(1, 2), {'k': g(3)}) == 4", ["f(Point(1, 2), {'k': g(3)})"]),
+    ("assert f(1)[0] == 2", ["f(1)"]),
+    ("assert sorted(f(1))[0] == 2", ["f(1)"]),
+    ("assert f(g(1)[0]).x == 2", ["f(g(1)[0]).x"]),
+    ("assert sorted(f(1))[:2] == [1, 2]", ["f(1)"]),
+    ("assert is_prime(7)", ["is_prime(7)"]),
+    ("assert not is_prime(8) and f(1) is None", ["is_prime(8)", "f(1)"]),
+    ("assert math.isclose(area(2), 12.566, rel_tol=1e-3)", ["area(2)"]),
+    ("assert abs(area(2) - 12.566) < 1e-3", ["area(2)"]),
+    ("assert set(common((1, 2), (2, 3))) == set((2,))", ["common((1, 2), (2, 3))"]),
+    ("assert isinstance(f(1), (list, tuple)) and len(f(1)) == 2", ["f(1)", "f(1)"]),
+    ("assert f(1) == g(1) != 3", ["f(1)", "g(1)"]),
+    ("assert f(-1) == float('inf')", ["f(-1)"]),
+    ("assert ANSWER == 42", ["ANSWER"]),
+])
+def test_judgeable_asserts_send_only_the_calls_into_the_sandbox(source, calls):
+    plan = compile_assert(source)
+    assert plan is not None and [c.expression for c in plan.calls] == calls
+
+
+@pytest.mark.parametrize("source", [
+    "assert True",                                  # nothing of the program's
+    "x = f(1)",                                     # not an assert
+    "assert f(1) == 2\nassert f(2) == 3",           # two statements
+    "assert f(1) ==",                               # not Python
+    "assert check(f(1) == 3)",                      # the expected value would enter the sandbox
+    "assert check(f(1), lambda: 3)",                # code from the test inside the sandbox
+    "assert f(*args) == 1",
+    "assert f(1) ** 2 == 4",                        # a power can take any time on the trusted side
+    "assert f(1) is 5",                             # identity of anything but None/True/False
+    "assert sorted(f(1), key=len) == []",           # a non-literal keyword
+    "assert [x for x in f(1)] == [1]",
+    "assert f(1) if g else h",
+])
+def test_other_shapes_cannot_be_judged_and_have_no_plan(source):
+    assert compile_assert(source) is None
+
+
+@pytest.mark.parametrize("source, values, passed", [
+    ("assert f(1) == 1", [1.0], True),                       # Python's == on plain data
+    ("assert f(1) == 1", [True], True),
+    ("assert f(1) == (1, 2)", [[1, 2]], False),              # a list is not a tuple
+    ("assert f(1) == [1, 2]", [[1, 2]], True),
+    ("assert f(1) == {'a': (1, 2)}", [{"a": (1, 2)}], True),
+    ("assert f(1) == float('nan')", [math.nan], False),
+    ("assert f(1) != 3", [4], True),
+    ("assert f(1) in (1, 2)", [2], True),
+    ("assert 3 not in f(1)", [[1, 2]], True),
+    ("assert f(1) is None", [CallResult(True, None)], True),
+    ("assert f(1) is True", [1], False),
+    ("assert math.isclose(f(1), 0.3)", [0.1 + 0.2], True),
+    ("assert abs(f(1) - 0.5) < 1e-9", [0.5], True),
+    ("assert abs(f(1) - 0.5) < 1e-9", ["0.5"], False),       # arithmetic on numbers only
+    ("assert sorted(f(1)) == [1, 2, 3]", [[3, 1, 2]], True),
+    ("assert set(f(1)) == set((4, 5))", [[5, 4, 4]], True),
+    ("assert len(f(1)) == 2", [{"a": 1, "b": 2}], True),
+    ("assert round(f(1), 2) == 3.14", [3.14159], True),
+    ("assert f(1)", [[]], False),
+    ("assert not f(1)", [0], True),
+    ("assert isinstance(f(1), int)", [True], True),
+    ("assert sum(f(1)) == 6", [[1, 2, 3]], True),
+    ("assert sum(f(1), []) == [1]", [[[1]]], False),         # sum of lists: refused (quadratic)
+    ("assert round(1.5, f(1)) == 2", [-10**9], False),       # a huge ndigits is refused, not computed
+])
+def test_the_trusted_side_judges_plain_values_as_python_would(source, values, passed):
+    assert verdict(source, *values)[0] is passed
+
+
+def test_a_failure_says_why():
+    assert verdict("assert f(1) == 2", 3) == (False, "wrong_answer")
+    assert verdict("assert f(1) == 2", CallResult(False, error="ValueError")) == (False, "error")
+    assert verdict("assert f(1) == 2", CallResult(False, error="MemoryError")) == (False, "memory")
+    assert verdict("assert f(1) == 2", CallResult(False, error="unplain:Anything")) == (False, "wrong_answer")
+    assert verdict("assert f(1) == 2", None, run_status="timeout") == (False, "timeout")
+    assert verdict("assert f(1) == 2", None, run_status="ok") == (False, "error")  # exited before it
+    assert verdict("assert f(1) == 2 or g(1)", 2, None) == (True, "ok")  # short-circuits like Python
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 0, -7, 2**53, -(3**400), 0.1, -0.0, math.inf, -math.inf, 1 + 2j, "", "é\ud800", b"\x00\xff",
+    bytearray(b"ab"), [1, [2, [3]]], (1, (2,)), {(1, 2): {"x": frozenset({1})}}, {1, 2}, frozenset(),
+])
+def test_plain_values_survive_the_results_channel_with_their_types(value):
+    back = roundtrip(value)
+    assert back == value and type(back) is type(value)
+    assert math.isnan(roundtrip(math.nan))
+
+
+def test_subclasses_arrive_as_their_base_type_and_anything_else_is_refused():
+    Point = namedtuple("Point", "x y")
+    assert roundtrip(Point(1, 2)) == (1, 2) and type(roundtrip(Point(1, 2))) is tuple
+    assert type(roundtrip(Counter("aab"))) is dict and roundtrip(OrderedDict(a=1)) == {"a": 1}
+
+    class Liar(int):
+        def __eq__(self, other):
+            return True
+        __hash__ = int.__hash__
+    assert roundtrip(Liar(5)) == 5 and type(roundtrip(Liar(5))) is int
+    assert _child_encode(object(), False) == (False, "unplain:object")
+    assert _child_encode(iter([1, 2]), False)[0] is False
+    assert roundtrip((x for x in [1, 2]), iterate=True) == [1, 2]
+    looped = []
+    looped.append(looped)
+    with pytest.raises(ValueError):
+        _child_encode(looped, False)
+
+
+@pytest.mark.parametrize("line", [
+    b"not json", b"[1, 2]", b'{"i": 0}', b'{"i": -1, "value": 1}', b'{"i": 5, "value": 1}', b'{"i": true, "value": 1}',
+    b'{"i": 0, "value": {"tuple": 3}}', b'{"i": 0, "value": {"weird": 1}}', b'{"i": 0, "value": {"dict": [[[1], 2]]}}',
+    b'{"i": 0, "value": ' + b"[" * 5000 + b"]" * 5000 + b"}", b'{"i": 0, "value": {"int": "zz"}}',
+    b'{"i": 0, "value": ' + b"9" * 10000 + b"}", b"\xff\xfe", b'{"i": 0, "raised": 3}',
+])
+def test_garbage_on_the_results_channel_means_no_result_never_an_exception(line):
+    layers, results = parse_results(b'{"layers": {"audit_hook": true}}\n' + line + b"\n", 1)
+    assert layers == {"audit_hook": True} and results == [None]
+
+
+def test_only_the_first_result_of_a_call_counts_and_the_report_is_only_the_first_line():
+    data = (b'{"i": 0, "value": 1}\n{"layers": {"x": true}}\n'
+            b'{"i": 0, "value": 2}\n{"i": 0, "value": 3}\n{"i": 1, "raised": "KeyError"}\n')
+    layers, results = parse_results(data, 2)
+    assert layers == {} and results == [CallResult(True, 2), CallResult(False, error="KeyError")]
+
+
+def test_sandbox_returns_results_as_plain_data_and_iterates_when_asked():
+    code = ("def pairs(n):\n    return ((i, i * i) for i in range(n))\n"
+            "class Box:\n    pass\n"
+            "def boom():\n    raise KeyError('x')\n")
+    result = run_python(code, limits=LIMITS, calls=[Call("pairs(3)", iterate=True), Call("pairs(3)"),
+                                                     "Box()", "boom()", "{1: [2.5, None]}"])
+    assert result.status == "ok", result.stderr
+    assert result.results == [CallResult(True, [(0, 0), (1, 1), (2, 4)]),
+                              CallResult(False, error="unplain:generator"), CallResult(False, error="unplain:Box"),
+                              CallResult(False, error="KeyError"), CallResult(True, {1: [2.5, None]})]
+
+
+def test_asserts_are_judged_in_one_run_each_with_its_own_verdict():
+    code = "def rev(s):\n    return s[::-1] if len(s) < 5 else s\n"
+    tests = {"assert": ["assert rev('ab') == 'ba'", "assert rev('abcdef') == 'fedcba'",
+                        "assert sorted(rev('cab')) == ['a', 'b', 'c']", "assert rev('x') == 'x' == 'y'",
+                        "assert [rev(c) for c in 'ab'] == ['a', 'b']"]}
+    assert compute_score("code", code, tests, EXTRA) == {"score": 0.4, "passed": 2, "total": 5,
+                                                         "status": "wrong_answer"}
+
+
+def test_unjudgeable_asserts_score_zero_and_are_reported():
+    result = compute_score("code", "def f(x):\n    return x\n", ["assert check(f(1) == 1)", "assert f(2) == 2"], EXTRA)
+    assert result == {"score": 0.5, "passed": 1, "total": 2, "status": "unsupported"}
+    assert compute_score("code", "x = 1", ["assert True"], EXTRA)["status"] == "unsupported"
+
+
+def test_the_audit_hook_keeps_no_state_a_program_could_change(monkeypatch):
+    """Everything the hook uses is bound as positional defaults (a tuple) and is immutable;
+    nothing is a closure cell, a keyword default (a dict) or a global."""
+    import sys
+
+    namespace = {}
+    exec(sandbox._CHILD_SOURCE.split("\n_state = ")[0], namespace)  # noqa: S102 (defines functions only)
+    captured = []
+    monkeypatch.setattr(sys, "addaudithook", captured.append)
+    namespace["_child_audit_hook"](os.getcwd(), 97)
+    hook, = captured
+    functions = [hook] + [v for v in hook.__defaults__ if type(v) is type(hook)]
+    assert len(functions) > 4
+    attributes = {"startswith", "split", "join", "decode", "encode", "extend", "pop", "append", "st_mode", "st_dev",
+                  "st_ino", "f_code", "co_filename", "f_back", "__code__", "__name__"}
+    for function in functions:
+        assert function.__closure__ is None and function.__kwdefaults__ is None, function.__name__
+        assert set(function.__code__.co_names) <= attributes, (function.__name__, function.__code__.co_names)
+        for value in function.__defaults__ or ():
+            assert type(value) in (type(hook), type(len), str, int, tuple, frozenset, type), (function.__name__, value)
+
+
+def test_a_run_directory_is_removed_whatever_the_run_left_in_it(tmp_path, monkeypatch):
+    (tmp_path / "keep").write_text("outside, reached through a symlink")
+    top = tmp_path / "run"
+    top.mkdir()
+    monkeypatch.chdir(top)
+    for depth in range(3000):  # deeper than Python's recursion limit, and paths longer than PATH_MAX
+        os.mkdir("d")
+        os.chdir("d")
+        if depth % 500 == 0:
+            open("f", "w").close()
+            os.symlink(tmp_path / "keep", "link")
+            os.symlink(tmp_path, "dirlink")
+    for depth in range(3000):
+        os.chdir("..")
+        if depth % 700 == 0:
+            os.chmod("d", 0)
+    monkeypatch.chdir(tmp_path)
+    sandbox._remove_tree(str(top))
+    assert not top.exists() and (tmp_path / "keep").read_text().startswith("outside")

@@ -1,0 +1,57 @@
+"""The run around the steps, shared by the RL trainer and the offline trainers (SFT, DPO, KTO).
+
+``run_loop(trainer, trainer_cfg)`` reads as the run: resume, validate before training, then one
+step after another with logging and a progress line, periodic validation and crash-safe
+checkpoints, a last validation, the Hugging Face export, and the loggers closed. Each part runs
+inside a named watchdog stage, so a rank lost in a multi-rank job is reported with the stage.
+
+What a trainer provides (plain attributes and methods, no base class):
+
+* ``global_step``, ``total_steps``, ``val_history`` (``[(step, metrics)]``), ``tracker``,
+  ``watchdog`` and ``label`` (shown on the progress line);
+* ``has_validation()``: whether there is a validation set;
+* ``resume()``: load the checkpoint ``trainer.resume_mode`` points at, if any;
+* ``next_step()``: advance ``global_step`` by one and return that step's metrics;
+* ``log_validation()``: validate, append to ``val_history`` and log;
+* ``save_checkpoint()``, ``export()`` (the Hugging Face folder), ``postfix(metrics)``.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.progress import Progress
+
+
+def run_loop(trainer, cfg) -> None:
+    """Train ``trainer`` to ``trainer.total_steps`` under the ``trainer`` config section ``cfg``
+    (``val_before_train``, ``test_freq``, ``save_freq``, ``progress_bar``)."""
+    watchdog = trainer.watchdog
+    with watchdog.stage("resume"):
+        trainer.resume()
+    validating = trainer.has_validation() and (cfg.val_before_train or cfg.test_freq > 0)
+    if validating and cfg.val_before_train and not trainer.val_history:
+        with watchdog.stage("validate"):
+            trainer.log_validation()
+    bar = Progress(trainer.total_steps, initial=trainer.global_step, enabled=cfg.progress_bar and trainer.is_main,
+                   desc=trainer.label)
+    try:
+        while trainer.global_step < trainer.total_steps:
+            with watchdog.stage("train_step", step=trainer.global_step + 1):
+                metrics = trainer.next_step()
+            trainer.tracker.log(metrics, trainer.global_step)
+            bar.update(trainer.postfix(metrics))
+            last = trainer.global_step == trainer.total_steps
+            if validating and cfg.test_freq > 0 and (trainer.global_step % cfg.test_freq == 0 or last):
+                with watchdog.stage("validate"):
+                    trainer.log_validation()
+            if cfg.save_freq > 0 and (trainer.global_step % cfg.save_freq == 0 or last):
+                with watchdog.stage("save_checkpoint"):
+                    trainer.save_checkpoint()
+    finally:
+        bar.close()
+    if validating and (not trainer.val_history or trainer.val_history[-1][0] != trainer.global_step):
+        with watchdog.stage("validate"):
+            trainer.log_validation()
+    with watchdog.stage("export_hf"):
+        trainer.export()
+    trainer.tracker.close()
+    watchdog.stop()
