@@ -255,6 +255,7 @@ def test_seq_mean_token_sum_norm_divides_by_the_configured_max_response_length(t
     # loss is -(4 + 4 + 1 + 2) / (4 sequences x norm_len 8), in one pass or in micro-batches of 2.
     from verl.config import TrainerConfig
     from verl.data.collate import collate_prompts
+    from verl.distributed.fsdp import parallelize
     from verl.models.loading import load_causal_lm
     from verl.models.logprob import compute_response_logprobs
     from verl.rollout import assemble_rollout
@@ -270,7 +271,8 @@ def test_seq_mean_token_sum_norm_divides_by_the_configured_max_response_length(t
                                                               batch["position_ids"], batch["responses"])
     batch["advantages"] = batch["response_mask"].float()
     cfg = TrainerConfig(actor_rollout_ref=dict(actor=dict(loss_agg_mode="seq-mean-token-sum-norm")))
-    actor = Actor(model, cfg.actor_rollout_ref.actor, torch.device("cpu"), samples_per_mini_batch=4, total_steps=1,
-                  norm_len=8)
+    actor_cfg = cfg.actor_rollout_ref.actor
+    actor = Actor(parallelize(model, actor_cfg.fsdp_config, device="cpu"), actor_cfg, torch.device("cpu"),
+                  samples_per_mini_batch=4, total_steps=1, norm_len=8)
     metrics = actor.update(batch, micro_batch_size=micro)
     assert metrics["actor/pg_loss"] == pytest.approx(-11 / 32, abs=1e-5)

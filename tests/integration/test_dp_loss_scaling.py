@@ -17,7 +17,7 @@ import torch
 from verl.algorithms.utils import AGG_MODES
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
-from verl.distributed.fsdp import full_state_dict
+from verl.distributed.fsdp import full_state_dict, parallelize
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
 from verl.models.value_model import ValueModel
@@ -88,9 +88,12 @@ def update(role: str, mode: str, model_dir, batch: Batch, samples_per_mini_batch
     model = load_causal_lm(str(model_dir))
     common = dict(samples_per_mini_batch=samples_per_mini_batch, total_steps=1, norm_len=RESPONSE_LENGTH)
     if role == "actor":
-        worker = Actor(model, cfg.actor_rollout_ref.actor, torch.device("cpu"), **common)
+        actor_cfg = cfg.actor_rollout_ref.actor
+        worker = Actor(parallelize(model, actor_cfg.fsdp_config, device="cpu"), actor_cfg, torch.device("cpu"),
+                       **common)
     else:
-        worker = Critic(ValueModel(model), cfg.critic, torch.device("cpu"), ppo_epochs=1, **common)
+        worker = Critic(parallelize(ValueModel(model), cfg.critic.fsdp_config, device="cpu"), cfg.critic,
+                        torch.device("cpu"), ppo_epochs=1, **common)
     metrics = worker.update(batch, micro_batch_size=micro_batch_size)
     return full_state_dict(worker.model, every_rank=True), metrics  # gathering is a collective with W ranks
 

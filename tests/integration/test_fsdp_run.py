@@ -14,7 +14,7 @@ import torch
 
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
-from verl.distributed.fsdp import full_state_dict
+from verl.distributed.fsdp import full_state_dict, parallelize
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
 from verl.rollout import assemble_rollout
@@ -64,7 +64,8 @@ def actor_config(fsdp_size: int = -1):
 
 
 def make_actor(model_dir, cfg):
-    return Actor(load_causal_lm(str(model_dir)), cfg, torch.device("cpu"), samples_per_mini_batch=4, total_steps=1)
+    model = parallelize(load_causal_lm(str(model_dir)), cfg.fsdp_config, device="cpu")
+    return Actor(model, cfg, torch.device("cpu"), samples_per_mini_batch=4, total_steps=1)
 
 
 def make_batch(model_dir):

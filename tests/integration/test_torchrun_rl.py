@@ -102,16 +102,25 @@ def _assert_same_weights(dir_a, dir_b, initial_dir) -> None:
     assert max((a[name] - initial[name]).abs().max() for name in a) > 1e-2  # the runs did train
 
 
-@pytest.mark.parametrize("algorithm", [
-    ["algorithm.adv_estimator=grpo"],
-    ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-2"],
+GRPO, PPO = ["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",
+                                                "critic.optim.lr=1e-2"]
+
+
+@pytest.mark.parametrize("algorithm,two_ranks_only", [
+    (GRPO, []),
+    (PPO, []),
     # fsdp_size=1 on 2 ranks: each rank holds a whole replica (a 2-D replicate x shard mesh)
-    ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
-     "actor_rollout_ref.ref.fsdp_config.fsdp_size=1"]], ids=["grpo", "ppo_with_critic", "grpo_replicated"])
-def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, algorithm):
+    (GRPO, ["actor_rollout_ref.actor.fsdp_config.fsdp_size=1", "actor_rollout_ref.ref.fsdp_config.fsdp_size=1"]),
+    # micro-batches cut by tokens and packed sequences change the speed, not the result
+    (PPO, ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=30",
+           "critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=30",
+           "actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true"]),
+], ids=["grpo", "ppo_with_critic", "grpo_replicated", "ppo_dynamic_bsz_packed"])
+def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, algorithm, two_ranks_only):
     one, two = tmp_path / "one", tmp_path / "two"
     _plain(_args(tiny_model_dir, data_dir, one, *algorithm))
-    done = _two_ranks(_args(tiny_model_dir, data_dir, two, *algorithm), env={"VERL_LOG_LEVEL": "INFO"})
+    done = _two_ranks(_args(tiny_model_dir, data_dir, two, *algorithm, *two_ranks_only),
+                      env={"VERL_LOG_LEVEL": "INFO"})
 
     metrics = _metrics(one)
     assert metrics[1]["critic/advantages/max"] > 0 and metrics[1]["actor/ppo_kl"] != 0  # a real signal to compare

@@ -1,6 +1,6 @@
 """The tutorial's section 5 as written, under torchrun: ``examples/distributed/ppo_step.py`` (a
-``PPOTrainer.step`` loop with ``fsdp_size=-1``) gives the same losses on 2 CPU ranks as in one
-process, and only rank 0 prints."""
+``PPOTrainer.step`` loop with the tutorial's ``fsdp_config``: all ranks, parameter and optimiser
+offload, bf16 compute) runs on 2 CPU ranks and gives the losses of one process; only rank 0 prints."""
 
 import os
 import re
@@ -33,5 +33,9 @@ def test_the_ppo_step_example_gives_one_process_losses_on_two_ranks(tmp_path):
     double = _losses(_run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
                           tmp_path / "tiny-opt-2", tmp_path))
     assert len(single) == 2 and len(double) == 2  # two steps, printed once (by rank 0)
-    for a, b in zip(single, double):
-        assert b == pytest.approx(a, rel=1e-5, abs=1e-6)
+    # The snippet computes in bf16, whose rounding differs with the split of the batch: the losses
+    # agree to bf16 precision (exact equality in fp32 is tests/integration/test_torchrun_rl.py's).
+    for (_, policy_a, value_a, norm_a), (_, policy_b, value_b, norm_b) in zip(single, double):
+        assert policy_b == pytest.approx(policy_a, abs=2e-3)
+        assert value_b == pytest.approx(value_a, rel=2e-3)
+        assert norm_b == pytest.approx(norm_a, rel=1e-2)

@@ -9,10 +9,9 @@ from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
-from verl.distributed.fsdp import export_hf
 from verl.config import TrainerConfig
 from verl.data.collate import collate_prompts
-from verl.distributed.fsdp import (full_state_dict, load_full_state_dict, parallelize, resolve_fsdp_size,
+from verl.distributed.fsdp import (export_hf, full_state_dict, load_full_state_dict, parallelize, resolve_fsdp_size,
                                    transformer_blocks)
 from verl.distributed.process_group import ensure_process_group
 from verl.errors import VerlError
@@ -21,7 +20,6 @@ from verl.models.logprob import compute_response_logprobs
 from verl.models.tiny import ARCHITECTURES, make_tiny_model_folder
 from verl.models.value_model import ValueModel
 from verl.rollout import assemble_rollout
-from verl.workers import actor as actor_module
 from verl.workers import optim as optim_module
 from verl.workers.actor import Actor
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -67,15 +65,16 @@ def micro_batch_case(model):
 
 
 def make_actor(model, cfg):
-    return Actor(copy.deepcopy(model), cfg, DEVICE, samples_per_mini_batch=4, total_steps=1)
+    """An actor whose model is sharded by ``cfg.fsdp_config``, as its builders do."""
+    return Actor(parallelize(copy.deepcopy(model), cfg.fsdp_config, device=DEVICE), cfg, DEVICE,
+                 samples_per_mini_batch=4, total_steps=1)
 
 
 def unwrapped_actor(model, cfg, monkeypatch):
-    """The same Actor code with the FSDP wrapping switched off."""
+    """The same Actor code on the plain model (and a plain optimiser)."""
     with monkeypatch.context() as patch:
-        patch.setattr(actor_module, "parallelize", lambda m, fsdp_config, *, device: m.to(device))
         patch.setattr(optim_module, "parallelize_optimizer", lambda optimizer, fsdp_config: optimizer)
-        return make_actor(model, cfg)
+        return Actor(copy.deepcopy(model).to(DEVICE), cfg, DEVICE, samples_per_mini_batch=4, total_steps=1)
 
 
 def weights(model) -> dict[str, torch.Tensor]:
@@ -249,8 +248,9 @@ def test_the_critic_and_reference_are_sharded_by_their_own_sections(tiny_model_d
     worker.compute_ref_log_prob(batch)
     assert seen == {"actor": {torch.float32}, "ref": {torch.bfloat16}}
 
-    critic = Critic(ValueModel(copy.deepcopy(model)), trainer_config(param_offload=True).critic, DEVICE,
-                    samples_per_mini_batch=4, ppo_epochs=1, total_steps=1)
+    critic_cfg = trainer_config(param_offload=True).critic
+    critic = Critic(parallelize(ValueModel(copy.deepcopy(model)), critic_cfg.fsdp_config, device=DEVICE), critic_cfg,
+                    DEVICE, samples_per_mini_batch=4, ppo_epochs=1, total_steps=1)
     assert isinstance(critic.model, FSDPModule)
     initial = weights(critic.model)
     critic.update(batch)

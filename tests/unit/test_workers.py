@@ -7,7 +7,7 @@ import torch
 
 from verl.algorithms.utils import AGG_MODES
 from verl.config import TrainerConfig
-from verl.distributed.fsdp import full_state_dict
+from verl.distributed.fsdp import full_state_dict, parallelize
 from verl.data.collate import collate_prompts
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
@@ -128,7 +128,8 @@ def test_micro_batches_of_two_give_the_same_update_as_the_whole_mini_batch(tiny_
         optim=dict(lr=1.0, eps=1.0, weight_decay=0.0)))).actor_rollout_ref.actor
     updated = {}
     for micro in (None, 2):
-        actor = Actor(copy.deepcopy(model), cfg, torch.device("cpu"), samples_per_mini_batch=4, total_steps=1)
+        actor = Actor(parallelize(copy.deepcopy(model), cfg.fsdp_config, device="cpu"), cfg, torch.device("cpu"),
+                      samples_per_mini_batch=4, total_steps=1)
         actor.update(batch, micro_batch_size=micro)
         updated[micro] = snapshot(actor.model)
 

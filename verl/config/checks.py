@@ -3,7 +3,8 @@
 Units: a *prompt* is one dataset row; a *sample* is one prompt-response pair, so a step holds
 `data.train_batch_size x rollout.n` samples. A mini-batch (one optimiser step) is
 `ppo_mini_batch_size` prompts, split evenly over the data-parallel ranks; each rank runs its share
-in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulation).
+in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulation), or with
+`use_dynamic_bsz` in micro-batches of at most `ppo_max_token_len_per_gpu` tokens.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ def _role_sizes(cfg: TrainerConfig, role: str) -> tuple[str, int, str, int | Non
         micro_key, micro = f"{_ACTOR}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu
     epochs = critic.ppo_epochs if critic.ppo_epochs is not None else actor.ppo_epochs
     return mini_key, mini, micro_key, micro, epochs
+
+
+def log_prob_token_budget(arr_cfg, role: str) -> int | None:
+    """Tokens per log-prob pass of ``role`` (``rollout``: old log-probs, ``ref``) with dynamic batch
+    size, else None; their null keys follow the actor's, as verl's defaults do. Takes the
+    ``actor_rollout_ref`` section, which the worker holds."""
+    section, actor = getattr(arr_cfg, role), arr_cfg.actor
+    use = section.log_prob_use_dynamic_bsz if section.log_prob_use_dynamic_bsz is not None else actor.use_dynamic_bsz
+    if not use:
+        return None
+    budget = section.log_prob_max_token_len_per_gpu
+    return budget if budget is not None else actor.ppo_max_token_len_per_gpu
 
 
 def derived_sizes(cfg: TrainerConfig, dp_size: int | None = None, role: str = "actor") -> dict[str, int]:
@@ -128,6 +141,7 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
                           f"(it is 1), or use an estimator without a group baseline "
                           f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
     _check_role(cfg, dp, "actor")
+    _check_token_budgets(cfg)
     if critic_enabled(cfg):
         _check_role(cfg, dp, "critic")
         _at_least("critic.warmup_steps", cfg.critic.warmup_steps, 0, "critic-only steps before the actor trains")
@@ -141,6 +155,17 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
         raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
                           f"on the ratio for negative advantages); the default is 3.0")
     _check_dapo(cfg)
+
+
+def _check_token_budgets(cfg: TrainerConfig) -> None:
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    meaning = "tokens per micro-batch with dynamic batch size"
+    _at_least(f"{_ACTOR}.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu, 1, meaning)
+    for role in ("rollout", "ref"):
+        _at_least(f"actor_rollout_ref.{role}.log_prob_max_token_len_per_gpu",
+                  getattr(arr, role).log_prob_max_token_len_per_gpu, 1, meaning)
+    _at_least("critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu, 1, meaning)
+    _at_least("critic.forward_max_token_len_per_gpu", critic.forward_max_token_len_per_gpu, 1, meaning)
 
 
 def _check_dapo(cfg: TrainerConfig) -> None:

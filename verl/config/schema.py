@@ -59,6 +59,9 @@ class CriticModelConfig(ConfigNode):
     trust_remote_code: bool = option(False, help="Allow custom modelling code from the model repository.")
     override_config: dict = option({}, help="Free-form keys set on the Hugging Face model config before loading.")
     enable_gradient_checkpointing: bool = option(False, help="Recompute activations in the backward pass.")
+    use_remove_padding: bool = option(False, help="Run value and update passes on packed sequences (see "
+                                      "actor_rollout_ref.model.use_remove_padding; checked at start, unsupported "
+                                      "models fail with an error).")
 
 
 @dataclass
@@ -72,8 +75,17 @@ class CriticConfig(ConfigNode):
     ppo_mini_batch_size: int | None = option(None, help="Prompts per critic mini-batch; null = the "
                                              "actor's ppo_mini_batch_size.")
     ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per critic forward/backward "
-                                                      "pass on each rank; null = the actor's setting.")
+                                                      "pass on each rank; null = the actor's setting. "
+                                                      "Ignored with use_dynamic_bsz.")
     ppo_epochs: int | None = option(None, help="Passes over the step's samples; null = the actor's ppo_epochs.")
+    use_dynamic_bsz: bool = option(False, help="Cut critic micro-batches by tokens (ppo_max_token_len_per_gpu "
+                                   "per update pass, forward_max_token_len_per_gpu per value pass) instead of "
+                                   "rows; ppo_micro_batch_size_per_gpu is then ignored. Set it explicitly (verl "
+                                   "defaults it to actor_rollout_ref.actor.use_dynamic_bsz).")
+    ppo_max_token_len_per_gpu: int = option(32768, help="Token budget of one critic update micro-batch "
+                                            "with use_dynamic_bsz.")
+    forward_max_token_len_per_gpu: int | None = option(None, help="Token budget of one value pass with "
+                                                       "use_dynamic_bsz; null = ppo_max_token_len_per_gpu.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
     cliprange_value: float = option(0.5, help="Clip range of the clipped value loss.")
     grad_clip: float = option(1.0, help="Clip the global gradient norm to this value.")
@@ -220,6 +232,10 @@ class TrainerSectionConfig(ConfigNode):
     max_actor_ckpt_to_keep: int | None = option(None, help="Keep only the newest this many "
                                                 "checkpoints; null = keep all.")
     progress_bar: bool = option(True, help="Show a progress bar.")
+    balance_batch: bool = option(True, help="Before the updates, reorder each step's samples within every "
+                                 "mini-batch so that each data-parallel rank gets a similar number of tokens "
+                                 "(the slowest rank sets the pace); the mini-batches keep their samples. "
+                                 "One process: nothing moves.")
     seed: int = option(1, help="Global seed (model init, sampling, dropout).")
 
 

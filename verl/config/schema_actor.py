@@ -34,6 +34,12 @@ class ModelConfig(ConfigNode):
     disable_dropout: bool = option(True, help="Set every dropout of the policy, reference and critic "
                                    "to 0 for RL: with dropout on, the log-probs of the update and of the "
                                    "rollout come from different networks (and differ across ranks).")
+    use_remove_padding: bool = option(False, help="Run the actor's and reference's log-prob and update "
+                                      "passes on packed sequences (pads removed, rows concatenated, position "
+                                      "ids restarting per sequence): same numbers, less work where the kernel "
+                                      "uses it (flash_attention_2 on GPU; sdpa/eager only mask). Needs a model "
+                                      "whose causal mask follows position ids (Llama, Qwen2, GPT-2 ...); "
+                                      "checked at start, others (e.g. OPT) fail with an error.")
 
 
 @dataclass
@@ -94,7 +100,14 @@ class ActorConfig(ConfigNode):
                                       "mini-batch holds this x rollout.n samples. Must divide data.train_batch_size.")
     ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward/backward pass "
                                                       "on each rank (gradient accumulation); null = the "
-                                                      "rank's whole share of the mini-batch.")
+                                                      "rank's whole share of the mini-batch. Ignored with use_dynamic_bsz.")
+    use_dynamic_bsz: bool = option(False, help="Cut each rank's mini-batch into micro-batches by tokens "
+                                   "(prompt + response) instead of rows: the fewest balanced micro-batches of "
+                                   "at most ppo_max_token_len_per_gpu tokens (a longer sample alone), as many "
+                                   "on every rank; ppo_micro_batch_size_per_gpu is then ignored. The gradient "
+                                   "is the same; only memory and speed change.")
+    ppo_max_token_len_per_gpu: int = option(16384, help="Token budget of one update micro-batch with "
+                                            "use_dynamic_bsz (a few times max_prompt_length + max_response_length).")
     ppo_epochs: int = option(1, help="Passes over the step's samples.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
     clip_ratio: float = option(0.2, help="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].")
@@ -129,7 +142,13 @@ class RefConfig(ConfigNode):
     """The frozen reference policy (used for the KL penalty or KL loss)."""
 
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
-                                                           "when computing reference log-probs; null = all at once.")
+                                                           "when computing reference log-probs; null = all at once. Ignored with "
+                                                           "log_prob_use_dynamic_bsz.")
+    log_prob_use_dynamic_bsz: bool | None = option(None, help="Cut reference log-prob passes by tokens "
+                                                   "(at most log_prob_max_token_len_per_gpu each) instead of "
+                                                   "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one reference "
+                                                        "log-prob pass; null = actor.ppo_max_token_len_per_gpu.")
     fsdp_config: FSDPConfig = section(FSDPConfig, help="Reference-model sharding.")
 
 
@@ -163,7 +182,13 @@ class RolloutConfig(ConfigNode):
     generation_batch_size: int | None = option(None, help="Prompts per generate call; null = "
                                                "the whole step at once.")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
-                                                           "when recomputing old log-probs; null = all at once.")
+                                                           "when recomputing old log-probs; null = all at once. Ignored with "
+                                                           "log_prob_use_dynamic_bsz.")
+    log_prob_use_dynamic_bsz: bool | None = option(None, help="Cut old-log-prob passes by tokens (at most "
+                                                   "log_prob_max_token_len_per_gpu each) instead of "
+                                                   "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
+    log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one old-log-prob "
+                                                        "pass; null = actor.ppo_max_token_len_per_gpu.")
     calculate_log_probs: bool = option(False, help="The engine reports rollout_log_probs: each sampled "
                                        "token's log-prob under the distribution it was drawn from (after "
                                        "temperature, top-k, top-p). On by itself with actor.rollout_is_correction.")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from verl.models.logprob import Packing, check_packing
+
 
 class ValueModel(nn.Module):
     """``values[b, t]`` = V(prefix up to token t). Wraps a causal LM whose head becomes scalar."""
@@ -26,13 +28,29 @@ class ValueModel(nn.Module):
         self.model = causal_lm
         self.config = causal_lm.config
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask=None, position_ids=None, *, last_hidden: bool = False) -> torch.Tensor:
+        """Values ``[B, T]``; with ``last_hidden`` the backbone's last hidden states ``[B, T, H]`` instead."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False)
+                         use_cache=False, output_hidden_states=last_hidden)
+        if last_hidden:
+            return out.hidden_states[-1].float()
         # clone: a view as the output of an FSDP-wrapped module would bypass its backward hook.
         return out.logits.squeeze(-1).float().clone()
 
-    def response_values(self, input_ids, attention_mask, position_ids, response_length: int) -> torch.Tensor:
-        """Values ``[B, T_resp]`` of the states from which each response token was chosen."""
+    def response_values(self, input_ids, attention_mask, position_ids, response_length: int, *,
+                        remove_padding: bool = False) -> torch.Tensor:
+        """Values ``[B, T_resp]`` of the states from which each response token was chosen.
+
+        With ``remove_padding`` the pass runs on the packed sequences (see
+        :mod:`verl.models.logprob`) and padding positions get 0.
+        """
+        if remove_padding:
+            packing = Packing(input_ids, attention_mask, position_ids, response_length)
+            return packing.unpack(packing.responses(self(packing.input_ids, None, packing.position_ids)))
         values = self(input_ids, attention_mask, position_ids)
         return values[:, -response_length - 1:-1]
+
+    def check_packing(self, device, key: str) -> None:
+        """Raise a VerlError naming ``key`` unless packed sequences stay apart in this model (checked on
+        the hidden states: the zero-initialised head would hide any difference)."""
+        check_packing(self, device, key, forward=lambda ids, pos: self(ids, None, pos, last_hidden=True))

@@ -10,10 +10,9 @@ import torch
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
 from verl.config.errors import check_choice
-from verl.distributed.fsdp import parallelize
-from verl.models.logprob import compute_response_logprobs
+from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
-from verl.workers.engine import TrainingEngine, agg_counts, micro_batches, token_counts
+from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
@@ -28,11 +27,20 @@ class PolicyModel:
     """A causal LM that scores responses: the base of the actor and the reference."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None, *,
-                 fsdp_config=None):
-        # With an fsdp_config section the model is sharded (FSDP2) by it; without one it is used as is.
-        self.model = parallelize(model, fsdp_config, device=device) if fsdp_config is not None else model.to(device)
+                 max_token_len: int | None = None, remove_padding: bool = False, data_parallel: bool = True):
+        """``micro_batch_size`` rows per log-prob forward pass (null: all), or with ``max_token_len``
+        (dynamic batch size) balanced passes of at most that many tokens. ``remove_padding`` runs
+        every pass on packed sequences (checked to be exact for this model first)."""
+        # The model comes ready: placed on ``device`` and, where its role asks for it, sharded
+        # (``verl.distributed.fsdp.parallelize``) by whoever built it. Roles know nothing of placement.
+        self.model = model
         self.device = device
         self.micro_batch_size = micro_batch_size
+        self.max_token_len = max_token_len
+        self.remove_padding = remove_padding
+        self.data_parallel = data_parallel
+        if remove_padding:
+            check_packing(model, device, "actor_rollout_ref.model.use_remove_padding")
 
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False):
@@ -45,17 +53,22 @@ class PolicyModel:
         was_training = self.model.training
         self.model.eval()
         log_probs, entropies = [], []
+        groups = micro_batch_groups(batch, self.micro_batch_size, self.max_token_len,
+                                    data_parallel=self.data_parallel)
         try:
-            for mb in micro_batches(batch, self.micro_batch_size):
-                lp, ent = compute_response_logprobs(self.model, *_model_inputs(mb, self.device),
-                                                    temperature=temperature, with_entropy=with_entropy)
-                log_probs.append(lp)
-                entropies.append(ent)
+            for rows in groups:
+                # An empty group (another rank needs more passes) still runs one, for FSDP's collectives.
+                lp, ent = compute_response_logprobs(self.model, *_model_inputs(batch.index(rows or [0]), self.device),
+                                                    temperature=temperature, with_entropy=with_entropy,
+                                                    remove_padding=self.remove_padding)
+                if rows:
+                    log_probs.append(lp)
+                    entropies.append(ent)
         finally:
             self.model.train(was_training)
         out_device = batch["responses"].device
-        log_prob = torch.cat(log_probs).to(out_device)
-        entropy = torch.cat(entropies).to(out_device) if with_entropy else None
+        log_prob = restore_order(groups, log_probs).to(out_device)
+        entropy = restore_order(groups, entropies).to(out_device) if with_entropy else None
         return log_prob, entropy
 
 
@@ -63,11 +76,17 @@ class Actor(PolicyModel):
     """The policy under training: PPO-style updates over mini- and micro-batches."""
 
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
-                 log_prob_micro_batch_size: int | None = None, seed: int = 0, norm_len: int | None = None):
+                 log_prob_micro_batch_size: int | None = None, log_prob_max_token_len: int | None = None,
+                 remove_padding: bool = False, seed: int = 0, norm_len: int | None = None):
+        """``config`` is the ``actor_rollout_ref.actor`` section (its ``use_dynamic_bsz`` and
+        ``ppo_max_token_len_per_gpu`` shape the update's micro-batches); the old-log-prob passes
+        take ``log_prob_micro_batch_size`` or ``log_prob_max_token_len`` (the rollout section's)."""
         check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", config.policy_loss.loss_mode,
                      list(POLICY_LOSSES), "policy loss")
-        super().__init__(model, device, log_prob_micro_batch_size, fsdp_config=config.fsdp_config)
+        super().__init__(model, device, log_prob_micro_batch_size, max_token_len=log_prob_max_token_len,
+                         remove_padding=remove_padding)
         self.config = config
+        self.update_max_token_len = config.ppo_max_token_len_per_gpu if config.use_dynamic_bsz else None
         self.samples_per_mini_batch = samples_per_mini_batch
         # The constant length normaliser of seq-mean-token-sum-norm (the configured maximum
         # response length), so that every micro-batch divides by the same number.
@@ -128,6 +147,7 @@ class Actor(PolicyModel):
         counts over all data-parallel ranks, so accumulating micro-batches (and summing gradients
         over ranks) gives exactly the gradient of the whole mini-batch in one process.
         ``mini_batch_size`` (samples) and ``epochs`` override the configured values for this call.
+        With ``use_dynamic_bsz`` the micro-batches are cut by tokens and ``micro_batch_size`` is ignored.
 
         Data-parallel: ``batch`` is this rank's share; the ranks may hold different numbers of
         samples only as long as they run equally many mini- and micro-batches (checked). The metrics
@@ -139,13 +159,14 @@ class Actor(PolicyModel):
         def loss_of_log_probs(model, mb: Batch, counts: dict):
             log_prob, entropy = compute_response_logprobs(
                 model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
-                temperature=temperature, with_entropy=True)
+                temperature=temperature, with_entropy=True, remove_padding=self.remove_padding)
             return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
 
         return self.engine.train_batch(
             batch, loss_of_log_probs, counts_fn=token_counts, additive=ADDITIVE_METRICS,
             micro_batch_size=micro_batch_size, mini_batch_size=mini_batch_size or self.samples_per_mini_batch,
-            epochs=epochs or self.config.ppo_epochs, shuffle=self.config.shuffle)
+            epochs=epochs or self.config.ppo_epochs, shuffle=self.config.shuffle,
+            max_token_len=self.update_max_token_len)
 
     def state_dict(self) -> dict:
         return self.engine.state_dict()

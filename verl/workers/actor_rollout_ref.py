@@ -15,7 +15,8 @@ import torch
 
 from verl.algorithms import truncated_responses
 from verl.config import ConfigError
-from verl.distributed.fsdp import export_hf, full_state_dict, unsharded
+from verl.config.checks import log_prob_token_budget
+from verl.distributed.fsdp import export_hf, full_state_dict, parallelize, unsharded
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
@@ -65,14 +66,19 @@ class ActorRolloutRefWorker:
         rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False).to(self.device)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
+        # Sharded here, from outside the roles, each by its own fsdp_config section.
+        model = parallelize(model, actor_cfg.fsdp_config, device=self.device)
+        ref_model = parallelize(ref_model, config.ref.fsdp_config, device=self.device) if with_ref else None
         # Each data-parallel rank trains on its share of every mini-batch (the config checks that it divides).
         self.actor = Actor(model, actor_cfg, self.device,
                            samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n // world_size(),
                            total_steps=total_steps,
-                           log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu, seed=seed,
-                           norm_len=self.max_response_length)
+                           log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu,
+                           log_prob_max_token_len=log_prob_token_budget(config, "rollout"),
+                           remove_padding=model_cfg.use_remove_padding, seed=seed, norm_len=self.max_response_length)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
-                               fsdp_config=config.ref.fsdp_config) if ref_model is not None else None
+                               max_token_len=log_prob_token_budget(config, "ref"),
+                               remove_padding=model_cfg.use_remove_padding) if ref_model is not None else None
         prompt_length = _root_value(config, "data.max_prompt_length", None)
         self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
                                      generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,

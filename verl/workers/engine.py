@@ -32,6 +32,7 @@ from verl.distributed.process_group import all_gather_objects, all_reduce_sum
 from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.workers.optim import build_training, clip_and_step
+from verl.workers.token_balance import balanced_groups, fewest_groups
 
 # loss_fn(model, micro_batch, counts) -> (loss, metrics); the micro-batch is on the engine's device.
 LossFn = Callable[[torch.nn.Module, Batch, dict], tuple[torch.Tensor, dict]]
@@ -60,10 +61,15 @@ class TrainingEngine:
 
     def train_batch(self, batch: Batch, loss_fn: LossFn, *, counts_fn: CountsFn, additive=frozenset(),
                     micro_batch_size: int | None = None, mini_batch_size: int | None = None, epochs: int = 1,
-                    shuffle: bool = False) -> dict[str, float]:
+                    shuffle: bool = False, max_token_len: int | None = None) -> dict[str, float]:
         """``epochs`` passes over ``batch`` (this rank's share) in mini-batches of ``mini_batch_size``
         samples (default: all), one optimiser step each, every mini-batch in micro-batches of
         ``micro_batch_size`` (default: whole); then one step of the LR schedule.
+
+        With ``max_token_len`` (dynamic batch size) ``micro_batch_size`` is ignored: each mini-batch
+        runs in the fewest balanced micro-batches of at most that many tokens (a longer row alone),
+        as many on every rank (see :func:`micro_batch_groups`). The loss normalisation, and so the
+        gradient, does not depend on how a mini-batch is cut.
 
         For each mini-batch, ``counts_fn`` gives this rank's counts; their sums over all ranks are
         handed to ``loss_fn`` with every micro-batch, whose loss must be its share of the
@@ -73,6 +79,8 @@ class TrainingEngine:
         """
         self.model.train()
         mini_batch_size = mini_batch_size or len(batch)
+        if max_token_len:
+            micro_batch_size = None
         if self.data_parallel:
             check_same_schedule(len(batch), mini_batch_size, micro_batch_size)
         acc = MetricAccumulator()
@@ -80,8 +88,12 @@ class TrainingEngine:
             for mini in mini_batches(batch, mini_batch_size, shuffle=shuffle, generator=self.generator):
                 counts = self.global_counts(counts_fn(mini))
                 sums: dict[str, float] = {}
-                for mb in micro_batches(mini, micro_batch_size):
-                    loss, metrics = loss_fn(self.model, mb.to(self.device), counts)
+                for rows in micro_batch_groups(mini, micro_batch_size, max_token_len, data_parallel=self.data_parallel):
+                    if not rows:  # more micro-batches on another rank: a pass with no weight keeps FSDP in step
+                        loss, _ = loss_fn(self.model, mini.index([0]).to(self.device), counts)
+                        (loss * 0).backward()
+                        continue
+                    loss, metrics = loss_fn(self.model, mini.index(rows).to(self.device), counts)
                     loss.backward()
                     for key in additive & metrics.keys():
                         sums[key] = sums.get(key, 0.0) + float(metrics[key])
@@ -139,6 +151,46 @@ def mini_batches(batch: Batch, samples_per_mini_batch: int, *, shuffle: bool, ge
 
 def micro_batches(batch: Batch, micro_batch_size: int | None) -> list[Batch]:
     return batch.split(micro_batch_size) if micro_batch_size else [batch]
+
+
+def token_lengths(batch: Batch) -> list[int]:
+    """Tokens of each row (prompt + response): what a forward pass over it costs."""
+    return batch["attention_mask"].sum(-1).tolist()
+
+
+def micro_batch_groups(batch: Batch, micro_batch_size: int | None = None, max_token_len: int | None = None, *,
+                       data_parallel: bool) -> list[list[int]]:
+    """The rows of each micro-batch of ``batch`` (this rank's rows).
+
+    By rows: consecutive runs of ``micro_batch_size`` (default: all). By tokens (``max_token_len``,
+    dynamic batch size): the fewest balanced groups of at most ``max_token_len`` tokens (a longer row
+    alone), where under data parallelism every rank uses the largest such number of any rank, so
+    that all run equally many forward passes (a rank with fewer rows than that gets empty groups,
+    which the caller runs as weightless passes). Rows come back in group order, not the original:
+    :func:`restore_order` puts per-row results back.
+    """
+    n = len(batch)
+    if not max_token_len:
+        size = micro_batch_size or max(n, 1)
+        return [list(range(start, min(start + size, n))) for start in range(0, n, size)]
+    lengths = token_lengths(batch)
+    k = fewest_groups(lengths, max_token_len)
+    if data_parallel:
+        # Balanced groups for more k are not always lighter (greedy packing): agree on a k every
+        # rank can fit, raising it until none needs more.
+        while True:
+            wanted = all_gather_objects(k)
+            if min(wanted) == max(wanted):
+                break
+            k = fewest_groups(lengths, max_token_len, at_least=max(wanted))
+    return balanced_groups(lengths, k)
+
+
+def restore_order(groups: list[list[int]], outputs: list[torch.Tensor]) -> torch.Tensor:
+    """Per-row ``outputs`` of each non-empty group (in group order) -> one tensor in row order."""
+    rows = torch.tensor([i for group in groups for i in group], dtype=torch.long)
+    stacked = torch.cat(outputs)
+    return stacked[torch.argsort(rows).to(stacked.device)]
 
 
 def check_same_schedule(num_samples: int, samples_per_mini_batch: int, micro_batch_size: int | None) -> None:

@@ -18,6 +18,7 @@ from verl.algorithms import ADV_ESTIMATORS, KL_KINDS, POLICY_LOSSES
 from verl.config.errors import check_choice
 from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
 from verl.data.tasks import TASKS
+from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size, world_size)
 from verl.distributed.watchdog import Watchdog
@@ -161,10 +162,12 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         if critic_cfg.model.enable_gradient_checkpointing:
             value_model.model.gradient_checkpointing_enable()
         sizes = config.derived_sizes(dp_size=world_size(), role="critic")
+        value_model = parallelize(value_model, critic_cfg.fsdp_config, device=worker.device)
         critic = make_worker_group(Critic(value_model, critic_cfg, worker.device,
                                           samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
                                           ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
-                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length),
+                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length,
+                                          micro_batch_size=sizes["samples_per_micro_batch"]),
                                    "critic", watchdog)
     reward = make_worker_group(reward_worker, "reward", watchdog)
     if is_main_process():

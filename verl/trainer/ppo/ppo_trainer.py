@@ -23,6 +23,7 @@ import torch
 from verl.algorithms import apply_kl_in_reward, compute_gae_advantage_return, compute_policy_loss
 from verl.config import TrainerConfig
 from verl.config.node import ConfigNode, option
+from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import rank, world_size
 from verl.distributed.worker_group import shard_rows
 from verl.models.loading import load_causal_lm
@@ -82,6 +83,7 @@ class PPOTrainer(BaseTrainer):
                                                 trust_remote_code=model_cfg.trust_remote_code,
                                                 override_config=dict(model_cfg.override_config),
                                                 disable_dropout=model_cfg.disable_dropout))
+        value_model = parallelize(value_model, critic_cfg.fsdp_config, device=worker.device)
         return Critic(value_model, critic_cfg, worker.device, samples_per_mini_batch=1, ppo_epochs=1,
                       total_steps=None)
 

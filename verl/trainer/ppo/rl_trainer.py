@@ -7,6 +7,7 @@ the checkpoints, and moves one :class:`~verl.protocol.Batch` through the role wo
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import defaultdict
 
@@ -21,6 +22,7 @@ from verl.trainer.ppo.validation import run_validation
 from verl.trainer.loop import run_loop
 from verl.trainer.progress import rl_postfix
 from verl.trainer.timing import timer
+from verl.workers.token_balance import balanced_order
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,8 @@ class RLTrainer:
             with timer("adv", timing):
                 batch, kl_metrics = apply_kl_and_advantage(batch, algo, self.kl_ctrl)
                 metrics.update(kl_metrics)
+            if self.config.trainer.balance_batch:
+                batch = self._balanced(batch)
             if self.critic is not None:
                 with timer("update_critic", timing):
                     metrics.update(self.critic.run("update", batch, block=self.samples_per_mini_batch("critic")))
@@ -108,6 +112,16 @@ class RLTrainer:
         """Tensor bytes the worker groups moved between processes so far (0 in one process)."""
         groups = (self.actor_rollout_ref, self.critic, self.reward)
         return sum(group.bytes_moved for group in groups if group is not None)
+
+    def _balanced(self, batch: Batch) -> Batch:
+        """The step's samples reordered within every mini-batch (of the actor and the critic both) so
+        that the contiguous shares the ranks get hold similar numbers of tokens. Advantages are
+        already computed (groups are found by uid), so order within a mini-batch is free."""
+        block = self.samples_per_mini_batch("actor")
+        if self.critic is not None:
+            block = math.gcd(block, self.samples_per_mini_batch("critic"))
+        lengths = batch["attention_mask"].sum(-1).tolist()
+        return batch.index(balanced_order(lengths, self.actor_rollout_ref.world_size, block))
 
     def samples_per_mini_batch(self, role: str) -> int:
         """Rows of one optimiser step of ``role``: the group splits each such block over the ranks,
