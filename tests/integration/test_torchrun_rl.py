@@ -115,7 +115,9 @@ GRPO, PPO = ["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=gae", "c
     (PPO, ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=30",
            "critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=30",
            "actor_rollout_ref.model.use_remove_padding=true", "critic.model.use_remove_padding=true"]),
-], ids=["grpo", "ppo_with_critic", "grpo_replicated", "ppo_dynamic_bsz_packed"])
+    # the native engine draws the samples hf draws (same seeds), under FSDP on gathered weights
+    (GRPO, ["actor_rollout_ref.rollout.name=native"]),
+], ids=["grpo", "ppo_with_critic", "grpo_replicated", "ppo_dynamic_bsz_packed", "grpo_native_rollout"])
 def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, algorithm, two_ranks_only):
     one, two = tmp_path / "one", tmp_path / "two"
     _plain(_args(tiny_model_dir, data_dir, one, *algorithm))

@@ -167,7 +167,9 @@ class ValKwargsConfig(ConfigNode):
 class RolloutConfig(ConfigNode):
     """Response generation."""
 
-    name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), vllm, or dummy (tests).")
+    name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), native (verl's own KV-cache "
+                       "decode loop: shared prefill of a prompt's samples, finished rows leave the batch; "
+                       "same samples as hf), vllm, or dummy (tests).")
     n: int = option(8, help="Responses sampled per prompt (samples per prompt); group-baseline "
                     "estimators such as GRPO (the default) need 2 or more.")
     temperature: float = option(1.0, help="Sampling temperature.")

@@ -1,4 +1,5 @@
-"""Rollout engines behind one interface: ``hf`` (transformers generate), ``dummy``, ``vllm``."""
+"""Rollout engines behind one interface: ``hf`` (transformers generate), ``native`` (our own KV-cache decode
+loop around the same model), ``dummy``, ``vllm``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from verl.rollout.base import (RolloutEngine, SamplingParams, assemble_rollout, 
 from verl.rollout.dummy import DummyRollout
 from verl.rollout.hf import HFRollout
 
-ROLLOUT_NAMES = ("hf", "dummy", "vllm")
+ROLLOUT_NAMES = ("hf", "native", "dummy", "vllm")
 
 
 def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | None = None,
@@ -22,6 +23,16 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     """
     if name == "hf":
         return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device, seed=seed)
+    if name == "native":
+        try:
+            from verl.rollout.native import NativeRollout  # transformers' layered cache API (4.56+)
+        except ImportError as e:
+            import transformers
+
+            raise VerlError(f"actor_rollout_ref.rollout.name=native needs a newer transformers than "
+                            f"{transformers.__version__} ({e}); upgrade it (pip install -U transformers) or "
+                            f"use actor_rollout_ref.rollout.name=hf") from None
+        return NativeRollout(model, tokenizer, device=device, seed=seed)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":

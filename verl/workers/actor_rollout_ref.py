@@ -85,10 +85,10 @@ class ActorRolloutRefWorker:
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
                                      max_model_len=prompt_length + self.max_response_length if prompt_length else None,
                                      trust_remote_code=model_cfg.trust_remote_code)
-        # The hybrid engine's hf rollout decodes with the actor's own module; vllm, and hf without
-        # the hybrid engine, hold a copy of the weights, synced now and after every update.
-        self.rollout_shares_actor = config.hybrid_engine and rollout_cfg.name == "hf"
-        self.rollout_holds_copy = rollout_cfg.name in ("hf", "vllm") and not self.rollout_shares_actor
+        # With the hybrid engine, hf and native decode with the actor's own module; vllm, and hf or
+        # native without the hybrid engine, hold a copy of the weights, synced now and after every update.
+        self.rollout_shares_actor = config.hybrid_engine and rollout_cfg.name in ("hf", "native")
+        self.rollout_holds_copy = rollout_cfg.name in ("hf", "native", "vllm") and not self.rollout_shares_actor
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
