@@ -11,7 +11,8 @@ from verl.distributed.fsdp import full_state_dict, parallelize
 from verl.data.collate import collate_prompts
 from verl.models.loading import load_causal_lm
 from verl.models.logprob import compute_response_logprobs
-from verl.rollout import assemble_rollout
+from verl.protocol import Batch
+from verl.rollout import HFRollout, SamplingParams, assemble_rollout
 from verl.workers.actor import Actor
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -71,9 +72,10 @@ def test_worker_pipeline_shapes_and_old_log_probs_equal_ref_before_any_update(ti
     assert torch.equal(old["old_log_probs"], ref["ref_log_prob"])
 
 
-def test_update_actor_changes_the_actor_but_not_the_reference_and_the_hybrid_rollout_shares_it(tiny_model_dir):
+def test_update_actor_changes_the_actor_but_not_the_reference_and_the_hybrid_rollout_decodes_with_it(tiny_model_dir):
     worker = ActorRolloutRefWorker(worker_config(tiny_model_dir))
-    assert worker.rollout.model is worker.actor_model
+    # The hybrid rollout's model is an empty twin: it gets the actor's gathered weights per rollout.
+    assert all(p.is_meta for p in worker.rollout.model.parameters())
     batch = rollout_step(worker)
     initial = snapshot(worker.actor_model)
 
@@ -84,6 +86,16 @@ def test_update_actor_changes_the_actor_but_not_the_reference_and_the_hybrid_rol
     assert metrics["actor/grad_norm"] > 0
     after = worker.compute_log_prob(batch)["old_log_probs"]
     assert not torch.equal(after, worker.compute_ref_log_prob(batch)["ref_log_prob"])
+    # The next rollout samples from the updated weights: the same draws as a plain copy of them.
+    plain = load_causal_lm(str(tiny_model_dir))
+    plain.load_state_dict(full_state_dict(worker.actor_model))
+    prompts = prompt_batch(worker.tokenizer)
+    prompts = Batch(dict(prompts.tensors, rollout_seed=torch.tensor([3, 4])), prompts.non_tensors)
+    params = SamplingParams(max_new_tokens=6, n=2)
+    ours = worker.generate_sequences(prompts, params)
+    theirs = HFRollout(plain, worker.tokenizer).generate(prompts, params)
+    assert torch.equal(ours["responses"], theirs["responses"])
+    assert all(p.is_meta for p in worker.rollout.model.parameters())  # emptied again after the rollout
 
 
 def test_without_hybrid_engine_the_rollout_copy_is_synced_to_the_actor_after_update(tiny_model_dir):

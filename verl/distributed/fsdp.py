@@ -135,6 +135,39 @@ def unsharded(model: nn.Module):
             module.set_reshard_after_forward(True, recurse=False)
 
 
+def shadow_of(model: nn.Module) -> nn.Module:
+    """An empty twin of ``model`` (same class and config, parameters on the meta device, so no
+    memory): :func:`gathered` fills it with the gathered weights for a rollout. Make it before
+    ``parallelize``, from the plain model."""
+    with torch.device("meta"):
+        shadow = type(model)(model.config)
+    shadow.generation_config = model.generation_config
+    return shadow.eval().requires_grad_(False)
+
+
+@contextmanager
+def gathered(model: nn.Module, shadow: nn.Module):
+    """``shadow`` (from :func:`shadow_of`) computing with ``model``'s full weights, for the duration.
+
+    :func:`unsharded` gathers the weights once; the shadow's parameters and buffers are then the
+    gathered tensors themselves (no copy). Decoding with the shadow runs no FSDP hook at all: at
+    batch 64 on the demo model the hooks alone cost about a fifth of the decode time. On leaving,
+    the shadow is emptied again (meta tensors) before the model is sharded.
+    """
+    with unsharded(model):
+        shadow.load_state_dict(dict(model.named_parameters(remove_duplicate=False)), strict=False, assign=True)
+        for name, buffer in model.named_buffers():  # non-persistent ones (rotary tables) are not in a state dict
+            owner, _, leaf = name.rpartition(".")
+            shadow.get_submodule(owner)._buffers[leaf] = buffer
+        empty = [name for name, p in shadow.named_parameters() if p.is_meta]
+        if empty:
+            raise VerlError(f"the rollout copy of {type(model).__name__} got no weights for {empty[:3]}")
+        try:
+            yield shadow
+        finally:
+            shadow.to_empty(device="meta")
+
+
 def parallelize_optimizer(optimizer: torch.optim.Optimizer, fsdp_config) -> torch.optim.Optimizer:
     """With ``optimizer_offload``, keep the optimiser's state in CPU memory between steps: it is
     moved to the parameters' device just for ``step()`` (and after loading a checkpoint, back)."""

@@ -12,7 +12,6 @@ import math
 import os
 from pathlib import Path
 
-from verl.distributed.process_group import is_main_process
 from verl.errors import VerlError
 
 logger = logging.getLogger(__name__)
@@ -96,7 +95,8 @@ class Tracker:
     """Sends each step's metrics to every configured backend.
 
     ``backends`` are logger names (see :data:`LOGGER_NAMES`); ``metrics.jsonl`` in ``out_dir`` is
-    written whichever are named. In a multi-rank job only rank 0 logs (the others get no backend). :meth:`from_config` reads them from a ``TrainerConfig``.
+    written whichever are named. ``record=False`` checks the names but opens nothing (ranks other
+    than 0 in a multi-rank job: every rank holds the same metrics, rank 0 logs them). :meth:`from_config` reads them from a ``TrainerConfig``.
     """
 
     @classmethod
@@ -108,7 +108,7 @@ class Tracker:
         return cls(backends, out_dir, project=project, experiment=experiment, config=config.to_dict(), **kwargs)
 
     def __init__(self, backends, out_dir: str | os.PathLike, *, project: str = "verl", experiment: str = "run",
-                 config: dict | None = None, progress_bar: bool = True):
+                 config: dict | None = None, progress_bar: bool = True, record: bool = True):
         names = [backends] if isinstance(backends, str) else list(backends)
         unknown = [n for n in names if n not in LOGGER_NAMES]
         if unknown:
@@ -116,7 +116,7 @@ class Tracker:
                             f"choose from {list(LOGGER_NAMES)}")
         out_dir = Path(out_dir)
         self.backends = []
-        if not is_main_process():  # every rank holds the same metrics; rank 0 records them
+        if not record:  # the other ranks of a multi-rank job: rank 0 records what they all hold
             return
         for name in names:
             if name == "console":

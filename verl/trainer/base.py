@@ -30,7 +30,7 @@ class BaseTrainer:
             backends = spec.get("type", "console")
             self.tracker = Tracker(backends, self.output_dir or Path("outputs") / spec.get("project", "verl"),
                                    project=spec.get("project", "verl"), experiment=spec.get("name", "run"),
-                                   progress_bar=False)
+                                   progress_bar=False, record=is_main_process())
 
     def compute_loss(self, batch: Batch, log_prob, entropy, counts: dict):
         """The policy objective for one micro-batch: ``(loss, metrics)``.

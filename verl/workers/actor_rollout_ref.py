@@ -16,7 +16,7 @@ import torch
 from verl.algorithms import truncated_responses
 from verl.config import ConfigError
 from verl.config.checks import log_prob_token_budget
-from verl.distributed.fsdp import export_hf, full_state_dict, parallelize, unsharded
+from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.tiny import builtin_model_path
@@ -61,9 +61,14 @@ class ActorRolloutRefWorker:
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
         ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None
-        # Without the hybrid engine the rollout owns a separate, unsharded copy, refreshed by
-        # sync_weights(); it is taken before the actor shards the model in place.
-        rollout_model = model if config.hybrid_engine else copy.deepcopy(model).requires_grad_(False).to(self.device)
+        # hf and native in the hybrid engine decode with an empty twin of the actor that is given
+        # the actor's gathered weights for each rollout (fsdp.gathered); without the hybrid engine
+        # they own a separate copy, refreshed by sync_weights(). Both are made before the actor is
+        # sharded. vllm and dummy only read the model's config.
+        rollout_model = model
+        if config.rollout.name in ("hf", "native"):
+            rollout_model = shadow_of(model) if config.hybrid_engine else \
+                copy.deepcopy(model).requires_grad_(False).to(self.device)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
         # Sharded here, from outside the roles, each by its own fsdp_config section.
@@ -85,8 +90,8 @@ class ActorRolloutRefWorker:
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
                                      max_model_len=prompt_length + self.max_response_length if prompt_length else None,
                                      trust_remote_code=model_cfg.trust_remote_code)
-        # With the hybrid engine, hf and native decode with the actor's own module; vllm, and hf or
-        # native without the hybrid engine, hold a copy of the weights, synced now and after every update.
+        # With the hybrid engine, hf and native decode with the actor's gathered weights; vllm, and hf
+        # or native without the hybrid engine, hold a copy of the weights, synced now and after every update.
         self.rollout_shares_actor = config.hybrid_engine and rollout_cfg.name in ("hf", "native")
         self.rollout_holds_copy = rollout_cfg.name in ("hf", "native", "vllm") and not self.rollout_shares_actor
         self.sync_rollout_weights()
@@ -143,9 +148,8 @@ class ActorRolloutRefWorker:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
-        # Decoding with the actor's own (sharded) module: full weights are gathered once for the
-        # whole rollout, never per decoded token.
-        with unsharded(self.actor_model) if self.rollout_shares_actor else contextlib.nullcontext():
+        # Decoding with the actor's weights: gathered once for the whole rollout, never per token.
+        with gathered(self.actor_model, self.rollout.model) if self.rollout_shares_actor else contextlib.nullcontext():
             out = self.rollout.generate(prompts.to(self.device), params)
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 

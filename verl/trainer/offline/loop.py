@@ -151,11 +151,11 @@ class OfflineTrainer:
 
     def _open_outputs(self) -> None:
         cfg = self.config.trainer
-        if is_main_process():
+        if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
         self.tracker = Tracker(cfg.logger, self.out_dir, project=cfg.project_name, experiment=cfg.experiment_name,
-                               config=self.config.to_dict(), progress_bar=cfg.progress_bar)
+                               config=self.config.to_dict(), progress_bar=cfg.progress_bar, record=self.is_main)
 
     def log_validation(self) -> None:
         was_training = self.policy.model.training
@@ -187,7 +187,7 @@ class OfflineTrainer:
         Every rank gathers the state; rank 0 writes it. A checkpoint holds full tensors, so it
         resumes at any world size."""
         state = self.state_dict()
-        if is_main_process():
+        if self.is_main:
             self.checkpoints.save(self.global_step, state)
         barrier()
         return self.checkpoints.step_dir(self.global_step)
@@ -199,6 +199,6 @@ class OfflineTrainer:
         if path is None:
             return
         self.load_state_dict(self.checkpoints.load(path))
-        if cfg.progress_bar and is_main_process():
+        if cfg.progress_bar and self.is_main:
             print(f"Resumed from {path} at step {self.global_step}", flush=True)
 

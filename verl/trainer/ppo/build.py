@@ -173,7 +173,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(config.to_yaml())
-    tracker = Tracker.from_config(config, out_dir)
+    tracker = Tracker.from_config(config, out_dir, record=is_main_process())
     return RLTrainer(config, actor_rollout_ref=make_worker_group(worker, "actor_rollout_ref", watchdog), critic=critic,
                      reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
                      out_dir=out_dir, total_steps=total_steps, use_ref=use_ref, watchdog=watchdog)
