@@ -7,6 +7,7 @@ import os
 import sys
 
 from verl.config import TrainerConfig
+from verl.distributed.process_group import leave_job
 from verl.errors import VerlError
 
 
@@ -27,4 +28,5 @@ def run_entry(job, args: list[str], doc: str | None) -> int:
         print("\ninterrupted: checkpoints already written are complete; run the same command again to "
               "resume from the latest one.", file=sys.stderr)
         return 130
+    leave_job(0)  # under torchrun: exit now, past an occasional abort in torch's shutdown (see leave_job)
     return 0
