@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from verl.protocol import Batch
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -45,6 +47,13 @@ def prompt_seeds(base_seed: int, draw: int, num_prompts: int) -> torch.Tensor:
     """``[num_prompts]`` seeds for the prompts of one draw of prompts (a step, a validation batch)."""
     first = mix(torch.tensor([base_seed], dtype=torch.int64), draw)
     return mix(first.expand(num_prompts), torch.arange(num_prompts, dtype=torch.int64))
+
+
+def with_prompt_seeds(prompts: Batch, base_seed: int, draw: int) -> Batch:
+    """``prompts`` (not modified) with a ``rollout_seed`` column from :func:`prompt_seeds`."""
+    seeded = Batch(dict(prompts.tensors), prompts.non_tensors, prompts.meta)
+    seeded["rollout_seed"] = prompt_seeds(base_seed, draw, len(prompts))
+    return seeded
 
 
 def sample_seeds(rollout_seeds: torch.Tensor, n: int) -> torch.Tensor:

@@ -62,13 +62,17 @@ class ActorRolloutRefWorker:
             model.gradient_checkpointing_enable()
         ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None
         # hf and native in the hybrid engine decode with an empty twin of the actor that is given
-        # the actor's gathered weights for each rollout (fsdp.gathered); without the hybrid engine
-        # they own a separate copy, refreshed by sync_weights(). Both are made before the actor is
-        # sharded. vllm and dummy only read the model's config.
+        # the actor's gathered weights for each rollout (fsdp.gathered). vllm, and hf or native
+        # without the hybrid engine, hold a copy of the weights, synced now and after every update
+        # (hf and native: a copy of the model made here, before the actor is sharded). vllm and
+        # dummy only read the model's config.
+        self.rollout_shares_actor = config.hybrid_engine and config.rollout.name in ("hf", "native")
+        self.rollout_holds_copy = config.rollout.name in ("hf", "native", "vllm") and not self.rollout_shares_actor
         rollout_model = model
-        if config.rollout.name in ("hf", "native"):
-            rollout_model = shadow_of(model) if config.hybrid_engine else \
-                copy.deepcopy(model).requires_grad_(False).to(self.device)
+        if self.rollout_shares_actor:
+            rollout_model = shadow_of(model)
+        elif config.rollout.name in ("hf", "native"):
+            rollout_model = copy.deepcopy(model).requires_grad_(False).to(self.device)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
         # Sharded here, from outside the roles, each by its own fsdp_config section.
@@ -90,10 +94,6 @@ class ActorRolloutRefWorker:
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
                                      max_model_len=prompt_length + self.max_response_length if prompt_length else None,
                                      trust_remote_code=model_cfg.trust_remote_code)
-        # With the hybrid engine, hf and native decode with the actor's gathered weights; vllm, and hf
-        # or native without the hybrid engine, hold a copy of the weights, synced now and after every update.
-        self.rollout_shares_actor = config.hybrid_engine and rollout_cfg.name in ("hf", "native")
-        self.rollout_holds_copy = rollout_cfg.name in ("hf", "native", "vllm") and not self.rollout_shares_actor
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",

@@ -27,7 +27,7 @@ from verl.config.checks import overlong_buffer_len
 from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout import concat_rollouts
-from verl.rollout.seeding import prompt_seeds
+from verl.rollout.seeding import with_prompt_seeds
 from verl.trainer.timing import timer
 
 
@@ -54,8 +54,7 @@ class StepSampler:
 
     # ------------------------------------------------------------------ one prompt batch
     def _rollout(self, prompts: Batch, timing: dict, seed_draw: int) -> Batch:
-        prompts = Batch(dict(prompts.tensors), prompts.non_tensors, prompts.meta)
-        prompts["rollout_seed"] = prompt_seeds(self.config.trainer.seed, seed_draw, len(prompts))
+        prompts = with_prompt_seeds(prompts, self.config.trainer.seed, seed_draw)
         with timer("gen", timing):
             batch = self.actor_rollout_ref.run("generate_sequences", prompts)
         if self.config.algorithm.adv_estimator == "remax":

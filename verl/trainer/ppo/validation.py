@@ -23,8 +23,7 @@ import dataclasses
 from collections import defaultdict
 from typing import Sequence
 
-from verl.protocol import Batch
-from verl.rollout.seeding import prompt_seeds
+from verl.rollout.seeding import with_prompt_seeds
 
 
 def at_n_metrics(scores: Sequence[float], answers: Sequence[object], groups: Sequence[object]) -> dict[str, float]:
@@ -81,8 +80,7 @@ def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, 
         for number, prompts in enumerate(val_batches):
             # The same seeds at every validation: the sampled scores of two steps differ by the
             # policy, not by the luck of the draw.
-            prompts = Batch(dict(prompts.tensors), prompts.non_tensors, prompts.meta)
-            prompts["rollout_seed"] = prompt_seeds(config.trainer.seed, -1 - number, len(prompts))
+            prompts = with_prompt_seeds(prompts, config.trainer.seed, -1 - number)
             out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
             scored = reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
