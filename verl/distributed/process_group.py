@@ -118,24 +118,10 @@ def is_main_process() -> bool:
     return rank() == 0
 
 
-def local_rank() -> int:
-    """The rank on this node (torchrun's ``LOCAL_RANK``; 0 in a plain process)."""
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
 def barrier() -> None:
     """Wait for every rank (free at world size 1)."""
     if world_size() > 1:
         dist.barrier()
-
-
-def broadcast_object(obj, src: int = 0):
-    """``obj`` of rank ``src`` on every rank (``obj`` itself at world size 1); a collective."""
-    if world_size() == 1:
-        return obj
-    holder = [obj]
-    dist.broadcast_object_list(holder, src=src)
-    return holder[0]
 
 
 def world_size() -> int:
