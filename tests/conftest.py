@@ -10,6 +10,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+try:  # tests/with_vllm need vLLM: elsewhere tests/integration/test_vllm_env.py runs them in .venv-vllm
+    import importlib.util
+
+    collect_ignore_glob = [] if importlib.util.find_spec("vllm") else ["with_vllm/*"]
+except ValueError:
+    collect_ignore_glob = ["with_vllm/*"]
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):

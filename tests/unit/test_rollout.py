@@ -171,11 +171,6 @@ def test_dummy_rollout_gives_full_length_responses_ending_in_eos_without_running
 
 # --------------------------------------------------------------------------- selection
 
-def test_vllm_rollout_here_raises_a_verl_error_pointing_to_the_hf_engine(eos_prone_model, tokenizer):
-    with pytest.raises(VerlError, match=r"rollout\.name=hf"):
-        build_rollout("vllm", eos_prone_model, tokenizer)
-
-
 def test_unknown_rollout_name_lists_the_choices(eos_prone_model, tokenizer):
     with pytest.raises(VerlError) as err:
         build_rollout("sglang", eos_prone_model, tokenizer)

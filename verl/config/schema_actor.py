@@ -176,11 +176,27 @@ class RolloutConfig(ConfigNode):
     top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
     top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")
     do_sample: bool = option(True, help="Sample (true) or decode greedily (false).")
-    dtype: str = option("bfloat16", help="Weight dtype inside the rollout engine (vLLM).")
-    gpu_memory_utilization: float = option(0.5, help="Fraction of GPU memory vLLM may use for "
-                                           "weights and KV cache.")
+    dtype: str = option("auto", help="Weight dtype inside the vLLM engine: bfloat16, float16, float32, or "
+                        "auto (bfloat16 on a GPU, the actor's dtype on a CPU).")
+    gpu_memory_utilization: float = option(0.5, help="vLLM: fraction of GPU memory for weights and KV cache "
+                                           "(on a CPU, of the machine's memory; the CPU build's KV cache is "
+                                           "sized from max_num_seqs and max_model_len instead).")
     tensor_model_parallel_size: int = option(1, help="GPUs one vLLM model is split over.")
-    max_num_seqs: int = option(256, help="Most sequences the engine decodes at once.")
+    max_num_seqs: int = option(256, help="vLLM: most sequences the engine decodes at once.")
+    max_model_len: int | None = option(None, help="vLLM: longest sequence (prompt + response) the engine "
+                                       "serves; null = data.max_prompt_length + data.max_response_length.")
+    max_num_batched_tokens: int = option(8192, help="vLLM: most tokens one engine step processes.")
+    enforce_eager: bool = option(True, help="vLLM: run the model eagerly (no CUDA graphs, no torch.compile): "
+                                 "fast start-up; false trades start-up time for decode speed.")
+    enable_chunked_prefill: bool = option(True, help="vLLM: split long prefills into chunks scheduled "
+                                          "beside decodes.")
+    enable_prefix_caching: bool = option(True, help="vLLM: reuse the KV cache of shared prompt prefixes "
+                                         "(the n samples of a prompt); dropped at every weight sync.")
+    free_cache_engine: bool = option(True, help="vLLM on a GPU: sleep between rollouts (weights offloaded, "
+                                     "KV cache freed) so training has the memory; vLLM's CPU build has "
+                                     "no sleep mode and keeps its cache.")
+    engine_kwargs: dict = option({"vllm": {}}, help="Extra keyword arguments per engine, passed as they are "
+                                 "(engine_kwargs.vllm: to vllm.LLM; they override the keys above).")
     generation_batch_size: int | None = option(None, help="Prompts per generate call; null = "
                                                "the whole step at once.")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "

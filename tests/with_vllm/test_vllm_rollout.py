@@ -1,0 +1,149 @@
+"""The vLLM rollout for real: vLLM's CPU build (``bash scripts/setup.sh --vllm`` makes ``.venv-vllm``).
+
+These tests import vLLM, so they run in that environment; the main suite runs them there through
+tests/integration/test_vllm_env.py. Each compares vLLM with the parts of verl that do not use it:
+the Hugging Face engine's greedy tokens, and the actor's own forward pass for log-probs, before and
+after the actor's weights change and are synced into the engine.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+
+from verl.config import TrainerConfig  # noqa: E402
+from verl.data.collate import collate_prompts  # noqa: E402
+from verl.models.tiny import make_tiny_model_folder  # noqa: E402
+from verl.protocol import Batch  # noqa: E402
+from verl.rollout import HFRollout, SamplingParams  # noqa: E402
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker  # noqa: E402
+
+EOS = 2
+MAX_NEW = 12
+TEXTS = ("12+34=", "5+6=", "99+1=", "say 7:", "7*8=", "hello")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    # Hidden 128 over 4 heads: head size 32, which vLLM's CPU attention supports (16 it does not).
+    return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen2-vllm"), num_layers=2, hidden_size=128,
+                                  intermediate_size=256, seed=3)
+
+
+def _config(model_dir, **rollout):
+    return TrainerConfig(data=dict(max_prompt_length=16, max_response_length=MAX_NEW), trainer=dict(device="cpu"),
+                         actor_rollout_ref=dict(model=dict(path=str(model_dir)),
+                                                rollout=dict(name="vllm", n=3, **rollout),
+                                                actor=dict(ppo_mini_batch_size=2, optim=dict(lr=1e-2))))
+
+
+@pytest.fixture(scope="module")
+def worker(model_dir):
+    worker = ActorRolloutRefWorker(_config(model_dir, max_num_seqs=32).actor_rollout_ref, with_ref=False)
+    with torch.no_grad():
+        # Sharper logits than a random init's (greedy ties would make token parity a coin toss), and
+        # an EOS likely enough that some responses stop early and some run to the limit.
+        for p in worker.actor_model.parameters():
+            p.mul_(4.0)
+        worker.actor_model.get_output_embeddings().weight[EOS] *= 3
+    worker.sync_rollout_weights()
+    return worker
+
+
+def _prompts(tokenizer):
+    items = [dict(input_ids=tokenizer(t)["input_ids"], raw_prompt=t, data_source="test", ground_truth="0",
+                  extra_info={}, index=i) for i, t in enumerate(TEXTS)]
+    return collate_prompts(items, tokenizer.pad_token_id)
+
+
+def _hf_greedy(worker):
+    """The Hugging Face engine on an unwrapped copy of the actor's current weights."""
+    from verl.distributed.fsdp import unsharded
+
+    with unsharded(worker.actor_model) as model:
+        hf = HFRollout(model, worker.tokenizer, seed=0)
+        return hf.generate(_prompts(worker.tokenizer), SamplingParams(max_new_tokens=MAX_NEW, n=1, do_sample=False))
+
+
+def _sampled(worker, **changes):
+    params = dataclasses.replace(worker.sampling_params(), logprobs=True, **changes)
+    out = worker.generate_sequences(_prompts(worker.tokenizer), params)
+    return out, out.union(worker.compute_log_prob(out))["old_log_probs"]
+
+
+def test_the_engine_runs_on_the_cpu_with_the_rollout_settings(worker):
+    engine = worker.rollout
+    assert engine.name == "vllm" and not engine.on_gpu
+    cfg = engine.llm.llm_engine.vllm_config
+    assert str(cfg.model_config.dtype) == "torch.float32", "dtype=auto follows the fp32 actor on a CPU"
+    assert cfg.scheduler_config.max_num_seqs == 32
+    assert cfg.model_config.max_model_len == 16 + MAX_NEW
+    assert cfg.cache_config.kv_cache_memory_bytes == 64 << 20  # the small model's need, raised to the floor
+    assert torch.get_num_threads() == 1, "the trainer's thread setting survives the engine"
+
+
+def test_greedy_tokens_equal_the_hugging_face_engine(worker):
+    ours = worker.generate_sequences(_prompts(worker.tokenizer),
+                                     dataclasses.replace(worker.sampling_params(), n=1, do_sample=False))
+    ref = _hf_greedy(worker)
+    assert torch.equal(ours["responses"], ref["responses"])
+    assert torch.equal(ours["response_mask"], ref["response_mask"])
+    lengths = ours["response_mask"].sum(-1)
+    assert lengths.min() < MAX_NEW and lengths.max() == MAX_NEW, "want EOS-stopped and full-length responses"
+    stopped = lengths < MAX_NEW
+    last = ours["responses"][stopped].gather(1, (lengths[stopped] - 1).unsqueeze(1)).squeeze(1)
+    assert (last == EOS).all(), "a stopping EOS is kept in the response"
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampled_log_probs_equal_the_actors(worker, temperature):
+    out, actor = _sampled(worker, temperature=temperature)
+    assert out["responses"].shape[0] == len(TEXTS) * 3, "n samples per prompt"
+    mask = out["response_mask"].bool()
+    torch.testing.assert_close(out["rollout_log_probs"][mask], actor[mask], atol=1e-4, rtol=0)
+    assert (out["rollout_log_probs"][~mask] == 0).all()
+
+
+def test_samples_follow_the_row_seeds(worker):
+    prompts = _prompts(worker.tokenizer)
+    params = worker.sampling_params()
+
+    def draw(seeds):
+        return worker.generate_sequences(prompts.union(Batch({"rollout_seed": torch.tensor(seeds)})),
+                                         params)["responses"]
+
+    first, again, other = draw([11, 12, 13, 14, 15, 16]), draw([11, 12, 13, 14, 15, 16]), draw([21, 12, 13, 14, 15, 16])
+    assert torch.equal(first, again), "same prompts and seeds, same samples"
+    samples = first.view(len(TEXTS), 3, -1)
+    assert any(not torch.equal(s[0], s[1]) for s in samples), "the n samples of a prompt differ"
+    width = min(first.shape[1], other.shape[1])
+    assert not torch.equal(first[:3, :width], other[:3, :width]), "a new seed, new samples"
+    assert torch.equal(first[3:, :width], other[3:, :width]), "a row's samples do not depend on the other rows"
+
+
+def test_parity_holds_after_an_update_is_synced(worker):
+    before = _hf_greedy(worker)["responses"]
+    out, _ = _sampled(worker)
+    out = out.union(worker.compute_log_prob(out))
+    batch = out.union(type(out)({"advantages": torch.randn_like(out["response_mask"], dtype=torch.float32)}))
+    worker.update_actor(batch)  # syncs the new weights into vLLM
+    after = _hf_greedy(worker)["responses"]
+    assert not torch.equal(before, after), "the update must change what greedy decoding produces"
+    ours = worker.generate_sequences(_prompts(worker.tokenizer),
+                                     dataclasses.replace(worker.sampling_params(), n=1, do_sample=False))
+    assert torch.equal(ours["responses"], after)
+    sampled, actor = _sampled(worker)
+    mask = sampled["response_mask"].bool()
+    torch.testing.assert_close(sampled["rollout_log_probs"][mask], actor[mask], atol=1e-4, rtol=0)
+
+
+def test_engine_kwargs_reach_vllm(model_dir):
+    cfg = _config(model_dir, engine_kwargs={"vllm": {"max_num_seqs": 8}}, enable_prefix_caching=False)
+    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, with_ref=False)
+    vcfg = worker.rollout.llm.llm_engine.vllm_config
+    assert vcfg.scheduler_config.max_num_seqs == 8, "engine_kwargs.vllm override the rollout keys"
+    assert not vcfg.cache_config.enable_prefix_caching
+    out = worker.generate_sequences(_prompts(worker.tokenizer))
+    assert out["responses"].shape[0] == len(TEXTS) * 3
