@@ -19,7 +19,9 @@ row, tokens/s, and the achieved GFLOP/s counted as
 leaving out the embedding table (a lookup; it is tied to the LM head, whose small matmul is not
 counted either), attention over the cache and the prefill. The machine's matmul peak is measured
 in the same run: a timed fp32 ``1024 x 1024 @ 1024 x 1024`` matmul at the same thread count.
-A measurement: nothing is asserted.
+``--engines`` also takes ``native-forward``: the ``native`` engine with its fast decoder switched off
+(``NativeRollout(fast=False)``: the same loop through the model's own forward), to see what the fast
+decoder (:mod:`verl.rollout.fast_decoder`) adds. A measurement: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    parser.add_argument("--engines", nargs="+", default=["hf", "native"])
+    parser.add_argument("--engines", nargs="+", default=["hf", "native"],
+                        help="hf, native, native-forward (native without its fast decoder), vllm")
     parser.add_argument("--stop-tokens", type=int, nargs="+", default=[0, 16])
     args = parser.parse_args()
 
@@ -105,7 +108,7 @@ def main() -> None:
             print("vllm: installed but no CUDA GPU is visible; not measured")
         else:
             engines.append("vllm")
-    print(f"{'model':>5} {'stops':>5} {'engine':>7} {'batch':>5} {'seconds':>8} {'tokens':>7} {'mean len':>8} "
+    print(f"{'model':>5} {'stops':>5} {'engine':>14} {'batch':>5} {'seconds':>8} {'tokens':>7} {'mean len':>8} "
           f"{'tokens/s':>9} {'GFLOP/s':>8} {'% peak':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
@@ -120,7 +123,12 @@ def main() -> None:
 
                     extra = dict(model_path=str(path), rollout_config=TrainerConfig().actor_rollout_ref.rollout,
                                  max_model_len=64 + args.max_new_tokens)
-                engine = build_rollout(engine_name, model, tokenizer, **extra)
+                if engine_name == "native-forward":
+                    from verl.rollout.native import NativeRollout
+
+                    engine = NativeRollout(model, tokenizer, fast=False)
+                else:
+                    engine = build_rollout(engine_name, model, tokenizer, **extra)
                 eos = list(engine.eos_token_ids)
                 params = SamplingParams(max_new_tokens=args.max_new_tokens, n=args.n)
                 time_generate(engine, make_prompts(tokenizer, 2), params)  # warm-up
@@ -130,7 +138,7 @@ def main() -> None:
                         prompts = make_prompts(tokenizer, max(1, batch // args.n))
                         seconds, tokens = time_generate(engine, prompts, params, args.repeats)
                         gflops = flops_per_token * tokens / seconds / 1e9
-                        print(f"{name:>5} {stops:>5} {engine_name:>7} {batch:>5} {seconds:8.2f} {tokens:7d} "
+                        print(f"{name:>5} {stops:>5} {engine_name:>14} {batch:>5} {seconds:8.2f} {tokens:7d} "
                               f"{tokens / (len(prompts) * args.n):8.1f} {tokens / seconds:9.0f} {gflops:8.2f} "
                               f"{100 * gflops / peak:5.1f}%", flush=True)
 

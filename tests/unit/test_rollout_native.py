@@ -1,5 +1,10 @@
 """verl.rollout.native: the KV-cache engine draws what the hf engine draws, reports the actor's log-probs,
-shares the prefill of a prompt's samples and lets finished rows leave the batch."""
+shares the prefill of a prompt's samples and lets finished rows leave the batch.
+
+Engines: ``fast`` (Qwen2, Llama, Phi-3 decode through verl.rollout.fast_decoder; OPT falls back to its
+forward) and the model's own forward with either cache kind. The tests that count forward calls
+put a hook on the model, which sends the engine down the forward path (tests/unit/test_fast_decoder.py
+checks the same for the fast path)."""
 
 import dataclasses
 
@@ -12,6 +17,10 @@ from verl.models.logprob import compute_response_logprobs
 from verl.models.tiny import ARCHITECTURES, make_tiny_model_folder
 from verl.rollout import ROLLOUT_NAMES, HFRollout, SamplingParams, build_rollout
 from verl.rollout.native import CACHE_KINDS, NativeRollout, distinct_prompts
+
+# NativeRollout settings: the fast decoder where the model allows it, the model's forward with each cache.
+ENGINES = [dict(fast=True)] + [dict(fast=False, cache=kind) for kind in CACHE_KINDS]
+ENGINE_IDS = ["fast"] + [f"forward-{kind}" for kind in CACHE_KINDS]
 
 EOS = 2
 # Different lengths, so every batch is left-padded.
@@ -59,12 +68,14 @@ SAMPLED = [SamplingParams(max_new_tokens=MAX_NEW, n=3, temperature=1.0, logprobs
 
 # --------------------------------------------------------------------------- parity with the hf engine
 
-@pytest.mark.parametrize("cache", CACHE_KINDS)
-def test_greedy_responses_equal_hf_token_for_token_on_every_architecture(arch_model, cache):
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+def test_greedy_responses_equal_hf_token_for_token_on_every_architecture(arch_model, engine):
     model, tokenizer = arch_model
     prompts = make_prompts(tokenizer)
     hf = HFRollout(model, tokenizer).generate(prompts, GREEDY)
-    native = NativeRollout(model, tokenizer, cache=cache).generate(prompts, GREEDY)
+    rollout = NativeRollout(model, tokenizer, **engine)
+    native = rollout.generate(prompts, GREEDY)
+    assert rollout.last_path == ("fast" if engine["fast"] and model.config.model_type != "opt" else "hf")
     assert_lengths_differ(hf)
     assert torch.equal(native["responses"], hf["responses"])
     assert torch.equal(native["attention_mask"], hf["attention_mask"])
@@ -116,10 +127,10 @@ def test_log_probs_equal_the_actors_recomputation(arch_model, params):
 
 # --------------------------------------------------------------------------- batch independence, prefill sharing
 
-@pytest.mark.parametrize("cache", CACHE_KINDS)
-def test_a_response_does_not_depend_on_the_rest_of_the_batch(qwen2, cache):
+@pytest.mark.parametrize("settings", ENGINES, ids=ENGINE_IDS)
+def test_a_response_does_not_depend_on_the_rest_of_the_batch(qwen2, settings):
     model, tokenizer = qwen2
-    engine = NativeRollout(model, tokenizer, cache=cache)
+    engine = NativeRollout(model, tokenizer, **settings)
     prompts = make_prompts(tokenizer, TEXTS + ["9*9=", "hi"])
     params = SAMPLED[1]
     whole = engine.generate(prompts, params)
@@ -147,7 +158,8 @@ def test_distinct_prompts_finds_each_prompt_once():
 
 
 class ForwardCounter:
-    """Counts the model's forward calls and the rows and tokens each saw."""
+    """Counts the model's forward calls and the rows and tokens each saw (the hook makes the native
+    engine run the model's forward: the fast decoder would skip it)."""
 
     def __init__(self, model):
         self.shapes = []

@@ -1,15 +1,20 @@
 """A KV-cache decode loop of our own around a Hugging Face causal LM: fast rollout on CPU and small models.
 
-The engine calls the model's forward itself (one prefill, then one token per row per step, with
-the model's own KV cache class) instead of ``transformers.generate``, which decodes every row of
-the batch until the last one stops and prefills every sample of a prompt. Here:
+The engine runs one prefill, then one token per row per step, itself, instead of
+``transformers.generate``, which decodes every row of the batch until the last one stops and
+prefills every sample of a prompt. For Qwen2, Llama, Mistral and Phi-3 the steps run through
+:class:`verl.rollout.fast_decoder.FastDecoder`, a lean functional copy of their forward that reads
+the module's weights at every call (at these sizes most of a Hugging Face forward is per-op
+overhead: mask building, cache bookkeeping, module calls); any other model, or one the fast path
+does not cover (forward hooks, sharded parameters, another RoPE type, ...), runs its own forward
+with a transformers KV cache. ``last_path`` and ``fallback_reason`` tell which ran. Either way:
 
 - **the samples of a prompt share its prefill**: each distinct (prompt, mask) row is prefilled once
   and its cache rows are then gathered out to its ``n`` samples (they arrive as adjacent rows);
 - **finished rows leave the batch**: a row that emits EOS is dropped from the decode batch and its
   cache rows from the cache (a batch gather) once finished rows make up ``compact_fraction`` of the
   batch, so decode compute follows the rows still going instead of the longest response;
-- **the cache** is transformers' ``DynamicCache`` (``cache="dynamic"``, the default) or a
+- **the cache** (Hugging Face forward) is transformers' ``DynamicCache`` (``cache="dynamic"``, the default) or a
   preallocated one (``cache="static"``): each layer's keys and values in one buffer sized for the
   whole generation, written in place, attention reading views of the filled part. On a CPU the two
   measure the same or dynamic slightly ahead (docs/performance.md): a view of a growing buffer is
@@ -30,6 +35,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.seeding import draw, filter_logits
 
 CACHE_KINDS = ("dynamic", "static")
@@ -102,28 +108,69 @@ def make_cache(model, kind: str, capacity: int) -> DynamicCache:
     return cache
 
 
+class _HFSteps:
+    """Prefill and decode through the model's own forward and a transformers cache: any causal LM."""
+
+    def __init__(self, engine: "NativeRollout"):
+        self.engine = engine
+
+    def prefill(self, input_ids, attention_mask, positions, capacity: int) -> torch.Tensor:
+        self.cache = make_cache(self.engine.model, self.engine.cache, capacity)
+        self.mask = attention_mask
+        return self._forward(input_ids, positions)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache.batch_select_indices(index)
+        self.mask = self.mask[index]
+
+    def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=1)
+        return self._forward(tokens.unsqueeze(-1), positions.unsqueeze(-1))
+
+    def _forward(self, input_ids, position_ids) -> torch.Tensor:
+        """Float32 logits ``[b, V]`` of the last position."""
+        engine = self.engine
+        out = engine.model(input_ids=input_ids, attention_mask=self.mask, position_ids=position_ids,
+                           use_cache=True, logits_to_keep=1, **{engine._cache_kwarg: self.cache})
+        return out.logits[:, -1].float()
+
+
 class NativeRollout(RolloutEngine):
+    """``fast=True`` (the default): Llama-family models (:mod:`verl.rollout.fast_decoder`) decode
+    through :class:`~verl.rollout.fast_decoder.FastDecoder`, every other model (or one with forward
+    hooks, sharded parameters, ...) through its Hugging Face forward; after each call ``last_path``
+    says which ran (``"fast"`` or ``"hf"``) and ``fallback_reason`` why the fast one did not."""
+
     name = "native"
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, device: torch.device | str | None = None,
-                 seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125):
+                 seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         super().__init__(eos, tokenizer.pad_token_id, seed)
         if cache not in CACHE_KINDS:
             raise ValueError(f"unknown native rollout cache {cache!r}; choose one of {CACHE_KINDS}")
-        self.model, self.cache = model, cache
+        self.model, self.cache, self.fast = model, cache, fast
         # Finished rows are dropped from the decode batch once they are this share of it (at least one).
         self.compact_fraction = compact_fraction
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         # transformers renamed the forward's ``past_key_values`` to ``cache`` (the old name warns, then goes).
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.last_path: str | None = None
+        self.fallback_reason: str | None = None
+        # Rows of each decode forward of the last call (prefill excluded): what compaction left.
+        self.last_decode_rows: list[int] = []
 
-    def _forward(self, input_ids, attention_mask, position_ids, cache) -> torch.Tensor:
-        """Float32 logits ``[b, V]`` of the last position."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
-        return out.logits[:, -1].float()
+    def _steps(self, total_length: int):
+        """The decoder for one call: the fast one when the model allows it, else the HF forward.
+        Decided (and the weights read) at every call: in the hybrid engine they change between calls."""
+        self.fallback_reason = unsupported_reason(self.model, total_length) if self.fast else "fast=False"
+        where = next(self.model.parameters()).device
+        if self.fallback_reason is None and (where.type != self.device.type or
+                                             self.device.index not in (None, where.index)):
+            self.fallback_reason = f"the parameters are on {where}, the engine computes on {self.device}"
+        self.last_path = "hf" if self.fallback_reason else "fast"
+        return _HFSteps(self) if self.fallback_reason else FastDecoder(self.model)
 
     @staticmethod
     def _pick(logits: torch.Tensor, params: SamplingParams, seeds: torch.Tensor, step: int):
@@ -133,20 +180,25 @@ class NativeRollout(RolloutEngine):
             return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return draw(filter_logits(logits, params.temperature, params.top_k, params.top_p), seeds, step)
 
-    @torch.no_grad()
     def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._generate(input_ids.to(self.device), attention_mask.to(self.device), params, seeds.cpu())
+            # Inference mode saves a little on every op; the results are cloned out of it, so that
+            # the caller gets ordinary tensors (inference tensors cannot join autograd later).
+            with torch.inference_mode():
+                responses, log_probs = self._generate(input_ids.to(self.device), attention_mask.to(self.device),
+                                                      params, seeds.cpu())
         finally:
             self.model.train(was_training)
+        return responses.clone(), None if log_probs is None else log_probs.clone()
 
     def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds):
         batch, prompt_len = input_ids.shape
         max_new = params.max_new_tokens
         responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
         log_probs = torch.zeros(batch, max_new, device=self.device)
+        self.last_decode_rows = []
         if max_new == 0 or batch == 0:
             return responses, log_probs if params.logprobs else None
 
@@ -155,21 +207,25 @@ class NativeRollout(RolloutEngine):
         mask = attention_mask.long()
         positions = mask.cumsum(dim=1) - 1
         positions = positions.masked_fill(mask == 0, 1)  # pads attend nowhere; as transformers' generate does
-        cache = make_cache(self.model, self.cache, prompt_len + max_new)
-        logits = self._forward(input_ids[first], mask[first], positions[first], cache)[inverse]
+        steps = self._steps(prompt_len + max_new)
+        logits = steps.prefill(input_ids[first], mask[first], positions[first], prompt_len + max_new)[inverse]
         if len(first) < batch:
-            cache.batch_select_indices(inverse)
+            steps.select(inverse)
 
         rows = torch.arange(batch, device=self.device)  # the output row of each decode row
         live = torch.ones(batch, dtype=torch.bool, device=self.device)  # decode rows still generating
         seeds = seeds.to(self.device)
-        next_position = mask.sum(dim=1, keepdim=True)
+        row_seeds = seeds
+        next_position = mask.sum(dim=1)
         eos = torch.tensor(self.eos_token_ids, device=self.device)
+        # The decode rows' tokens and log-probs, one column per step; copied out to their output rows
+        # when rows leave the batch and at the end. Tokens a finished row still draws are blanked at the end.
+        step_tokens, step_log_probs = responses.clone(), log_probs.clone()
         width = 0
         for step in range(max_new):
-            tokens, token_log_probs = self._pick(logits, params, seeds[rows], step)
-            responses[rows[live], step] = tokens[live]
-            log_probs[rows[live], step] = token_log_probs[live]
+            tokens, token_log_probs = self._pick(logits, params, row_seeds, step)
+            step_tokens[:, step] = tokens
+            step_log_probs[:, step] = token_log_probs
             width = step + 1
             live &= ~torch.isin(tokens, eos)
             still_going = int(live.sum())
@@ -178,14 +234,22 @@ class NativeRollout(RolloutEngine):
             # Finished rows leave the batch and the cache once enough of them gather: every compaction
             # copies the cache, every dead row left in costs one row of decode compute per step.
             if len(rows) - still_going >= max(1, int(self.compact_fraction * len(rows))):
-                keep = live.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                rows, live, mask, next_position, tokens = (rows[keep], live[keep], mask[keep], next_position[keep],
-                                                           tokens[keep])
-            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
-            logits = self._forward(tokens.unsqueeze(-1), mask, next_position, cache)
+                keep, gone = live.nonzero().squeeze(-1), (~live).nonzero().squeeze(-1)
+                responses[rows[gone]], log_probs[rows[gone]] = step_tokens[gone], step_log_probs[gone]
+                steps.select(keep)
+                rows, live, next_position, tokens = rows[keep], live[keep], next_position[keep], tokens[keep]
+                step_tokens, step_log_probs, row_seeds = step_tokens[keep], step_log_probs[keep], seeds[rows]
+            self.last_decode_rows.append(len(rows))
+            logits = steps.decode(tokens, next_position)
             next_position = next_position + 1
-        return responses[:, :width], log_probs[:, :width] if params.logprobs else None
+        responses[rows], log_probs[rows] = step_tokens, step_log_probs
+        responses, log_probs = responses[:, :width], log_probs[:, :width]
+        # Everything after a row's first stop token: pad, log-prob 0.
+        stopped = torch.isin(responses, eos).long()
+        after = (stopped.cumsum(dim=1) - stopped) > 0
+        responses.masked_fill_(after, self.pad_token_id)
+        log_probs.masked_fill_(after, 0.0)
+        return responses, log_probs if params.logprobs else None
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)

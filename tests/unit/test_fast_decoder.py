@@ -1,0 +1,219 @@
+"""verl.rollout.fast_decoder: the lean Llama-family decode path gives the Hugging Face forward's logits,
+the native engine uses it where it can and falls back to the model's forward everywhere else."""
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+import verl.rollout.fast_decoder as fast_decoder
+from verl.data.collate import collate_prompts
+from verl.models.loading import load_causal_lm, load_tokenizer
+from verl.models.tiny import build_tiny_config, make_tiny_model_folder
+from verl.rollout import HFRollout, SamplingParams
+from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
+from verl.rollout.native import NativeRollout
+
+VOCAB = 259
+SIZES = dict(num_layers=2, hidden_size=64, intermediate_size=128)
+TEXTS = ["12+34=", "5+6=", "a longer prompt: 99+1=", "7+70=", "x"]
+GREEDY = SamplingParams(max_new_tokens=12, n=2, do_sample=False, logprobs=True)
+SAMPLED = SamplingParams(max_new_tokens=12, n=3, temperature=0.8, top_k=40, top_p=0.9, logprobs=True)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir):
+    return load_tokenizer(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module", params=["qwen2", "llama", "phi3"])
+def arch_model(request, tmp_path_factory):
+    path = make_tiny_model_folder(tmp_path_factory.mktemp(f"fast-{request.param}"), arch=request.param, **SIZES)
+    return load_causal_lm(str(path)).eval()
+
+
+def random_model(cls, config_cls, seed=0, **overrides):
+    """A tiny randomly initialised model of a class the tiny-model folders do not cover."""
+    base = build_tiny_config(VOCAB, "llama", **SIZES).to_dict()
+    base = {k: v for k, v in base.items() if k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                   "num_hidden_layers", "num_attention_heads",
+                                                   "num_key_value_heads", "max_position_embeddings",
+                                                   "tie_word_embeddings", "pad_token_id", "bos_token_id",
+                                                   "eos_token_id")}
+    torch.manual_seed(seed)
+    return cls(config_cls(**{**base, **overrides})).eval()
+
+
+def eos_prone(model):
+    """Scaled-up EOS logits: some rows stop early, some run to the limit."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight[2] *= 40
+    return model.eval()
+
+
+def make_prompts(tokenizer, texts=TEXTS):
+    items = [dict(input_ids=tokenizer(t)["input_ids"], raw_prompt=t, data_source="test", ground_truth="0",
+                  extra_info={}, index=i) for i, t in enumerate(texts)]
+    prompts = collate_prompts(items, tokenizer.pad_token_id)
+    prompts["rollout_seed"] = torch.arange(len(texts), dtype=torch.int64) * 1000 + 17
+    return prompts
+
+
+def left_padded(rows=4, length=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (rows, length), generator=g)
+    mask = torch.ones_like(ids)
+    for row in range(rows):
+        mask[row, :row] = 0  # row r has r pads; the last row the most
+    positions = (mask.cumsum(1) - 1).masked_fill(mask == 0, 1)
+    return ids, mask, positions
+
+
+def hf_step(model, ids, mask, positions, cache):
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                 use_cache=True).logits[:, -1].float()
+
+
+def assert_logits_match_hf(model, steps=5, atol=1e-5):
+    """Prefill with left padding, several decode steps, a row dropped and rows repeated in between:
+    the fast path's logits against the Hugging Face forward with its own cache."""
+    ids, mask, positions = left_padded()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        fast = FastDecoder(model)
+        cache = DynamicCache(config=model.config)
+        torch.testing.assert_close(fast.prefill(ids, mask, positions, ids.shape[1] + steps),
+                                   hf_step(model, ids, mask, positions, cache), atol=atol, rtol=0)
+        position = mask.sum(1)
+        for step in range(steps):
+            if step == 2:  # rows leave and others are repeated, as the engine does
+                index = torch.tensor([0, 2, 3, 3])
+                fast.select(index)
+                cache.batch_select_indices(index)
+                mask, position = mask[index], position[index]
+            tokens = torch.randint(3, VOCAB, (len(mask),), generator=g)
+            mask = torch.cat([mask, torch.ones(len(mask), 1, dtype=mask.dtype)], dim=1)
+            expected = hf_step(model, tokens[:, None], mask, position[:, None], cache)
+            torch.testing.assert_close(fast.decode(tokens, position), expected, atol=atol, rtol=0)
+            position = position + 1
+
+
+# --------------------------------------------------------------------------- logits parity
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_logits_equal_the_hf_forward(arch_model, packed, monkeypatch):
+    if not packed:  # each projection on its own, RoPE on the model's own layout
+        monkeypatch.setattr(fast_decoder, "PACK_LIMIT_BYTES", 0)
+    assert unsupported_reason(arch_model, 64) is None
+    assert FastDecoder(arch_model).complex is packed
+    assert_logits_match_hf(arch_model)
+
+
+def test_logits_equal_hf_for_mistral_and_llama_with_biases():
+    assert_logits_match_hf(random_model(MistralForCausalLM, MistralConfig, sliding_window=None))
+    llama = random_model(LlamaForCausalLM, LlamaConfig, attention_bias=True, mlp_bias=True,
+                         tie_word_embeddings=False, head_dim=32, num_attention_heads=4)
+    with torch.no_grad():  # random init leaves biases at zero: make them count
+        for name, p in llama.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    assert unsupported_reason(llama) is None
+    assert_logits_match_hf(llama)
+
+
+def test_bfloat16_runs_the_real_valued_rope(arch_model):
+    model = arch_model.to(torch.bfloat16)
+    try:
+        assert not FastDecoder(model).complex
+        assert_logits_match_hf(model, steps=3, atol=0.1)  # bf16 rounding differs op by op
+    finally:
+        arch_model.float()
+
+
+# --------------------------------------------------------------------------- the engine
+
+def test_native_uses_the_fast_path_and_matches_hf_greedy_and_sampled(arch_model, tokenizer):
+    model = eos_prone(arch_model)
+    prompts = make_prompts(tokenizer, TEXTS)
+    for params in (GREEDY, SAMPLED):
+        engine = NativeRollout(model, tokenizer)
+        native = engine.generate(prompts, params)
+        assert engine.last_path == "fast" and engine.fallback_reason is None
+        hf = HFRollout(model, tokenizer).generate(prompts, params)
+        assert torch.equal(native["responses"], hf["responses"])
+        torch.testing.assert_close(native["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
+        assert not native["rollout_log_probs"].is_inference() and not native["responses"].is_inference()
+
+
+def test_fast_path_shares_the_prefill_and_drops_finished_rows(tiny_model_dir, tokenizer, monkeypatch):
+    model = eos_prone(load_causal_lm(str(tiny_model_dir)))
+    prefills, prefill = [], FastDecoder.prefill
+
+    def counted(self, ids, *args):
+        prefills.append(tuple(ids.shape))
+        return prefill(self, ids, *args)
+
+    monkeypatch.setattr(FastDecoder, "prefill", counted)
+    prompts = make_prompts(tokenizer, TEXTS)
+    engine = NativeRollout(model, tokenizer, compact_fraction=0.0)
+    out = engine.generate(prompts, GREEDY)
+    assert engine.last_path == "fast"
+    assert prefills == [tuple(prompts["input_ids"].shape)]  # 5 prompts prefilled, not 10 rows
+    lengths = out["response_mask"].sum(1)
+    sizes = engine.last_decode_rows
+    assert sizes == [int((lengths > t).sum()) for t in range(1, len(sizes) + 1)]
+    assert sizes[-1] < len(out), "no row stopped early: the test proves nothing"
+    lazy = NativeRollout(model, tokenizer).generate(prompts, GREEDY)
+    assert torch.equal(lazy["responses"], out["responses"])
+
+
+def test_weights_are_read_at_every_call(tiny_model_dir, tokenizer):
+    """The hybrid engine swaps the rollout model's parameters before each rollout: no stale copies."""
+    model = load_causal_lm(str(tiny_model_dir)).eval()
+    prompts = make_prompts(tokenizer, TEXTS)
+    engine = NativeRollout(model, tokenizer)
+    before = engine.generate(prompts, SAMPLED)
+    other = load_causal_lm(str(make_tiny_model_folder(tiny_model_dir.parent / "other-weights", seed=5, **SIZES)))
+    model.load_state_dict(other.state_dict(), assign=True)
+    after = engine.generate(prompts, SAMPLED)
+    assert engine.last_path == "fast"
+    assert not torch.allclose(after["rollout_log_probs"], before["rollout_log_probs"])
+    hf = HFRollout(model, tokenizer).generate(prompts, SAMPLED)
+    assert torch.equal(after["responses"], hf["responses"])
+    torch.testing.assert_close(after["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_unsupported_architecture_falls_back_to_the_hf_forward(tmp_path, tokenizer):
+    model = eos_prone(load_causal_lm(str(make_tiny_model_folder(tmp_path / "opt", arch="opt", **SIZES))))
+    assert "opt" in unsupported_reason(model)
+    prompts = make_prompts(tokenizer, TEXTS)
+    engine = NativeRollout(model, tokenizer)
+    native = engine.generate(prompts, GREEDY)
+    assert engine.last_path == "hf" and "opt" in engine.fallback_reason
+    assert torch.equal(native["responses"], HFRollout(model, tokenizer).generate(prompts, GREEDY)["responses"])
+
+
+def test_what_the_fast_path_does_not_cover_is_refused(tiny_model_dir):
+    model = load_causal_lm(str(tiny_model_dir)).eval()
+    assert unsupported_reason(model) is None
+    handle = model.model.layers[0].register_forward_hook(lambda *args: None)
+    assert "hooks" in unsupported_reason(model)
+    handle.remove()
+    scaled = load_causal_lm(str(tiny_model_dir),
+                            override_config=dict(rope_parameters=dict(rope_type="linear", factor=2.0,
+                                                                      rope_theta=10000.0)))
+    assert "RoPE" in unsupported_reason(scaled)
+    mistral = random_model(MistralForCausalLM, MistralConfig, sliding_window=16)
+    assert unsupported_reason(mistral, 16) is None  # the whole sequence fits in the window
+    assert "sliding window" in unsupported_reason(mistral, 17)
+    with torch.device("meta"):
+        empty = type(model)(model.config)
+    assert "meta" in unsupported_reason(empty)
+
+
+def test_fast_false_runs_the_hf_forward(tiny_model_dir, tokenizer):
+    model = load_causal_lm(str(tiny_model_dir)).eval()
+    prompts = make_prompts(tokenizer, TEXTS)
+    slow = NativeRollout(model, tokenizer, fast=False)
+    out = slow.generate(prompts, SAMPLED)
+    assert slow.last_path == "hf"
+    assert torch.equal(out["responses"], NativeRollout(model, tokenizer).generate(prompts, SAMPLED)["responses"])
