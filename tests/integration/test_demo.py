@@ -28,6 +28,8 @@ def test_demo_raises_held_out_reward(tmp_path, capsys):
     assert [r["step"] for r in rows if "critic/score/mean" in r] == list(range(1, 31))
     assert "held-out" in printed and "SFT warm start" in printed
     AutoModelForCausalLM.from_pretrained(out / "huggingface")
+    config = (out / "config.yaml").read_text()
+    assert "name: native" in config, "the demo generates with the fastest engine installed"
 
     # The warm start is cached: a second run goes straight to RL.
     assert main(["trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'again'}", "trainer.seed=1",

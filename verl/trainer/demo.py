@@ -3,9 +3,29 @@
 A ~1M-parameter Qwen2 model learns 2-digit addition: a short supervised warm start (cached),
 then GRPO with 32 prompts x 8 samples per step. Any key given on the command line overrides
 the preset below.
+
+The rollout engine is the fastest one installed for this shape (256 samples of at most 6 tokens
+from a 1M model), as measured in docs/performance.md: ``native`` (0.03 s of generation a step),
+ahead of ``hf`` (0.07 s) and vLLM's CPU build (0.09 s: per-request overhead outweighs its
+kernels on such short responses). ``native`` needs transformers 4.56 or newer; before that, ``hf``.
 """
 
 from __future__ import annotations
+
+import importlib.util
+
+
+def demo_rollout_engine() -> str:
+    """``native`` where it can run (transformers' layered cache API, 4.56+), else ``hf``."""
+    try:
+        spec = importlib.util.find_spec("transformers.cache_utils")
+        if spec is None:
+            return "hf"
+        from transformers.cache_utils import DynamicLayer  # noqa: F401
+    except ImportError:
+        return "hf"
+    return "native"
+
 
 DEMO_PRESET = [
     "data.train_batch_size=32",
@@ -23,6 +43,7 @@ DEMO_PRESET = [
     "trainer.val_sampled=true",
     "trainer.experiment_name=demo",
     "trainer.default_local_dir=outputs/demo",
+    f"actor_rollout_ref.rollout.name={demo_rollout_engine()}",
 ]
 
 
