@@ -6,16 +6,16 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 import verl.rollout.fast_decoder as fast_decoder
-from verl.data.collate import collate_prompts
 from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.tiny import build_tiny_config, make_tiny_model_folder
 from verl.rollout import HFRollout, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.native import NativeRollout
 
+from test_rollout_native import TEXTS, eos_prone, make_prompts  # the native engine's own test helpers
+
 VOCAB = 259
 SIZES = dict(num_layers=2, hidden_size=64, intermediate_size=128)
-TEXTS = ["12+34=", "5+6=", "a longer prompt: 99+1=", "7+70=", "x"]
 GREEDY = SamplingParams(max_new_tokens=12, n=2, do_sample=False, logprobs=True)
 SAMPLED = SamplingParams(max_new_tokens=12, n=3, temperature=0.8, top_k=40, top_p=0.9, logprobs=True)
 
@@ -41,21 +41,6 @@ def random_model(cls, config_cls, seed=0, **overrides):
                                                    "eos_token_id")}
     torch.manual_seed(seed)
     return cls(config_cls(**{**base, **overrides})).eval()
-
-
-def eos_prone(model):
-    """Scaled-up EOS logits: some rows stop early, some run to the limit."""
-    with torch.no_grad():
-        model.get_output_embeddings().weight[2] *= 40
-    return model.eval()
-
-
-def make_prompts(tokenizer, texts=TEXTS):
-    items = [dict(input_ids=tokenizer(t)["input_ids"], raw_prompt=t, data_source="test", ground_truth="0",
-                  extra_info={}, index=i) for i, t in enumerate(texts)]
-    prompts = collate_prompts(items, tokenizer.pad_token_id)
-    prompts["rollout_seed"] = torch.arange(len(texts), dtype=torch.int64) * 1000 + 17
-    return prompts
 
 
 def left_padded(rows=4, length=7, seed=0):

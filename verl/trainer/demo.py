@@ -12,15 +12,10 @@ kernels on such short responses). ``native`` needs transformers 4.56 or newer; b
 
 from __future__ import annotations
 
-import importlib.util
-
 
 def demo_rollout_engine() -> str:
     """``native`` where it can run (transformers' layered cache API, 4.56+), else ``hf``."""
     try:
-        spec = importlib.util.find_spec("transformers.cache_utils")
-        if spec is None:
-            return "hf"
         from transformers.cache_utils import DynamicLayer  # noqa: F401
     except ImportError:
         return "hf"
