@@ -49,7 +49,10 @@ def run_document(doc: Path, cwd: Path, *, min_blocks: int = 10, bash_cwd=None) -
 def run_torchrun(script: str, *args, tmp_path: Path, nproc: int = 2) -> None:
     """Run ``script`` (python source) on ``nproc`` CPU ranks with torchrun, the checkout importable."""
     path = tmp_path / "rank.py"
-    path.write_text(script)
+    # Each rank ends through leave_job, as the project's own entry points do: torch 2.13 with gloo
+    # otherwise aborts now and then at interpreter exit, after all the work ("terminate called
+    # without an active exception"). An error in the script still raises before it.
+    path.write_text(script + "\n\nfrom verl.distributed.process_group import leave_job\n\nleave_job(0)\n")
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                            str(path), *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
