@@ -9,11 +9,50 @@ def _cfg(*args):
     return TrainerConfig.from_overrides(list(args))
 
 
-def test_parse_overrides_parses_yaml_flow_values():
+def test_parse_overrides_reads_values_with_hydras_grammar():
     pairs = parse_overrides(["a.b=1e-4", "c=true", "d=null", "e=[console,wandb]", "f='quoted string'",
-                             "+g.h={x: 1}", "i=0.5", "j=", "k=a=b"])
+                             "+g.h={x: 1}", "i=0.5", "j=", "k='a=b'", "l=['console', \"wandb\"]", "m=1_000"])
     assert pairs == [("a.b", 1e-4), ("c", True), ("d", None), ("e", ["console", "wandb"]),
-                     ("f", "quoted string"), ("g.h", {"x": 1}), ("i", 0.5), ("j", None), ("k", "a=b")]
+                     ("f", "quoted string"), ("g.h", {"x": 1}), ("i", 0.5), ("j", ""), ("k", "a=b"),
+                     ("l", ["console", "wandb"]), ("m", 1000)]
+
+
+def test_hydra_forms_add_force_add_and_delete():
+    cfg = _cfg("++actor_rollout_ref.model.override_config.rope_theta=5e5",
+               "++actor_rollout_ref.model.override_config.rope_theta=1e6",
+               "+actor_rollout_ref.model.override_config.x.y=1",
+               "~actor_rollout_ref.model.override_config.x.y",
+               "trainer.total_epochs=5", "~trainer.total_epochs")
+    assert cfg.actor_rollout_ref.model.override_config == {"rope_theta": 1e6, "x": {}}
+    assert cfg.trainer.total_epochs == TrainerConfig().trainer.total_epochs  # back to the default
+    with pytest.raises(ConfigError, match="has no key nope to delete"):
+        _cfg("~actor_rollout_ref.model.override_config.nope")
+
+
+def test_hydra_refusals_name_the_fix():
+    with pytest.raises(ConfigError, match=r"is a sweep .*trainer.logger=\[a,b\]"):
+        _cfg("trainer.logger=console,wandb")
+    with pytest.raises(ConfigError, match=r"could not be parsed .*quote a value"):
+        _cfg("custom_reward_function.name=a=b")
+    assert _cfg("custom_reward_function.name='a=b'").custom_reward_function.name == "a=b"
+
+
+def test_config_group_choices_fsdp_accepted_megatron_refused():
+    assert _cfg("actor@actor_rollout_ref.actor=dp_actor", "critic@critic=dp_critic") == TrainerConfig()
+    with pytest.raises(ConfigError, match="megatron_actor backend is not supported here; .*FSDP"):
+        _cfg("actor@actor_rollout_ref.actor=megatron_actor")
+
+
+def test_config_path_and_name_as_verl_passes_them(tmp_path):
+    (tmp_path / "my_run.yaml").write_text("trainer:\n  total_epochs: 7\n")
+    cfg = TrainerConfig.from_cli(["--config-path", str(tmp_path), "--config-name=my_run", "data.train_batch_size=8"])
+    assert cfg.trainer.total_epochs == 7 and cfg.data.train_batch_size == 8
+    # verl's own default config name is this project's default; Megatron's is refused.
+    assert TrainerConfig.from_cli(["--config-name=ppo_trainer"]).trainer.total_epochs == TrainerConfig().trainer.total_epochs
+    with pytest.raises(ConfigError, match="Megatron backend is not supported"):
+        TrainerConfig.from_cli(["--config-path=config", "--config-name=ppo_megatron_trainer.yaml"])
+    with pytest.raises(ConfigError, match="no file .*missing.yaml"):
+        TrainerConfig.from_cli(["--config-path", str(tmp_path), "--config-name", "missing"])
 
 
 def test_override_floats_including_scientific_notation():

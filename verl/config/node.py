@@ -22,7 +22,7 @@ from typing import Any
 
 from verl.config.coerce import coerce, is_dict_type, mismatch
 from verl.config.errors import ConfigError, unknown_key_error
-from verl.config.overrides import parse_value, split_config_file, split_override
+from verl.config.overrides import group_choice, parse_override, split_config_file
 from verl.config.yaml_io import dump_yaml, format_flow, read_yaml_source
 
 MISSING = dataclasses.MISSING
@@ -285,8 +285,38 @@ class ConfigNode(metaclass=_NodeMeta):
     def apply_overrides(self, args: Iterable[str]) -> None:
         """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides)."""
         for arg in args:
-            key, raw, add = split_override(arg)
-            self._set(key, parse_value(raw), text=True, raw=raw, add=add)
+            override = parse_override(arg)
+            if override.package is not None:
+                group_choice(override)
+            elif override.op == "delete":
+                self._delete(override.key)
+            else:
+                self._set(override.key, override.value, text=True, raw=override.raw, add=override.op != "set")
+
+    def _delete(self, key: str) -> None:
+        """``~key``: a key below a free-form dict field is removed; a setting of the schema goes back to
+        its default."""
+        parts = key.split(".")
+        node = self
+        for i, part in enumerate(parts):
+            spec = node._spec(part, ".".join(parts[i:]))
+            value = getattr(node, spec.name)
+            if i == len(parts) - 1:
+                default = getattr(type(node)(), spec.name)
+                object.__setattr__(node, spec.name, node._check(spec, default, text=False))
+                return
+            if isinstance(value, ConfigNode):
+                node = value
+                continue
+            if is_dict_type(spec.type) and isinstance(value, dict):
+                container, path = value, node._path(spec.name)
+                for j, name in enumerate(parts[i + 1:-1]):
+                    container = container.get(name) if isinstance(container, dict) else None
+                if not isinstance(container, dict) or parts[-1] not in container:
+                    raise ConfigError(f"~{key}: {path} has no key {'.'.join(parts[i + 1:])} to delete")
+                del container[parts[-1]]
+                return
+            raise ConfigError(f"~{key}: {node._path(spec.name)} is a value, not a section")
 
     def to_overrides(self) -> list[str]:
         """`a.b.c=value` strings for every value that differs from a fresh default instance."""
