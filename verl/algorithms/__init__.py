@@ -4,6 +4,7 @@ aggregation they share. No configs, workers or distributed here."""
 
 from verl.algorithms.advantages import (
     ADV_ESTIMATORS,
+    NOT_IMPLEMENTED_ESTIMATORS,
     compute_advantage,
     compute_gae_advantage_return,
     compute_grpo_outcome_advantage,
@@ -22,6 +23,7 @@ from verl.algorithms.kl import (
     make_kl_controller,
 )
 from verl.algorithms.losses import (
+    NOT_IMPLEMENTED_LOSSES,
     POLICY_LOSSES,
     compute_entropy_loss,
     compute_kl_loss,
@@ -35,7 +37,7 @@ from verl.algorithms.rollout_correction import truncated_is_weights
 from verl.algorithms.utils import AGG_MODES, agg_loss, masked_mean, masked_sum, masked_var, masked_whiten
 
 __all__ = [
-    "ADV_ESTIMATORS", "AGG_MODES", "KL_KINDS", "POLICY_LOSSES",
+    "ADV_ESTIMATORS", "AGG_MODES", "KL_KINDS", "NOT_IMPLEMENTED_ESTIMATORS", "NOT_IMPLEMENTED_LOSSES", "POLICY_LOSSES",
     "AdaptiveKLController", "FixedKLController", "make_kl_controller",
     "agg_loss", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
     "apply_kl_in_reward", "kl_penalty",

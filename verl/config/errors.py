@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from verl.errors import VerlError
 
 
 class ConfigError(VerlError):
     """A config key or value is wrong. The message names the key, the problem and the fix."""
+
+
+UNSUPPORTED_BACKENDS = {"megatron": "Megatron", "veomni": "VeOmni"}
 
 
 def _join(parent: str, name: str) -> str:
@@ -33,12 +36,15 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
             guess = _join(_join(parent, name), rest) if rest else _join(parent, name)
             out.append(guess if guess in all_keys else _join(parent, name))
         return out
-    by_suffix = [k for k in all_keys if k.endswith("." + tail)]
+    # Further guesses stay inside the section where lookup failed: a key of another section that
+    # merely shares a name (actor.megatron.tensor_model_parallel_size vs the rollout's) is another setting.
+    in_section = [k for k in all_keys if not parent or k.startswith(parent + ".")]
+    by_suffix = [k for k in in_section if k.endswith("." + tail)]
     if by_suffix:
         return by_suffix[:3]
     leaf = full_key.rsplit(".", 1)[-1]
     scored = []
-    for order, key in enumerate(all_keys):
+    for order, key in enumerate(in_section):
         ratio = difflib.SequenceMatcher(None, leaf, key.rsplit(".", 1)[-1]).ratio()
         if ratio >= 0.75:
             scored.append((-ratio, order, key))
@@ -48,21 +54,36 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
 def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
                       all_keys: Sequence[str], note: str = "") -> ConfigError:
     """The error for a key that names no setting, with the best did-you-mean hint we can give."""
+    backend = next((part for part in full_key.lower().split(".") if part in UNSUPPORTED_BACKENDS), None)
+    if backend is not None:
+        return ConfigError(f"'{full_key}' is a setting of the {UNSUPPORTED_BACKENDS[backend]} backend, which is not "
+                           f"supported here: this project trains with FSDP (the fsdp_config sections); drop it")
     guesses = suggest(full_key, parent, siblings, all_keys)
     if guesses:
         hint = f"did you mean {guesses[0]}?"
         if len(guesses) > 1:
             hint += f" (or: {', '.join(guesses[1:])})"
-    else:
-        where = f" under {parent}" if parent else ""
-        hint = f"valid keys{where}: {', '.join(siblings)}"
+        return ConfigError(f"unknown config key '{full_key}'; {hint}{note}")
+    where = f" under {parent}" if parent else ""
+    hint = f"valid keys{where}: {', '.join(siblings)}"
+    # The same name in other sections is another setting, not a typo: named as such, after the list.
+    leaf = full_key.rsplit(".", 1)[-1]
+    namesakes = [k for k in all_keys if k.rsplit(".", 1)[-1] == leaf][:3]
+    if namesakes:
+        hint += f". Keys named '{leaf}' in other sections: {', '.join(namesakes)}"
     return ConfigError(f"unknown config key '{full_key}'; {hint}{note}")
 
 
-def check_choice(key: str, value: str, choices: Sequence[str], what: str = "value") -> None:
-    """Raise ConfigError unless `value` is one of `choices`; the message suggests the closest one."""
+def check_choice(key: str, value: str, choices: Sequence[str], what: str = "value",
+                 elsewhere: Mapping[str, str] | None = None) -> None:
+    """Raise ConfigError unless `value` is one of `choices`; the message suggests the closest one.
+
+    `elsewhere` maps names that exist in verl (or elsewhere) but not here to why: those are named
+    as what they are, never "corrected" into a different choice that merely looks alike."""
     if value in choices:
         return
+    if elsewhere and value in elsewhere:
+        raise ConfigError(f"{key}={value!r}: {elsewhere[value]}; choose one of {', '.join(choices)}")
     close = difflib.get_close_matches(str(value), list(choices), n=1, cutoff=0.5)
     hint = f"did you mean {key}={close[0]}? " if close else ""
     raise ConfigError(f"unknown {what} {key}={value!r}; {hint}choose one of {', '.join(choices)}")

@@ -10,6 +10,8 @@ from verl.rollout.dummy import DummyRollout
 from verl.rollout.hf import HFRollout
 
 ROLLOUT_NAMES = ("hf", "native", "dummy", "vllm")
+# Engines verl offers that this project does not: named as such when asked for.
+OTHER_ENGINES = {"sglang": "verl's SGLang engine is not supported here; use vllm (docs/vllm.md), native or hf"}
 
 
 def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | None = None,
@@ -47,9 +49,10 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
         return VLLMRollout(model_path, tokenizer, eos_token_id=eos, model_config=model.config, config=rollout_config,
                            max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
                            actor_dtype=next(model.parameters()).dtype)
-    raise VerlError(f"unknown rollout name {name!r} (actor_rollout_ref.rollout.name); choose one of "
-                    f"{', '.join(ROLLOUT_NAMES)}")
+    from verl.config.errors import check_choice
+
+    check_choice("actor_rollout_ref.rollout.name", name, ROLLOUT_NAMES, "rollout engine", OTHER_ENGINES)
 
 
-__all__ = ["ROLLOUT_NAMES", "DummyRollout", "HFRollout", "RolloutEngine", "SamplingParams", "assemble_rollout",
-           "build_rollout", "concat_rollouts", "response_mask_from_ids"]
+__all__ = ["OTHER_ENGINES", "ROLLOUT_NAMES", "DummyRollout", "HFRollout", "RolloutEngine", "SamplingParams",
+           "assemble_rollout", "build_rollout", "concat_rollouts", "response_mask_from_ids"]

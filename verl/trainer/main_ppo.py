@@ -23,9 +23,10 @@ def load_config(args: list[str]) -> TrainerConfig:
 
 def run(config: TrainerConfig) -> dict:
     from verl.tracking.summary import format_summary
-    from verl.trainer.ppo.build import build_rl_trainer
+    from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names
     from verl.trainer.warmstart import warm_start
 
+    check_algorithm_names(config)  # before the warm start trains anything
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
         # Under torchrun rank 0 trains and caches the warm start; the other ranks then load it.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.algorithms import POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
+from verl.algorithms import NOT_IMPLEMENTED_LOSSES, POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
 from verl.config.errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
@@ -82,7 +82,7 @@ class Actor(PolicyModel):
         ``ppo_max_token_len_per_gpu`` shape the update's micro-batches); the old-log-prob passes
         take ``log_prob_micro_batch_size`` or ``log_prob_max_token_len`` (the rollout section's)."""
         check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", config.policy_loss.loss_mode,
-                     list(POLICY_LOSSES), "policy loss")
+                     list(POLICY_LOSSES), "policy loss", NOT_IMPLEMENTED_LOSSES)
         super().__init__(model, device, log_prob_micro_batch_size, max_token_len=log_prob_max_token_len,
                          remove_padding=remove_padding)
         self.config = config

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from verl.algorithms import ADV_ESTIMATORS, KL_KINDS, POLICY_LOSSES
+from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATORS, NOT_IMPLEMENTED_LOSSES,
+                             POLICY_LOSSES)
 from verl.config.errors import check_choice
 from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
 from verl.data.tasks import TASKS
@@ -28,6 +29,7 @@ from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.tiny import builtin_model_path
 from verl.models.value_model import ValueModel
 from verl.rewards.manager import RuleRewardManager, build_reward_functions
+from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.utils.cache import cache_dir
@@ -79,11 +81,15 @@ def _val_batches(dataset: RLDataset, batch_size: int | None, pad_token_id: int):
 
 
 def check_algorithm_names(config) -> None:
-    """Every algorithm picked by name exists (the config layer does not know the tables)."""
+    """Every algorithm and engine picked by name exists (the config layer does not know the tables);
+    called before anything is loaded."""
     actor, algo = config.actor_rollout_ref.actor, config.algorithm
-    check_choice("algorithm.adv_estimator", algo.adv_estimator, list(ADV_ESTIMATORS), "advantage estimator")
+    check_choice("algorithm.adv_estimator", algo.adv_estimator, list(ADV_ESTIMATORS), "advantage estimator",
+                 NOT_IMPLEMENTED_ESTIMATORS)
     check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode,
-                 list(POLICY_LOSSES), "policy loss")
+                 list(POLICY_LOSSES), "policy loss", NOT_IMPLEMENTED_LOSSES)
+    check_choice("actor_rollout_ref.rollout.name", config.actor_rollout_ref.rollout.name, ROLLOUT_NAMES,
+                 "rollout engine", OTHER_ENGINES)
     check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_KINDS, "KL estimator")
     check_choice("algorithm.kl_penalty", algo.kl_penalty, KL_KINDS, "KL estimator")
 

@@ -1,0 +1,46 @@
+"""Choices by name (estimators, losses, engines) are checked before anything is built, and a name
+that exists in verl but not here is named as such, never "corrected" into another algorithm."""
+
+import pytest
+
+from verl.config import ConfigError, TrainerConfig
+from verl.trainer.ppo.build import check_algorithm_names
+
+
+def _check(*overrides):
+    check_algorithm_names(TrainerConfig.from_overrides(list(overrides)))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", r"sapo is a policy loss of verl that this project does "
+                                                           r"not implement yet; choose one of vanilla, gspo"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=cispo", r"cispo is a policy loss of verl"),
+    ("algorithm.adv_estimator=gdpo", r"gdpo is an advantage estimator of verl that this project does not implement"),
+    ("algorithm.adv_estimator=optimal_token_baseline", r"optimal_token_baseline is an advantage estimator of verl"),
+    ("actor_rollout_ref.rollout.name=sglang", r"SGLang engine is not supported here; use vllm"),
+])
+def test_verl_names_not_implemented_here_are_named_not_corrected(override, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        _check(override)
+    assert "did you mean" not in str(err.value)
+
+
+def test_typos_still_get_a_did_you_mean():
+    with pytest.raises(ConfigError, match=r"did you mean algorithm.adv_estimator=grpo\?"):
+        _check("algorithm.adv_estimator=grop")
+    with pytest.raises(ConfigError, match=r"did you mean actor_rollout_ref.rollout.name=vllm\?"):
+        _check("actor_rollout_ref.rollout.name=vlm")
+
+
+def test_megatron_settings_are_refused_as_a_backend_not_a_typo():
+    with pytest.raises(ConfigError, match=r"setting of the Megatron backend, which is not supported here: this "
+                                          r"project trains with FSDP") as err:
+        TrainerConfig.from_overrides(["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
+    assert "did you mean" not in str(err.value) and "rollout.tensor_model_parallel_size" not in str(err.value)
+
+
+def test_a_bad_engine_name_fails_before_the_model_loads(tmp_path):
+    from verl.trainer.main_ppo import main
+
+    missing = tmp_path / "no-such-model"  # loading it would fail with another message
+    assert main([f"actor_rollout_ref.model.path={missing}", "actor_rollout_ref.rollout.name=sglang"]) == 2
