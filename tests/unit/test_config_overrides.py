@@ -225,3 +225,24 @@ def test_only_true_and_false_are_booleans_and_yaml_1_1_words_stay_strings():
     assert TrainerConfig.from_yaml(cfg.to_yaml()) == cfg
     with pytest.raises(ConfigError, match="data.shuffle expects bool, got 'yes'"):
         _cfg("data.shuffle=yes")
+
+
+def test_interpolations_resolve_against_the_final_values(tmp_path, monkeypatch):
+    run = tmp_path / "run.yaml"
+    run.write_text("data:\n  max_prompt_length: 64\n  val_batch_size: ${data.train_batch_size}\n"
+                   "trainer:\n  experiment_name: exp-${data.max_prompt_length}\n"
+                   "  default_local_dir: ${oc.env:VERL_TEST_OUT}/run\n")
+    monkeypatch.setenv("VERL_TEST_OUT", str(tmp_path))
+    cfg = TrainerConfig.from_cli(["--config-file", str(run), "data.train_batch_size=16", "data.max_prompt_length=128",
+                                  "actor_rollout_ref.actor.ppo_mini_batch_size=${data.train_batch_size}"])
+    assert cfg.data.val_batch_size == 16  # a later command-line value of the referenced key counts
+    assert cfg.trainer.experiment_name == "exp-128"
+    assert cfg.trainer.default_local_dir == f"{tmp_path}/run"
+    assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16
+    # A plain value given after an interpolation of the same key wins.
+    assert _cfg("data.val_batch_size=${data.train_batch_size}", "data.val_batch_size=3").data.val_batch_size == 3
+    with pytest.raises(ConfigError, match=r"data.val_batch_size=\$\{data.nope\}: cannot resolve"):
+        _cfg("data.val_batch_size=${data.nope}")
+    with pytest.raises(ConfigError, match="data.val_batch_size expects int"):
+        _cfg("data.val_batch_size=${trainer.project_name}")
+    assert _cfg("trainer.experiment_name=${data.max_prompt_length}").trainer.experiment_name == "512"

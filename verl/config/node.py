@@ -22,6 +22,7 @@ from typing import Any
 
 from verl.config.coerce import coerce, is_dict_type, mismatch
 from verl.config.errors import ConfigError, unknown_key_error
+from verl.config.interpolation import is_interpolation, resolve, split_interpolations
 from verl.config.overrides import group_choice, parse_override, split_config_file
 from verl.config.yaml_io import dump_yaml, format_flow, read_yaml_source
 
@@ -149,12 +150,19 @@ class ConfigNode(metaclass=_NodeMeta):
     @classmethod
     def from_yaml(cls, source: str | os.PathLike, base: ConfigNode | None = None):
         """Build from a YAML file path or YAML text; with `base`, merge into a copy of it."""
-        data = read_yaml_source(source)
+        cfg, pending = cls._from_yaml(source, base)
+        resolve(cfg, pending)
+        return cfg
+
+    @classmethod
+    def _from_yaml(cls, source, base):
+        """The config of a YAML source with its ``${...}`` values left to resolve: ``(config, pending)``."""
+        data, pending = split_interpolations(read_yaml_source(source))
         if base is None:
-            return cls._build(data, parent=None, key=None, text=True)
+            return cls._build(data, parent=None, key=None, text=True), pending
         cfg = base.copy()
         cfg._update(data, text=True)
-        return cfg
+        return cfg, pending
 
     @classmethod
     def from_overrides(cls, args: Iterable[str], base: ConfigNode | None = None):
@@ -168,9 +176,14 @@ class ConfigNode(metaclass=_NodeMeta):
         """Command-line arguments: an optional `--config-file PATH` (YAML merged into `base` or the
         defaults), then `a.b.c=value` overrides applied in order."""
         path, overrides = split_config_file(list(args))
+        pending: list = []
         if path is not None:
-            return cls.from_overrides(overrides, base=cls.from_yaml(path, base=base))
-        return cls.from_overrides(overrides, base=base)
+            cfg, pending = cls._from_yaml(path, base)
+        else:
+            cfg = base.copy() if base is not None else cls()
+        # ${...} values resolve last, against the file and every override (a later plain value wins).
+        resolve(cfg, cfg._apply_overrides(overrides, pending))
+        return cfg
 
     # ---------------------------------------------------------------- attribute access
     def __setattr__(self, name: str, value: Any) -> None:
@@ -283,15 +296,26 @@ class ConfigNode(metaclass=_NodeMeta):
 
     # ---------------------------------------------------------------- overrides
     def apply_overrides(self, args: Iterable[str]) -> None:
-        """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides)."""
+        """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides);
+        `${...}` values are resolved after all of them."""
+        resolve(self, self._apply_overrides(args, []))
+
+    def _apply_overrides(self, args: Iterable[str], pending: list) -> list:
+        """Apply the overrides; returns ``pending`` plus their ``${...}`` values, not yet resolved."""
+        pending = list(pending)
         for arg in args:
             override = parse_override(arg)
             if override.package is not None:
                 group_choice(override)
-            elif override.op == "delete":
+                continue
+            pending = [(key, text) for key, text in pending if key != override.key]
+            if override.op == "delete":
                 self._delete(override.key)
+            elif is_interpolation(override.value):
+                pending.append((override.key, override.value))
             else:
                 self._set(override.key, override.value, text=True, raw=override.raw, add=override.op != "set")
+        return pending
 
     def _delete(self, key: str) -> None:
         """``~key``: a key below a free-form dict field is removed; a setting of the schema goes back to
