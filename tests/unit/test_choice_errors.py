@@ -12,9 +12,9 @@ def _check(*overrides):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=sapo", r"sapo is a policy loss of verl that this project does "
-                                                           r"not implement yet; choose one of vanilla, gspo"),
-    ("actor_rollout_ref.actor.policy_loss.loss_mode=cispo", r"cispo is a policy loss of verl"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", r"dppo_kl is a policy loss of verl that this project "
+                                                              r"does not implement yet; choose one of vanilla, gspo"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode=dro", r"dro is a policy loss of verl"),
     ("algorithm.adv_estimator=gdpo", r"gdpo is an advantage estimator of verl that this project does not implement"),
     ("algorithm.adv_estimator=optimal_token_baseline", r"optimal_token_baseline is an advantage estimator of verl"),
     ("actor_rollout_ref.rollout.name=sglang", r"SGLang engine is not supported here; use vllm"),

@@ -4,7 +4,8 @@ Papers: GAE, Schulman et al. 2016 "High-Dimensional Continuous Control Using Gen
 Advantage Estimation"; GRPO, Shao et al. 2024 "DeepSeekMath"; Dr. GRPO, Liu et al. 2025
 "Understanding R1-Zero-Like Training"; RLOO, Ahmadian et al. 2024 "Back to Basics: Revisiting
 REINFORCE Style Optimization for Learning from Human Feedback in LLMs"; REINFORCE++, Hu 2025;
-ReMax, Li et al. 2023.
+ReMax, Li et al. 2023; GPG, Chu et al. 2025 "GPG: A Simple and Strong Reinforcement Learning
+Baseline for Model Reasoning".
 
 Deviations and decisions:
 * Recursions over time (GAE, returns-to-go) skip masked positions instead of resetting at
@@ -172,6 +173,24 @@ def compute_remax_outcome_advantage(
     return adv, returns
 
 
+@torch.no_grad()
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, group_index, *, f_norm: float = 1.0
+):
+    """GPG (Chu et al. 2025): A_i = alpha * (R_i - group mean) / f_norm on every token.
+
+    As in verl: alpha = B / (number of samples of the batch whose score is non-zero, at least 1),
+    and a group of one has mean 0 (its advantage is alpha * R_i). The paper's alpha is
+    B / (B - M), M the samples of groups whose rewards are all equal; for 0/1 rewards the two differ.
+    """
+    scores = _sequence_scores(token_level_rewards, response_mask)
+    count, _, mean, _ = _group_stats(scores, group_index)
+    mean = torch.where(count > 1, mean, torch.zeros_like(mean))
+    alpha = scores.shape[0] / max(int(torch.count_nonzero(scores).item()), 1)
+    adv = _broadcast(alpha * (scores - mean) / f_norm, response_mask)
+    return adv, adv
+
+
 ADV_ESTIMATORS = {
     "gae": compute_gae_advantage_return,
     "grpo": compute_grpo_outcome_advantage,
@@ -179,10 +198,11 @@ ADV_ESTIMATORS = {
     "reinforce_plus_plus": compute_reinforce_plus_plus_outcome_advantage,
     "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_outcome_advantage,
     "remax": compute_remax_outcome_advantage,
+    "gpg": compute_gpg_outcome_advantage,
 }
 # Estimators verl has and this project does not (yet): named as such when asked for.
 NOT_IMPLEMENTED_ESTIMATORS = {name: f"{name} is an advantage estimator of verl that this project does not implement yet"
-                              for name in ("gpg", "gdpo", "optimal_token_baseline")}
+                              for name in ("gdpo", "optimal_token_baseline")}
 
 # What an estimator that declares the input without a default is asking for, in words.
 _INPUT_HINTS = {

@@ -129,11 +129,14 @@ def compute_policy_loss_gspo(
     return loss, metrics
 
 
-POLICY_LOSSES = {"vanilla": compute_policy_loss, "gspo": compute_policy_loss_gspo}
+# The other losses live in losses_extra, which builds on the helpers above (imported late on purpose).
+from verl.algorithms.losses_extra import EXTRA_POLICY_LOSSES  # noqa: E402
+
+POLICY_LOSSES = {"vanilla": compute_policy_loss, "gspo": compute_policy_loss_gspo, **EXTRA_POLICY_LOSSES}
 # Policy losses verl has and this project does not (yet): named as such when asked for, never
 # "corrected" into a loss that only looks alike.
 NOT_IMPLEMENTED_LOSSES = {name: f"{name} is a policy loss of verl that this project does not implement yet"
-                          for name in ("sapo", "cispo", "gpg", "geo_mean", "dppo_tv", "clip_cov", "kl_cov")}
+                          for name in ("dppo_kl", "dro", "bypass_mode") if name not in POLICY_LOSSES}
 
 
 def compute_value_loss(
