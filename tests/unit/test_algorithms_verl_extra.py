@@ -307,3 +307,32 @@ def test_actor_update_runs_each_loss_and_micro_batches_sum_to_the_mini_batch(tin
     if name in ACTOR_PATH_LOSSES:  # clip_cov / kl_cov pick tokens among each micro-batch's own covariances
         for key in initial:
             torch.testing.assert_close(updated[2][key], updated[None][key], atol=1e-6, rtol=0, msg=key)
+
+
+def test_loss_settings_come_from_the_config(tiny_model_dir):
+    """SAPO's temperatures and the covariance losses' settings are read from verl's keys and change the update."""
+    from tests.unit.test_workers import micro_batch_case, snapshot
+    from verl.config import TrainerConfig
+    from verl.distributed.fsdp import parallelize
+    from verl.workers.actor import Actor
+
+    model, batch = micro_batch_case(tiny_model_dir)
+
+    def actor(**actor_cfg):
+        cfg = TrainerConfig(actor_rollout_ref=dict(actor=dict(ppo_epochs=1, shuffle=False, grad_clip=1e9,
+                                                             optim=dict(lr=1.0, eps=1.0, weight_decay=0.0),
+                                                             **actor_cfg))).actor_rollout_ref.actor
+        return Actor(parallelize(copy.deepcopy(model), cfg.fsdp_config, device="cpu"), cfg, torch.device("cpu"),
+                     samples_per_mini_batch=4, total_steps=1)
+
+    sapo = actor(policy_loss=dict(loss_mode="sapo"), tau_pos=2.0)
+    assert sapo.loss_settings == {"tau_pos": 2.0, "tau_neg": 1.05}
+    cov = actor(policy_loss=dict(loss_mode="kl_cov", kl_cov_ratio=0.5, ppo_kl_coef=0.3))
+    assert cov.loss_settings == {"kl_cov_ratio": 0.5, "ppo_kl_coef": 0.3}
+    assert actor(policy_loss=dict(loss_mode="clip_cov", clip_cov_ub=7.0)).loss_settings["clip_cov_ub"] == 7.0
+    assert actor().loss_settings == {}  # vanilla reads only the clip ratios
+    default = actor(policy_loss=dict(loss_mode="sapo"))
+    sapo.update(batch)
+    default.update(batch)
+    a, b = snapshot(sapo.model), snapshot(default.model)
+    assert max((a[k] - b[k]).abs().max().item() for k in a) > 1e-6, "tau_pos must change the update"

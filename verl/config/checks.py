@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from verl.config import compat
 from verl.config.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -127,13 +128,18 @@ def _check_role(cfg: TrainerConfig, dp: int, role: str) -> None:
 
 
 def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
-    """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic."""
+    """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic.
+
+    First, values given under verl's other spellings move to the keys this project reads, and verl
+    keys whose values ask for something not done here log a warning (see verl.config.compat)."""
     dp = _dp(cfg, dp_size)
     n = cfg.actor_rollout_ref.rollout.n
     _at_least("data.train_batch_size", cfg.data.train_batch_size, 1, "prompts per step")
     _at_least(_N_KEY, n, 1, "responses sampled per prompt")
     if dp < 1:
         raise ConfigError(f"dp_size={dp} must be >= 1 (data-parallel ranks: trainer.nnodes x trainer.n_gpus_per_node)")
+    compat.resolve(cfg, dp)
+    compat.check(cfg)
     estimator = cfg.algorithm.adv_estimator
     if n == 1 and estimator in GROUP_BASELINE_ESTIMATORS:
         name = "GRPO" if estimator == "grpo" else estimator

@@ -10,15 +10,77 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config.node import ConfigNode, option, section
+from verl.config import compat
+from verl.config.compat import Section, strategy_option, verl_option
+from verl.config.node import option, section
 
 Dtype = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "auto"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 @dataclass
-class ModelConfig(ConfigNode):
-    """The policy model (also the reference model's starting point)."""
+class HFModelVerlKeys(Section):
+    """verl's other Hugging Face model keys, shared by the policy and the critic model: accepted with
+    no effect, or refused (see verl.config.compat)."""
+
+    hf_config_path: str | None = verl_option(None, help="Hugging Face config to use instead of the model's own.",
+                                             inert=False, why="the model's own config.json is always used",
+                                             refuse_if=lambda v: v is not None, when="unless null",
+                                             instead="change single values with override_config")
+    custom_chat_template: str | None = verl_option(
+        None, help="A Jinja chat template replacing the tokenizer's.", inert=False,
+        why="prompts are formatted with the tokenizer's own template", refuse_if=lambda v: v is not None,
+        when="unless null", instead="put the template in the tokenizer folder (tokenizer_config.json, "
+        "chat_template) and point tokenizer_path at it")
+    external_lib: str | None = verl_option(None, help="A Python module imported to register custom models.",
+                                           inert=False, why="no module is imported for you",
+                                           refuse_if=lambda v: v is not None, when="unless null",
+                                           instead="use trust_remote_code=true for models with their own code")
+    use_shm: bool = verl_option(False, help="Copy the model to /dev/shm before loading.",
+                                why="weights load from path as they are", warn_if=bool, when="to true")
+    enable_activation_offload: bool = verl_option(False, help="Offload activations to CPU memory.",
+                                                  why="a memory saving only; activations stay on the device",
+                                                  warn_if=bool, when="to true")
+    use_liger: bool = verl_option(False, help="Liger kernels for the model.", why="no Liger kernels are used "
+                                  "(a speed/memory saving; the numbers are the same)", warn_if=bool, when="to true")
+    use_fused_kernels: bool = verl_option(False, help="Fused linear + log-prob/entropy kernels.",
+                                          why="no fused kernels are used (a speed/memory saving; the numbers "
+                                          "are the same)", warn_if=bool, when="to true")
+    fused_kernel_options: dict = verl_option({"impl_backend": "torch"}, help="Options of the fused kernels.",
+                                             why="no fused kernels are used")
+    tiled_mlp: dict = verl_option({"enabled": False, "num_shards": 4}, help="Tiled MLP computation.",
+                                  why="a memory saving only; the MLPs run whole",
+                                  warn_if=lambda v: bool(v.get("enabled")), when="enabled=true", keys=("enabled",))
+    lora_rank: int = verl_option(0, help="LoRA rank; 0 = train all weights.", inert=False,
+                                 why="LoRA is not implemented yet", refuse_if=lambda v: v > 0, when="above 0",
+                                 instead="train all weights (lora_rank=0) for now")
+    lora_alpha: int = verl_option(16, help="LoRA scaling alpha.", why="LoRA is not implemented yet "
+                                  "(lora_rank > 0 is refused)")
+    target_modules: str | list[str] = verl_option("all-linear", help="Modules LoRA adapts.",
+                                                  why="LoRA is not implemented yet (lora_rank > 0 is refused)")
+    exclude_modules: str | list[str] | None = verl_option(
+        None, help="Modules LoRA leaves alone.", why="LoRA is not implemented yet (lora_rank > 0 is refused)")
+    lora_adapter_path: str | None = verl_option(None, help="A trained LoRA adapter to start from.", inert=False,
+                                                why="LoRA is not implemented yet", refuse_if=lambda v: v is not None,
+                                                when="unless null", instead="merge the adapter into the model "
+                                                "(peft's merge_and_unload) and give that folder as path")
+    lora: dict = verl_option(compat.lora_defaults(),
+                             help="The Megatron/engine form of the LoRA settings.", inert=False,
+                             why="LoRA is not implemented yet",
+                             refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
+                             when="with a rank above 0 or an adapter_path", instead="train all weights for now",
+                             keys=("rank", "adapter_path"))
+    mtp: dict = verl_option(compat.mtp_defaults(), inert=False,
+                            help="Multi-token prediction heads.", why="multi-token prediction is not implemented",
+                            refuse_if=lambda v: any(bool(v.get(k)) for k in ("enable", "enable_train",
+                                                                              "enable_rollout")),
+                            when="when enabled", instead="leave it disabled",
+                            keys=("enable", "enable_train", "enable_rollout"))
+
+
+@dataclass
+class _PolicyModel(Section):
+    """The keys of ModelConfig that work here."""
 
     path: str | None = option(None, help="Hugging Face model id or local folder; null = the built-in tiny model.")
     tokenizer_path: str | None = option(None, help="Tokenizer id or folder; null = the model path.")
@@ -43,16 +105,33 @@ class ModelConfig(ConfigNode):
 
 
 @dataclass
-class PolicyLossConfig(ConfigNode):
+class ModelConfig(HFModelVerlKeys, _PolicyModel):
+    """The policy model (also the reference model's starting point)."""
+
+
+@dataclass
+class PolicyLossConfig(Section):
     """Which policy-gradient loss the actor minimises."""
 
     loss_mode: str = option("vanilla", help="Policy loss by name: vanilla = the PPO clipped "
                             "surrogate (Schulman et al. 2017) with dual-clip and clip-higher; gspo = "
-                            "sequence-level ratio (Zheng et al. 2025).")
+                            "sequence-level ratio (Zheng et al. 2025); also cispo, geo_mean, gpg, sapo, "
+                            "clip_cov, kl_cov, dppo_tv (docs/algorithms.md).")
+    clip_cov_ratio: float = option(0.0002, help="clip_cov loss: fraction of tokens clipped. Read by loss_mode=clip_cov.")
+    clip_cov_lb: float = option(1.0, help="clip_cov loss: lower covariance bound. Read by loss_mode=clip_cov.")
+    clip_cov_ub: float = option(5.0, help="clip_cov loss: upper covariance bound. Read by loss_mode=clip_cov.")
+    kl_cov_ratio: float = option(0.0002, help="kl_cov loss: fraction of tokens penalised. Read by loss_mode=kl_cov.")
+    ppo_kl_coef: float = option(0.1, help="kl_cov loss: KL coefficient. Read by loss_mode=kl_cov.")
+    dro_beta: float | None = verl_option(None, help="DRO loss: beta.", why="read only by a DRO loss mode, "
+                                         "which is not implemented")
+    tau_pos: float = verl_option(1.0, help="SAPO loss: temperature for positive advantages.",
+                                 why="SAPO reads actor_rollout_ref.actor.tau_pos")
+    tau_neg: float = verl_option(1.05, help="SAPO loss: temperature for negative advantages.",
+                                 why="SAPO reads actor_rollout_ref.actor.tau_neg")
 
 
 @dataclass
-class OptimConfig(ConfigNode):
+class OptimConfig(Section):
     """AdamW optimiser and learning-rate schedule."""
 
     lr: float = option(1e-6, help="Peak learning rate.")
@@ -63,15 +142,38 @@ class OptimConfig(ConfigNode):
                                   "use lr_warmup_steps_ratio instead.")
     lr_warmup_steps_ratio: float = option(0.0, help="Warm-up length as a fraction of "
                                           "total_training_steps (used when lr_warmup_steps < 0).")
-    warmup_style: Literal["constant", "cosine"] = option("constant", help="Schedule after warm-up: "
-                                                         "constant, or cosine decay to min_lr_ratio * lr.")
+    warmup_style: Literal["constant", "cosine"] = verl_option(
+        "constant", aliases=("lr_scheduler_type",), help="Schedule after warm-up: constant, or cosine decay to "
+        "min_lr_ratio * lr (verl's newer name: lr_scheduler_type; verl's null = constant).", inert=False, why="",
+        normalize=lambda v: "constant" if v is None else v)
     min_lr_ratio: float = option(0.0, help="Floor of the cosine schedule as a fraction of lr.")
-    total_training_steps: int | None = option(None, help="Length of the schedule in optimiser "
-                                              "steps; null = filled in by the trainer at run time.")
+    total_training_steps: int | None = verl_option(None, help="Length of the schedule in optimiser steps; null "
+                                                   "(or verl's -1) = filled in by the trainer at run time.",
+                                                   inert=False, why="", normalize=lambda v: None if v == -1 else v)
+    clip_grad: float | None = option(None, help="verl's newer spelling of the role's grad_clip (the "
+                                     "global gradient-norm bound); null = use grad_clip. When set, "
+                                     "validate() moves it to grad_clip.")
+    num_cycles: float = verl_option(0.5, help="Cosine cycles over the schedule.", inert=False,
+                                    why="the cosine schedule here is a single half cycle",
+                                    refuse_if=lambda v: v != 0.5, when="unless 0.5")
+    optimizer: str = verl_option("AdamW", help="Optimiser class name.", inert=False,
+                                 why="the optimiser here is AdamW", refuse_if=lambda v: v.lower() != "adamw",
+                                 when="for anything but AdamW")
+    optimizer_impl: str = verl_option("torch.optim", help="Module the optimiser class comes from.", inert=False,
+                                      why="the optimiser here is torch.optim.AdamW",
+                                      refuse_if=lambda v: v != "torch.optim", when="for anything but torch.optim")
+    zero_indexed_step: bool = verl_option(True, help="The schedule counts optimiser steps from 0.", inert=False,
+                                          why="the schedule here counts from 0", refuse_if=lambda v: not v,
+                                          when="when false")
+    override_optimizer_config: dict | None = verl_option(None, help="Extra keyword arguments of the optimiser.",
+                                                         inert=False, why="the optimiser takes only lr, betas, "
+                                                         "eps and weight_decay here", refuse_if=bool,
+                                                         when="unless null or empty",
+                                                         instead="use lr / betas / eps / weight_decay")
 
 
 @dataclass
-class MixedPrecisionConfig(ConfigNode):
+class MixedPrecisionConfig(Section):
     """FSDP mixed-precision dtypes."""
 
     param_dtype: Dtype = option("auto", help="Dtype parameters are cast to for compute; auto = the "
@@ -81,7 +183,7 @@ class MixedPrecisionConfig(ConfigNode):
 
 
 @dataclass
-class FSDPConfig(ConfigNode):
+class FSDPConfig(Section):
     """Fully-sharded data parallelism for one model."""
 
     fsdp_size: int = option(-1, help="Ranks one model is sharded over; -1 = all ranks "
@@ -91,11 +193,70 @@ class FSDPConfig(ConfigNode):
     mixed_precision: MixedPrecisionConfig = section(MixedPrecisionConfig, help="Mixed-precision dtypes.")
 
 
+def _sp_option():
+    return verl_option(1, help="Ulysses sequence-parallel group size.", inert=False,
+                       why="sequence parallelism is not implemented (it would also change the data-parallel "
+                       "size the batch arithmetic uses)", refuse_if=lambda v: v != 1, when="unless 1",
+                       instead="use use_dynamic_bsz / ppo_max_token_len_per_gpu to fit long sequences")
+
+
+_MEMORY_ONLY = "a memory saving only; the numbers are the same"
+
+
 @dataclass
-class ActorConfig(ConfigNode):
+class EngineFSDPConfig(FSDPConfig):
+    """Fully-sharded data parallelism of a PPO role, with verl's other FSDP engine keys."""
+
+    model_dtype: Dtype | None = option(None, help="Dtype the weights are loaded and trained in (verl's "
+                                       "default fp32); null = actor_rollout_ref.model.dtype. On the actor, "
+                                       "validate() moves it to model.dtype; the reference and the critic "
+                                       "load the policy's dtype, so there another value is refused.")
+    dtype: Dtype | None = option(None, help="Dtype blocks compute in (verl's default bfloat16); null = "
+                                 "mixed_precision.param_dtype, where validate() moves a value given here.")
+    strategy: str = strategy_option("Backend of this engine: fsdp or fsdp2 (both run this project's FSDP2).")
+    wrap_policy: dict = verl_option({"min_num_params": 0}, help="Which modules are wrapped as FSDP units.",
+                                    why="every transformer block is one FSDP unit here")
+    offload_policy: bool = verl_option(False, help="FSDP2 CPU offload of parameters, gradients and optimiser "
+                                       "state.", why=_MEMORY_ONLY + " (use param_offload / optimizer_offload)",
+                                       warn_if=bool, when="to true")
+    reshard_after_forward: bool = verl_option(True, help="Free the gathered parameters after each forward.",
+                                              why="parameters are resharded after forward here",
+                                              warn_if=lambda v: not v, when="to false")
+    forward_prefetch: bool = verl_option(False, help="Prefetch the next unit's parameters during forward.",
+                                         why="a speed setting only", warn_if=bool, when="to true")
+    use_orig_params: bool = verl_option(False, help="FSDP1's use_orig_params.", why="FSDP1 only; this "
+                                        "project runs FSDP2")
+    seed: int = verl_option(42, help="Seed of the engine.", why="trainer.seed seeds everything here")
+    full_determinism: bool = verl_option(False, help="Deterministic kernels (debugging).",
+                                         why="deterministic algorithms are not switched on",
+                                         warn_if=bool, when="to true")
+    ulysses_sequence_parallel_size: int = _sp_option()
+    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
+                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
+                                                      why=_MEMORY_ONLY)
+    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
+                                          why="nothing is compiled here")
+    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
+                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
+                                      why="a speed setting only", warn_if=bool, when="to true")
+    pad_to_length_bucket: int = verl_option(1024, help="Length bucket of pad_to_length.", why="a speed setting only")
+    forward_only: bool = verl_option(False, help="The engine only runs forward passes.",
+                                     why="set by the role here (the reference runs forward only)")
+    qat: dict = verl_option(compat.qat_defaults(), inert=False,
+                            help="Quantisation-aware training.", why="quantisation-aware training is not "
+                            "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
+                            keys=("enable",))
+    turbo_config: dict = verl_option(compat.turbo_defaults(), help="FSDP-Turbo engine settings.",
+                                     why="the FSDP-Turbo backend is not supported (strategy=fsdp_turbo is refused)")
+
+
+@dataclass
+class ActorConfig(Section):
     """The policy update: PPO epochs over mini-batches of the step's samples."""
 
-    strategy: Literal["fsdp", "fsdp2"] = option("fsdp", help="Training backend: fsdp or fsdp2.")
+    strategy: str = strategy_option("Training backend: fsdp or fsdp2 (both run this project's FSDP2 engine).")
     ppo_mini_batch_size: int = option(16, help="Prompts per mini-batch (one optimiser step); the "
                                       "mini-batch holds this x rollout.n samples. Must divide data.train_batch_size.")
     ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward/backward pass "
@@ -134,11 +295,66 @@ class ActorConfig(ConfigNode):
     grad_clip: float = option(1.0, help="Clip the global gradient norm to this value.")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, help="Policy loss selection.")
     optim: OptimConfig = section(OptimConfig, help="Actor optimiser.")
-    fsdp_config: FSDPConfig = section(FSDPConfig, help="Actor sharding.")
+    fsdp_config: EngineFSDPConfig = section(EngineFSDPConfig, help="Actor sharding.")
+    # verl's other actor keys.
+    rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
+    use_remove_padding: bool | None = option(None, help="verl copies model.use_remove_padding here; null = that. "
+                                             "validate() refuses a different value (set model.use_remove_padding).")
+    ppo_micro_batch_size: int | None = option(None, help="verl's older global form of "
+                                              "ppo_micro_batch_size_per_gpu (samples over all ranks); validate() "
+                                              "divides it by the data-parallel size and moves it there.")
+    ulysses_sequence_parallel_size: int = _sp_option()
+    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
+                                          why="nothing is compiled here")
+    use_fused_kernels: bool = verl_option(False, help="Fused log-prob/entropy kernels (verl copies "
+                                          "model.use_fused_kernels).", why="no fused kernels are used (a "
+                                          "speed/memory saving; the numbers are the same)", warn_if=bool,
+                                          when="to true")
+    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
+                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
+                                                      why=_MEMORY_ONLY)
+    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
+                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
+                                      why="a speed setting only", warn_if=bool, when="to true")
+    calculate_entropy: bool = verl_option(False, help="Compute the entropy even with entropy_coeff = 0.",
+                                          why="the entropy is computed and logged (actor/entropy) anyway")
+    calculate_sum_pi_squared: bool = verl_option(False, help="Compute the sum of squared token probabilities "
+                                                 "(for the optimal-token-baseline estimator).",
+                                                 why="no estimator here reads it", warn_if=bool, when="to true")
+    use_prefix_grouper: bool = verl_option(False, help="Share the prompt prefix of a group in one forward.",
+                                           why="a speed setting only", warn_if=bool, when="to true")
+    freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",
+                                            inert=False, why="vision-language models are not supported",
+                                            refuse_if=bool, when="when true")
+    loss_scale_factor: float | None = verl_option(None, help="Constant divisor of seq-mean-token-sum-norm.",
+                                                  inert=False, why="seq-mean-token-sum-norm divides by "
+                                                  "data.max_response_length here", refuse_if=lambda v: v is not None,
+                                                  when="unless null")
+    data_loader_seed: int = verl_option(42, help="Seed of the mini-batch shuffling.",
+                                        why="trainer.seed seeds the shuffling here")
+    tau_pos: float = option(1.0, help="SAPO loss: temperature for positive advantages. Read by loss_mode=sapo.")
+    tau_neg: float = option(1.05, help="SAPO loss: temperature for negative advantages. Read by loss_mode=sapo.")
+    checkpoint: dict = verl_option(compat.checkpoint_defaults(), help="What a checkpoint holds.",
+                                   why="a checkpoint holds the model, the optimiser and the trainer state here",
+                                   warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
+                                   keys=("async_save",))
+    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
+                                 when="enable=true", keys=("enable",))
+    router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
+                                      help="MoE routing replay.", why="MoE routing replay is not implemented",
+                                      refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
+                                      when="unless mode=disabled", keys=("mode",))
+    qat: dict = verl_option(compat.qat_defaults(), inert=False,
+                            help="Quantisation-aware training.", why="quantisation-aware training is not "
+                            "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
+                            keys=("enable",))
 
 
 @dataclass
-class RefConfig(ConfigNode):
+class RefConfig(Section):
     """The frozen reference policy (used for the KL penalty or KL loss)."""
 
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
@@ -149,11 +365,35 @@ class RefConfig(ConfigNode):
                                                    "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
     log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one reference "
                                                         "log-prob pass; null = actor.ppo_max_token_len_per_gpu.")
-    fsdp_config: FSDPConfig = section(FSDPConfig, help="Reference-model sharding.")
+    fsdp_config: EngineFSDPConfig = section(EngineFSDPConfig, help="Reference-model sharding.")
+    # verl's other reference keys.
+    rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
+    strategy: str = strategy_option("Backend of the reference model: fsdp or fsdp2 (both run this project's FSDP2).")
+    log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
+                                                   "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
+                                                   "data-parallel size and moves it there.")
+    ulysses_sequence_parallel_size: int = _sp_option()
+    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
+                                          why="nothing is compiled here")
+    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
+                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
+                                                      why=_MEMORY_ONLY)
+    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
+                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
+                                      why="a speed setting only", warn_if=bool, when="to true")
+    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
+                                 when="enable=true", keys=("enable",))
+    router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
+                                      help="MoE routing replay.", why="MoE routing replay is not implemented",
+                                      refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
+                                      when="unless mode=disabled", keys=("mode",))
 
 
 @dataclass
-class ValKwargsConfig(ConfigNode):
+class ValKwargsConfig(Section):
     """Sampling used for validation."""
 
     n: int = option(1, help="Responses per validation prompt.")
@@ -164,7 +404,7 @@ class ValKwargsConfig(ConfigNode):
 
 
 @dataclass
-class RolloutConfig(ConfigNode):
+class RolloutConfig(Section):
     """Response generation."""
 
     name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), native (verl's own KV-cache "
@@ -195,8 +435,10 @@ class RolloutConfig(ConfigNode):
     free_cache_engine: bool = option(True, help="vLLM on a GPU: sleep between rollouts (weights offloaded, "
                                      "KV cache freed) so training has the memory; vLLM's CPU build has "
                                      "no sleep mode and keeps its cache.")
-    engine_kwargs: dict = option({"vllm": {}}, help="Extra keyword arguments per engine, passed as they are "
-                                 "(engine_kwargs.vllm: to vllm.LLM; they override the keys above).")
+    engine_kwargs: dict = option({"vllm": {}, "sglang": {}, "trtllm": {}}, help="Extra keyword arguments per "
+                                 "engine, passed as they are (engine_kwargs.vllm: to vllm.LLM; they override the "
+                                 "keys above). The sglang and trtllm entries are verl's; those engines are not "
+                                 "supported here.")
     generation_batch_size: int | None = option(None, help="Prompts per generate call; null = "
                                                "the whole step at once.")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
@@ -212,10 +454,113 @@ class RolloutConfig(ConfigNode):
                                        "temperature, top-k, top-p). On by itself with actor.rollout_is_correction.")
     device: str | None = option(None, help="Device that receives rollout outputs; null = the actor's device.")
     val_kwargs: ValKwargsConfig = section(ValKwargsConfig, help="Sampling for validation.")
+    # verl's other rollout keys.
+    mtp: dict | None = verl_option(None, help="verl copies model.mtp here.", inert=False,
+                                   why="multi-token prediction is not implemented",
+                                   refuse_if=lambda v: bool(v and v.get("enable")), when="when enabled",
+                                   keys=("enable",))
+    qat: dict | None = verl_option(None, help="verl copies the actor's qat section here.", inert=False,
+                                   why="quantisation-aware training is not implemented",
+                                   refuse_if=lambda v: bool(v and v.get("enable")), when="when enabled",
+                                   keys=("enable",))
+    mode: str = verl_option("async", help="sync or async engine API.", why="the rollout is called in-process "
+                            "here; both give the same samples", refuse_if=lambda v: v not in ("sync", "async"),
+                            when="for anything but sync / async")
+    prompt_length: int | None = option(None, help="verl copies data.max_prompt_length here; null = that. "
+                                       "validate() refuses a different value (set data.max_prompt_length).")
+    response_length: int | None = option(None, help="verl copies data.max_response_length here; null = that. "
+                                         "validate() refuses a different value (set data.max_response_length).")
+    log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
+                                                   "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
+                                                   "data-parallel size and moves it there.")
+    ignore_eos: bool = verl_option(False, help="Keep generating after the EOS token.", inert=False,
+                                   why="generation stops at EOS here", refuse_if=bool, when="when true")
+    logprobs_mode: str = verl_option("processed_logprobs", help="Which log-probs the engine reports.", inert=False,
+                                     why="the rollout reports log-probs after temperature / top-k / top-p "
+                                     "(processed_logprobs)", refuse_if=lambda v: v != "processed_logprobs",
+                                     when="for anything but processed_logprobs")
+    over_sample_rate: float = verl_option(0, help="Stop a rollout once this fraction of requests is left.",
+                                          inert=False, why="every request of a step is generated here",
+                                          refuse_if=lambda v: v != 0, when="unless 0")
+    quantization: str | None = verl_option(None, help="Quantised rollout weights.", inert=False,
+                                           why="the rollout runs the actor's weights unquantised",
+                                           refuse_if=lambda v: v is not None, when="unless null")
+    quantization_config_file: str | None = verl_option(None, help="Quantisation config of the rollout.",
+                                                       inert=False, why="the rollout runs the actor's weights "
+                                                       "unquantised", refuse_if=lambda v: v is not None,
+                                                       when="unless null")
+    multi_turn: dict = verl_option({"enable": False, "max_assistant_turns": None, "tool_config_path": None,
+                                    "function_tool_path": None, "max_user_turns": None, "max_parallel_calls": 1,
+                                    "max_tool_response_length": 256, "tool_response_truncate_side": "middle",
+                                    "use_inference_chat_template": False, "tokenization_sanity_check_mode": "strict",
+                                    "format": "hermes", "num_repeat_rollouts": None}, inert=False,
+                                   help="Multi-turn rollouts with tools.", why="multi-turn / tool rollouts are not "
+                                   "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
+                                   keys=("enable",))
+    agent: dict = verl_option({"num_workers": 8, "default_agent_loop": "single_turn_agent",
+                               "agent_loop_config_path": None, "custom_async_server": {"path": None, "name": None}},
+                              inert=False, help="verl's agent loop.", why="rollouts are single-turn here",
+                              refuse_if=lambda v: (v.get("default_agent_loop", "single_turn_agent")
+                                                   != "single_turn_agent" or v.get("agent_loop_config_path")
+                                                   is not None), when="with another agent loop",
+                                                   keys=("default_agent_loop", "agent_loop_config_path"))
+    nnodes: int = verl_option(0, help="Machines of a standalone rollout pool; 0 = share the trainer's.",
+                              why="the rollout shares the trainer's devices here", warn_if=bool, when="above 0")
+    n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of a standalone rollout pool.",
+                                              why="the rollout shares the trainer's devices here")
+    data_parallel_size: int = verl_option(1, help="Engine data-parallel replicas.", why="one engine per "
+                                          "trainer process here", warn_if=lambda v: v != 1, when="above 1")
+    expert_parallel_size: int = verl_option(1, help="Engine expert parallelism.", why="not used here",
+                                            warn_if=lambda v: v != 1, when="above 1")
+    pipeline_model_parallel_size: int = verl_option(1, help="Engine pipeline parallelism.", why="not used here",
+                                                    warn_if=lambda v: v != 1, when="above 1")
+    cudagraph_capture_sizes: list[int] | None = verl_option(
+        None, help="Batch sizes vLLM captures CUDA graphs for.", why="pass it as "
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes=[...]",
+        warn_if=lambda v: v is not None, when="to a list")
+    load_format: str = verl_option("dummy", help="How the engine loads its first weights.",
+                                   why="the engine's weights come from the actor at every sync")
+    layered_summon: bool = verl_option(False, help="Gather the actor's weights layer by layer for the sync.",
+                                       why=_MEMORY_ONLY)
+    scheduling_policy: str = verl_option("fcfs", help="Engine request scheduling.", why="the engine's default")
+    full_determinism: bool = verl_option(False, help="Deterministic engine kernels (debugging).",
+                                         why="not switched on", warn_if=bool, when="to true")
+    seed: int = verl_option(42, help="Seed of the engine.", why="trainer.seed seeds the sampling here")
+    disable_log_stats: bool = verl_option(True, help="Silence the engine's statistics log.", why="cosmetic")
+    multi_stage_wake_up: bool = verl_option(False, help="SGLang: wake the engine up in stages.",
+                                            why="SGLang is not supported")
+    skip_tokenizer_init: bool = verl_option(True, help="The engine takes token ids only.",
+                                            why="the engine always gets token ids here")
+    enable_rollout_routing_replay: bool = verl_option(False, help="Record MoE routing in the rollout.",
+                                                      inert=False, why="MoE routing replay is not implemented",
+                                                      refuse_if=bool, when="when true")
+    moe_load_balance_metrics_interval: int = verl_option(0, help="Log MoE load-balance metrics every this "
+                                                         "many steps.", why="not logged here",
+                                                         warn_if=bool, when="above 0")
+    checkpoint_engine: dict = verl_option(compat.checkpoint_engine_defaults(), help="How weights reach the "
+                                          "engine.", why="weights are synced in-process here")
+    trace: dict = verl_option({"project_name": None, "experiment_name": None, "backend": None,
+                               "token2text": False, "max_samples_per_step_per_worker": None},
+                              help="Rollout tracing (weave, mlflow).", why="rollout tracing is not implemented",
+                              warn_if=lambda v: v.get("backend") is not None, when="with a backend",
+                              keys=("backend",))
+    prometheus: dict = verl_option({"enable": False, "port": 9090, "file": None, "served_model_name": None},
+                                   help="Prometheus metrics of the engine.",
+                                   why="not exported here", warn_if=lambda v: bool(v.get("enable")),
+                                   when="enable=true", keys=("enable",))
+    disaggregation: dict = verl_option({"enabled": False, "prefill_replicas": 1, "decode_replicas": 1,
+                                        "decode_tensor_model_parallel_size": None, "transfer_backend": "nixl",
+                                        "bootstrap_port": None, "ib_device": None},
+                                       help="Prefill/decode disaggregation.", why="not used here",
+                                       warn_if=lambda v: bool(v.get("enabled")), when="enabled=true",
+                                       keys=("enabled",))
+    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
+                                 when="enable=true", keys=("enable",))
 
 
 @dataclass
-class ActorRolloutRefConfig(ConfigNode):
+class ActorRolloutRefConfig(Section):
     """Policy model, its training, its reference copy and its generation."""
 
     hybrid_engine: bool = option(True, help="Actor and rollout share one copy of the weights in-process.")
@@ -223,3 +568,5 @@ class ActorRolloutRefConfig(ConfigNode):
     actor: ActorConfig = section(ActorConfig, help="Policy update.")
     ref: RefConfig = section(RefConfig, help="Reference policy.")
     rollout: RolloutConfig = section(RolloutConfig, help="Response generation.")
+    nccl_timeout: int = verl_option(600, help="Timeout of the process-group operations in seconds.",
+                                    why="trainer.dist_timeout_s bounds every collective here")

@@ -16,6 +16,12 @@ from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, 
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
+# Keys of the actor section (dotted below it) a policy loss reads besides the clip ratios, by loss_mode.
+LOSS_SETTINGS = {
+    "sapo": ("tau_pos", "tau_neg"),
+    "clip_cov": ("policy_loss.clip_cov_ratio", "policy_loss.clip_cov_lb", "policy_loss.clip_cov_ub"),
+    "kl_cov": ("policy_loss.kl_cov_ratio", "policy_loss.ppo_kl_coef"),
+}
 
 
 def _model_inputs(mb: Batch, device):
@@ -94,6 +100,9 @@ class Actor(PolicyModel):
         self.engine = TrainingEngine(self.model, config.optim, config.fsdp_config, device, grad_clip=config.grad_clip,
                                      total_steps=total_steps, seed=seed, metric_prefix="actor")
         self.policy_loss_fn = POLICY_LOSSES[config.policy_loss.loss_mode]
+        # The loss's own settings beyond PPO's clip ratios, under verl's key names.
+        self.loss_settings = {key.rsplit(".", 1)[-1]: config.get(key)
+                              for key in LOSS_SETTINGS.get(config.policy_loss.loss_mode, ())}
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -121,7 +130,7 @@ class Actor(PolicyModel):
             mb["old_log_probs"], log_prob, mb["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, rollout_is_weights=is_weights,
-            **counts)
+            **self.loss_settings, **counts)
         metrics.update(is_metrics)
         loss = pg_loss
         metrics["actor/pg_loss"] = pg_loss.detach()
