@@ -78,6 +78,9 @@ class Rule:
         return f"{self.given(key, value)} has no effect here: {self.reason(value)}"
 
 
+# The reason given for settings that only save memory.
+MEMORY_ONLY = "a memory saving only; the numbers are the same"
+
 def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any], str], inert: bool = True,
                 warn_if: Callable[[Any], bool] | None = None, refuse_if: Callable[[Any], bool] | None = None,
                 when: str = "", instead: str = "", normalize: Callable[[Any], Any] | None = None,

@@ -13,6 +13,7 @@ from typing import Literal
 from verl.config import compat
 from verl.config.compat import Section, strategy_option, verl_option
 from verl.config.node import option, section
+from verl.config.schema_rollout import RolloutConfig, ValKwargsConfig  # noqa: F401  (ValKwargsConfig re-exported)
 
 Dtype = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "auto"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -200,7 +201,6 @@ def _sp_option():
                        instead="use use_dynamic_bsz / ppo_max_token_len_per_gpu to fit long sequences")
 
 
-_MEMORY_ONLY = "a memory saving only; the numbers are the same"
 
 
 @dataclass
@@ -217,7 +217,7 @@ class EngineFSDPConfig(FSDPConfig):
     wrap_policy: dict = verl_option({"min_num_params": 0}, help="Which modules are wrapped as FSDP units.",
                                     why="every transformer block is one FSDP unit here")
     offload_policy: bool = verl_option(False, help="FSDP2 CPU offload of parameters, gradients and optimiser "
-                                       "state.", why=_MEMORY_ONLY + " (use param_offload / optimizer_offload)",
+                                       "state.", why=compat.MEMORY_ONLY + " (use param_offload / optimizer_offload)",
                                        warn_if=bool, when="to true")
     reshard_after_forward: bool = verl_option(True, help="Free the gathered parameters after each forward.",
                                               why="parameters are resharded after forward here",
@@ -232,13 +232,13 @@ class EngineFSDPConfig(FSDPConfig):
                                          warn_if=bool, when="to true")
     ulysses_sequence_parallel_size: int = _sp_option()
     entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=_MEMORY_ONLY)
+                                                      why=compat.MEMORY_ONLY)
     use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
                                           why="nothing is compiled here")
     entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
                                       why="a speed setting only", warn_if=bool, when="to true")
     pad_to_length_bucket: int = verl_option(1024, help="Length bucket of pad_to_length.", why="a speed setting only")
@@ -311,11 +311,11 @@ class ActorConfig(Section):
                                           "speed/memory saving; the numbers are the same)", warn_if=bool,
                                           when="to true")
     entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=_MEMORY_ONLY)
+                                                      why=compat.MEMORY_ONLY)
     entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
                                       why="a speed setting only", warn_if=bool, when="to true")
     calculate_entropy: bool = verl_option(False, help="Compute the entropy even with entropy_coeff = 0.",
@@ -376,11 +376,11 @@ class RefConfig(Section):
     use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
                                           why="nothing is compiled here")
     entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=_MEMORY_ONLY)
+                                                      why=compat.MEMORY_ONLY)
     entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=_MEMORY_ONLY, warn_if=bool, when="to true")
+                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
     pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
                                       why="a speed setting only", warn_if=bool, when="to true")
     profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
@@ -390,173 +390,6 @@ class RefConfig(Section):
                                       help="MoE routing replay.", why="MoE routing replay is not implemented",
                                       refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
                                       when="unless mode=disabled", keys=("mode",))
-
-
-@dataclass
-class ValKwargsConfig(Section):
-    """Sampling used for validation."""
-
-    n: int = option(1, help="Responses per validation prompt.")
-    do_sample: bool = option(False, help="Sample (true) or decode greedily (false).")
-    temperature: float = option(0.0, help="Sampling temperature.")
-    top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
-    top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")
-
-
-@dataclass
-class RolloutConfig(Section):
-    """Response generation."""
-
-    name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), native (verl's own KV-cache "
-                       "decode loop: shared prefill of a prompt's samples, finished rows leave the batch; "
-                       "same samples as hf), vllm, or dummy (tests).")
-    n: int = option(8, help="Responses sampled per prompt (samples per prompt); group-baseline "
-                    "estimators such as GRPO (the default) need 2 or more.")
-    temperature: float = option(1.0, help="Sampling temperature.")
-    top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
-    top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")
-    do_sample: bool = option(True, help="Sample (true) or decode greedily (false).")
-    dtype: str = option("auto", help="Weight dtype inside the vLLM engine: bfloat16, float16, float32, or "
-                        "auto (bfloat16 on a GPU, the actor's dtype on a CPU).")
-    gpu_memory_utilization: float = option(0.5, help="vLLM: fraction of GPU memory for weights and KV cache "
-                                           "(on a CPU, of the machine's memory; the CPU build's KV cache is "
-                                           "sized from max_num_seqs and max_model_len instead).")
-    tensor_model_parallel_size: int = option(1, help="GPUs one vLLM model is split over.")
-    max_num_seqs: int = option(256, help="vLLM: most sequences the engine decodes at once.")
-    max_model_len: int | None = option(None, help="vLLM: longest sequence (prompt + response) the engine "
-                                       "serves; null = data.max_prompt_length + data.max_response_length.")
-    max_num_batched_tokens: int = option(8192, help="vLLM: most tokens one engine step processes.")
-    enforce_eager: bool = option(True, help="vLLM: run the model eagerly (no CUDA graphs, no torch.compile): "
-                                 "fast start-up; false trades start-up time for decode speed.")
-    enable_chunked_prefill: bool = option(True, help="vLLM: split long prefills into chunks scheduled "
-                                          "beside decodes.")
-    enable_prefix_caching: bool = option(True, help="vLLM: reuse the KV cache of shared prompt prefixes "
-                                         "(the n samples of a prompt); dropped at every weight sync.")
-    free_cache_engine: bool = option(True, help="vLLM on a GPU: sleep between rollouts (weights offloaded, "
-                                     "KV cache freed) so training has the memory; vLLM's CPU build has "
-                                     "no sleep mode and keeps its cache.")
-    engine_kwargs: dict = option({"vllm": {}, "sglang": {}, "trtllm": {}}, help="Extra keyword arguments per "
-                                 "engine, passed as they are (engine_kwargs.vllm: to vllm.LLM; they override the "
-                                 "keys above). The sglang and trtllm entries are verl's; those engines are not "
-                                 "supported here.")
-    generation_batch_size: int | None = option(None, help="Prompts per generate call; null = "
-                                               "the whole step at once.")
-    log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
-                                                           "when recomputing old log-probs; null = all at once. Ignored with "
-                                                           "log_prob_use_dynamic_bsz.")
-    log_prob_use_dynamic_bsz: bool | None = option(None, help="Cut old-log-prob passes by tokens (at most "
-                                                   "log_prob_max_token_len_per_gpu each) instead of "
-                                                   "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one old-log-prob "
-                                                        "pass; null = actor.ppo_max_token_len_per_gpu.")
-    calculate_log_probs: bool = option(False, help="The engine reports rollout_log_probs: each sampled "
-                                       "token's log-prob under the distribution it was drawn from (after "
-                                       "temperature, top-k, top-p). On by itself with actor.rollout_is_correction.")
-    device: str | None = option(None, help="Device that receives rollout outputs; null = the actor's device.")
-    val_kwargs: ValKwargsConfig = section(ValKwargsConfig, help="Sampling for validation.")
-    # verl's other rollout keys.
-    mtp: dict | None = verl_option(None, help="verl copies model.mtp here.", inert=False,
-                                   why="multi-token prediction is not implemented",
-                                   refuse_if=lambda v: bool(v and v.get("enable")), when="when enabled",
-                                   keys=("enable",))
-    qat: dict | None = verl_option(None, help="verl copies the actor's qat section here.", inert=False,
-                                   why="quantisation-aware training is not implemented",
-                                   refuse_if=lambda v: bool(v and v.get("enable")), when="when enabled",
-                                   keys=("enable",))
-    mode: str = verl_option("async", help="sync or async engine API.", why="the rollout is called in-process "
-                            "here; both give the same samples", refuse_if=lambda v: v not in ("sync", "async"),
-                            when="for anything but sync / async")
-    prompt_length: int | None = option(None, help="verl copies data.max_prompt_length here; null = that. "
-                                       "validate() refuses a different value (set data.max_prompt_length).")
-    response_length: int | None = option(None, help="verl copies data.max_response_length here; null = that. "
-                                         "validate() refuses a different value (set data.max_response_length).")
-    log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
-                                                   "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
-                                                   "data-parallel size and moves it there.")
-    ignore_eos: bool = verl_option(False, help="Keep generating after the EOS token.", inert=False,
-                                   why="generation stops at EOS here", refuse_if=bool, when="when true")
-    logprobs_mode: str = verl_option("processed_logprobs", help="Which log-probs the engine reports.", inert=False,
-                                     why="the rollout reports log-probs after temperature / top-k / top-p "
-                                     "(processed_logprobs)", refuse_if=lambda v: v != "processed_logprobs",
-                                     when="for anything but processed_logprobs")
-    over_sample_rate: float = verl_option(0, help="Stop a rollout once this fraction of requests is left.",
-                                          inert=False, why="every request of a step is generated here",
-                                          refuse_if=lambda v: v != 0, when="unless 0")
-    quantization: str | None = verl_option(None, help="Quantised rollout weights.", inert=False,
-                                           why="the rollout runs the actor's weights unquantised",
-                                           refuse_if=lambda v: v is not None, when="unless null")
-    quantization_config_file: str | None = verl_option(None, help="Quantisation config of the rollout.",
-                                                       inert=False, why="the rollout runs the actor's weights "
-                                                       "unquantised", refuse_if=lambda v: v is not None,
-                                                       when="unless null")
-    multi_turn: dict = verl_option({"enable": False, "max_assistant_turns": None, "tool_config_path": None,
-                                    "function_tool_path": None, "max_user_turns": None, "max_parallel_calls": 1,
-                                    "max_tool_response_length": 256, "tool_response_truncate_side": "middle",
-                                    "use_inference_chat_template": False, "tokenization_sanity_check_mode": "strict",
-                                    "format": "hermes", "num_repeat_rollouts": None}, inert=False,
-                                   help="Multi-turn rollouts with tools.", why="multi-turn / tool rollouts are not "
-                                   "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
-                                   keys=("enable",))
-    agent: dict = verl_option({"num_workers": 8, "default_agent_loop": "single_turn_agent",
-                               "agent_loop_config_path": None, "custom_async_server": {"path": None, "name": None}},
-                              inert=False, help="verl's agent loop.", why="rollouts are single-turn here",
-                              refuse_if=lambda v: (v.get("default_agent_loop", "single_turn_agent")
-                                                   != "single_turn_agent" or v.get("agent_loop_config_path")
-                                                   is not None), when="with another agent loop",
-                                                   keys=("default_agent_loop", "agent_loop_config_path"))
-    nnodes: int = verl_option(0, help="Machines of a standalone rollout pool; 0 = share the trainer's.",
-                              why="the rollout shares the trainer's devices here", warn_if=bool, when="above 0")
-    n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of a standalone rollout pool.",
-                                              why="the rollout shares the trainer's devices here")
-    data_parallel_size: int = verl_option(1, help="Engine data-parallel replicas.", why="one engine per "
-                                          "trainer process here", warn_if=lambda v: v != 1, when="above 1")
-    expert_parallel_size: int = verl_option(1, help="Engine expert parallelism.", why="not used here",
-                                            warn_if=lambda v: v != 1, when="above 1")
-    pipeline_model_parallel_size: int = verl_option(1, help="Engine pipeline parallelism.", why="not used here",
-                                                    warn_if=lambda v: v != 1, when="above 1")
-    cudagraph_capture_sizes: list[int] | None = verl_option(
-        None, help="Batch sizes vLLM captures CUDA graphs for.", why="pass it as "
-        "+actor_rollout_ref.rollout.engine_kwargs.vllm.compilation_config.cudagraph_capture_sizes=[...]",
-        warn_if=lambda v: v is not None, when="to a list")
-    load_format: str = verl_option("dummy", help="How the engine loads its first weights.",
-                                   why="the engine's weights come from the actor at every sync")
-    layered_summon: bool = verl_option(False, help="Gather the actor's weights layer by layer for the sync.",
-                                       why=_MEMORY_ONLY)
-    scheduling_policy: str = verl_option("fcfs", help="Engine request scheduling.", why="the engine's default")
-    full_determinism: bool = verl_option(False, help="Deterministic engine kernels (debugging).",
-                                         why="not switched on", warn_if=bool, when="to true")
-    seed: int = verl_option(42, help="Seed of the engine.", why="trainer.seed seeds the sampling here")
-    disable_log_stats: bool = verl_option(True, help="Silence the engine's statistics log.", why="cosmetic")
-    multi_stage_wake_up: bool = verl_option(False, help="SGLang: wake the engine up in stages.",
-                                            why="SGLang is not supported")
-    skip_tokenizer_init: bool = verl_option(True, help="The engine takes token ids only.",
-                                            why="the engine always gets token ids here")
-    enable_rollout_routing_replay: bool = verl_option(False, help="Record MoE routing in the rollout.",
-                                                      inert=False, why="MoE routing replay is not implemented",
-                                                      refuse_if=bool, when="when true")
-    moe_load_balance_metrics_interval: int = verl_option(0, help="Log MoE load-balance metrics every this "
-                                                         "many steps.", why="not logged here",
-                                                         warn_if=bool, when="above 0")
-    checkpoint_engine: dict = verl_option(compat.checkpoint_engine_defaults(), help="How weights reach the "
-                                          "engine.", why="weights are synced in-process here")
-    trace: dict = verl_option({"project_name": None, "experiment_name": None, "backend": None,
-                               "token2text": False, "max_samples_per_step_per_worker": None},
-                              help="Rollout tracing (weave, mlflow).", why="rollout tracing is not implemented",
-                              warn_if=lambda v: v.get("backend") is not None, when="with a backend",
-                              keys=("backend",))
-    prometheus: dict = verl_option({"enable": False, "port": 9090, "file": None, "served_model_name": None},
-                                   help="Prometheus metrics of the engine.",
-                                   why="not exported here", warn_if=lambda v: bool(v.get("enable")),
-                                   when="enable=true", keys=("enable",))
-    disaggregation: dict = verl_option({"enabled": False, "prefill_replicas": 1, "decode_replicas": 1,
-                                        "decode_tensor_model_parallel_size": None, "transfer_backend": "nixl",
-                                        "bootstrap_port": None, "ib_device": None},
-                                       help="Prefill/decode disaggregation.", why="not used here",
-                                       warn_if=lambda v: bool(v.get("enabled")), when="enabled=true",
-                                       keys=("enabled",))
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
-                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
-                                 when="enable=true", keys=("enable",))
 
 
 @dataclass
