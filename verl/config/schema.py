@@ -43,7 +43,7 @@ class DataConfig(Section):
     val_batch_size: int | None = option(None, help="Prompts per validation batch; null = the whole "
                                         "validation set at once.")
     shuffle: bool = option(True, help="Shuffle the training prompts each epoch.")
-    seed: int = option(1, help="Seed of the prompt shuffling.")
+    seed: int | None = option(1, help="Seed of the prompt shuffling; null = trainer.seed.")
     truncation: Literal["error", "left", "right"] = option("error", help="A prompt longer than "
                                                            "max_prompt_length raises (error) or is cut from the left or right.")
     filter_overlong_prompts: bool = option(False, help="Drop prompts longer than max_prompt_length "

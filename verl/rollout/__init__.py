@@ -11,7 +11,8 @@ from verl.rollout.hf import HFRollout
 
 ROLLOUT_NAMES = ("hf", "native", "dummy", "vllm")
 # Engines verl offers that this project does not: named as such when asked for.
-OTHER_ENGINES = {"sglang": "verl's SGLang engine is not supported here; use vllm (docs/vllm.md), native or hf"}
+OTHER_ENGINES = {name: f"verl's {label} engine is not supported here; use vllm (docs/vllm.md), native or hf"
+                 for name, label in (("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"))}
 
 
 def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | None = None,

@@ -147,7 +147,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if val_files is not None:
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files")
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
-    loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle, seed=data_cfg.seed,
+    loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
+                          seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
                           pad_token_id=tokenizer.pad_token_id)
     total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(loader)
 
