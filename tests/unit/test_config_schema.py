@@ -22,6 +22,17 @@ def test_committed_default_yaml_equals_the_generated_one():
     assert DEFAULT_YAML.read_text(encoding="utf-8") == render_default_yaml()
 
 
+def test_committed_key_reference_equals_the_generated_one_and_the_help_text():
+    from pathlib import Path
+
+    from verl.config.schema import render_reference
+
+    # Regenerate with: python -m verl.config reference > docs/config_reference.md
+    reference = Path(__file__).resolve().parents[2] / "docs" / "config_reference.md"
+    assert reference.read_text(encoding="utf-8") == render_reference()
+    assert TrainerConfig.format_help() in render_reference()
+
+
 def test_default_yaml_loads_back_to_the_defaults_and_carries_help_comments():
     assert TrainerConfig.from_yaml(DEFAULT_YAML) == TrainerConfig()
     assert "      # Peak learning rate.\n      lr: 1.0e-06\n" in render_default_yaml()

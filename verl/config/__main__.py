@@ -1,5 +1,16 @@
-"""`python -m verl.config > verl/config/ppo_trainer.yaml` regenerates the commented default YAML."""
+"""Generated config documents, kept in the repository and checked by a unit test:
 
-from verl.config.schema import render_default_yaml
+    python -m verl.config > verl/config/ppo_trainer.yaml             # the commented default YAML
+    python -m verl.config reference > docs/config_reference.md       # every key: type, default, help
+"""
 
-print(render_default_yaml(), end="")
+import sys
+
+from verl.config.schema import render_default_yaml, render_reference
+
+if sys.argv[1:] == ["reference"]:
+    print(render_reference(), end="")
+elif not sys.argv[1:]:
+    print(render_default_yaml(), end="")
+else:
+    sys.exit("usage: python -m verl.config [reference]")

@@ -16,7 +16,7 @@ from typing import Literal
 from verl.config import checks, compat
 from verl.config.compat import Section, verl_option
 from verl.config.node import option, section
-from verl.config.render import render_yaml
+from verl.config.render import render_help, render_yaml
 from verl.config.schema_critic import (  # noqa: F401  (re-exported)
     CriticConfig, CriticModelConfig, CustomRewardFunctionConfig, RewardConfig, RewardModelConfig,
     RewardModelModelConfig)
@@ -382,6 +382,15 @@ Override any key on the command line as a.b.c=value, e.g. actor_rollout_ref.acto
 def render_default_yaml() -> str:
     """The text of `verl/config/ppo_trainer.yaml`: all defaults with their help as comments."""
     return render_yaml(TrainerConfig(), HEADER)
+
+
+def render_reference() -> str:
+    """The text of `docs/config_reference.md`: every key with its type, default and help, the same
+    listing as `verl train --help`."""
+    return ("# Config key reference\n\nGenerated from the schema (`python -m verl.config reference > "
+            "docs/config_reference.md`; a unit test checks it is current). The same text as `verl train --help`. "
+            "How verl's keys map here, and the command-line forms: [config.md](config.md).\n\n```\n"
+            + render_help(TrainerConfig) + "```\n")
 
 
 if __name__ == "__main__":
