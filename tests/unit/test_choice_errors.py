@@ -33,7 +33,7 @@ def test_typos_still_get_a_did_you_mean():
 
 
 def test_megatron_settings_are_refused_as_a_backend_not_a_typo():
-    with pytest.raises(ConfigError, match=r"setting of the Megatron backend, which is not supported here: this "
+    with pytest.raises(ConfigError, match=r"setting of the Megatron-LM backend, which is not supported here: this "
                                           r"project trains with FSDP") as err:
         TrainerConfig.from_overrides(["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"])
     assert "did you mean" not in str(err.value) and "rollout.tensor_model_parallel_size" not in str(err.value)

@@ -26,7 +26,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from verl.config.errors import ConfigError
+from verl.config.errors import BACKENDS, ConfigError  # noqa: F401  (BACKENDS re-exported)
 from verl.config.node import MISSING, ConfigNode, option
 from verl.config.yaml_io import format_flow
 
@@ -36,14 +36,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("verl.config")
 
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
-# What each non-FSDP backend is called, for the one-line refusal.
-BACKENDS = {
-    "megatron": "Megatron-LM",
-    "veomni": "VeOmni",
-    "torchtitan": "TorchTitan",
-    "fsdp_turbo": "FSDP-Turbo",
-    "automodel": "NeMo AutoModel",
-}
 FSDP_INSTEAD = "this project trains with FSDP: use strategy=fsdp or fsdp2 and the fsdp_config keys"
 
 

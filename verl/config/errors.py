@@ -12,7 +12,16 @@ class ConfigError(VerlError):
     """A config key or value is wrong. The message names the key, the problem and the fix."""
 
 
-UNSUPPORTED_BACKENDS = {"megatron": "Megatron", "veomni": "VeOmni"}
+# Training backends of verl that this project does not have (it trains with FSDP), by config name.
+BACKENDS = {
+    "megatron": "Megatron-LM",
+    "veomni": "VeOmni",
+    "torchtitan": "TorchTitan",
+    "fsdp_turbo": "FSDP-Turbo",
+    "automodel": "NeMo AutoModel",
+}
+# Those whose name also heads a config section of their own (actor.megatron.*, *.veomni.*).
+BACKEND_SECTIONS = ("megatron", "veomni")
 
 
 def _join(parent: str, name: str) -> str:
@@ -54,9 +63,9 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
 def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
                       all_keys: Sequence[str], note: str = "") -> ConfigError:
     """The error for a key that names no setting, with the best did-you-mean hint we can give."""
-    backend = next((part for part in full_key.lower().split(".") if part in UNSUPPORTED_BACKENDS), None)
+    backend = next((part for part in full_key.lower().split(".") if part in BACKEND_SECTIONS), None)
     if backend is not None:
-        return ConfigError(f"'{full_key}' is a setting of the {UNSUPPORTED_BACKENDS[backend]} backend, which is not "
+        return ConfigError(f"'{full_key}' is a setting of the {BACKENDS[backend]} backend, which is not "
                            f"supported here: this project trains with FSDP (the fsdp_config sections); drop it")
     guesses = suggest(full_key, parent, siblings, all_keys)
     if guesses:

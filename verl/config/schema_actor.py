@@ -253,8 +253,32 @@ class EngineFSDPConfig(FSDPConfig):
 
 
 @dataclass
-class ActorConfig(Section):
-    """The policy update: PPO epochs over mini-batches of the step's samples."""
+class _LogProbPassVerlKeys(Section):
+    """verl keys that the actor and the reference both carry for their log-prob passes."""
+
+    ulysses_sequence_parallel_size: int = _sp_option()
+    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
+                                          why="nothing is compiled here")
+    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
+                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
+                                                      why=compat.MEMORY_ONLY)
+    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
+                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
+                                      why="a speed setting only", warn_if=bool, when="to true")
+    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
+                                 when="enable=true", keys=("enable",))
+    router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
+                                      help="MoE routing replay.", why="MoE routing replay is not implemented",
+                                      refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
+                                      when="unless mode=disabled", keys=("mode",))
+
+
+@dataclass
+class _ActorCore(Section):
+    """The main fields of ActorConfig."""
 
     strategy: str = strategy_option("Training backend: fsdp or fsdp2 (both run this project's FSDP2 engine).")
     ppo_mini_batch_size: int = option(16, help="Prompts per mini-batch (one optimiser step); the "
@@ -303,21 +327,10 @@ class ActorConfig(Section):
     ppo_micro_batch_size: int | None = option(None, help="verl's older global form of "
                                               "ppo_micro_batch_size_per_gpu (samples over all ranks); validate() "
                                               "divides it by the data-parallel size and moves it there.")
-    ulysses_sequence_parallel_size: int = _sp_option()
-    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
-                                          why="nothing is compiled here")
     use_fused_kernels: bool = verl_option(False, help="Fused log-prob/entropy kernels (verl copies "
                                           "model.use_fused_kernels).", why="no fused kernels are used (a "
                                           "speed/memory saving; the numbers are the same)", warn_if=bool,
                                           when="to true")
-    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
-    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=compat.MEMORY_ONLY)
-    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
-    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
-                                      why="a speed setting only", warn_if=bool, when="to true")
     calculate_entropy: bool = verl_option(False, help="Compute the entropy even with entropy_coeff = 0.",
                                           why="the entropy is computed and logged (actor/entropy) anyway")
     calculate_sum_pi_squared: bool = verl_option(False, help="Compute the sum of squared token probabilities "
@@ -340,13 +353,6 @@ class ActorConfig(Section):
                                    why="a checkpoint holds the model, the optimiser and the trainer state here",
                                    warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
                                    keys=("async_save",))
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
-                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
-                                 when="enable=true", keys=("enable",))
-    router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
-                                      help="MoE routing replay.", why="MoE routing replay is not implemented",
-                                      refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
-                                      when="unless mode=disabled", keys=("mode",))
     qat: dict = verl_option(compat.qat_defaults(), inert=False,
                             help="Quantisation-aware training.", why="quantisation-aware training is not "
                             "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
@@ -354,8 +360,13 @@ class ActorConfig(Section):
 
 
 @dataclass
-class RefConfig(Section):
-    """The frozen reference policy (used for the KL penalty or KL loss)."""
+class ActorConfig(_LogProbPassVerlKeys, _ActorCore):
+    """The policy update: PPO epochs over mini-batches of the step's samples."""
+
+
+@dataclass
+class _RefCore(Section):
+    """The main fields of RefConfig."""
 
     log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
                                                            "when computing reference log-probs; null = all at once. Ignored with "
@@ -372,24 +383,11 @@ class RefConfig(Section):
     log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
                                                    "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
                                                    "data-parallel size and moves it there.")
-    ulysses_sequence_parallel_size: int = _sp_option()
-    use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
-                                          why="nothing is compiled here")
-    entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
-    entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=compat.MEMORY_ONLY)
-    entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
-    pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
-                                      why="a speed setting only", warn_if=bool, when="to true")
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
-                                 why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
-                                 when="enable=true", keys=("enable",))
-    router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
-                                      help="MoE routing replay.", why="MoE routing replay is not implemented",
-                                      refuse_if=lambda v: v.get("mode", "disabled") != "disabled",
-                                      when="unless mode=disabled", keys=("mode",))
+
+
+@dataclass
+class RefConfig(_LogProbPassVerlKeys, _RefCore):
+    """The frozen reference policy (used for the KL penalty or KL loss)."""
 
 
 @dataclass
