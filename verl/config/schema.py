@@ -156,7 +156,9 @@ class RolloutCorrectionConfig(Section):
                                                            why="rollout rejection sampling is not implemented "
                                                            "(rollout_rs is refused)")
     bypass_mode: bool = verl_option(False, help="Skip the old log-prob pass and use the rollout's.", inert=False,
-                                    why="the old log-probs are always recomputed here", refuse_if=bool,
+                                    why="the old log-probs are the actor's own here (recomputed, or on an "
+                                    "exactly on-policy step taken from the update's forward), never the rollout's",
+                                    refuse_if=bool,
                                     when="when true")
     loss_type: str = verl_option("ppo_clip", help="Loss of bypass_mode.", inert=False,
                                  why="the loss is the actor's policy_loss.loss_mode here",

@@ -15,7 +15,9 @@ from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
 
 
-ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss"}
+ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss",
+                    # reported by the update itself when the step is on-policy (see ppo_loss)
+                    "actor/entropy", "actor/rollout_log_prob_diff", "actor/ref_kl"}
 # Keys of the actor section (dotted below it) a policy loss reads besides the clip ratios, by loss_mode.
 LOSS_SETTINGS = {
     "sapo": ("tau_pos", "tau_neg"),
@@ -122,16 +124,23 @@ class Actor(PolicyModel):
         """
         cfg = self.config
         mask = mb["response_mask"]
+        on_policy = "old_log_probs" not in mb
+        # Without old_log_probs the update is on-policy (one epoch, one mini-batch: the trainer skips
+        # the separate pass): the policy that sampled is the one being updated, so its log-probs are
+        # the current ones, detached.
+        old_log_probs = log_prob.detach() if on_policy else mb["old_log_probs"]
         is_weights, is_metrics = None, {}
         if cfg.rollout_is_correction:
-            is_weights, is_metrics = truncated_is_weights(mb["old_log_probs"], mb["rollout_log_probs"], mask,
+            is_weights, is_metrics = truncated_is_weights(old_log_probs, mb["rollout_log_probs"], mask,
                                                           cfg.rollout_is_threshold)
         pg_loss, metrics = self.policy_loss_fn(
-            mb["old_log_probs"], log_prob, mb["advantages"], mask,
+            old_log_probs, log_prob, mb["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, rollout_is_weights=is_weights,
             **self.loss_settings, **counts)
         metrics.update(is_metrics)
+        if on_policy:
+            metrics.update(self._on_policy_metrics(mb, old_log_probs, entropy, counts))
         loss = pg_loss
         metrics["actor/pg_loss"] = pg_loss.detach()
         if cfg.entropy_coeff != 0:
@@ -145,6 +154,19 @@ class Actor(PolicyModel):
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
         return loss, metrics
+
+    @staticmethod
+    def _on_policy_metrics(mb: Batch, log_prob, entropy, counts: dict) -> dict:
+        """What the skipped old-log-prob pass would have given the step's metrics, as token means over
+        the mini-batch (additive: micro-batches and ranks sum to the whole)."""
+        mask = mb["response_mask"]
+        out = {"actor/entropy": agg_loss(entropy.detach(), mask, "token-mean", **counts)}
+        if "rollout_log_probs" in mb:
+            out["actor/rollout_log_prob_diff"] = agg_loss((log_prob - mb["rollout_log_probs"]).abs(), mask,
+                                                          "token-mean", **counts)
+        if "ref_log_prob" in mb:
+            out["actor/ref_kl"] = agg_loss(log_prob - mb["ref_log_prob"], mask, "token-mean", **counts)
+        return out
 
     def update(self, batch: Batch, *, micro_batch_size: int | None = None, loss_fn=None,
                mini_batch_size: int | None = None, epochs: int | None = None) -> dict[str, float]:

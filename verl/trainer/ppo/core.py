@@ -58,11 +58,11 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
     metrics.update(_stats("prompt_length", prompt_len))
     if "entropys" in batch:
         metrics["actor/entropy"] = (batch["entropys"][mask].mean().item() if mask.any() else 0.0)
-    if "rollout_log_probs" in batch:
+    if "rollout_log_probs" in batch and "old_log_probs" in batch:
         # How far the engine's sampling distribution is from the actor's (see rollout_is_correction).
         diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs()[mask]
         metrics["actor/rollout_log_prob_diff"] = diff.mean().item() if diff.numel() else 0.0
-    if "ref_log_prob" in batch:
+    if "ref_log_prob" in batch and "old_log_probs" in batch:
         kl = (batch["old_log_probs"] - batch["ref_log_prob"])[mask]
         metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
     metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()

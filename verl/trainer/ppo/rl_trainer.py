@@ -77,8 +77,9 @@ class RLTrainer:
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
                                                                     step=self.global_step)
             metrics.update(sample_metrics)
-            with timer("old_log_prob", timing):
-                batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
+            if not self.on_policy_update(len(batch)):
+                with timer("old_log_prob", timing):
+                    batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
             if self.use_ref:
                 with timer("ref", timing):
                     batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch))
@@ -107,6 +108,16 @@ class RLTrainer:
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
+
+    def on_policy_update(self, rows: int) -> bool:
+        """Whether this step's actor update is exactly on-policy: one PPO epoch over one mini-batch, so
+        the weights that sampled are the ones the loss differentiates, and the old log-probs are the
+        current ones (the update takes them, detached, from its own forward: one pass over the batch
+        fewer, as TRL does). Not when anything reads the old log-probs before the update (KL in the
+        reward)."""
+        actor = self.config.actor_rollout_ref.actor
+        return (actor.ppo_epochs == 1 and rows <= self.samples_per_mini_batch("actor")
+                and not self.config.algorithm.use_kl_in_reward)
 
     def _bytes_moved(self) -> int:
         """Tensor bytes the worker groups moved between processes so far (0 in one process)."""
