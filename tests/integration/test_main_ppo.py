@@ -156,3 +156,13 @@ def test_reward_model_scores_add_to_rule_scores(tiny_model_dir, tmp_path):
         # score = rule (always 1) + 0.5 * rm_score for every sample, hence for the means too
         assert r["critic/score/mean"] == pytest.approx(1.0 + 0.5 * r["reward_extra/rm_score/mean"], abs=1e-5)
         assert r["reward_extra/rm_score/mean"] != 0.0
+
+
+def test_with_validation_off_the_validation_files_are_not_read(tiny_model_dir, tmp_path, caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="verl.trainer.ppo.build"):
+        assert main(_common(tiny_model_dir, tmp_path, steps=1) + ["trainer.val_before_train=false",
+                                                                  "trainer.test_freq=-1"]) == 0
+    assert any("validation is off" in r.getMessage() for r in caplog.records)
+    assert not any(k.startswith("val-") for r in _metrics(tmp_path / "out") for k in r)

@@ -144,7 +144,10 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
 
     train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
     val_batches = []
-    if val_files is not None:
+    validating = trainer_cfg.val_before_train or trainer_cfg.test_freq > 0
+    if val_files is not None and not validating:
+        logger.info("validation is off (trainer.test_freq <= 0, val_before_train=false): %s not read", val_files)
+    elif val_files is not None:
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files")
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
