@@ -105,11 +105,6 @@ def group_choice(override: Override) -> None:
                 choice)
 
 
-def parse_value(raw: str) -> Any:
-    """The value of an override's text, as Hydra's grammar reads it (``1e-4`` a float, ``[a,b]`` a list)."""
-    return parse_override(f"x={raw}").value
-
-
 def parse_overrides(args: Iterable[str]) -> list[tuple[str, Any]]:
     """`["a.b=1e-4", "+c.d=[x,y]"]` -> `[("a.b", 1e-4), ("c.d", ["x", "y"])]` (values not yet typed)."""
     return [(o.key, o.value) for o in map(parse_override, args)]
