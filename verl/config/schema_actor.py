@@ -277,6 +277,22 @@ class _LogProbPassVerlKeys(Section):
 
 
 @dataclass
+class TrainedRoleVerlKeys(Section):
+    """verl keys that the actor and the critic (the roles with an optimiser) both carry."""
+
+    loss_scale_factor: float | None = verl_option(None, help="Constant divisor of seq-mean-token-sum-norm.",
+                                                  inert=False, why="seq-mean-token-sum-norm divides by "
+                                                  "data.max_response_length here", refuse_if=lambda v: v is not None,
+                                                  when="unless null")
+    data_loader_seed: int = verl_option(42, help="Seed of the mini-batch shuffling.",
+                                        why="trainer.seed seeds the shuffling here")
+    checkpoint: dict = verl_option(compat.checkpoint_defaults(), help="What a checkpoint holds.",
+                                   why="a checkpoint holds the model, the optimiser and the trainer state here",
+                                   warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
+                                   keys=("async_save",))
+
+
+@dataclass
 class _ActorCore(Section):
     """The main fields of ActorConfig."""
 
@@ -341,18 +357,8 @@ class _ActorCore(Section):
     freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",
                                             inert=False, why="vision-language models are not supported",
                                             refuse_if=bool, when="when true")
-    loss_scale_factor: float | None = verl_option(None, help="Constant divisor of seq-mean-token-sum-norm.",
-                                                  inert=False, why="seq-mean-token-sum-norm divides by "
-                                                  "data.max_response_length here", refuse_if=lambda v: v is not None,
-                                                  when="unless null")
-    data_loader_seed: int = verl_option(42, help="Seed of the mini-batch shuffling.",
-                                        why="trainer.seed seeds the shuffling here")
     tau_pos: float = option(1.0, help="SAPO loss: temperature for positive advantages. Read by loss_mode=sapo.")
     tau_neg: float = option(1.05, help="SAPO loss: temperature for negative advantages. Read by loss_mode=sapo.")
-    checkpoint: dict = verl_option(compat.checkpoint_defaults(), help="What a checkpoint holds.",
-                                   why="a checkpoint holds the model, the optimiser and the trainer state here",
-                                   warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
-                                   keys=("async_save",))
     qat: dict = verl_option(compat.qat_defaults(), inert=False,
                             help="Quantisation-aware training.", why="quantisation-aware training is not "
                             "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
@@ -360,7 +366,7 @@ class _ActorCore(Section):
 
 
 @dataclass
-class ActorConfig(_LogProbPassVerlKeys, _ActorCore):
+class ActorConfig(_LogProbPassVerlKeys, TrainedRoleVerlKeys, _ActorCore):
     """The policy update: PPO epochs over mini-batches of the step's samples."""
 
 

@@ -8,7 +8,8 @@ from typing import Literal
 from verl.config import compat
 from verl.config.compat import Section, strategy_option, verl_option, verl_section_alias
 from verl.config.node import option, section
-from verl.config.schema_actor import EngineFSDPConfig, HFModelVerlKeys, LossAggMode, OptimConfig
+from verl.config.schema_actor import (EngineFSDPConfig, HFModelVerlKeys, LossAggMode, OptimConfig,
+                                      TrainedRoleVerlKeys)
 
 
 @dataclass
@@ -31,8 +32,8 @@ class CriticModelConfig(HFModelVerlKeys, _CriticModel):
 
 
 @dataclass
-class CriticConfig(Section):
-    """The value function used by GAE."""
+class _CriticCore(Section):
+    """The main fields of CriticConfig."""
 
     enable: bool | None = option(None, help="Train a critic; null = exactly when the advantage "
                                  "estimator needs one (gae).")
@@ -78,19 +79,14 @@ class CriticConfig(Section):
         1, help="Ulysses sequence-parallel group size.", inert=False, why="sequence parallelism is not "
         "implemented", refuse_if=lambda v: v != 1, when="unless 1",
         instead="use use_dynamic_bsz / ppo_max_token_len_per_gpu to fit long sequences")
-    loss_scale_factor: float | None = verl_option(None, help="Constant divisor of seq-mean-token-sum-norm.",
-                                                  inert=False, why="seq-mean-token-sum-norm divides by "
-                                                  "data.max_response_length here", refuse_if=lambda v: v is not None,
-                                                  when="unless null")
-    data_loader_seed: int = verl_option(42, help="Seed of the mini-batch shuffling.",
-                                        why="trainer.seed seeds the shuffling here")
-    checkpoint: dict = verl_option(compat.checkpoint_defaults(), help="What a checkpoint holds.",
-                                   why="a checkpoint holds the model, the optimiser and the trainer state here",
-                                   warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
-                                   keys=("async_save",))
     profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
                                  why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
                                  when="enable=true", keys=("enable",))
+
+
+@dataclass
+class CriticConfig(TrainedRoleVerlKeys, _CriticCore):
+    """The value function used by GAE."""
 
 
 @dataclass
