@@ -82,6 +82,9 @@ class _DropWarmupNoise(logging.Filter):
         return "Chat template warmup failed" not in record.getMessage()
 
 
+_DROP_WARMUP_NOISE = _DropWarmupNoise()
+
+
 class VLLMRollout(RolloutEngine):
     name = "vllm"
 
@@ -102,7 +105,7 @@ class VLLMRollout(RolloutEngine):
         restore_set_num_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
         import vllm
 
-        logging.getLogger("vllm.renderers.base").addFilter(_DropWarmupNoise())
+        logging.getLogger("vllm.renderers.base").addFilter(_DROP_WARMUP_NOISE)  # once, however many engines
         self._vllm = vllm
         dtype = resolve_dtype(config.dtype, actor_dtype, self.on_gpu)
         limit = getattr(model_config, "max_position_embeddings", None)
