@@ -232,3 +232,24 @@ def _all_specs(cls):
         yield spec
         if spec.node_type is not None:
             yield from _all_specs(spec.node_type)
+
+
+def test_linked_rollout_lengths_follow_the_data_section_like_verls_oc_select():
+    cfg = TrainerConfig(data=dict(max_prompt_length=100, max_response_length=30))
+    rollout = cfg.actor_rollout_ref.rollout
+    assert (rollout.prompt_length, rollout.response_length) == (100, 30)
+    cfg.data.max_response_length = 7  # a later change is followed, as an interpolation would be
+    assert rollout.response_length == 7
+    assert cfg.get("actor_rollout_ref.rollout.response_length") == 7
+    # Outside a TrainerConfig (a copy is detached) the fallback, verl's 512, applies.
+    assert RolloutConfig().prompt_length == 512
+    assert cfg.actor_rollout_ref.copy().rollout.response_length == 512
+    # Written out as null, so a file read back still follows data.*; an explicit value is kept.
+    assert "response_length: null" in cfg.to_yaml()
+    again = TrainerConfig.from_yaml(cfg.to_yaml())
+    again.data.max_response_length = 11
+    assert again.actor_rollout_ref.rollout.response_length == 11
+    cfg.actor_rollout_ref.rollout.response_length = 5
+    assert cfg.actor_rollout_ref.rollout.response_length == 5 and cfg.data.max_response_length == 7
+    with pytest.raises(ConfigError, match="rollout.response_length=5 differs from data.max_response_length=7"):
+        cfg.validate()

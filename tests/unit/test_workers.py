@@ -24,7 +24,6 @@ def worker_config(tiny_model_dir, **arr):
     """2 responses per prompt, 4-token responses; one mini-batch of 2 prompts (4 samples)."""
     cfg = TrainerConfig(
         data=dict(max_response_length=RESPONSE_LENGTH),
-        trainer=dict(device="cpu"),
         actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)), rollout=dict(n=2),
                                actor=dict(ppo_mini_batch_size=2, optim=dict(lr=1e-3))),
     )

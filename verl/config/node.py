@@ -29,12 +29,19 @@ from verl.config.yaml_io import dump_yaml, format_flow, read_yaml_source
 MISSING = dataclasses.MISSING
 
 
-def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = ()) -> Any:
+def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), link: str | None = None,
+           fallback: Any = None) -> Any:
     """Declare a leaf field: its default, its help text and other names that mean the same key.
 
-    Mutable defaults (lists, dicts) are copied per instance.
+    Mutable defaults (lists, dicts) are copied per instance. ``link`` makes a field that is left
+    at None follow another key of the whole config, as verl's ``${oc.select:data.max_prompt_length,512}``
+    does: reading it gives that key's current value, or ``fallback`` when the section stands alone.
     """
     metadata = {"help": help, "aliases": tuple(aliases)}
+    if link is not None:
+        if default is not None:
+            raise TypeError(f"a linked option defaults to None (it follows {link}), got {default!r}")
+        metadata.update(link=link, fallback=fallback)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default),
                                  metadata=metadata)
@@ -106,7 +113,39 @@ def _example(spec: FieldSpec) -> str:
     return "" if spec.default is None or spec.node_type else format_flow(spec.default)
 
 
+def raw_value(node: ConfigNode, name: str) -> Any:
+    """The stored value of field ``name``: None for a linked field that follows another key."""
+    return object.__getattribute__(node, name)
+
+
+def _follow_link(self, name: str) -> Any:
+    value = object.__getattribute__(self, name)
+    if value is None and name in object.__getattribute__(self, "_links"):
+        link, fallback = self._links[name]
+        root = self._root()
+        if root is self:
+            return fallback
+        try:
+            return root.get(link)
+        except ConfigError:  # a tree without that key
+            return fallback
+    return value
+
+
 class _NodeMeta(type):
+    # Sections with linked fields (see `option(link=...)`) read them through `_follow_link`.
+    def __new__(mcs, name, bases, namespace):
+        links = {}
+        for base in bases:
+            links.update(getattr(base, "_links", {}))
+        for key, value in namespace.items():
+            if isinstance(value, dataclasses.Field) and "link" in value.metadata:
+                links[key] = (value.metadata["link"], value.metadata["fallback"])
+        if links:
+            namespace["_links"] = links
+            namespace["__getattribute__"] = _follow_link
+        return super().__new__(mcs, name, bases, namespace)
+
     # Construction goes through `_build`, which resolves aliases and rejects unknown keys with
     # a hint before the dataclass __init__ (which would only say "unexpected keyword") runs.
     def __call__(cls, *args, **kwargs):
@@ -357,7 +396,7 @@ class ConfigNode(metaclass=_NodeMeta):
         """Nested plain dicts under canonical names (no aliases); values are copies."""
         out = {}
         for name in field_specs(type(self)):
-            value = getattr(self, name)
+            value = raw_value(self, name)
             out[name] = value.to_dict() if isinstance(value, ConfigNode) else copy.deepcopy(value)
         return out
 
@@ -422,7 +461,7 @@ def _flatten(node: ConfigNode, prefix: str = "") -> dict[str, Any]:
     """Leaf values by dotted key; a free-form dict field counts as one leaf."""
     out = {}
     for name in field_specs(type(node)):
-        value = getattr(node, name)
+        value = raw_value(node, name)
         if isinstance(value, ConfigNode):
             out.update(_flatten(value, f"{prefix}{name}."))
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from verl.config.coerce import type_name
-from verl.config.node import ConfigNode, field_specs
+from verl.config.node import ConfigNode, field_specs, raw_value
 from verl.config.yaml_io import format_flow
 
 _WIDTH = 100
@@ -35,7 +35,7 @@ def _render_node(node: ConfigNode, indent: int, lines: list[str]) -> None:
             lines.append("")
         for line in textwrap.wrap(_help_lines(spec), _WIDTH - indent - 2):
             lines.append(f"{pad}# {line}")
-        value = getattr(node, name)
+        value = raw_value(node, name)
         if isinstance(value, ConfigNode):
             lines.append(f"{pad}{name}:")
             _render_node(value, indent + 2, lines)
@@ -52,7 +52,7 @@ def render_help(cls: type[ConfigNode]) -> str:
 
 def _help_node(node: ConfigNode, prefix: str, lines: list[str]) -> None:
     for name, spec in field_specs(type(node)).items():
-        value = getattr(node, name)
+        value = raw_value(node, name)
         key = prefix + name
         if isinstance(value, ConfigNode):
             lines.append(f"{key}:  {spec.help}")

@@ -83,9 +83,13 @@ class RolloutConfig(Section):
     mode: str = verl_option("async", help="sync or async engine API.", why="the rollout is called in-process "
                             "here; both give the same samples", refuse_if=lambda v: v not in ("sync", "async"),
                             when="for anything but sync / async")
-    prompt_length: int | None = option(None, help="verl copies data.max_prompt_length here; null = that. "
-                                       "validate() refuses a different value (set data.max_prompt_length).")
-    response_length: int | None = option(None, help="verl copies data.max_response_length here; null = that. "
+    prompt_length: int | None = option(None, link="data.max_prompt_length", fallback=512,
+                                       help="Longest prompt the engine serves. null follows data.max_prompt_length "
+                                       "(512 for a section outside a TrainerConfig); validate() refuses a "
+                                       "different value (set data.max_prompt_length).")
+    response_length: int | None = option(None, link="data.max_response_length", fallback=512,
+                                         help="Most tokens generated per response. null follows "
+                                         "data.max_response_length (512 for a section outside a TrainerConfig); "
                                          "validate() refuses a different value (set data.max_response_length).")
     log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
                                                    "log_prob_micro_batch_size_per_gpu; validate() divides it by the "

@@ -14,7 +14,6 @@ import logging
 import torch
 
 from verl.algorithms import truncated_responses
-from verl.config import ConfigError
 from verl.config.checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
@@ -28,27 +27,26 @@ from verl.workers.actor import Actor, PolicyModel
 logger = logging.getLogger(__name__)
 
 
-def _root_value(config, dotted: str, default):
-    """A value from the whole TrainerConfig when ``config`` is part of one, else ``default``."""
-    try:
-        return config._root().get(dotted)
-    except ConfigError:  # a standalone section: the key is not in its tree
-        return default
-
-
 class ActorRolloutRefWorker:
     """Holds ``actor_model`` (a Hugging Face causal LM), ``rollout`` and ``ref_model``.
 
     Methods take and return :class:`~verl.protocol.Batch`: :meth:`generate_sequences`,
     :meth:`compute_log_prob`, :meth:`compute_ref_log_prob`, :meth:`update_actor`.
+
+    It reads its own section only (``config`` is ``TrainerConfig.actor_rollout_ref``); the rest is
+    passed in: ``device`` (default ``auto``; the trainer passes ``trainer.device``), ``seed``
+    (default 1; the trainer passes ``trainer.seed``), ``max_response_length`` (default
+    ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig).
     """
 
     def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
                  max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None):
         self.config = config
-        self.device = resolve_device(device or _root_value(config, "trainer.device", "auto"))
-        self.max_response_length = max_response_length or _root_value(config, "data.max_response_length", 512)
-        seed = seed if seed is not None else _root_value(config, "trainer.seed", 1)
+        # Everything comes from this section or the arguments: the rollout's prompt_length and
+        # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
+        self.device = resolve_device(device or "auto")
+        self.max_response_length = max_response_length or config.rollout.response_length
+        seed = seed if seed is not None else 1
         model_cfg = config.model
         path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
         self.model_path = path
@@ -88,7 +86,7 @@ class ActorRolloutRefWorker:
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                max_token_len=log_prob_token_budget(config, "ref"),
                                remove_padding=model_cfg.use_remove_padding) if ref_model is not None else None
-        prompt_length = _root_value(config, "data.max_prompt_length", None)
+        prompt_length = config.rollout.prompt_length
         self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
                                      generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
