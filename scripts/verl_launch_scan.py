@@ -9,8 +9,11 @@ Method
      stubs write their cwd and argv (NUL-separated) to a capture folder, one file per call;
      ``python -c`` exits 1 (so ``python3 -c 'import torch_npu'`` probes choose the GPU path);
      ``ray`` records too (``ray job submit ... -- python3 -m ...``: what follows ``--``);
-     ``nohup``/``srun`` run their arguments; the rest print nothing and exit 0 (``nvidia-smi``
-     lists 8 GPUs). So bash itself expands variables, defaults and arrays exactly as in a real run.
+     ``nohup`` and ``uv run ... python3`` run the python command; ``tee`` is ``cat``; the rest
+     print nothing and exit 0 (``nvidia-smi`` lists 8 GPUs); ``ulimit`` is a no-op function
+     (BASH_ENV prelude). A script stopping on a variable the user must set (``FOO: unbound
+     variable``, ``${FOO:?...}``) is rerun with it set to a dummy path. So bash itself expands
+     variables, defaults and arrays exactly as in a real run.
   3. Captured calls running ``-m verl.trainer.main_ppo`` are launches; their overrides are the
      arguments after the module name. Each is loaded in-process with
      ``TrainerConfig.from_cli(overrides)`` (cwd = the launch's cwd) then ``cfg.validate()``

@@ -15,7 +15,6 @@ def _check(*overrides):
     ("actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", r"dppo_kl is a policy loss of verl that this project "
                                                               r"does not implement yet; choose one of vanilla, gspo"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=dro", r"dro is a policy loss of verl"),
-    ("algorithm.adv_estimator=gdpo", r"gdpo is an advantage estimator of verl that this project does not implement"),
     ("algorithm.adv_estimator=optimal_token_baseline", r"optimal_token_baseline is an advantage estimator of verl"),
     ("actor_rollout_ref.rollout.name=sglang", r"SGLang engine is not supported here; use vllm"),
 ])
@@ -44,3 +43,22 @@ def test_a_bad_engine_name_fails_before_the_model_loads(tmp_path):
 
     missing = tmp_path / "no-such-model"  # loading it would fail with another message
     assert main([f"actor_rollout_ref.model.path={missing}", "actor_rollout_ref.rollout.name=sglang"]) == 2
+
+
+@pytest.mark.parametrize("backend_override, named", [
+    ("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=16", "Megatron-LM backend"),
+    ("actor@actor_rollout_ref.actor=mlite_actor", "Megatron-Lite backend"),
+    ("critic.veomni.fsdp_size=8", "VeOmni backend"),
+])
+def test_another_backends_launch_is_refused_on_its_backend_whatever_key_comes_first(backend_override, named):
+    # A Megatron launch also sets keys of its own optimiser (optim.min_lr): the backend is the reason.
+    with pytest.raises(ConfigError, match=named) as err:
+        TrainerConfig.from_cli(["actor_rollout_ref.actor.optim.min_lr=1e-7", "trainer.nnodes=1", backend_override])
+    assert "min_lr" not in str(err.value) and "did you mean" not in str(err.value)
+
+
+def test_hydras_own_settings_are_ignored_with_a_warning(caplog):
+    with caplog.at_level("WARNING", logger="verl.config"):
+        cfg = TrainerConfig.from_cli(["hydra.run.dir=/tmp/outputs", "trainer.total_epochs=2"])
+    assert cfg.trainer.total_epochs == 2
+    assert any("hydra.run.dir: a setting of Hydra itself" in r.getMessage() for r in caplog.records)

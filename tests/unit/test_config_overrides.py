@@ -39,7 +39,7 @@ def test_hydra_refusals_name_the_fix():
 
 def test_config_group_choices_fsdp_accepted_megatron_refused():
     assert _cfg("actor@actor_rollout_ref.actor=dp_actor", "critic@critic=dp_critic") == TrainerConfig()
-    with pytest.raises(ConfigError, match="megatron_actor backend is not supported here; .*FSDP"):
+    with pytest.raises(ConfigError, match="megatron_actor: the Megatron-LM backend is not supported here; .*FSDP"):
         _cfg("actor@actor_rollout_ref.actor=megatron_actor")
 
 
@@ -218,13 +218,19 @@ def test_plus_on_a_typed_section_is_an_unknown_key_with_a_note():
         _cfg("+trainer.new_key=1")
 
 
-def test_only_true_and_false_are_booleans_and_yaml_1_1_words_stay_strings():
+def test_words_are_typed_as_hydra_and_omegaconf_type_them():
+    # Hydra's grammar: on / no are text; a bool field takes OmegaConf's yes/no/on/off words.
     cfg = _cfg("+data.chat_template_kwargs.a=on", "+data.chat_template_kwargs.b=no",
                "+data.chat_template_kwargs.c=False", "+data.chat_template_kwargs.d=1e5")
     assert cfg.data.chat_template_kwargs == {"a": "on", "b": "no", "c": False, "d": 1e5}
-    assert TrainerConfig.from_yaml(cfg.to_yaml()) == cfg
-    with pytest.raises(ConfigError, match="data.shuffle expects bool, got 'yes'"):
-        _cfg("data.shuffle=yes")
+    assert TrainerConfig.from_yaml(cfg.to_yaml()) == cfg  # written quoted where YAML would read a bool
+    assert _cfg("data.shuffle=no").data.shuffle is False and _cfg("data.shuffle=on").data.shuffle is True
+    assert TrainerConfig.from_yaml("data:\n  shuffle: off\n").data.shuffle is False
+    with pytest.raises(ConfigError, match="data.shuffle expects bool, got 'maybe'"):
+        _cfg("data.shuffle=maybe")
+    # A str field keeps the text as typed, also from YAML.
+    assert _cfg("trainer.experiment_name=yes").trainer.experiment_name == "yes"
+    assert TrainerConfig.from_yaml("trainer:\n  experiment_name: true\n").trainer.experiment_name == "true"
 
 
 def test_interpolations_resolve_against_the_final_values(tmp_path, monkeypatch):
@@ -243,6 +249,7 @@ def test_interpolations_resolve_against_the_final_values(tmp_path, monkeypatch):
     assert _cfg("data.val_batch_size=${data.train_batch_size}", "data.val_batch_size=3").data.val_batch_size == 3
     with pytest.raises(ConfigError, match=r"data.val_batch_size=\$\{data.nope\}: cannot resolve"):
         _cfg("data.val_batch_size=${data.nope}")
-    with pytest.raises(ConfigError, match="data.val_batch_size expects int"):
+    with pytest.raises(ConfigError, match=r"data.val_batch_size=\$\{trainer.project_name\}: cannot resolve .*"
+                                          r"'verl' of type 'str' could not be converted to Integer"):
         _cfg("data.val_batch_size=${trainer.project_name}")
     assert _cfg("trainer.experiment_name=${data.max_prompt_length}").trainer.experiment_name == "512"

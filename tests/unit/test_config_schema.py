@@ -135,3 +135,15 @@ def test_out_of_range_values_are_rejected(key, value, message):
     cfg.set(key, value)
     with pytest.raises(ConfigError, match=message):
         cfg.validate()
+
+
+def test_committed_verl_key_tables_equal_the_generated_ones():
+    from verl.config.verl_keys_doc import render_verl_keys
+
+    # Regenerate with: python -m verl.config verl-keys > docs/config_verl_keys.md
+    tables = Path(__file__).resolve().parents[2] / "docs" / "config_verl_keys.md"
+    text = render_verl_keys()
+    assert tables.read_text() == text
+    # Both kinds are there, each key with its reason.
+    assert "| `distillation.enabled` | when true | on-policy distillation is not implemented |" in text
+    assert "| `ray_kwargs.*` |  | there is no Ray here" in text

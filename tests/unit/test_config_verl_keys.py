@@ -10,7 +10,7 @@ import pytest
 
 from verl.config import ConfigError, TrainerConfig
 from verl.config.node import ConfigNode, field_specs
-from verl.config.yaml_io import format_flow
+from verl.config.omega import format_flow
 
 GRPO_FSDP = [
     "algorithm.adv_estimator=grpo",
@@ -188,6 +188,9 @@ def test_a_dynamic_batch_launch_parses_and_verls_reward_and_correction_keys_act(
     ("trainer.rollout_data_dir=/tmp/rollouts", "trainer.rollout_data_dir=/tmp/rollouts"),
     ("trainer.max_critic_ckpt_to_keep=3", "max_critic_ckpt_to_keep=3 has no effect here"),
     ("+reward_model.reward_kwargs.max_resp_len=512", "reward_model.reward_kwargs.max_resp_len"),
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "every rank holds whole sequences"),
+    ("actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=4", "data-parallel size is the world size"),
+    ("critic.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2 has no effect here"),
 ])
 def test_no_effect_keys_warn_once_when_they_ask_for_something_not_done(caplog, arg, expected):
     _, warnings = _warnings(caplog, ["actor_rollout_ref.rollout.n=4", arg])
@@ -209,13 +212,12 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "Megatron"),
     ("actor_rollout_ref.model.lora_rank=32", "LoRA is not implemented"),
     ("actor_rollout_ref.model.lora_adapter_path=/ckpt/adapter", "merge the adapter"),
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "use_dynamic_bsz"),
-    ("actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=4", "sequence parallelism"),
     ("actor_rollout_ref.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "AdamW"),
     ("actor_rollout_ref.rollout.ignore_eos=True", "generation stops at EOS"),
     ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn"),
-    ("algorithm.rollout_correction.rollout_is=sequence", "token-level"),
+    ("algorithm.rollout_correction.bypass_mode=true", "never the rollout's"),
+    ("data.custom_cls.path=my_dataset.py", "custom dataset classes are not supported"),
     ("distillation.enabled=True", "distillation is not implemented"),
     ("trainer.val_only=True", "total_training_steps=0"),
     ("data.train_max_samples=1000", "cut the file"),
@@ -233,7 +235,6 @@ def test_refused_keys_name_the_key_and_what_to_use_instead(arg, named):
 @pytest.mark.parametrize("args, named", [
     (["actor_rollout_ref.rollout.response_length=2048"], "uses data.max_response_length: set that key"),
     (["actor_rollout_ref.ref.fsdp_config.model_dtype=bf16"], "set that key instead"),
-    (["data.custom_cls.path=my_dataset.py"], "data.custom_cls.path=my_dataset.py is not supported here"),
     (["actor_rollout_ref.actor.ppo_micro_batch_size=3", "trainer.n_gpus_per_node=2"], "must divide by 2"),
     (["actor_rollout_ref.actor.optim.clip_grad=0.5", "actor_rollout_ref.actor.grad_clip=2.0"], "give only"),
     (["data.gen_batch_size=96"], "leave data.gen_batch_size unset"),
@@ -250,8 +251,8 @@ def test_refusals_hold_in_python_and_yaml_too():
     cfg = TrainerConfig()
     with pytest.raises(ConfigError, match="strategy=megatron"):
         cfg.actor_rollout_ref.actor.strategy = "megatron"
-    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=2"):
-        TrainerConfig.from_yaml("critic:\n  ulysses_sequence_parallel_size: 2\n")
+    with pytest.raises(ConfigError, match="critic.strategy=megatron"):
+        TrainerConfig.from_yaml("critic:\n  strategy: megatron\n")
     # verl's -1 for "filled in at run time" is this project's null.
     assert TrainerConfig.from_cli(["critic.optim.total_training_steps=-1"]).critic.optim.total_training_steps is None
 

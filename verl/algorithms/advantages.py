@@ -5,7 +5,8 @@ Advantage Estimation"; GRPO, Shao et al. 2024 "DeepSeekMath"; Dr. GRPO, Liu et a
 "Understanding R1-Zero-Like Training"; RLOO, Ahmadian et al. 2024 "Back to Basics: Revisiting
 REINFORCE Style Optimization for Learning from Human Feedback in LLMs"; REINFORCE++, Hu 2025;
 ReMax, Li et al. 2023; GPG, Chu et al. 2025 "GPG: A Simple and Strong Reinforcement Learning
-Baseline for Model Reasoning".
+Baseline for Model Reasoning"; GDPO, Liu et al. 2026 "GDPO: Group reward-Decoupled Normalization
+Policy Optimization for Multi-reward RL Optimization" (arXiv 2601.05242).
 
 Deviations and decisions:
 * Recursions over time (GAE, returns-to-go) skip masked positions instead of resetting at
@@ -17,6 +18,9 @@ Deviations and decisions:
 * RLOO: a group of one gets advantage 0 (there are no "other" samples).
 * REINFORCE++ and ReMax return the raw returns-to-go as ``returns``; the others return the
   advantages as ``returns`` (there is no critic to fit).
+* GDPO follows verl's estimator, not this file's GRPO, on a group of one: per component the
+  group mean is taken as 0 and the std as 1, so such a sample's component advantage is its raw
+  component score / (1 + epsilon). It reads only the reward components, never the summed score.
 * Estimators run under ``no_grad``: advantages are constants to the policy loss.
 """
 
@@ -191,6 +195,43 @@ def compute_gpg_outcome_advantage(
     return adv, adv
 
 
+@torch.no_grad()
+def compute_gdpo_outcome_advantage(
+    reward_components: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index,
+    *,
+    reward_weights=None,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+):
+    """GDPO (Liu et al. 2026): normalise each reward component within its group, then combine.
+
+    ``reward_components`` is ``[B, K]``, K scores per sample (e.g. accuracy and format). Per
+    component k: A_k = (r_k - mean_g r_k) / (std_g r_k + epsilon), std unbiased, as GRPO does for
+    one score (no division with ``norm_adv_by_std_in_grpo=False``). Then A = sum_k w_k A_k
+    (w = ``reward_weights``, all 1 by default) is whitened over the batch's valid tokens. Summing
+    the components first (GRPO) would let a component with a wide spread drown the others.
+    """
+    components = reward_components if reward_components.is_floating_point() else reward_components.float()
+    if components.dim() != 2:
+        raise ValueError(f"reward_components must be [B, K], got shape {tuple(components.shape)}")
+    n_components = components.shape[1]
+    weights = [1.0] * n_components if reward_weights is None else [float(w) for w in reward_weights]
+    if len(weights) != n_components:
+        raise ValueError(f"{len(weights)} reward_weights for {n_components} reward components")
+    combined = components.new_zeros(components.shape[0])
+    for k in range(n_components):
+        scores = components[:, k]
+        count, _, mean, std = _group_stats(scores, group_index)
+        adv = scores - torch.where(count > 1, mean, torch.zeros_like(mean))
+        if norm_adv_by_std_in_grpo:
+            adv = adv / (std + epsilon)
+        combined = combined + weights[k] * adv
+    adv = masked_whiten(_broadcast(combined, response_mask), response_mask)
+    return adv, adv
+
+
 ADV_ESTIMATORS = {
     "gae": compute_gae_advantage_return,
     "grpo": compute_grpo_outcome_advantage,
@@ -199,16 +240,18 @@ ADV_ESTIMATORS = {
     "reinforce_plus_plus_baseline": compute_reinforce_plus_plus_baseline_outcome_advantage,
     "remax": compute_remax_outcome_advantage,
     "gpg": compute_gpg_outcome_advantage,
+    "gdpo": compute_gdpo_outcome_advantage,
 }
 # Estimators verl has and this project does not (yet): named as such when asked for.
 NOT_IMPLEMENTED_ESTIMATORS = {name: f"{name} is an advantage estimator of verl that this project does not implement yet"
-                              for name in ("gdpo", "optimal_token_baseline")}
+                              for name in ("optimal_token_baseline",)}
 
 # What an estimator that declares the input without a default is asking for, in words.
 _INPUT_HINTS = {
     "values": "values from a critic",
     "group_index": "group_index (the prompt id of each sample)",
     "reward_baselines": "reward_baselines (the greedy response's score for each sample)",
+    "reward_components": "reward_components (the [B, K] scores of the reward components it normalises apart)",
 }
 
 
@@ -220,6 +263,8 @@ def compute_advantage(
     values: torch.Tensor | None = None,
     group_index=None,
     reward_baselines: torch.Tensor | None = None,
+    reward_components: torch.Tensor | None = None,
+    reward_weights=None,
     gamma: float = 1.0,
     lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
@@ -232,7 +277,8 @@ def compute_advantage(
         raise ValueError(f"unknown advantage estimator {name!r}; allowed: {', '.join(ADV_ESTIMATORS)}.{hint}")
     available = dict(
         token_level_rewards=token_level_rewards, response_mask=response_mask, values=values,
-        group_index=group_index, reward_baselines=reward_baselines, gamma=gamma, lam=lam,
+        group_index=group_index, reward_baselines=reward_baselines, reward_components=reward_components,
+        reward_weights=reward_weights, gamma=gamma, lam=lam,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon,
     )
     kwargs = {}

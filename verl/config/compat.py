@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.config.errors import BACKENDS, ConfigError  # noqa: F401  (BACKENDS re-exported)
 from verl.config.node import MISSING, ConfigNode, option
-from verl.config.yaml_io import format_flow
+from verl.config.omega import format_flow
 
 if TYPE_CHECKING:
     from verl.config.schema import TrainerConfig
@@ -72,6 +72,11 @@ class Rule:
 
 # The reason given for settings that only save memory.
 MEMORY_ONLY = "a memory saving only; the numbers are the same"
+# Ulysses splits each sequence over a group of ranks: the losses and gradients are those of whole
+# sequences, which is what every rank computes here.
+NO_SEQUENCE_PARALLEL = ("sequence parallelism is not implemented: every rank holds whole sequences (the same "
+                        "losses and gradients, more activation memory per rank), so the data-parallel size is the "
+                        "world size; use use_dynamic_bsz / ppo_max_token_len_per_gpu to bound the memory")
 
 def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any], str], inert: bool = True,
                 warn_if: Callable[[Any], bool] | None = None, refuse_if: Callable[[Any], bool] | None = None,
@@ -232,10 +237,29 @@ def resolve(cfg: TrainerConfig, dp: int) -> None:
         logger.warning("reward_model.reward_kwargs.%s has no effect here: the naive reward manager takes no "
                        "arguments (pass arguments to your function with custom_reward_function.reward_kwargs)", name)
     # Rollout correction: token-level truncated importance sampling is actor.rollout_is_correction.
+    # The rest (sequence level, batch normalisation, rejection sampling) stays in algorithm.rollout_correction,
+    # which the actor reads; the rollout must then report its log-probs.
     correction = cfg.algorithm.rollout_correction
-    if correction.rollout_is == "token" and not isinstance(correction.rollout_is_threshold, (int, float)):
-        raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold={correction.rollout_is_threshold}: "
-                          f"two-sided bounds are not implemented; give one upper cap, e.g. 2.0")
+    if correction.rollout_is is not None:
+        try:
+            # float() would read verl's 'lower_upper' as one number with a digit separator
+            if "_" in str(correction.rollout_is_threshold):
+                raise ValueError
+            threshold = float(correction.rollout_is_threshold)
+        except ValueError:
+            raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold={correction.rollout_is_threshold}"
+                              f": two-sided bounds (IcePop) are not implemented; give one upper cap, e.g. 2.0"
+                              ) from None
+        if threshold <= 0:
+            raise ConfigError(f"algorithm.rollout_correction.rollout_is_threshold={threshold} must be > 0")
+    if correction.rollout_rs is not None:
+        from verl.algorithms.rollout_correction import parse_rs  # config imports no torch at module level
+        try:
+            parse_rs(correction.rollout_rs, correction.rollout_rs_threshold)
+        except ValueError as err:
+            raise ConfigError(f"algorithm.rollout_correction: {err}") from None
+    if correction.rollout_is == "sequence" or correction.rollout_rs is not None:
+        cfg.set("actor_rollout_ref.rollout.calculate_log_probs", True)
     if correction.rollout_is == "token":
         _move(cfg, "algorithm.rollout_correction.rollout_is", "actor_rollout_ref.actor.rollout_is_correction",
               True, None, False)

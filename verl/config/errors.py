@@ -15,6 +15,7 @@ class ConfigError(VerlError):
 # Training backends of verl that this project does not have (it trains with FSDP), by config name.
 BACKENDS = {
     "megatron": "Megatron-LM",
+    "mlite": "Megatron-Lite",
     "veomni": "VeOmni",
     "torchtitan": "TorchTitan",
     "fsdp_turbo": "FSDP-Turbo",
@@ -60,13 +61,18 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
     return [key for _, _, key in sorted(scored)[:3]]
 
 
+def backend_key_error(full_key: str) -> ConfigError:
+    """The error for a key of another backend's section (``actor.megatron.*``, ``*.veomni.*``)."""
+    backend = next(part for part in full_key.lower().split(".") if part in BACKEND_SECTIONS)
+    return ConfigError(f"'{full_key}' is a setting of the {BACKENDS[backend]} backend, which is not "
+                       f"supported here: this project trains with FSDP (the fsdp_config sections); drop it")
+
+
 def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
                       all_keys: Sequence[str], note: str = "") -> ConfigError:
     """The error for a key that names no setting, with the best did-you-mean hint we can give."""
-    backend = next((part for part in full_key.lower().split(".") if part in BACKEND_SECTIONS), None)
-    if backend is not None:
-        return ConfigError(f"'{full_key}' is a setting of the {BACKENDS[backend]} backend, which is not "
-                           f"supported here: this project trains with FSDP (the fsdp_config sections); drop it")
+    if any(part in BACKEND_SECTIONS for part in full_key.lower().split(".")):
+        return backend_key_error(full_key)
     guesses = suggest(full_key, parent, siblings, all_keys)
     if guesses:
         hint = f"did you mean {guesses[0]}?"

@@ -15,18 +15,20 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import logging
 import os
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from verl.config import omega
 from verl.config.coerce import coerce, is_dict_type, mismatch
 from verl.config.errors import ConfigError, unknown_key_error
-from verl.config.interpolation import is_interpolation, resolve, split_interpolations
-from verl.config.overrides import group_choice, parse_override, split_config_file
-from verl.config.yaml_io import dump_yaml, format_flow, read_yaml_source
+from verl.config.omega import format_flow
+from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
 
 MISSING = dataclasses.MISSING
+logger = logging.getLogger("verl.config")
 
 
 def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), link: str | None = None,
@@ -109,7 +111,8 @@ def dotted_keys(cls: type[ConfigNode], prefix: str = "") -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _example(spec: FieldSpec) -> str:
+def example_of(spec: FieldSpec) -> str:
+    """A good value of a leaf for error messages: its default, as typed on the command line."""
     return "" if spec.default is None or spec.node_type else format_flow(spec.default)
 
 
@@ -151,7 +154,7 @@ class _NodeMeta(type):
     def __call__(cls, *args, **kwargs):
         if args:
             raise ConfigError(f"{cls.__name__} takes keyword arguments only, e.g. {cls.__name__}(key=value)")
-        return cls._build(kwargs, parent=None, key=None, text=False)
+        return cls._build(kwargs, parent=None, key=None)
 
 
 class ConfigNode(metaclass=_NodeMeta):
@@ -162,7 +165,7 @@ class ConfigNode(metaclass=_NodeMeta):
 
     # ---------------------------------------------------------------- construction
     @classmethod
-    def _build(cls, data: Mapping, *, parent: ConfigNode | None, key: str | None, text: bool):
+    def _build(cls, data: Mapping, *, parent: ConfigNode | None, key: str | None):
         node = cls.__new__(cls)
         object.__setattr__(node, "_parent", parent)
         object.__setattr__(node, "_key", key)
@@ -173,7 +176,7 @@ class ConfigNode(metaclass=_NodeMeta):
                 raise ConfigError(f"{node._path(given[spec.name])} and {node._path(name)} name the same "
                                   f"key; give only one of them")
             given[spec.name] = name
-            kwargs[spec.name] = node._check(spec, value, text=text)
+            kwargs[spec.name] = node._check(spec, value)
         node.__init__(**kwargs)
         return node
 
@@ -181,7 +184,7 @@ class ConfigNode(metaclass=_NodeMeta):
     def from_dict(cls, data: Mapping, base: ConfigNode | None = None):
         """Build from nested dicts (Python values); with `base`, merge `data` into a copy of it."""
         if base is None:
-            return cls._build(data, parent=None, key=None, text=False)
+            return cls._build(data, parent=None, key=None)
         cfg = base.copy()
         cfg.update(data)
         return cfg
@@ -189,40 +192,41 @@ class ConfigNode(metaclass=_NodeMeta):
     @classmethod
     def from_yaml(cls, source: str | os.PathLike, base: ConfigNode | None = None):
         """Build from a YAML file path or YAML text; with `base`, merge into a copy of it."""
-        cfg, pending = cls._from_yaml(source, base)
-        resolve(cfg, pending)
-        return cfg
-
-    @classmethod
-    def _from_yaml(cls, source, base):
-        """The config of a YAML source with its ``${...}`` values left to resolve: ``(config, pending)``."""
-        data, pending = split_interpolations(read_yaml_source(source))
-        if base is None:
-            return cls._build(data, parent=None, key=None, text=True), pending
-        cfg = base.copy()
-        cfg._update(data, text=True)
-        return cfg, pending
+        return cls._from_text(base, source, [])
 
     @classmethod
     def from_overrides(cls, args: Iterable[str], base: ConfigNode | None = None):
         """Build from `a.b.c=value` strings, starting from `base` (copied) or the defaults."""
-        cfg = base.copy() if base is not None else cls()
-        cfg.apply_overrides(args)
-        return cfg
+        return cls._from_text(base, None, list(args))
 
     @classmethod
     def from_cli(cls, args: Iterable[str], base: ConfigNode | None = None):
         """Command-line arguments: an optional `--config-file PATH` (YAML merged into `base` or the
         defaults), then `a.b.c=value` overrides applied in order."""
         path, overrides = split_config_file(list(args))
-        pending: list = []
-        if path is not None:
-            cfg, pending = cls._from_yaml(path, base)
-        else:
-            cfg = base.copy() if base is not None else cls()
-        # ${...} values resolve last, against the file and every override (a later plain value wins).
-        resolve(cfg, cfg._apply_overrides(overrides, pending))
-        return cfg
+        return cls._from_text(base, path, overrides)
+
+    @classmethod
+    def _from_text(cls, base: ConfigNode | None, yaml_source, args: list[str]):
+        """YAML and overrides applied on OmegaConf (`verl.config.omega`): typed, checked against the
+        schema, ``${...}`` resolved last against the final values; then back to the dataclasses."""
+        tree = omega.typed_tree(base if base is not None else cls())
+        if yaml_source is not None:
+            omega.merge_mapping(tree, cls, omega.read_yaml(yaml_source))
+        overrides = [parse_override(arg) for arg in args]
+        backend_first(overrides)
+        defaults = None
+        for override in overrides:
+            if override.package is not None:
+                group_choice(override)
+            elif is_hydra_setting(override):
+                logger.warning("%s: a setting of Hydra itself, which does not run here; ignored (config files "
+                               "are given with --config-file, or --config-path/--config-name)", override.key)
+            else:
+                if override.op == "delete" and defaults is None:
+                    defaults = omega.typed_tree(cls())
+                omega.apply(tree, cls, override, defaults)
+        return cls._build(omega.resolved(tree), parent=None, key=None)
 
     # ---------------------------------------------------------------- attribute access
     def __setattr__(self, name: str, value: Any) -> None:
@@ -230,7 +234,7 @@ class ConfigNode(metaclass=_NodeMeta):
             object.__setattr__(self, name, value)
             return
         spec = self._spec(name)
-        object.__setattr__(self, spec.name, self._check(spec, value, text=False))
+        object.__setattr__(self, spec.name, self._check(spec, value))
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: aliases, and unknown names.
@@ -266,10 +270,10 @@ class ConfigNode(metaclass=_NodeMeta):
             raise self._unknown(str(name), tail or str(name), note)
         return field_specs(type(self))[canonical]
 
-    def _check(self, spec: FieldSpec, value: Any, *, text: bool, raw: str | None = None) -> Any:
+    def _check(self, spec: FieldSpec, value: Any) -> Any:
         """`value` validated for field `spec`; sections are built from dicts or adopted."""
         if spec.node_type is None:
-            return coerce(value, spec.type, self._path(spec.name), text=text, raw=raw, example=_example(spec))
+            return coerce(value, spec.type, self._path(spec.name), example=lambda: example_of(spec))
         if isinstance(value, spec.node_type):
             if value._parent is not None and (value._parent is not self or value._key != spec.name):
                 value = value.copy()
@@ -277,7 +281,7 @@ class ConfigNode(metaclass=_NodeMeta):
             object.__setattr__(value, "_key", spec.name)
             return value
         if isinstance(value, Mapping):
-            return spec.node_type._build(value, parent=self, key=spec.name, text=text)
+            return spec.node_type._build(value, parent=self, key=spec.name)
         raise mismatch(value, spec.node_type, self._path(spec.name), "{key: value, ...}")
 
     # ---------------------------------------------------------------- dotted access
@@ -297,14 +301,10 @@ class ConfigNode(metaclass=_NodeMeta):
 
     def set(self, key: str, value: Any) -> None:
         """Validated assignment at a dotted key; below a free-form dict field, keys are added."""
-        self._set(key, value, text=False, raw=None, add=True)
-
-    def _set(self, key: str, value: Any, *, text: bool, raw: str | None, add: bool) -> None:
         parts = key.split(".")
         node = self
-        note = " ('+' adds keys only below free-form dict fields)" if add and text else ""
         for i, part in enumerate(parts[:-1]):
-            spec = node._spec(part, ".".join(parts[i:]), note)
+            spec = node._spec(part, ".".join(parts[i:]))
             child = getattr(node, spec.name)
             if isinstance(child, ConfigNode):
                 node = child
@@ -313,73 +313,30 @@ class ConfigNode(metaclass=_NodeMeta):
                 if child is None:
                     child = {}
                     object.__setattr__(node, spec.name, child)
-                _set_in_dict(child, parts[i + 1:], value, node._path(spec.name), add)
+                _set_in_dict(child, parts[i + 1:], value)
                 return
             raise ConfigError(f"{node._path(spec.name)} is a value, not a section, so it has no key "
                               f"'{parts[i + 1]}'; set it with {node._path(spec.name)}=...")
-        spec = node._spec(parts[-1], parts[-1], note)
-        object.__setattr__(node, spec.name, node._check(spec, value, text=text, raw=raw))
+        spec = node._spec(parts[-1], parts[-1])
+        object.__setattr__(node, spec.name, node._check(spec, value))
 
     def update(self, data: Mapping) -> None:
         """Deep-merge nested dicts: given keys change, the rest keep their current values."""
-        self._update(data, text=False)
-
-    def _update(self, data: Mapping, *, text: bool) -> None:
         for name, value in data.items():
             spec = self._spec(name)
             current = getattr(self, spec.name)
             if isinstance(current, ConfigNode) and isinstance(value, Mapping):
-                current._update(value, text=text)
+                current.update(value)
             else:
-                object.__setattr__(self, spec.name, self._check(spec, value, text=text))
+                object.__setattr__(self, spec.name, self._check(spec, value))
 
     # ---------------------------------------------------------------- overrides
     def apply_overrides(self, args: Iterable[str]) -> None:
         """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides);
         `${...}` values are resolved after all of them."""
-        resolve(self, self._apply_overrides(args, []))
-
-    def _apply_overrides(self, args: Iterable[str], pending: list) -> list:
-        """Apply the overrides; returns ``pending`` plus their ``${...}`` values, not yet resolved."""
-        pending = list(pending)
-        for arg in args:
-            override = parse_override(arg)
-            if override.package is not None:
-                group_choice(override)
-                continue
-            pending = [(key, text) for key, text in pending if key != override.key]
-            if override.op == "delete":
-                self._delete(override.key)
-            elif is_interpolation(override.value):
-                pending.append((override.key, override.value))
-            else:
-                self._set(override.key, override.value, text=True, raw=override.raw, add=override.op != "set")
-        return pending
-
-    def _delete(self, key: str) -> None:
-        """``~key``: a key below a free-form dict field is removed; a setting of the schema goes back to
-        its default."""
-        parts = key.split(".")
-        node = self
-        for i, part in enumerate(parts):
-            spec = node._spec(part, ".".join(parts[i:]))
-            value = getattr(node, spec.name)
-            if i == len(parts) - 1:
-                default = getattr(type(node)(), spec.name)
-                object.__setattr__(node, spec.name, node._check(spec, default, text=False))
-                return
-            if isinstance(value, ConfigNode):
-                node = value
-                continue
-            if is_dict_type(spec.type) and isinstance(value, dict):
-                container, path = value, node._path(spec.name)
-                for j, name in enumerate(parts[i + 1:-1]):
-                    container = container.get(name) if isinstance(container, dict) else None
-                if not isinstance(container, dict) or parts[-1] not in container:
-                    raise ConfigError(f"~{key}: {path} has no key {'.'.join(parts[i + 1:])} to delete")
-                del container[parts[-1]]
-                return
-            raise ConfigError(f"~{key}: {node._path(spec.name)} is a value, not a section")
+        new = type(self)._from_text(self, None, list(args))
+        for name, spec in field_specs(type(self)).items():
+            object.__setattr__(self, name, self._check(spec, raw_value(new, name)))
 
     def to_overrides(self) -> list[str]:
         """`a.b.c=value` strings for every value that differs from a fresh default instance."""
@@ -402,11 +359,11 @@ class ConfigNode(metaclass=_NodeMeta):
 
     def to_yaml(self) -> str:
         """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""
-        return dump_yaml(self.to_dict())
+        return omega.to_yaml(self.to_dict())
 
     def copy(self):
         """A deep, detached copy (no parent)."""
-        return type(self)._build(self.to_dict(), parent=None, key=None, text=False)
+        return type(self)._build(self.to_dict(), parent=None, key=None)
 
     def __copy__(self):
         return self.copy()
@@ -440,21 +397,12 @@ class ConfigNode(metaclass=_NodeMeta):
         return render_help(cls)
 
 
-def _set_in_dict(container: dict, parts: list[str], value: Any, path: str, add: bool) -> None:
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        key = f"{path}.{'.'.join(parts[:i + 1])}"
-        if part not in container and not add:
-            raise ConfigError(f"{key} is not set yet; add a key below the free-form {path} with "
-                              f"+{path}.{'.'.join(parts)}=<value>")
-        if last:
-            container[part] = copy.deepcopy(value)
-            return
-        if part not in container:
+def _set_in_dict(container: dict, parts: list[str], value: Any) -> None:
+    for i, part in enumerate(parts[:-1]):
+        if not isinstance(container.get(part), dict):
             container[part] = {}
-        elif not isinstance(container[part], dict):
-            raise ConfigError(f"{key} holds {container[part]!r}, not a mapping; it has no key '{parts[i + 1]}'")
         container = container[part]
+    container[parts[-1]] = copy.deepcopy(value)
 
 
 def _flatten(node: ConfigNode, prefix: str = "") -> dict[str, Any]:

@@ -95,14 +95,35 @@ def parse_override(arg: str) -> Override:
 def group_choice(override: Override) -> None:
     """``group@package=choice``: verl's config groups pick a backend. FSDP is the one that runs here."""
     choice = str(override.value)
-    if "megatron" in choice.lower() or "veomni" in choice.lower():
-        raise ConfigError(f"{override.key}@{override.package}={choice}: the {choice} backend is not supported here; "
+    from verl.config.errors import BACKENDS
+
+    # verl's choices of the other backends carry its config name: megatron_actor, mlite_actor, ...
+    backend = next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
+    if backend is not None:
+        raise ConfigError(f"{override.key}@{override.package}={choice}: the {backend} backend is not supported here; "
                           f"this project trains with FSDP (torchrun or one process): drop this override")
     if choice not in FSDP_GROUP_CHOICES:
         raise ConfigError(f"{override.key}@{override.package}={choice}: unknown config-group choice; the FSDP "
                           f"choices ({', '.join(sorted(FSDP_GROUP_CHOICES))}) are accepted and change nothing here")
     logger.info("%s@%s=%s: FSDP is the backend here already; nothing to change", override.key, override.package,
                 choice)
+
+
+def backend_first(overrides: Sequence[Override]) -> None:
+    """Refuse a launch of another backend on its backend, whatever key comes first: a Megatron script
+    also sets keys unknown here, and "unknown key optim.min_lr" would hide the real reason."""
+    from verl.config.errors import BACKEND_SECTIONS, backend_key_error
+
+    for override in overrides:
+        if override.package is not None:
+            group_choice(override)
+        elif any(part in BACKEND_SECTIONS for part in override.key.lower().split(".")):
+            raise backend_key_error(override.key)
+
+
+def is_hydra_setting(override: Override) -> bool:
+    """``hydra.run.dir=...``, ``hydra.searchpath=[...]``: settings of Hydra itself, which does not run here."""
+    return override.key == "hydra" or override.key.startswith("hydra.")
 
 
 def parse_overrides(args: Iterable[str]) -> list[tuple[str, Any]]:

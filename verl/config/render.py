@@ -6,7 +6,7 @@ import textwrap
 
 from verl.config.coerce import type_name
 from verl.config.node import ConfigNode, field_specs, raw_value
-from verl.config.yaml_io import format_flow
+from verl.config.omega import format_flow
 
 _WIDTH = 100
 

@@ -139,22 +139,29 @@ class FilterGroupsConfig(Section):
 
 @dataclass
 class RolloutCorrectionConfig(Section):
-    """verl's rollout correction. Token-level truncated importance sampling (rollout_is=token) is
-    actor_rollout_ref.actor.rollout_is_correction here; validate() moves it there."""
+    """verl's rollout correction between the rollout engine's log-probs and the actor's old ones
+    (docs/algorithms.md). Token-level truncated importance sampling (rollout_is=token) is
+    actor_rollout_ref.actor.rollout_is_correction here; validate() moves it there. The rest is
+    computed by the actor over each update batch (verl.algorithms.rollout_correction)."""
 
-    rollout_is: str | None = verl_option(None, help="Importance-sampling level: token, or null = off.",
-                                         inert=False, why="only token-level importance sampling is implemented",
-                                         refuse_if=lambda v: v not in (None, "token"), when="for anything but "
-                                         "token / null")
-    rollout_is_threshold: float | str = option(2.0, help="Cap of the importance ratio; moved to "
+    rollout_is: str | None = verl_option(None, help="Importance-sampling level: token (min(ratio, C) per "
+                                         "token), sequence (min(product of the response's ratios, C) on every "
+                                         "token of it), or null = off.", inert=False,
+                                         why="the levels are token and sequence",
+                                         refuse_if=lambda v: v not in (None, "token", "sequence"),
+                                         when="for anything but token / sequence / null")
+    rollout_is_threshold: float | str = option(2.0, help="Cap C of the importance weight; moved to "
                                                "actor_rollout_ref.actor.rollout_is_threshold with rollout_is=token "
-                                               "(verl's two-sided 'low_high' form is refused).")
-    rollout_rs: str | None = verl_option(None, help="Rejection sampling of samples far off-policy.", inert=False,
-                                         why="rollout rejection sampling is not implemented",
-                                         refuse_if=lambda v: v is not None, when="unless null")
-    rollout_rs_threshold: str | float | None = verl_option(None, help="Bounds of the rejection sampling.",
-                                                           why="rollout rejection sampling is not implemented "
-                                                           "(rollout_rs is refused)")
+                                               "(verl's two-sided 'lower_upper' form, IcePop, is refused).")
+    rollout_rs: str | None = option(None, help="Rejection sampling: comma-separated options, all of which a "
+                                    "token must pass to stay in the actor's loss: token_k1/k2/k3, "
+                                    "seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, seq_max_k2/k3 (k1 = log(pi_rollout / "
+                                    "pi_old), k2 = its square / 2, k3 = ratio - 1 - log ratio); a seq_* option "
+                                    "drops the whole response. null = off.")
+    rollout_rs_threshold: str | float | None = option(None, help="Bounds of rollout_rs: one for all options or "
+                                                      "one per option, comma-separated, e.g. '0.6_1.6,2.5'. A k1 "
+                                                      "option takes ratio bounds 'lower_upper' (one number U "
+                                                      "means 1/U_U); the others one upper bound.")
     bypass_mode: bool = verl_option(False, help="Skip the old log-prob pass and use the rollout's.", inert=False,
                                     why="the old log-probs are the actor's own here (recomputed, or on an "
                                     "exactly on-policy step taken from the update's forward), never the rollout's",
@@ -163,9 +170,9 @@ class RolloutCorrectionConfig(Section):
     loss_type: str = verl_option("ppo_clip", help="Loss of bypass_mode.", inert=False,
                                  why="the loss is the actor's policy_loss.loss_mode here",
                                  refuse_if=lambda v: v != "ppo_clip", when="for anything but ppo_clip")
-    rollout_is_batch_normalize: bool = verl_option(False, help="Normalise the importance weights per batch.",
-                                                   inert=False, why="not implemented", refuse_if=bool,
-                                                   when="when true")
+    rollout_is_batch_normalize: bool = option(False, help="Divide the importance weights by their mean over "
+                                              "the update batch (valid tokens for token, responses for "
+                                              "sequence; all data-parallel ranks), after the cap.")
 
 
 @dataclass
@@ -175,7 +182,8 @@ class AlgorithmConfig(Section):
     gamma: float = option(1.0, help="Discount factor.")
     lam: float = option(1.0, help="GAE lambda.")
     adv_estimator: str = option("grpo", help="Advantage estimator by name: gae, grpo, rloo, "
-                                "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg (docs/algorithms.md).")
+                                "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg, gdpo "
+                                "(docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = option(True, help="Divide GRPO advantages by the group's std "
                                            "(false = Dr. GRPO, Liu et al. 2025).")
     use_kl_in_reward: bool = option(False, help="Subtract a KL(policy || reference) penalty from the reward.")
@@ -190,9 +198,12 @@ class AlgorithmConfig(Section):
                                    why="PF-PPO is not implemented", refuse_if=bool, when="when true")
     pf_ppo: dict = verl_option({"reweight_method": "pow", "weight_pow": 2.0}, help="PF-PPO settings.",
                                why="PF-PPO is not implemented (use_pf_ppo=true is refused)")
-    gdpo_reward_keys: list[str] | None = verl_option(None, help="GDPO: reward components normalised apart.",
-                                                     inert=False, why="the GDPO estimator is not implemented",
-                                                     refuse_if=lambda v: v is not None, when="unless null")
+    gdpo_reward_keys: list[str] | None = option(None, help="GDPO: the reward components normalised apart, "
+                                                "by the keys the reward function returns in its dict beside "
+                                                "\"score\" (e.g. [accuracy_reward, format_reward]); required by "
+                                                "adv_estimator=gdpo, read by nothing else.")
+    gdpo_reward_weights: list[float] | None = option(None, help="GDPO: weight of each of gdpo_reward_keys in "
+                                                     "the sum of normalised components; null = all 1.")
 
 
 @dataclass

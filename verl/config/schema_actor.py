@@ -195,10 +195,8 @@ class FSDPConfig(Section):
 
 
 def _sp_option():
-    return verl_option(1, help="Ulysses sequence-parallel group size.", inert=False,
-                       why="sequence parallelism is not implemented (it would also change the data-parallel "
-                       "size the batch arithmetic uses)", refuse_if=lambda v: v != 1, when="unless 1",
-                       instead="use use_dynamic_bsz / ppo_max_token_len_per_gpu to fit long sequences")
+    return verl_option(1, help="Ulysses sequence-parallel group size.", why=compat.NO_SEQUENCE_PARALLEL,
+                       warn_if=lambda v: v != 1, when="above 1")
 
 
 

@@ -76,9 +76,8 @@ class _CriticCore(Section):
         "(or forward_max_token_len_per_gpu with use_dynamic_bsz)", warn_if=lambda v: v is not None,
         when="to a number")
     ulysses_sequence_parallel_size: int = verl_option(
-        1, help="Ulysses sequence-parallel group size.", inert=False, why="sequence parallelism is not "
-        "implemented", refuse_if=lambda v: v != 1, when="unless 1",
-        instead="use use_dynamic_bsz / ppo_max_token_len_per_gpu to fit long sequences")
+        1, help="Ulysses sequence-parallel group size.", why=compat.NO_SEQUENCE_PARALLEL, warn_if=lambda v: v != 1,
+        when="above 1")
     profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
                                  why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
                                  when="enable=true", keys=("enable",))
@@ -124,10 +123,12 @@ class RewardModelConfig(Section):
     micro_batch_size_per_gpu: int | None = option(None, help="Samples per reward-model forward pass; null = all at once.")
     reward_manager: str = verl_option("naive", help="How scores are computed and placed on tokens; naive "
                                       "= one rule-function call per sample, score on the last token; dapo "
-                                      "(naive plus overlong_buffer below) and prime (naive in parallel) give "
-                                      "the same scores here.", inert=False, why="only the naive scoring is "
-                                      "implemented", refuse_if=lambda v: v not in ("naive", "dapo", "prime"),
-                                      when="for anything but naive / dapo / prime",
+                                      "(naive plus overlong_buffer below), prime (naive in parallel) and gdpo "
+                                      "(naive; a dict's keys reach the batch as reward_extra/<key>, which "
+                                      "adv_estimator=gdpo reads) give the same scores here.", inert=False,
+                                      why="only the naive scoring is implemented",
+                                      refuse_if=lambda v: v not in ("naive", "dapo", "prime", "gdpo"),
+                                      when="for anything but naive / dapo / prime / gdpo",
                                       instead="write the logic into custom_reward_function")
     max_length: int | None = option(None, help="Longest reward-model input in tokens; null = prompt + response limits.")
     weight: float = option(1.0, help="The reward model's score is multiplied by this and added to the rule rewards.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import NOT_IMPLEMENTED_LOSSES, POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
+from verl.algorithms.rollout_correction import RolloutCorrection, rollout_correction_of
 from verl.config.errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
@@ -85,7 +86,8 @@ class Actor(PolicyModel):
 
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
                  log_prob_micro_batch_size: int | None = None, log_prob_max_token_len: int | None = None,
-                 remove_padding: bool = False, seed: int = 0, norm_len: int | None = None):
+                 remove_padding: bool = False, seed: int = 0, norm_len: int | None = None,
+                 rollout_correction: RolloutCorrection | None = None):
         """``config`` is the ``actor_rollout_ref.actor`` section (its ``use_dynamic_bsz`` and
         ``ppo_max_token_len_per_gpu`` shape the update's micro-batches); the old-log-prob passes
         take ``log_prob_micro_batch_size`` or ``log_prob_max_token_len`` (the rollout section's)."""
@@ -94,6 +96,8 @@ class Actor(PolicyModel):
         super().__init__(model, device, log_prob_micro_batch_size, max_token_len=log_prob_max_token_len,
                          remove_padding=remove_padding)
         self.config = config
+        # verl's algorithm.rollout_correction, passed in by the trainer; alone, token-level TIS from this section.
+        self.rollout_correction = rollout_correction or rollout_correction_of(config)
         self.update_max_token_len = config.ppo_max_token_len_per_gpu if config.use_dynamic_bsz else None
         self.samples_per_mini_batch = samples_per_mini_batch
         # The constant length normaliser of seq-mean-token-sum-norm (the configured maximum
@@ -120,7 +124,8 @@ class Actor(PolicyModel):
         ``agg_loss(..., **counts)``).
         It returns ``(loss, metrics)``; metrics listed in ``ADDITIVE_METRICS`` are summed over
         micro-batches, the rest averaged. With ``rollout_is_correction`` the policy loss of each
-        token is weighted by the truncated ratio of ``old_log_probs`` to ``rollout_log_probs``.
+        token is weighted by the truncated ratio of ``old_log_probs`` to ``rollout_log_probs``;
+        weights :meth:`update` computed for the whole batch (``rollout_is_weights``) come first.
         """
         cfg = self.config
         mask = mb["response_mask"]
@@ -130,7 +135,9 @@ class Actor(PolicyModel):
         # the current ones, detached.
         old_log_probs = log_prob.detach() if on_policy else mb["old_log_probs"]
         is_weights, is_metrics = None, {}
-        if cfg.rollout_is_correction:
+        if "rollout_is_weights" in mb:
+            is_weights = mb["rollout_is_weights"]
+        elif cfg.rollout_is_correction:
             is_weights, is_metrics = truncated_is_weights(old_log_probs, mb["rollout_log_probs"], mask,
                                                           cfg.rollout_is_threshold)
         pg_loss, metrics = self.policy_loss_fn(
@@ -186,6 +193,7 @@ class Actor(PolicyModel):
         """
         loss_fn = loss_fn or self.ppo_loss
         temperature = batch.meta.get("temperature", 1.0)
+        batch, correction_metrics = self._rollout_correction(batch)
 
         def loss_of_log_probs(model, mb: Batch, counts: dict):
             log_prob, entropy = compute_response_logprobs(
@@ -193,11 +201,33 @@ class Actor(PolicyModel):
                 temperature=temperature, with_entropy=True, remove_padding=self.remove_padding)
             return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
 
-        return self.engine.train_batch(
+        metrics = self.engine.train_batch(
             batch, loss_of_log_probs, counts_fn=token_counts, additive=ADDITIVE_METRICS,
             micro_batch_size=micro_batch_size, mini_batch_size=mini_batch_size or self.samples_per_mini_batch,
             epochs=epochs or self.config.ppo_epochs, shuffle=self.config.shuffle,
             max_token_len=self.update_max_token_len)
+        return {**metrics, **correction_metrics}
+
+    def _rollout_correction(self, batch: Batch) -> tuple[Batch, dict[str, float]]:
+        """verl's rollout correction beyond per-token TIS (sequence-level weights, batch
+        normalisation, rejection sampling), computed once over the whole batch before the first
+        gradient step, from the old log-probs, as verl does: the batch comes back with
+        ``rollout_is_weights`` and with the rejected tokens out of ``response_mask`` (so out of
+        every loss term and its token counts). The ``rollout_corr/*`` metrics are this rank's."""
+        correction = self.rollout_correction
+        if not correction.batch_level:
+            return batch, {}
+        # A copy: the caller keeps its own response_mask (response-length metrics and the like).
+        batch = Batch(batch.tensors, batch.non_tensors, batch.meta)
+        if "old_log_probs" not in batch:
+            # An on-policy step (the trainer skipped the old-log-prob pass): the weights that sampled
+            # are the current ones, so one forward gives the old log-probs the batch-level statistics need.
+            batch["old_log_probs"], _ = self.compute_log_prob(batch)
+        weights, batch["response_mask"], metrics = correction.apply(batch["old_log_probs"], batch["rollout_log_probs"],
+                                                                    batch["response_mask"])
+        if weights is not None:
+            batch["rollout_is_weights"] = weights
+        return batch, metrics
 
     def state_dict(self) -> dict:
         return self.engine.state_dict()

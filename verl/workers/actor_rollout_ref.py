@@ -36,11 +36,15 @@ class ActorRolloutRefWorker:
     It reads its own section only (``config`` is ``TrainerConfig.actor_rollout_ref``); the rest is
     passed in: ``device`` (default ``auto``; the trainer passes ``trainer.device``), ``seed``
     (default 1; the trainer passes ``trainer.seed``), ``max_response_length`` (default
-    ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig).
+    ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig),
+    ``rollout_correction`` (verl's ``algorithm.rollout_correction`` as a
+    :class:`~verl.algorithms.rollout_correction.RolloutCorrection`; default: token-level TIS as the
+    actor section asks, nothing more).
     """
 
     def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
-                 max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None):
+                 max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None,
+                 rollout_correction=None):
         self.config = config
         # Everything comes from this section or the arguments: the rollout's prompt_length and
         # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
@@ -82,7 +86,8 @@ class ActorRolloutRefWorker:
                            total_steps=total_steps,
                            log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu,
                            log_prob_max_token_len=log_prob_token_budget(config, "rollout"),
-                           remove_padding=model_cfg.use_remove_padding, seed=seed, norm_len=self.max_response_length)
+                           remove_padding=model_cfg.use_remove_padding, seed=seed, norm_len=self.max_response_length,
+                           rollout_correction=rollout_correction)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                max_token_len=log_prob_token_budget(config, "ref"),
                                remove_padding=model_cfg.use_remove_padding) if ref_model is not None else None

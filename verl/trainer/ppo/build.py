@@ -16,7 +16,8 @@ import torch
 
 from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATORS, NOT_IMPLEMENTED_LOSSES,
                              POLICY_LOSSES)
-from verl.config.errors import check_choice
+from verl.algorithms.rollout_correction import rollout_correction_of
+from verl.config.errors import ConfigError, check_choice
 from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
 from verl.data.tasks import TASKS
 from verl.distributed.fsdp import parallelize
@@ -92,6 +93,25 @@ def check_algorithm_names(config) -> None:
                  "rollout engine", OTHER_ENGINES)
     check_choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_KINDS, "KL estimator")
     check_choice("algorithm.kl_penalty", algo.kl_penalty, KL_KINDS, "KL estimator")
+    if algo.adv_estimator == "gdpo":
+        check_gdpo(algo)
+
+
+def check_gdpo(algo) -> None:
+    """GDPO's settings agree with each other; whether the reward function returns the keys is known
+    only at the first step (see ``verl.trainer.ppo.core.gdpo_reward_components``)."""
+    keys, weights = algo.gdpo_reward_keys, algo.gdpo_reward_weights
+    if not keys:
+        raise ConfigError("algorithm.adv_estimator=gdpo normalises each reward component apart and needs their "
+                          "names: set algorithm.gdpo_reward_keys to keys your reward function returns in its dict "
+                          "beside \"score\", e.g. 'algorithm.gdpo_reward_keys=[accuracy_reward,format_reward]'")
+    if weights is not None and len(weights) != len(keys):
+        raise ConfigError(f"algorithm.gdpo_reward_weights has {len(weights)} weights for {len(keys)} "
+                          f"algorithm.gdpo_reward_keys ({', '.join(keys)}); give one weight per key, or null for all 1")
+    if algo.use_kl_in_reward:
+        raise ConfigError("algorithm.use_kl_in_reward=true has no effect with algorithm.adv_estimator=gdpo: GDPO "
+                          "builds its advantages from the reward components alone, not from the penalised reward; "
+                          "use actor_rollout_ref.actor.use_kl_loss=true for a KL term instead")
 
 
 def _reward_worker(config, tokenizer) -> RewardWorker:
@@ -158,7 +178,9 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     use_ref = arr_cfg.actor.use_kl_loss or config.algorithm.use_kl_in_reward
     worker = ActorRolloutRefWorker(arr_cfg, tokenizer=tokenizer, with_ref=use_ref, device=trainer_cfg.device,
                                    max_response_length=data_cfg.max_response_length, total_steps=total_steps,
-                                   seed=trainer_cfg.seed)
+                                   seed=trainer_cfg.seed,
+                                   rollout_correction=rollout_correction_of(arr_cfg.actor,
+                                                                            config.algorithm.rollout_correction))
     check_context_length(worker.actor_model.config, data_cfg.max_prompt_length, data_cfg.max_response_length)
     critic = None
     if config.critic_enabled():

@@ -5,9 +5,11 @@ Reads the config and calls the pure functions in :mod:`verl.algorithms`.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from verl.algorithms import apply_kl_in_reward, compute_advantage
+from verl.errors import VerlError
 from verl.protocol import Batch
 
 
@@ -22,14 +24,51 @@ def apply_kl_and_advantage(batch: Batch, algo_cfg, kl_ctrl=None) -> tuple[Batch,
         kl_ctrl.update(float(metrics["actor/reward_kl_penalty"]), n_steps=len(batch))
     else:
         rewards = scores
+    components = None
+    if algo_cfg.adv_estimator == "gdpo":
+        components, gdpo_metrics = gdpo_reward_components(batch, algo_cfg.gdpo_reward_keys)
+        metrics.update(gdpo_metrics)
     advantages, returns = compute_advantage(
         algo_cfg.adv_estimator, token_level_rewards=rewards, response_mask=mask,
         values=batch["values"] if "values" in batch else None,
         group_index=batch["uid"] if "uid" in batch else None,
         reward_baselines=batch["reward_baselines"] if "reward_baselines" in batch else None,
+        reward_components=components, reward_weights=algo_cfg.gdpo_reward_weights,
         gamma=algo_cfg.gamma, lam=algo_cfg.lam, norm_adv_by_std_in_grpo=algo_cfg.norm_adv_by_std_in_grpo)
     out = batch.union(Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}))
     return out, {k: float(v) for k, v in metrics.items()}
+
+
+def gdpo_reward_components(batch: Batch, keys) -> tuple[torch.Tensor, dict[str, float]]:
+    """``[B, K]`` float32: each sample's value of each of ``keys`` (``algorithm.gdpo_reward_keys``),
+    read from the ``reward_extra/<key>`` columns a reward function's dict fills; and their
+    ``gdpo/<key>/{mean,std,max,min}`` metrics."""
+    if not keys:
+        raise VerlError("algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the keys of the reward "
+                        "components your reward function returns in its dict, e.g. [accuracy_reward,format_reward]")
+    returned = [k.split("/", 1)[1] for k in batch.keys() if k.startswith("reward_extra/")]
+    columns, metrics = [], {}
+    for key in keys:
+        if f"reward_extra/{key}" not in batch:
+            raise VerlError(f"algorithm.gdpo_reward_keys names {key!r}, which the reward function did not return: "
+                            f"return a dict holding it beside \"score\" (e.g. {{'score': ..., {key!r}: ...}}), or "
+                            f"name keys it returns: {', '.join(returned) or 'none (it returns plain numbers)'}")
+        values = list(batch[f"reward_extra/{key}"])
+        missing = [i for i, v in enumerate(values) if v is None]
+        if missing:
+            raise VerlError(f"algorithm.gdpo_reward_keys names {key!r}, which the reward function returned for some "
+                            f"samples only ({len(missing)} of {len(values)} lack it, the first is sample "
+                            f"{missing[0]}): return {key!r} for every sample")
+        try:
+            column = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise VerlError(f"algorithm.gdpo_reward_keys names {key!r}, whose values the reward function returned "
+                            f"are not all numbers ({e})") from e
+        columns.append(column)
+        metrics.update({f"gdpo/{key}/mean": column.mean(), f"gdpo/{key}/std": column.std(),
+                        f"gdpo/{key}/max": column.max(), f"gdpo/{key}/min": column.min()})
+    stacked = torch.tensor(np.stack(columns, axis=1), dtype=torch.float32, device=batch["response_mask"].device)
+    return stacked, metrics
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
