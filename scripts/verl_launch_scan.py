@@ -16,8 +16,9 @@ Method
      variables, defaults and arrays exactly as in a real run.
   3. Captured calls running ``-m verl.trainer.main_ppo`` are launches; their overrides are the
      arguments after the module name. Each is loaded in-process with
-     ``TrainerConfig.from_cli(overrides)`` (cwd = the launch's cwd) then ``cfg.validate()``
-     (which checks consistency only, never that data/model files exist), and classified as
+     ``TrainerConfig.from_cli(overrides)`` (cwd = the launch's cwd), then ``cfg.validate()`` and
+     ``check_algorithm_names(cfg)`` (what main_ppo checks before loading anything: consistency and
+     names only, never that data/model files exist), and classified as
      ``parsed+validated`` / ``parsed, validate error`` / ``refused backend`` (a ConfigError naming
      a backend of verl/config/errors.py BACKENDS) / ``parse error`` / ``crash`` (non-ConfigError).
      A separate heuristic flags launches that obviously use Megatron/VeOmni/another backend.
@@ -46,6 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verl.config import ConfigError, TrainerConfig  # noqa: E402
 from verl.config.errors import BACKENDS  # noqa: E402
+from verl.trainer.ppo.build import check_algorithm_names  # noqa: E402
 
 MODULE = "verl.trainer.main_ppo"
 RECORD = 'mkdir -p "$SCAN_CAPTURE"; printf "%s\\0" "$SCAN_SCRIPT" "$PWD" "$(basename "$0")" "$@" ' \
@@ -90,7 +92,8 @@ def run_script(root: Path, bindir: Path, capture: Path, script: str) -> tuple[st
     """Run one script with the stubs: (None, or a note when it timed out / failed; variables set for it).
 
     A script that stops because a variable the user must set is unset is rerun (up to 5 times)
-    with that variable set to a dummy path under the temp dir."""
+    with that variable set to a dummy path under the temp dir (``vllm`` for a variable naming an
+    inference backend or engine)."""
     env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
            "BASH_ENV": str(bindir / "prelude.sh"), "SCAN_CAPTURE": str(capture), "SCAN_SCRIPT": script}
     given: dict[str, str] = {}
@@ -103,7 +106,9 @@ def run_script(root: Path, bindir: Path, capture: Path, script: str) -> tuple[st
         last = (p.stderr.strip().splitlines() or [""])[-1]
         m = NEEDS_VAR.search(last)
         if p.returncode and m and m.group(1) not in given and (m.group(1).isupper() or "unbound" in m.group(2)):
-            given[m.group(1)] = f"{root}/{m.group(1).lower()}"
+            name = m.group(1)
+            # A rollout engine the script asks the user to choose: vLLM, upstream's default.
+            given[name] = "vllm" if "BACKEND" in name or "ENGINE" in name else f"{root}/{name.lower()}"
             continue
         return (f"exit {p.returncode}: {last[:200]}" if p.returncode else None), given
     return "too many unset variables", given
@@ -171,6 +176,8 @@ def classify(launch: dict) -> tuple[str, str]:
             return "crash", traceback.format_exc().strip().splitlines()[-1]
         try:
             cfg.validate()
+            # What main_ppo checks before loading anything: estimator, loss and engine names.
+            check_algorithm_names(cfg)
         except ConfigError as e:
             return "parsed, validate error", first_line(e)
         except Exception:

@@ -47,6 +47,9 @@ FIELDS: dict[str, str] = {
     "rollout_log_probs": "[B, T_resp] float: log-probs of the sampled tokens under the engine's sampling "
                          "distribution (after temperature, top-k, top-p); 0 on padding",
     "entropys": "[B, T_resp] float: entropy of the policy's next-token distribution",
+    "sum_pi_squared": "[B, T_resp] float: sum over the vocabulary of pi(v)^2 at each response token (old policy; "
+                      "read by the optimal token baseline)",
+    "teacher_log_prob": "[B, T_resp] float: log-probs of the responses under the distillation teacher",
     "values": "[B, T_resp] float: critic values V(s_t) at each response token",
     "token_level_scores": "[B, T_resp] float: reward-function scores (rule and/or model), before KL",
     "token_level_rewards": "[B, T_resp] float: scores minus the KL penalty (equal to scores when no KL)",

@@ -196,7 +196,7 @@ def test_remax_by_hand():
 
 
 def test_estimator_names():
-    expected = {"gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "gdpo"}
+    expected = {"gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "optimal_token_baseline", "gdpo"}
     assert set(ADV_ESTIMATORS) == expected
 
 

@@ -15,7 +15,8 @@ def _check(*overrides):
     ("actor_rollout_ref.actor.policy_loss.loss_mode=dppo_kl", r"dppo_kl is a policy loss of verl that this project "
                                                               r"does not implement yet; choose one of vanilla, gspo"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=dro", r"dro is a policy loss of verl"),
-    ("algorithm.adv_estimator=optimal_token_baseline", r"optimal_token_baseline is an advantage estimator of verl"),
+    ("algorithm.adv_estimator=tir_optimal_token_baseline", r"tir_optimal_token_baseline is an advantage estimator "
+                                                           r"of verl"),
     ("actor_rollout_ref.rollout.name=sglang", r"SGLang engine is not supported here; use vllm"),
 ])
 def test_verl_names_not_implemented_here_are_named_not_corrected(override, message):

@@ -253,3 +253,12 @@ def test_linked_rollout_lengths_follow_the_data_section_like_verls_oc_select():
     assert cfg.actor_rollout_ref.rollout.response_length == 5 and cfg.data.max_response_length == 7
     with pytest.raises(ConfigError, match="rollout.response_length=5 differs from data.max_response_length=7"):
         cfg.validate()
+
+
+def test_get_with_a_default_reads_like_omegaconfs_get():
+    cfg = TrainerConfig(data=dict(train_batch_size=8))
+    assert cfg.data.get("train_batch_size", 1) == 8
+    assert cfg.data.get("image_key_that_is_not_here", "images") == "images"
+    assert cfg.get("data.chat_template_kwargs.enable_thinking", False) is False
+    with pytest.raises(ConfigError, match="did you mean data.train_batch_size"):
+        cfg.get("data.train_batch_sise")

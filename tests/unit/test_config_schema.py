@@ -145,5 +145,5 @@ def test_committed_verl_key_tables_equal_the_generated_ones():
     text = render_verl_keys()
     assert tables.read_text() == text
     # Both kinds are there, each key with its reason.
-    assert "| `distillation.enabled` | when true | on-policy distillation is not implemented |" in text
+    assert "| `model_engine` | for anything but dp |" in text
     assert "| `ray_kwargs.*` |  | there is no Ray here" in text

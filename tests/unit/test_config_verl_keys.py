@@ -210,15 +210,15 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("critic.strategy=veomni", "VeOmni backend"),
     ("model_engine=megatron", "Megatron-LM backend"),
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "Megatron"),
-    ("actor_rollout_ref.model.lora_rank=32", "LoRA is not implemented"),
-    ("actor_rollout_ref.model.lora_adapter_path=/ckpt/adapter", "merge the adapter"),
+    ("critic.model.lora_rank=32", "not for the critic"),
+    ("critic.model.lora_adapter_path=/ckpt/adapter", "merge the adapter"),
+    ("actor_rollout_ref.model.lora.rank=32", "set lora_rank"),
     ("actor_rollout_ref.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "AdamW"),
     ("actor_rollout_ref.rollout.ignore_eos=True", "generation stops at EOS"),
     ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn"),
-    ("algorithm.rollout_correction.bypass_mode=true", "never the rollout's"),
-    ("data.custom_cls.path=my_dataset.py", "custom dataset classes are not supported"),
-    ("distillation.enabled=True", "distillation is not implemented"),
+    ("algorithm.rollout_correction.loss_type=gspo", "the bypass losses are ppo_clip and reinforce"),
+    ("distillation.distillation_loss.loss_mode=forward_kl_topk", "full logits"),
     ("trainer.val_only=True", "total_training_steps=0"),
     ("data.train_max_samples=1000", "cut the file"),
 ])
@@ -247,7 +247,7 @@ def test_combinations_that_cannot_be_honoured_are_refused_by_validate(args, name
 
 def test_refusals_hold_in_python_and_yaml_too():
     with pytest.raises(ConfigError, match="lora_rank=8 is not supported here"):
-        TrainerConfig(actor_rollout_ref=dict(model=dict(lora_rank=8)))
+        TrainerConfig(critic=dict(model=dict(lora_rank=8)))
     cfg = TrainerConfig()
     with pytest.raises(ConfigError, match="strategy=megatron"):
         cfg.actor_rollout_ref.actor.strategy = "megatron"

@@ -188,8 +188,7 @@ def test_bad_settings_are_config_errors(overrides, match):
         _validated(*overrides)
 
 
-@pytest.mark.parametrize("override", ["algorithm.rollout_correction.bypass_mode=true",
-                                      "algorithm.rollout_correction.loss_type=reinforce",
+@pytest.mark.parametrize("override", ["algorithm.rollout_correction.loss_type=vanilla",
                                       "algorithm.rollout_correction.rollout_is=geometric"])
 def test_what_is_not_implemented_stays_refused(override):
     with pytest.raises(ConfigError):
@@ -267,3 +266,147 @@ def _log_probs(model, batch):
     with torch.no_grad():
         return compute_response_logprobs(model, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
                                          batch["responses"])
+
+
+# ---------------------------------------------------------------- bypass mode (verl's bypass_mode=true)
+# Two policies only: pi_theta (LP, the update's log-probs) and pi_rollout. Per token r = pi_theta / pi_rollout:
+#   row 0: r = 1.5, 3.0, 0.5  (advantage +1)
+#   row 1: r = 1.25, 0.5, pad (advantage -2)
+# so ROLLOUT_LP = LP - ln r; the padded position holds junk that must reach nothing.
+LP = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -3.0, 0.0]])
+RATIOS = torch.tensor([[1.5, 3.0, 0.5], [1.25, 0.5, 1.0]])
+ROLLOUT_LP = LP - RATIOS.log() + torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 7.0]])
+ADV = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
+BYPASS_MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+# token_k1 '0.6_2.5' keeps a token when pi_rollout / pi_theta = 1/r lies in [0.6, 2.5]:
+#   1/r = 0.667, 0.333 (rejected), 2.0 | 0.8, 2.0  -> only row 0 token 1 leaves the loss.
+TOKEN_RS = dict(rollout_rs="token_k1", rollout_rs_threshold="0.6_2.5")
+
+
+def _bypass(loss_type, **kwargs):
+    from verl.algorithms.rollout_correction import bypass_policy_loss
+
+    log_prob = LP.clone().requires_grad_(True)
+    # global_tokens=5: the mini-batch's valid tokens before rejection, as the actor passes them
+    loss, metrics = bypass_policy_loss(log_prob, ROLLOUT_LP, ADV, BYPASS_MASK, loss_type=loss_type,
+                                       global_tokens=5, **kwargs)
+    loss.backward()
+    return loss, log_prob.grad, metrics
+
+
+def test_bypass_reinforce_weights_the_policy_gradient_and_drops_rejected_tokens():
+    loss, grad, metrics = _bypass("reinforce", rollout_is="token", rollout_is_threshold=2.0, **TOKEN_RS)
+    # w = min(r, 2) = 1.5, 2.0, 0.5 | 1.25, 0.5; per kept token -A * w * log pi:
+    #   row 0: -(1)(1.5)(-1) = 1.5, (rejected), -(1)(0.5)(-0.5) = 0.25
+    #   row 1: -(-2)(1.25)(-1) = -2.5, -(-2)(0.5)(-3) = -3.0
+    # sum -3.75 over the 5 tokens of the mini-batch (token-mean) = -0.75
+    assert loss.item() == pytest.approx(-0.75)
+    # d/d log pi = -A * w / 5 (the weights are detached: no d w / d log pi term); 0 where rejected or padding
+    _close(grad, [[-0.3, 0.0, -0.1], [0.5, 0.2, 0.0]])
+    # weight statistics over the 5 valid tokens, before rejection: (1.5 + 2 + 0.5 + 1.25 + 0.5) / 5 = 1.15
+    assert metrics["rollout_corr/rollout_is_mean"].item() == pytest.approx(1.15)
+    assert metrics["rollout_corr/rollout_is_ratio_fraction_high"].item() == pytest.approx(1 / 5)  # r = 3
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"].item() == pytest.approx(1 / 5)
+    assert metrics["rollout_corr/rollout_rs_seq_masked_fraction"].item() == pytest.approx(1 / 2)
+    # actor/ppo_kl = mean of (log pi_rollout - log pi) = -ln r over the 4 kept tokens
+    assert metrics["actor/ppo_kl"].item() == pytest.approx(-LN(1.5 * 0.5 * 1.25 * 0.5) / 4)
+    # off-policy diagnostics over all 5 valid tokens: kl = mean(-ln r), chi2_token = mean(r^2) - 1
+    assert metrics["rollout_corr/kl"].item() == pytest.approx(-LN(1.5 * 3.0 * 0.5 * 1.25 * 0.5) / 5)
+    assert metrics["rollout_corr/chi2_token"].item() == pytest.approx((2.25 + 9 + 0.25 + 1.5625 + 0.25) / 5 - 1)
+
+
+def test_bypass_reinforce_with_sequence_weights_normalised_over_the_batch():
+    loss, grad, metrics = _bypass("reinforce", rollout_is="sequence", rollout_is_threshold=2.0,
+                                  rollout_is_batch_normalize=True)
+    # products: row 0 1.5 * 3 * 0.5 = 2.25 -> cap 2; row 1 1.25 * 0.5 = 0.625. Mean over the 2 responses
+    # 1.3125 = 21/16, so w = 2 * 16/21 = 32/21 and 0.625 * 16/21 = 10/21.
+    # loss = (32/21 * (1 + 2 + 0.5) - 2 * 10/21 * (1 + 3)) / 5 = (112/21 - 80/21) / 5 = 32/105
+    assert loss.item() == pytest.approx(32 / 105)
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"].item() == pytest.approx(1.3125)
+    # -A * w / 5: row 0 -(32/21) / 5 = -32/105; row 1 2 * (10/21) / 5 = 20/105
+    _close(grad, [[-32 / 105, -32 / 105, -32 / 105], [20 / 105, 20 / 105, 0.0]])
+
+
+def test_bypass_ppo_clip_clips_the_ratio_to_the_rollout_and_does_not_apply_the_weights():
+    loss, grad, metrics = _bypass("ppo_clip", rollout_is="token", rollout_is_threshold=2.0, clip_ratio=0.2,
+                                  **TOKEN_RS)
+    # ratio = pi_theta / pi_rollout = r; per kept token max(-A r, -A clip(r, 0.8, 1.2)), no weight:
+    #   row 0 (A = 1): r 1.5 -> max(-1.5, -1.2) = -1.2 (clipped); r 0.5 -> max(-0.5, -0.8) = -0.5
+    #   row 1 (A = -2): r 1.25 -> max(2.5, 2.4) = 2.5; r 0.5 -> max(1.0, 1.6) = 1.6 (clipped)
+    # (dual clip caps at -A * 3 = 6: not reached.) Sum 2.4 over 5 tokens = 0.48; with the weights
+    # applied it would be (-1.8 - 0.25 + 3.125 + 0.8) / 5 = 0.375.
+    assert loss.item() == pytest.approx(0.48)
+    # gradient -A r / 5 on unclipped tokens: row 0 token 2: -0.5/5 = -0.1; row 1 token 0: 2.5/5 = 0.5
+    _close(grad, [[0.0, 0.0, -0.1], [0.5, 0.0, 0.0]])
+    assert metrics["actor/pg_clipfrac"].item() == pytest.approx(2 / 4)  # of the kept tokens
+    assert metrics["rollout_corr/rollout_is_mean"].item() == pytest.approx(1.15)  # logged all the same
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"].item() == pytest.approx(1 / 5)
+
+
+def test_bypass_without_weights_is_plain_reinforce_and_ppo_clip_against_the_rollout():
+    from verl.algorithms.losses import compute_policy_loss
+
+    loss, _, _ = _bypass("reinforce")
+    # -A log pi summed: row 0: 1 + 2 + 0.5 = 3.5; row 1: -2 * (1 + 3) = -8 -> -4.5 / 5
+    assert loss.item() == pytest.approx(-0.9)
+    loss, _, _ = _bypass("ppo_clip")
+    expected, _ = compute_policy_loss(ROLLOUT_LP, LP, ADV, BYPASS_MASK, global_tokens=5)
+    assert loss.item() == pytest.approx(expected.item())
+    with pytest.raises(ValueError, match="ppo_clip or reinforce"):
+        _bypass("vanilla")
+
+
+def test_bypass_keys_validate_and_reach_the_actor():
+    cfg = _validated("algorithm.rollout_correction.bypass_mode=true",
+                     "algorithm.rollout_correction.loss_type=ppo_clip",
+                     "algorithm.rollout_correction.rollout_is=token",
+                     "algorithm.rollout_correction.rollout_rs='token_k1,seq_max_k2'",
+                     "algorithm.rollout_correction.rollout_rs_threshold='0.6_1.6,2.5'")
+    assert cfg.actor_rollout_ref.rollout.calculate_log_probs  # the engine's log-probs are pi_old
+    # token-level weights are pi_theta / pi_rollout here, not the actor's pi_old / pi_rollout TIS
+    assert not cfg.actor_rollout_ref.actor.rollout_is_correction
+    correction = rollout_correction_of(cfg.actor_rollout_ref.actor, cfg.algorithm.rollout_correction)
+    assert correction == RolloutCorrection("token", 2.0, False, "token_k1,seq_max_k2", "0.6_1.6,2.5", True, "ppo_clip")
+    assert not correction.batch_level  # nothing before the first step: all of it per micro-batch
+    cfg = _validated("algorithm.rollout_correction.bypass_mode=true",
+                     "algorithm.rollout_correction.loss_type=reinforce",
+                     "algorithm.rollout_correction.rollout_is=sequence",
+                     "algorithm.rollout_correction.rollout_is_batch_normalize=true")
+    assert rollout_correction_of(cfg.actor_rollout_ref.actor, cfg.algorithm.rollout_correction) == RolloutCorrection(
+        "sequence", 2.0, True, None, None, True, "reinforce")
+
+
+def test_loss_type_without_bypass_mode_warns(caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="verl.config"):
+        _validated("algorithm.rollout_correction.loss_type=reinforce")
+    assert "no effect without bypass_mode=true" in caplog.text
+
+
+def test_bypass_update_is_ppo_against_the_rollout_without_an_old_log_prob_pass(tiny_model_dir, monkeypatch):
+    """Through the actor: bypass ppo_clip on a batch without old_log_probs equals the decoupled update
+    given old_log_probs = rollout_log_probs; the actor runs no log-prob pass of its own (even with the
+    per-sequence weights, batch normalisation and rejection that need one outside bypass mode)."""
+    from tests.unit.test_workers import micro_batch_case
+    from verl.workers.actor import Actor
+
+    model, batch = micro_batch_case(tiny_model_dir)
+    batch["rollout_log_probs"] = batch.pop("old_log_probs")
+    as_old = Batch(batch.tensors, batch.non_tensors, batch.meta)
+    as_old["old_log_probs"] = batch["rollout_log_probs"]
+    expected, _ = _actor_update(model, as_old, micro=2)
+    passes = []
+    original = Actor.compute_log_prob
+    monkeypatch.setattr(Actor, "compute_log_prob", lambda self, b, **kw: passes.append(1) or original(self, b, **kw))
+    bypassed, metrics = _actor_update(model, batch, micro=2, bypass_mode=True)
+    for key in expected:
+        torch.testing.assert_close(bypassed[key], expected[key], atol=1e-6, rtol=0, msg=key)
+    # the engine's log-probs are the model's plus noise: the diagnostics see the gap
+    assert metrics["rollout_corr/k3_kl"] > 0 and metrics["actor/rollout_log_prob_diff"] > 0
+    assert "actor/entropy" in metrics  # the skipped pass's metrics come from the update's forward
+    _, metrics = _actor_update(model, batch, micro=2, bypass_mode=True, loss_type="reinforce", rollout_is="sequence",
+                               rollout_is_batch_normalize=True, rollout_rs="seq_max_k2", rollout_rs_threshold=2.5)
+    assert passes == []
+    assert metrics["rollout_corr/rollout_is_batch_norm_factor"] > 0
+    assert "rollout_corr/rollout_rs_seq_max_k2_masked_fraction" in metrics

@@ -21,6 +21,8 @@ Deviations and decisions:
 * GDPO follows verl's estimator, not this file's GRPO, on a group of one: per component the
   group mean is taken as 0 and the std as 1, so such a sample's component advantage is its raw
   component score / (1 + epsilon). It reads only the reward components, never the summed score.
+* Optimal token baseline (verl's OTB) reads the old policy's log-probs and sum_v pi(v)^2 at each
+  response token; a group of one keeps its return as the advantage, as in verl.
 * Estimators run under ``no_grad``: advantages are constants to the policy loss.
 """
 
@@ -232,6 +234,56 @@ def compute_gdpo_outcome_advantage(
     return adv, adv
 
 
+@torch.no_grad()
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    group_index,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    *,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+):
+    """Optimal token baseline (verl's OTB): a baseline per time step and group, weighted by how much
+    each trajectory's score-function variance has built up so far.
+
+    With G_t the return-to-go and w_t = 1 - 2 pi_t + sum_v pi(v)^2 (the squared norm of the
+    log-softmax gradient at the sampled token, pi_t its probability under the old policy), the
+    cumulative W_t = sum_{j<=t} w_j weighs each sample of a prompt's group:
+    B_t = sum_i G_it W_it / sum_i W_it, and A_t = G_t - B_t. With rollout importance weights rho,
+    w_t is scaled by rho_t^2. A group of one has no baseline (A = G). ``handle_zero_tail``: past the
+    end of the group's second-longest response, the one longest response has no one to compare
+    with, and its baseline there is 0.
+    """
+    valid = _as_bool(response_mask)
+    mask = valid.to(token_level_rewards.dtype)
+    returns = _returns_to_go(token_level_rewards, response_mask, 1.0)
+    w = 1.0 - 2.0 * old_log_probs.exp() + sum_pi_squared
+    if rollout_is_weights is not None:
+        w = w * rollout_is_weights ** 2
+    cumulative = (w * mask).cumsum(dim=-1)
+    ids, n_groups = _group_ids(group_index, returns.device)
+    shape = (n_groups, returns.shape[1])
+    numerator = returns.new_zeros(shape).index_add_(0, ids, returns * cumulative * mask)
+    denominator = returns.new_zeros(shape).index_add_(0, ids, cumulative * mask) + epsilon
+    count = torch.bincount(ids, minlength=n_groups)
+    baselines = torch.where((count > 1)[ids, None], (numerator / denominator)[ids], torch.zeros_like(returns))
+    if handle_zero_tail:
+        lengths = valid.sum(dim=-1)
+        for g in range(n_groups):
+            members = (ids == g).nonzero(as_tuple=True)[0]
+            if members.numel() < 2:
+                continue
+            ordered = torch.sort(lengths[members]).values
+            longest, second = int(ordered[-1]), int(ordered[-2])
+            if longest > second:
+                only = members[lengths[members] == longest]
+                baselines[only[0], second:] = 0.0
+    return (returns - baselines) * mask, returns
+
+
 ADV_ESTIMATORS = {
     "gae": compute_gae_advantage_return,
     "grpo": compute_grpo_outcome_advantage,
@@ -241,10 +293,11 @@ ADV_ESTIMATORS = {
     "remax": compute_remax_outcome_advantage,
     "gpg": compute_gpg_outcome_advantage,
     "gdpo": compute_gdpo_outcome_advantage,
+    "optimal_token_baseline": compute_optimal_token_baseline_advantage,
 }
 # Estimators verl has and this project does not (yet): named as such when asked for.
 NOT_IMPLEMENTED_ESTIMATORS = {name: f"{name} is an advantage estimator of verl that this project does not implement yet"
-                              for name in ("optimal_token_baseline",)}
+                              for name in ("tir_optimal_token_baseline",)}
 
 # What an estimator that declares the input without a default is asking for, in words.
 _INPUT_HINTS = {
@@ -252,6 +305,9 @@ _INPUT_HINTS = {
     "group_index": "group_index (the prompt id of each sample)",
     "reward_baselines": "reward_baselines (the greedy response's score for each sample)",
     "reward_components": "reward_components (the [B, K] scores of the reward components it normalises apart)",
+    "old_log_probs": "old_log_probs (the old policy's log-probs, computed before the advantages)",
+    "sum_pi_squared": "sum_pi_squared (sum over the vocabulary of pi^2 at each response token, from the actor's "
+                      "log-prob pass)",
 }
 
 
@@ -265,6 +321,9 @@ def compute_advantage(
     reward_baselines: torch.Tensor | None = None,
     reward_components: torch.Tensor | None = None,
     reward_weights=None,
+    old_log_probs: torch.Tensor | None = None,
+    sum_pi_squared: torch.Tensor | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
     gamma: float = 1.0,
     lam: float = 1.0,
     norm_adv_by_std_in_grpo: bool = True,
@@ -278,7 +337,8 @@ def compute_advantage(
     available = dict(
         token_level_rewards=token_level_rewards, response_mask=response_mask, values=values,
         group_index=group_index, reward_baselines=reward_baselines, reward_components=reward_components,
-        reward_weights=reward_weights, gamma=gamma, lam=lam,
+        reward_weights=reward_weights, old_log_probs=old_log_probs, sum_pi_squared=sum_pi_squared,
+        rollout_is_weights=rollout_is_weights, gamma=gamma, lam=lam,
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, epsilon=epsilon,
     )
     kwargs = {}

@@ -14,6 +14,9 @@ Decisions:
 * The weights are detached: they re-weight the gradient of each token, they have none.
 * The log-ratio is clamped to [-20, 20] before ``exp`` (as the policy loss does), so a token the
   engine found almost impossible gives the cap C, not inf.
+
+Bypass mode (verl's ``bypass_mode=true``, see :func:`bypass_policy_loss`) drops pi_old altogether:
+the trainer skips the old-log-prob pass and the rollout engine's log-probs play pi_old.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from verl.algorithms.losses import compute_policy_loss
+from verl.algorithms.losses_extra import compute_policy_loss_gpg
 from verl.algorithms.utils import _as_bool, masked_mean, masked_sum
 
 _LOG_RATIO_CLAMP = 20.0
@@ -211,21 +216,109 @@ def rollout_rejection_mask(old_log_prob: torch.Tensor, rollout_log_prob: torch.T
     return new_mask, metrics
 
 
+@torch.no_grad()
+def offpolicy_metrics(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor):
+    """verl's off-policy diagnostics between a policy's log-probs (``log_prob``) and the engine's,
+    as 0-d tensors: ``rollout_corr/kl`` (k1 of KL(pi_rollout || pi), token mean), ``k3_kl``,
+    ``training_ppl`` / ``rollout_ppl`` (mean over responses of exp(-mean token log-prob)),
+    ``log_ppl_diff`` (mean over responses of the rollout's mean log-prob minus the policy's),
+    ``chi2_token`` (E[rho^2] - 1 over tokens) and ``chi2_seq`` (E[(prod rho)^2] - 1 over
+    responses), with rho = pi / pi_rollout and log-ratios clamped to [-20, 20] for ``exp``."""
+    valid = _as_bool(response_mask)
+    rows = valid.any(dim=-1)
+    log_ratio = log_prob - rollout_log_prob
+    mean_lp = masked_mean(log_prob, valid, dim=-1)
+    mean_rollout_lp = masked_mean(rollout_log_prob, valid, dim=-1)
+    safe = torch.clamp(log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    seq_safe = torch.clamp(masked_sum(log_ratio, valid, dim=-1), -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return {"rollout_corr/kl": masked_mean(-log_ratio, valid),
+            "rollout_corr/k3_kl": masked_mean(torch.exp(safe) - safe - 1.0, valid),
+            "rollout_corr/training_ppl": masked_mean(torch.exp(-mean_lp), rows),
+            "rollout_corr/rollout_ppl": masked_mean(torch.exp(-mean_rollout_lp), rows),
+            "rollout_corr/log_ppl_diff": masked_mean(mean_rollout_lp - mean_lp, rows),
+            "rollout_corr/chi2_token": masked_mean(torch.exp(2.0 * safe), valid) - 1.0,
+            "rollout_corr/chi2_seq": masked_mean(torch.exp(2.0 * seq_safe), rows) - 1.0}
+
+
+LOSS_TYPES = ("ppo_clip", "reinforce")
+
+
+def bypass_policy_loss(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, advantages: torch.Tensor,
+                       response_mask: torch.Tensor, *, loss_type: str = "ppo_clip", rollout_is: str | None = None,
+                       rollout_is_threshold: float = 2.0, rollout_is_batch_normalize: bool = False,
+                       rollout_rs: str | None = None, rollout_rs_threshold=None, **loss_kwargs):
+    """verl's bypass-mode policy loss: two policies, pi_theta and pi_rollout (no recomputed pi_old).
+
+    On each micro-batch, with no gradient, the importance weights w and the rejection mask are
+    computed from ``log_prob`` (pi_theta as it is now, detached) against ``rollout_log_prob``, exactly
+    as :func:`rollout_is_weights` / :func:`rollout_rejection_mask` do with pi_old (same levels, cap,
+    batch normalisation, options); the rejected tokens leave the policy loss. Then
+
+    * ``ppo_clip``: PPO's clipped loss (:func:`~verl.algorithms.losses.compute_policy_loss`) with
+      ratio pi_theta / pi_rollout. The weights are *not* applied (the ratio already is the
+      importance ratio; applying w too would count it twice): they are computed for the metrics.
+    * ``reinforce``: L_t = -A_t * w_t * log pi_theta(y_t) (policy gradient, no ratio, no clip;
+      :func:`~verl.algorithms.losses_extra.compute_policy_loss_gpg`), w = 1 without ``rollout_is``.
+
+    ``loss_kwargs`` are the policy loss's keywords (``clip_ratio*``, ``loss_agg_mode``,
+    ``global_tokens``, ``global_seqs``, ``norm_len``): the token counts are the mini-batch's before
+    rejection, so a rejected token still counts in token-mean's denominator (as in verl, whose
+    rejection happens inside the loss). Returns ``(loss, metrics)``: the loss's own
+    (``actor/ppo_kl`` = mean of log pi_rollout - log pi_theta, ...) and ``rollout_corr/*`` (IS, RS
+    and :func:`offpolicy_metrics`), 0-d tensors.
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type={loss_type!r}: choose ppo_clip or reinforce")
+    current = log_prob.detach()
+    weights, metrics = None, {}
+    if rollout_is is not None:
+        weights, metrics = rollout_is_weights(current, rollout_log_prob, response_mask, rollout_is,
+                                              rollout_is_threshold, rollout_is_batch_normalize)
+    mask = response_mask
+    if rollout_rs is not None:
+        mask, rs_metrics = rollout_rejection_mask(current, rollout_log_prob, response_mask, rollout_rs,
+                                                  rollout_rs_threshold)
+        metrics.update(rs_metrics)
+    metrics.update(offpolicy_metrics(current, rollout_log_prob, response_mask))
+    if loss_type == "reinforce":
+        loss, loss_metrics = compute_policy_loss_gpg(rollout_log_prob, log_prob, advantages, mask,
+                                                     rollout_is_weights=weights, **loss_kwargs)
+    else:
+        loss, loss_metrics = compute_policy_loss(rollout_log_prob, log_prob, advantages, mask,
+                                                 rollout_is_weights=None, **loss_kwargs)
+    return loss, {**loss_metrics, **metrics}
+
+
 @dataclass(frozen=True)
 class RolloutCorrection:
-    """What verl's ``algorithm.rollout_correction`` asks of the actor's update (see the functions above)."""
+    """What verl's ``algorithm.rollout_correction`` asks of the actor's update (see the functions above).
+
+    ``bypass_mode``: the update's pi_old is the rollout's log-probs and the policy loss is
+    :func:`bypass_policy_loss` of ``loss_type`` (the trainer skips the old-log-prob pass)."""
 
     rollout_is: str | None = None
     rollout_is_threshold: float = 2.0
     rollout_is_batch_normalize: bool = False
     rollout_rs: str | None = None
     rollout_rs_threshold: str | float | None = None
+    bypass_mode: bool = False
+    loss_type: str = "ppo_clip"
 
     def __post_init__(self):
         if self.rollout_is is not None and self.rollout_is not in IS_LEVELS:
             raise ValueError(f"rollout_is={self.rollout_is!r}: choose token, sequence or null")
         if self.rollout_rs is not None:
             parse_rs(self.rollout_rs, self.rollout_rs_threshold)
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type={self.loss_type!r}: choose ppo_clip or reinforce")
+
+    def bypass_loss(self, log_prob, rollout_log_prob, advantages, response_mask, **loss_kwargs):
+        """:func:`bypass_policy_loss` with these settings."""
+        return bypass_policy_loss(log_prob, rollout_log_prob, advantages, response_mask, loss_type=self.loss_type,
+                                  rollout_is=self.rollout_is, rollout_is_threshold=self.rollout_is_threshold,
+                                  rollout_is_batch_normalize=self.rollout_is_batch_normalize,
+                                  rollout_rs=self.rollout_rs, rollout_rs_threshold=self.rollout_rs_threshold,
+                                  **loss_kwargs)
 
     @property
     def active(self) -> bool:
@@ -250,19 +343,23 @@ class RolloutCorrection:
     @property
     def batch_level(self) -> bool:
         """Whether the update must see the whole batch first (anything beyond plain token-level TIS,
-        which the loss applies per micro-batch by itself)."""
+        which the loss applies per micro-batch by itself). Never in bypass mode: there everything is
+        computed per micro-batch from the current policy (:func:`bypass_policy_loss`)."""
+        if self.bypass_mode:
+            return False
         return self.rollout_is == "sequence" or self.rollout_is_batch_normalize or self.rollout_rs is not None
 
 
 def rollout_correction_of(actor_config, section=None) -> RolloutCorrection:
     """The correction asked for by an actor section (token-level TIS from its own keys,
     ``rollout_is_correction`` and ``rollout_is_threshold``, where ``validate()`` moves verl's
-    ``rollout_is=token``) and by ``section``, the config's ``algorithm.rollout_correction`` (sequence
-    level, batch normalisation, rejection sampling); without ``section``, token-level TIS only."""
+    ``rollout_is=token`` outside bypass mode) and by ``section``, the config's
+    ``algorithm.rollout_correction`` (sequence level, batch normalisation, rejection sampling,
+    bypass mode and its loss type); without ``section``, token-level TIS only."""
     token = actor_config.rollout_is_correction
     if section is None:
         return RolloutCorrection("token" if token else None, actor_config.rollout_is_threshold)
     level = "token" if token else section.rollout_is
     threshold = actor_config.rollout_is_threshold if token else float(section.rollout_is_threshold)
     return RolloutCorrection(level, threshold, section.rollout_is_batch_normalize, section.rollout_rs,
-                             section.rollout_rs_threshold)
+                             section.rollout_rs_threshold, bool(section.bypass_mode), section.loss_type)

@@ -141,7 +141,9 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
     compat.resolve(cfg, dp)
     compat.check(cfg)
     estimator = cfg.algorithm.adv_estimator
-    if n == 1 and estimator in GROUP_BASELINE_ESTIMATORS:
+    # Distillation without the task rewards trains on the teacher's signal alone: no group is compared.
+    distilling_only = cfg.distillation.enabled and not cfg.distillation.distillation_loss.use_task_rewards
+    if n == 1 and estimator in GROUP_BASELINE_ESTIMATORS and not distilling_only:
         name = "GRPO" if estimator == "grpo" else estimator
         raise ConfigError(f"{name} compares several responses per prompt; set {_N_KEY} to 4 or more "
                           f"(it is 1), or use an estimator without a group baseline "

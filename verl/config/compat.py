@@ -258,9 +258,25 @@ def resolve(cfg: TrainerConfig, dp: int) -> None:
             parse_rs(correction.rollout_rs, correction.rollout_rs_threshold)
         except ValueError as err:
             raise ConfigError(f"algorithm.rollout_correction: {err}") from None
-    if correction.rollout_is == "sequence" or correction.rollout_rs is not None:
+    if correction.rollout_is == "sequence" or correction.rollout_rs is not None or correction.bypass_mode:
         cfg.set("actor_rollout_ref.rollout.calculate_log_probs", True)
-    if correction.rollout_is == "token":
+    if correction.bypass_mode and arr.actor.policy_loss.loss_mode != "vanilla":
+        logger.warning("actor_rollout_ref.actor.policy_loss.loss_mode=%s has no effect with "
+                       "algorithm.rollout_correction.bypass_mode=true: the policy loss is loss_type=%s's (as in verl)",
+                       arr.actor.policy_loss.loss_mode, correction.loss_type)
+    if correction.loss_type != "ppo_clip" and not correction.bypass_mode:
+        logger.warning("algorithm.rollout_correction.loss_type=%s has no effect without bypass_mode=true (as in "
+                       "verl): the policy loss is actor_rollout_ref.actor.policy_loss.loss_mode's",
+                       correction.loss_type)
+    # The optimal token baseline reads sum_v pi^2 from the old-log-prob pass, which bypass mode skips.
+    if cfg.algorithm.adv_estimator == "optimal_token_baseline":
+        if correction.bypass_mode:
+            raise ConfigError("algorithm.adv_estimator=optimal_token_baseline reads the old policy's log-probs and "
+                              "sum_pi_squared from the old-log-prob pass, which algorithm.rollout_correction."
+                              "bypass_mode=true skips: turn bypass_mode off, or choose another estimator")
+        cfg.set("actor_rollout_ref.actor.calculate_sum_pi_squared", True)
+    # In bypass mode token-level weights are pi_theta / pi_rollout, computed in the bypass loss: they stay here.
+    if correction.rollout_is == "token" and not correction.bypass_mode:
         _move(cfg, "algorithm.rollout_correction.rollout_is", "actor_rollout_ref.actor.rollout_is_correction",
               True, None, False)
         _move(cfg, "algorithm.rollout_correction.rollout_is_threshold",
@@ -379,7 +395,7 @@ def ray_kwargs_defaults() -> dict:
 
 
 def distillation_defaults() -> dict:
-    """verl's top-level `distillation` section, less the `enabled` switch."""
+    """verl's top-level `distillation` section's free-form parts (the typed ones are in the schema)."""
     inference = {"name": None, "dtype": None, "gpu_memory_utilization": 0.5, "enforce_eager": True,
                  "cudagraph_capture_sizes": None, "free_cache_engine": True, "data_parallel_size": 1,
                  "expert_parallel_size": 1, "tensor_model_parallel_size": 2, "max_num_batched_tokens": 8192,
@@ -388,10 +404,6 @@ def distillation_defaults() -> dict:
                  "disable_log_stats": True, "skip_tokenizer_init": True, "prompt_length": None,
                  "response_length": None, "temperature": None}
     return {
-        "distillation_loss": {"loss_mode": "k3", "topk": 32, "use_task_rewards": True, "distillation_loss_coef": 1.0,
-                              "loss_max_clamp": None, "log_prob_min_clamp": None, "use_policy_gradient": False,
-                              "policy_loss_mode": "vanilla", "clip_ratio": 0.2, "clip_ratio_low": 0.2,
-                              "clip_ratio_high": 0.2},
         "n_gpus_per_node": 8, "nnodes": 0,
         "teacher_models": {"teacher_model": {"key": None, "model_path": None, "num_replicas": 0,
                                              "inference": inference}},

@@ -285,8 +285,15 @@ class ConfigNode(metaclass=_NodeMeta):
         raise mismatch(value, spec.node_type, self._path(spec.name), "{key: value, ...}")
 
     # ---------------------------------------------------------------- dotted access
-    def get(self, key: str) -> Any:
-        """The value at a dotted key (`"actor_rollout_ref.actor.optim.lr"`); aliases accepted."""
+    def get(self, key: str, default: Any = MISSING) -> Any:
+        """The value at a dotted key (`"actor_rollout_ref.actor.optim.lr"`); aliases accepted. With
+        ``default``, a key that is not there gives it back (as ``DictConfig.get`` does, for code
+        written against verl's OmegaConf sections); without, it is an error with a did-you-mean."""
+        if default is not MISSING:
+            try:
+                return self.get(key)
+            except ConfigError:
+                return default
         value: Any = self
         parts = key.split(".")
         for i, part in enumerate(parts):

@@ -91,11 +91,10 @@ class DataConfig(Section):
                                                        why="filtering runs in the trainer process")
     trust_remote_code: bool = verl_option(False, help="Allow custom processor code.",
                                           why="the tokenizer follows actor_rollout_ref.model.trust_remote_code")
-    custom_cls: dict = verl_option({"path": None, "name": None}, help="A custom dataset class.", inert=False,
-                                   why="custom dataset classes are not supported",
-                                   refuse_if=lambda v: v.get("path") is not None, when="with a path",
-                                   instead="convert the data to a parquet/jsonl file with a prompt column "
-                                   "(docs/data.md)", keys=("path",))
+    custom_cls: dict = option({"path": None, "name": None}, help="A dataset class of your own, for training "
+                              "and validation: {path: a .py file, name: the class in it}; null path = the "
+                              "built-in RLDataset. Built as cls(data_files=..., tokenizer=..., processor=None, "
+                              "config=<this data section>); subclass verl.data.RLDataset (docs/data.md).")
     image_key: str = verl_option("images", help="Column of the prompts' images.",
                                  why="vision-language models are not supported; the column is not read")
     video_key: str = verl_option("videos", help="Column of the prompts' videos.",
@@ -141,8 +140,9 @@ class FilterGroupsConfig(Section):
 class RolloutCorrectionConfig(Section):
     """verl's rollout correction between the rollout engine's log-probs and the actor's old ones
     (docs/algorithms.md). Token-level truncated importance sampling (rollout_is=token) is
-    actor_rollout_ref.actor.rollout_is_correction here; validate() moves it there. The rest is
-    computed by the actor over each update batch (verl.algorithms.rollout_correction)."""
+    actor_rollout_ref.actor.rollout_is_correction here; validate() moves it there (outside bypass
+    mode). The rest is computed by the actor over each update batch, or per micro-batch in bypass
+    mode (verl.algorithms.rollout_correction)."""
 
     rollout_is: str | None = verl_option(None, help="Importance-sampling level: token (min(ratio, C) per "
                                          "token), sequence (min(product of the response's ratios, C) on every "
@@ -162,14 +162,18 @@ class RolloutCorrectionConfig(Section):
                                                       "one per option, comma-separated, e.g. '0.6_1.6,2.5'. A k1 "
                                                       "option takes ratio bounds 'lower_upper' (one number U "
                                                       "means 1/U_U); the others one upper bound.")
-    bypass_mode: bool = verl_option(False, help="Skip the old log-prob pass and use the rollout's.", inert=False,
-                                    why="the old log-probs are the actor's own here (recomputed, or on an "
-                                    "exactly on-policy step taken from the update's forward), never the rollout's",
-                                    refuse_if=bool,
-                                    when="when true")
-    loss_type: str = verl_option("ppo_clip", help="Loss of bypass_mode.", inert=False,
-                                 why="the loss is the actor's policy_loss.loss_mode here",
-                                 refuse_if=lambda v: v != "ppo_clip", when="for anything but ppo_clip")
+    bypass_mode: bool = option(False, help="Skip the old-log-prob pass: the rollout engine's log-probs play "
+                               "pi_old (sets actor_rollout_ref.rollout.calculate_log_probs=true), and the actor's "
+                               "policy loss is loss_type's, with the importance weights and rejection computed per "
+                               "micro-batch from the current policy against the rollout's; policy_loss.loss_mode "
+                               "is then not used.")
+    loss_type: str = verl_option("ppo_clip", help="Policy loss of bypass_mode: ppo_clip (PPO's clipped loss with "
+                                 "ratio pi_theta / pi_rollout; the importance weights are only logged) or "
+                                 "reinforce (-A * w * log pi_theta, w the importance weight, 1 without "
+                                 "rollout_is). Without bypass_mode it has no effect (a warning).", inert=False,
+                                 why="the bypass losses are ppo_clip and reinforce",
+                                 refuse_if=lambda v: v not in ("ppo_clip", "reinforce"),
+                                 when="for anything but ppo_clip / reinforce")
     rollout_is_batch_normalize: bool = option(False, help="Divide the importance weights by their mean over "
                                               "the update batch (valid tokens for token, responses for "
                                               "sequence; all data-parallel ranks), after the cap.")
@@ -275,21 +279,66 @@ class TrainerSectionConfig(Section):
                            when="unless trainer_mode=sync", keys=("trainer_mode",))
 
 
+# verl's per-token estimators of KL(student || teacher) (Schulman's k1/k2/k3 and their other names).
+DISTILLATION_ESTIMATORS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+_TOPK_ONLY = "read only by loss_mode=forward_kl_topk, which is not implemented here (as in verl, the estimator modes ignore it)"
+
+
+@dataclass
+class DistillationLossConfig(Section):
+    """How the teacher's log-probs enter the student's loss (docs/distillation.md)."""
+
+    loss_mode: str = verl_option("k3", help="Per-token estimator of KL(student || teacher) on the student's sampled "
+                                 "tokens: k1 (= kl), abs, k2 (= mse), k3 (= low_var_kl).", inert=False,
+                                 refuse_if=lambda v: v not in DISTILLATION_ESTIMATORS, when="for anything else",
+                                 why="only the single-sample estimators " + ", ".join(DISTILLATION_ESTIMATORS)
+                                 + " are implemented (forward_kl_topk needs the student's full logits inside the "
+                                 "loss, which the actor's update does not keep)",
+                                 instead="use k1 with use_policy_gradient=true (verl's example launches) or k3")
+    topk: int | None = verl_option(32, help="k of the top-k loss modes.", why=_TOPK_ONLY)
+    use_task_rewards: bool = option(True, help="Keep the RL loss on the task rewards and add "
+                                    "distillation_loss_coef x the distillation loss; false = the distillation loss "
+                                    "alone (the PPO loss, its entropy bonus and KL loss are dropped, as in verl).")
+    distillation_loss_coef: float = option(1.0, help="Weight of the distillation loss when use_task_rewards is true.")
+    loss_max_clamp: float | None = option(None, help="Clamp each token's distillation loss to "
+                                          "[-loss_max_clamp, loss_max_clamp]; null = no clamp.")
+    log_prob_min_clamp: float | None = verl_option(None, help="Lower clamp of the top-k log-probs.", why=_TOPK_ONLY)
+    use_policy_gradient: bool = option(False, help="true: minus each token's (clamped, detached) distillation loss "
+                                       "is its advantage in a clipped policy-gradient loss (Thinking Machines' "
+                                       "on-policy distillation; use k1). false: the loss is backpropagated directly "
+                                       "(GKD, Agarwal et al. 2023; use k3; k1 is refused, its gradient does not "
+                                       "depend on the teacher).")
+    policy_loss_mode: str = verl_option("vanilla", help="Policy loss of use_policy_gradient.", inert=False,
+                                        refuse_if=lambda v: v != "vanilla", when="for anything but vanilla",
+                                        why="verl's distillation has only the vanilla policy loss")
+    clip_ratio: float = option(0.2, help="PPO clip ratio of the use_policy_gradient loss (with clip_ratio_low / "
+                               "clip_ratio_high; dual-clip c = 3).")
+    clip_ratio_low: float = option(0.2, help="Lower clip ratio of the use_policy_gradient loss.")
+    clip_ratio_high: float = option(0.2, help="Upper clip ratio of the use_policy_gradient loss.")
+    use_chunked_topk: bool = verl_option(False, help="Chunked top-k log-probs.", why=_TOPK_ONLY)
+    chunked_topk_chunk_size: int = verl_option(4096, help="Tokens per chunk of use_chunked_topk.", why=_TOPK_ONLY)
+
+
+_TEACHER_POOL = ("the teachers run on the trainer's own devices, sharded like the reference "
+                 "(actor_rollout_ref.ref.fsdp_config)")
+
+
 @dataclass
 class DistillationConfig(Section):
-    """verl's on-policy distillation, refused when enabled."""
+    """verl's on-policy distillation: frozen teachers score the student's rollouts (docs/distillation.md)."""
 
-    enabled: bool = verl_option(False, help="Distil from teacher models.", inert=False,
-                                why="on-policy distillation is not implemented", refuse_if=bool, when="when true")
-    distillation_loss: dict = verl_option(compat.distillation_defaults()["distillation_loss"],
-                                          help="Distillation loss.", why="distillation is not implemented")
-    n_gpus_per_node: int = verl_option(8, help="Devices per machine of the teachers.",
-                                       why="distillation is not implemented")
-    nnodes: int = verl_option(0, help="Machines of the teachers.", why="distillation is not implemented")
-    teacher_models: dict = verl_option(compat.distillation_defaults()["teacher_models"], help="Teacher models.",
-                                       why="distillation is not implemented")
-    teacher_key: str = verl_option("data_source", help="Column that picks a prompt's teacher.",
-                                   why="distillation is not implemented")
+    enabled: bool = option(False, help="Distil from the teacher models in teacher_models.")
+    distillation_loss: DistillationLossConfig = section(DistillationLossConfig, help="The distillation loss.")
+    n_gpus_per_node: int = verl_option(8, help="Devices per machine of verl's teacher pool.", why=_TEACHER_POOL)
+    nnodes: int = verl_option(0, help="Machines of verl's teacher pool.", why=_TEACHER_POOL,
+                              warn_if=lambda v: v > 0, when="above 0")
+    teacher_models: dict = option(compat.distillation_defaults()["teacher_models"], help="Teachers by name, each "
+                                  "{key, model_path, num_replicas, inference}: model_path (same tokenizer as the "
+                                  "student) is read; key routes samples to it when there are several (the default "
+                                  "entry teacher_model is dropped once others are added, as in verl); num_replicas "
+                                  "and inference.* have no effect here (a warning when set): " + _TEACHER_POOL + ".")
+    teacher_key: str = option("data_source", help="Column whose value picks each sample's teacher (the teacher "
+                              "whose key equals it) when there are several teachers; unused with one.")
 
 
 @dataclass

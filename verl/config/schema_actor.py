@@ -52,31 +52,39 @@ class HFModelVerlKeys(Section):
     tiled_mlp: dict = verl_option({"enabled": False, "num_shards": 4}, help="Tiled MLP computation.",
                                   why="a memory saving only; the MLPs run whole",
                                   warn_if=lambda v: bool(v.get("enabled")), when="enabled=true", keys=("enabled",))
-    lora_rank: int = verl_option(0, help="LoRA rank; 0 = train all weights.", inert=False,
-                                 why="LoRA is not implemented yet", refuse_if=lambda v: v > 0, when="above 0",
-                                 instead="train all weights (lora_rank=0) for now")
-    lora_alpha: int = verl_option(16, help="LoRA scaling alpha.", why="LoRA is not implemented yet "
-                                  "(lora_rank > 0 is refused)")
-    target_modules: str | list[str] = verl_option("all-linear", help="Modules LoRA adapts.",
-                                                  why="LoRA is not implemented yet (lora_rank > 0 is refused)")
-    exclude_modules: str | list[str] | None = verl_option(
-        None, help="Modules LoRA leaves alone.", why="LoRA is not implemented yet (lora_rank > 0 is refused)")
-    lora_adapter_path: str | None = verl_option(None, help="A trained LoRA adapter to start from.", inert=False,
-                                                why="LoRA is not implemented yet", refuse_if=lambda v: v is not None,
-                                                when="unless null", instead="merge the adapter into the model "
-                                                "(peft's merge_and_unload) and give that folder as path")
-    lora: dict = verl_option(compat.lora_defaults(),
-                             help="The Megatron/engine form of the LoRA settings.", inert=False,
-                             why="LoRA is not implemented yet",
-                             refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
-                             when="with a rank above 0 or an adapter_path", instead="train all weights for now",
-                             keys=("rank", "adapter_path"))
     mtp: dict = verl_option(compat.mtp_defaults(), inert=False,
                             help="Multi-token prediction heads.", why="multi-token prediction is not implemented",
                             refuse_if=lambda v: any(bool(v.get(k)) for k in ("enable", "enable_train",
                                                                               "enable_rollout")),
                             when="when enabled", instead="leave it disabled",
                             keys=("enable", "enable_train", "enable_rollout"))
+
+
+@dataclass
+class LoraKeys(Section):
+    """LoRA on the policy (PEFT; see verl.models.lora and docs/lora.md)."""
+
+    lora_rank: int = option(0, help="LoRA rank: above 0, adapters of this rank go on target_modules and only "
+                            "they train (the base weights stay frozen); 0 = train all weights.")
+    lora_alpha: int = option(16, help="LoRA alpha: the adapters' output is scaled by lora_alpha / lora_rank.")
+    target_modules: str | list[str] = option("all-linear", help="Modules that get adapters: 'all-linear' "
+                                             "(every linear layer but the output head) or a list of module "
+                                             "names such as [q_proj, v_proj]; linear layers only.")
+    exclude_modules: str | list[str] | None = option(None, help="Modules left without adapters: a regex "
+                                                     "matched against full module names (e.g. '.*visual.*') "
+                                                     "or a list of names; null = none.")
+    lora_adapter_path: str | None = option(None, help="A trained PEFT LoRA adapter folder (adapter_config.json "
+                                           "+ adapter_model.safetensors) to continue training; its own rank, "
+                                           "alpha and target modules apply. Turns LoRA on by itself.")
+    lora: dict = verl_option(compat.lora_defaults(),
+                             help="The Megatron-Bridge form of the LoRA settings.", inert=False,
+                             why="LoRA here is PEFT on FSDP, set by lora_rank, lora_alpha, target_modules, "
+                             "exclude_modules and lora_adapter_path; merge has no effect (the rollout always "
+                             "gets the adapters merged into the base weights), nor do the other entries",
+                             refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
+                             when="with a rank above 0 or an adapter_path",
+                             instead="set lora_rank (or lora_adapter_path) of the same model section",
+                             keys=("rank", "adapter_path"))
 
 
 @dataclass
@@ -106,7 +114,7 @@ class _PolicyModel(Section):
 
 
 @dataclass
-class ModelConfig(HFModelVerlKeys, _PolicyModel):
+class ModelConfig(LoraKeys, HFModelVerlKeys, _PolicyModel):
     """The policy model (also the reference model's starting point)."""
 
 
@@ -347,9 +355,10 @@ class _ActorCore(Section):
                                           when="to true")
     calculate_entropy: bool = verl_option(False, help="Compute the entropy even with entropy_coeff = 0.",
                                           why="the entropy is computed and logged (actor/entropy) anyway")
-    calculate_sum_pi_squared: bool = verl_option(False, help="Compute the sum of squared token probabilities "
-                                                 "(for the optimal-token-baseline estimator).",
-                                                 why="no estimator here reads it", warn_if=bool, when="to true")
+    calculate_sum_pi_squared: bool = option(False, help="The old-log-prob pass also computes sum_v pi(v)^2 at each "
+                                            "response token (batch key sum_pi_squared), which "
+                                            "algorithm.adv_estimator=optimal_token_baseline reads; validate() "
+                                            "switches it on for that estimator.")
     use_prefix_grouper: bool = verl_option(False, help="Share the prompt prefix of a group in one forward.",
                                            why="a speed setting only", warn_if=bool, when="to true")
     freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",

@@ -27,7 +27,33 @@ class _CriticModel(Section):
 
 
 @dataclass
-class CriticModelConfig(HFModelVerlKeys, _CriticModel):
+class CriticLoraKeys(Section):
+    """verl's LoRA keys of the critic model: refused above rank 0 (LoRA is done for the policy only)."""
+
+    lora_rank: int = verl_option(0, help="LoRA rank of the value model; 0 = train all weights.", inert=False,
+                                 why="LoRA is implemented for the policy (actor_rollout_ref.model.lora_rank), "
+                                 "not for the critic", refuse_if=lambda v: v > 0, when="above 0",
+                                 instead="train all critic weights (critic.model.lora_rank=0)")
+    lora_alpha: int = verl_option(16, help="LoRA alpha of the value model.",
+                                  why="critic LoRA is not implemented (lora_rank > 0 is refused)")
+    target_modules: str | list[str] = verl_option("all-linear", help="Modules critic LoRA adapts.",
+                                                  why="critic LoRA is not implemented (lora_rank > 0 is refused)")
+    exclude_modules: str | list[str] | None = verl_option(
+        None, help="Modules critic LoRA leaves alone.", why="critic LoRA is not implemented (lora_rank > 0 is refused)")
+    lora_adapter_path: str | None = verl_option(None, help="A trained LoRA adapter for the value model.",
+                                                inert=False, why="critic LoRA is not implemented",
+                                                refuse_if=lambda v: v is not None, when="unless null",
+                                                instead="merge the adapter into the model (peft's merge_and_unload) "
+                                                "and give that folder as critic.model.path")
+    lora: dict = verl_option(compat.lora_defaults(), help="The Megatron-Bridge form of the LoRA settings.",
+                             inert=False, why="critic LoRA is not implemented",
+                             refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
+                             when="with a rank above 0 or an adapter_path", instead="train all critic weights",
+                             keys=("rank", "adapter_path"))
+
+
+@dataclass
+class CriticModelConfig(CriticLoraKeys, HFModelVerlKeys, _CriticModel):
     """The value model (policy backbone plus a scalar value head)."""
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -10,6 +13,23 @@ from verl.data.io import DataError
 from verl.protocol import Batch
 
 NON_TENSOR_KEYS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
+# What a dataset item must hold (an RLDataset item, or one of a data.custom_cls class).
+ITEM_KEYS = ("input_ids", *NON_TENSOR_KEYS)
+
+
+def item_problem(item: Any) -> str | None:
+    """What is wrong with a dataset item for :func:`collate_prompts`, or None."""
+    if not isinstance(item, Mapping):
+        return f"is a {type(item).__name__}, not a dict"
+    missing = [key for key in ITEM_KEYS if key not in item]
+    if missing:
+        return f"lacks {', '.join(missing)} (it holds {', '.join(map(str, item)) or 'nothing'})"
+    ids = item["input_ids"]
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist() if ids.dim() == 1 else None
+    if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(t, numbers.Integral) for t in ids):
+        return f"has input_ids {item['input_ids']!r:.100}, not a non-empty list of token ids (ints)"
+    return None
 
 
 def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,6 +49,10 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
 
 
+def _token_ids(ids) -> list[int]:
+    return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
+
+
 def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
     """A Batch of prompts from :class:`~verl.data.dataset.RLDataset` items.
 
@@ -38,7 +62,11 @@ def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
     """
     if not items:
         raise DataError("collate_prompts got no items")
-    input_ids, attention_mask = left_pad([item["input_ids"] for item in items], pad_token_id)
+    for i, item in enumerate(items):
+        problem = item_problem(item)
+        if problem is not None:
+            raise DataError(f"dataset item {i} of this batch {problem}; items must hold {', '.join(ITEM_KEYS)}")
+    input_ids, attention_mask = left_pad([_token_ids(item["input_ids"]) for item in items], pad_token_id)
     non_tensors = {key: [item[key] for item in items] for key in NON_TENSOR_KEYS}
     non_tensors["uid"] = [uuid.uuid4().hex for _ in items]
     return Batch({"input_ids": input_ids, "attention_mask": attention_mask,

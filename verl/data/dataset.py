@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any, Sequence
+
+from torch.utils.data import Dataset
 
 from verl.data.io import DataError, is_messages, read_rows
 
@@ -52,12 +55,40 @@ def conversation_prompt(messages: list[dict]) -> list[dict]:
     return list(messages[:end])
 
 
-class RLDataset:
+# The prompt settings RLDataset reads from a data config (``data.*``), with their defaults.
+SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
+                    "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None}
+
+
+def _setting(config: Any, name: str) -> Any:
+    if config is None:
+        return SETTING_DEFAULTS[name]
+    if isinstance(config, Mapping):  # a plain dict, or an OmegaConf DictConfig
+        if name == "chat_template_kwargs" and name not in config:
+            name = "apply_chat_template_kwargs"  # verl's spelling
+        return config.get(name, SETTING_DEFAULTS.get(name))
+    return getattr(config, name)  # this project's DataConfig
+
+
+class RLDataset(Dataset):
     """Prompts (with ground truth and data source) read from parquet / jsonl files.
 
+    Built two ways: with the settings as keywords (``RLDataset(data_files, tokenizer, max_prompt_length=64)``),
+    or the way verl builds its ``RLHFDataset`` and a ``data.custom_cls`` class,
+    ``RLDataset(data_files=..., tokenizer=..., processor=None, config=<the data section>)``, which reads
+    the settings from ``config`` (a keyword given as well wins). To change how prompts are made,
+    subclass it and override :meth:`prompt_of` (the prompt of a row, tokenized at construction) or
+    ``__getitem__`` (the item handed to the trainer); see docs/data.md.
+
     Args:
-        files: one path or a list of paths (.parquet, .jsonl, .json); lists are concatenated.
+        data_files: one path or a list of paths (.parquet, .jsonl, .json); lists are concatenated.
         tokenizer: a Hugging Face tokenizer.
+        config: the data section (``TrainerConfig.data``, or a dict with its keys) to read the
+            settings below from; None = their defaults.
+        processor: verl's multimodal processor; must be None (no vision/audio inputs here).
+        max_samples: keep only the first this many rows; -1 = all.
+
+    Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
         prompt_key: the column that holds the prompt (chat messages or a plain string).
         max_prompt_length: the longest prompt allowed, in tokens (after the chat template).
         truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right".
@@ -69,10 +100,26 @@ class RLDataset:
         config_key: the setting the files came from, named in errors (``data.val_files`` for validation).
     """
 
-    def __init__(self, files: str | os.PathLike | Sequence[str | os.PathLike], tokenizer, *,
-                 prompt_key: str = "prompt", max_prompt_length: int = 512, truncation: str = "error",
-                 filter_overlong_prompts: bool = False, apply_chat_template: bool = True,
+    def __init__(self, data_files: str | os.PathLike | Sequence[str | os.PathLike], tokenizer, config: Any = None,
+                 processor: Any = None, max_samples: int = -1, *, prompt_key: str | None = None,
+                 max_prompt_length: int | None = None, truncation: str | None = None,
+                 filter_overlong_prompts: bool | None = None, apply_chat_template: bool | None = None,
                  chat_template_kwargs: dict | None = None, config_key: str = "data.train_files"):
+        if processor is not None:
+            raise DataError("RLDataset got a multimodal processor; vision and audio inputs are not supported here")
+        # A keyword given here wins over config, which wins over the default.
+        prompt_key = prompt_key if prompt_key is not None else _setting(config, "prompt_key")
+        max_prompt_length = max_prompt_length if max_prompt_length is not None \
+            else _setting(config, "max_prompt_length")
+        truncation = truncation if truncation is not None else _setting(config, "truncation")
+        if filter_overlong_prompts is None:
+            filter_overlong_prompts = _setting(config, "filter_overlong_prompts")
+        if apply_chat_template is None:
+            apply_chat_template = _setting(config, "apply_chat_template")
+        if chat_template_kwargs is None:
+            chat_template_kwargs = _setting(config, "chat_template_kwargs")
+        self.config = config
+        self.processor = processor
         if truncation not in TRUNCATION_MODES:
             raise DataError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
         if max_prompt_length < 1:
@@ -83,9 +130,11 @@ class RLDataset:
         self.apply_chat_template = apply_chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-        rows = read_rows(files, config_key=config_key)
+        rows = read_rows(data_files, config_key=config_key)
         if not rows:
-            raise DataError(f"the files in `{config_key}` hold no rows: {files}")
+            raise DataError(f"the files in `{config_key}` hold no rows: {data_files}")
+        if max_samples is not None and max_samples >= 0:
+            rows = rows[:max_samples]
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
@@ -93,16 +142,20 @@ class RLDataset:
                 if not row[prompt_key]:
                     raise DataError(f"row {i}: its `messages` hold only assistant turns; a prompt needs a "
                                     f"user (or system) message before the answer")
-            if prompt_key not in row:
-                raise DataError(f"row {i} has no prompt column {prompt_key!r}; columns found: {sorted(row)}; "
-                                f"set `data.prompt_key` to the column that holds the prompt")
-        all_ids = self._tokenize([row[prompt_key] for row in rows])
+        prompts = []
+        for i, row in enumerate(rows):
+            try:
+                prompts.append(self.prompt_of(row))
+            except DataError as e:
+                raise DataError(f"row {i}: {e}") from e
+        all_ids = self._tokenize(prompts)
 
         self._rows: list[dict] = []
+        self._prompts: list[Any] = []
         self._ids: list[list[int]] = []
         self._index: list[int] = []
         self.num_filtered = 0
-        for i, (row, ids) in enumerate(zip(rows, all_ids)):
+        for i, (row, prompt, ids) in enumerate(zip(rows, prompts, all_ids)):
             if len(ids) > max_prompt_length:
                 if filter_overlong_prompts:
                     self.num_filtered += 1
@@ -115,6 +168,7 @@ class RLDataset:
                         f"data.truncation=left|right to cut them")
                 ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
             self._rows.append(row)
+            self._prompts.append(prompt)
             self._ids.append(ids)
             self._index.append(i)
         if self.num_filtered:
@@ -124,6 +178,18 @@ class RLDataset:
             raise DataError(f"all {len(rows)} prompts are longer than data.max_prompt_length="
                             f"{max_prompt_length} and were filtered; raise data.max_prompt_length")
 
+    def prompt_of(self, row: dict) -> str | list[dict]:
+        """The prompt of one row: a plain string or a list of ``{role, content}`` messages.
+
+        This is the ``data.prompt_key`` column; override it to build prompts another way (add a
+        system message, an instruction, ...). It runs once per row, before tokenization, so the
+        length checks and ``raw_prompt`` see the prompt it returns.
+        """
+        if self.prompt_key not in row:
+            raise DataError(f"no prompt column {self.prompt_key!r}; columns found: {sorted(row)}; "
+                            f"set `data.prompt_key` to the column that holds the prompt")
+        return row[self.prompt_key]
+
     def _tokenize(self, prompts: list[Any]) -> list[list[int]]:
         texts: list[str] = []
         for i, prompt in enumerate(prompts):
@@ -132,8 +198,9 @@ class RLDataset:
             elif is_messages(prompt):
                 messages = prompt
             else:
-                raise DataError(f"row {i}: column {self.prompt_key!r} must be a string or a list of "
-                                f"{{role, content}} messages, got {type(prompt).__name__}: {prompt!r:.200}")
+                raise DataError(f"row {i}: the prompt (column {self.prompt_key!r}, or what prompt_of returns) must "
+                                f"be a string or a list of {{role, content}} messages, got {type(prompt).__name__}: "
+                                f"{prompt!r:.200}")
             texts.append(self._render(i, prompt, messages))
         # A rendered chat template already holds its special tokens; raw text gets the usual ones.
         add_special = not (self.apply_chat_template and self.tokenizer.chat_template is not None)
@@ -173,7 +240,7 @@ class RLDataset:
         row = self._rows[i]
         return {
             "input_ids": list(self._ids[i]),
-            "raw_prompt": row[self.prompt_key],
+            "raw_prompt": self._prompts[i],
             "data_source": row.get("data_source"),
             "ground_truth": ground_truth_of(row),
             "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),

@@ -32,6 +32,7 @@ In one process (world size 1) a one-rank process group is started on first use
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -44,6 +45,7 @@ from verl.checkpoint import write_hf_folder
 from verl.distributed.process_group import barrier, is_main_process, world_size
 from verl.errors import VerlError
 from verl.models.loading import resolve_dtype
+from verl.models.lora import is_lora_model, merged_weights, plain_model, plain_name, save_adapter
 
 
 def resolve_fsdp_size(fsdp_size: int, world: int, key: str = "fsdp_size") -> int:
@@ -152,12 +154,16 @@ def gathered(model: nn.Module, shadow: nn.Module):
     :func:`unsharded` gathers the weights once; the shadow's parameters and buffers are then the
     gathered tensors themselves (no copy). Decoding with the shadow runs no FSDP hook at all: at
     batch 64 on the demo model the hooks alone cost about a fifth of the decode time. On leaving,
-    the shadow is emptied again (meta tensors) before the model is sharded.
+    the shadow is emptied again (meta tensors) before the model is sharded. A LoRA model (the
+    shadow is then made from its base, before the adapters went on) lends its weights with the
+    adapters merged in (:func:`verl.models.lora.merged_weights`: new tensors for the adapted layers).
     """
     with unsharded(model):
-        shadow.load_state_dict(dict(model.named_parameters(remove_duplicate=False)), strict=False, assign=True)
+        # A LoRA model's weights reach the shadow (a plain model) merged, under plain names.
+        weights = merged_weights(model, dict(model.named_parameters(remove_duplicate=False)))
+        shadow.load_state_dict(weights, strict=False, assign=True)
         for name, buffer in model.named_buffers():  # non-persistent ones (rotary tables) are not in a state dict
-            owner, _, leaf = name.rpartition(".")
+            owner, _, leaf = plain_name(name).rpartition(".")
             shadow.get_submodule(owner)._buffers[leaf] = buffer
         empty = [name for name, p in shadow.named_parameters() if p.is_meta]
         if empty:
@@ -229,10 +235,13 @@ def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Opti
 
 def export_hf(model: nn.Module, tokenizer, target) -> None:
     """``model`` and ``tokenizer`` as a Hugging Face folder at ``target``: every rank gathers the
-    weights (a collective), rank 0 writes them (atomically), the others wait for it."""
+    weights (a collective), rank 0 writes them (atomically), the others wait for it. A LoRA model is
+    written merged (a plain model), and its adapter alone as a PEFT folder in ``target/lora_adapter``."""
     state = full_state_dict(model)
     if is_main_process():
-        write_hf_folder(model, tokenizer, target, state_dict=state)
+        write_hf_folder(plain_model(model), tokenizer, target, state_dict=merged_weights(model, state))
+        if is_lora_model(model):
+            save_adapter(model, state, Path(target) / "lora_adapter")
     barrier()
 
 

@@ -106,13 +106,21 @@ def check_packing(model, device, key: str, *, forward=None) -> None:
             f"Set {key}=false")
 
 
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """sum_v softmax(logits)_v^2 at each position: ``[..., V]`` -> ``[...]`` (read by the optimal
+    token baseline estimator)."""
+    return torch.softmax(logits.float(), dim=-1).pow(2).sum(dim=-1)
+
+
 def compute_response_logprobs(model, input_ids, attention_mask, position_ids, responses, *,
-                              temperature: float = 1.0, with_entropy: bool = False, remove_padding: bool = False):
+                              temperature: float = 1.0, with_entropy: bool = False, remove_padding: bool = False,
+                              with_sum_pi_squared: bool = False):
     """Log-probs ``[B, T_resp]`` of ``responses`` (and entropies when asked) under ``model``.
 
     Logits are divided by the sampling temperature so the numbers describe the distribution the
     rollout actually sampled from (for greedy decoding pass 1.0). With ``remove_padding`` the
-    forward pass runs on the packed sequences and padding positions get 0.
+    forward pass runs on the packed sequences and padding positions get 0. With
+    ``with_sum_pi_squared`` a third value is returned: sum_v pi(v)^2 at each response token.
     """
     if remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])
@@ -126,7 +134,11 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
         logits = logits / temperature
     log_probs = logprobs_from_logits(logits, labels)
     entropy = entropy_from_logits(logits.float()) if with_entropy else None
+    spp = sum_pi_squared_from_logits(logits) if with_sum_pi_squared else None
     if remove_padding:
         log_probs = packing.unpack(log_probs)
         entropy = packing.unpack(entropy) if with_entropy else None
+        spp = packing.unpack(spp) if with_sum_pi_squared else None
+    if with_sum_pi_squared:
+        return log_probs, entropy, spp
     return log_probs, entropy

@@ -14,11 +14,14 @@ from verl.config.errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
+from verl.workers.teacher import distillation_loss
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss",
                     # reported by the update itself when the step is on-policy (see ppo_loss)
-                    "actor/entropy", "actor/rollout_log_prob_diff", "actor/ref_kl"}
+                    "actor/entropy", "actor/rollout_log_prob_diff", "actor/ref_kl",
+                    # on-policy distillation (verl.workers.teacher)
+                    "actor/distillation/loss", "actor/distillation/abs_loss"}
 # Keys of the actor section (dotted below it) a policy loss reads besides the clip ratios, by loss_mode.
 LOSS_SETTINGS = {
     "sapo": ("tau_pos", "tau_neg"),
@@ -52,8 +55,9 @@ class PolicyModel:
             check_packing(model, device, "actor_rollout_ref.model.use_remove_padding")
 
     @torch.no_grad()
-    def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False):
-        """Log-probs ``[B, T_resp]`` (and entropies) of ``batch["responses"]``.
+    def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False, with_sum_pi_squared: bool = False):
+        """Log-probs ``[B, T_resp]`` (and entropies) of ``batch["responses"]``; with
+        ``with_sum_pi_squared`` also sum_v pi(v)^2 per token, as a third value.
 
         Needs ``input_ids``, ``attention_mask``, ``position_ids``, ``responses``; the sampling
         temperature is read from ``batch.meta["temperature"]`` (default 1).
@@ -61,23 +65,27 @@ class PolicyModel:
         temperature = batch.meta.get("temperature", 1.0)
         was_training = self.model.training
         self.model.eval()
-        log_probs, entropies = [], []
+        log_probs, entropies, spps = [], [], []
         groups = micro_batch_groups(batch, self.micro_batch_size, self.max_token_len,
                                     data_parallel=self.data_parallel)
         try:
             for rows in groups:
                 # An empty group (another rank needs more passes) still runs one, for FSDP's collectives.
-                lp, ent = compute_response_logprobs(self.model, *_model_inputs(batch.index(rows or [0]), self.device),
-                                                    temperature=temperature, with_entropy=with_entropy,
-                                                    remove_padding=self.remove_padding)
+                lp, ent, *spp = compute_response_logprobs(
+                    self.model, *_model_inputs(batch.index(rows or [0]), self.device), temperature=temperature,
+                    with_entropy=with_entropy, remove_padding=self.remove_padding,
+                    with_sum_pi_squared=with_sum_pi_squared)
                 if rows:
                     log_probs.append(lp)
                     entropies.append(ent)
+                    spps.extend(spp)
         finally:
             self.model.train(was_training)
         out_device = batch["responses"].device
         log_prob = restore_order(groups, log_probs).to(out_device)
         entropy = restore_order(groups, entropies).to(out_device) if with_entropy else None
+        if with_sum_pi_squared:
+            return log_prob, entropy, restore_order(groups, spps).to(out_device)
         return log_prob, entropy
 
 
@@ -129,6 +137,8 @@ class Actor(PolicyModel):
         """
         cfg = self.config
         mask = mb["response_mask"]
+        if self.rollout_correction.bypass_mode:
+            return self._bypass_loss(mb, log_prob, entropy, counts)
         on_policy = "old_log_probs" not in mb
         # Without old_log_probs the update is on-policy (one epoch, one mini-batch: the trainer skips
         # the separate pass): the policy that sampled is the one being updated, so its log-probs are
@@ -148,6 +158,30 @@ class Actor(PolicyModel):
         metrics.update(is_metrics)
         if on_policy:
             metrics.update(self._on_policy_metrics(mb, old_log_probs, entropy, counts))
+        return self._add_regularisers(mb, pg_loss, metrics, log_prob, entropy, counts)
+
+    def _bypass_loss(self, mb: Batch, log_prob, entropy, counts: dict):
+        """verl's bypass mode: the rollout's log-probs are pi_old (the trainer ran no old-log-prob pass,
+        whatever the epochs and mini-batches), and the policy loss is ``loss_type``'s with its
+        importance weights and rejection computed per micro-batch from the current policy
+        (:func:`~verl.algorithms.rollout_correction.bypass_policy_loss`)."""
+        if "rollout_log_probs" not in mb:
+            raise ValueError("algorithm.rollout_correction.bypass_mode=true uses the rollout's log-probs as the "
+                             "old ones, and this batch has no rollout_log_probs: set "
+                             "actor_rollout_ref.rollout.calculate_log_probs=true with an engine that reports them")
+        cfg = self.config
+        pg_loss, metrics = self.rollout_correction.bypass_loss(
+            log_prob, mb["rollout_log_probs"], mb["advantages"], mb["response_mask"],
+            clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+            clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode, **counts)
+        # The skipped pass's metrics (entropy, rollout/ref gaps), from the update's own forward.
+        metrics.update(self._on_policy_metrics(mb, log_prob.detach(), entropy, counts))
+        return self._add_regularisers(mb, pg_loss, metrics, log_prob, entropy, counts)
+
+    def _add_regularisers(self, mb: Batch, pg_loss, metrics: dict, log_prob, entropy, counts: dict):
+        """``pg_loss`` minus the entropy bonus plus the KL loss, over the full ``response_mask``."""
+        cfg = self.config
+        mask = mb["response_mask"]
         loss = pg_loss
         metrics["actor/pg_loss"] = pg_loss.detach()
         if cfg.entropy_coeff != 0:
@@ -160,6 +194,15 @@ class Actor(PolicyModel):
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
             metrics["actor/kl_coef"] = cfg.kl_loss_coef
+        if "teacher_log_prob" in mb:  # on-policy distillation: its settings travel in the batch's meta
+            # pi_old as the policy loss has it: the rollout's (bypass mode), the old pass's, or on-policy the current.
+            old = (mb["rollout_log_probs"] if self.rollout_correction.bypass_mode
+                   else mb["old_log_probs"] if "old_log_probs" in mb else log_prob.detach())
+            loss, metrics = distillation_loss(loss, metrics, settings=mb.meta["distillation"], log_prob=log_prob,
+                                              old_log_prob=old, teacher_log_prob=mb["teacher_log_prob"], mask=mask,
+                                              loss_agg_mode=cfg.loss_agg_mode, counts=counts,
+                                              rollout_is_weights=mb["rollout_is_weights"]
+                                              if "rollout_is_weights" in mb else None)
         return loss, metrics
 
     @staticmethod

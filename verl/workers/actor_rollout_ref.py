@@ -2,7 +2,9 @@
 
 In the hybrid engine (default) the rollout generates with the actor's own module, so every
 rollout sees the latest weights without copying them. The reference is a frozen copy of the
-initial policy, built when a KL term needs it.
+initial policy, built when a KL term needs it; with LoRA it is the actor itself with its
+adapters switched off (no second copy of the weights), and the rollout gets the actor's weights
+with the adapters merged in (:mod:`verl.models.lora`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from verl.config.checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, build_rollout
@@ -62,7 +65,8 @@ class ActorRolloutRefWorker:
                                disable_dropout=model_cfg.disable_dropout)
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref else None
+        lora = lora_requested(model_cfg)
+        ref_model = copy.deepcopy(model).requires_grad_(False) if with_ref and not lora else None
         # hf and native in the hybrid engine decode with an empty twin of the actor that is given
         # the actor's gathered weights for each rollout (fsdp.gathered). vllm, and hf or native
         # without the hybrid engine, hold a copy of the weights, synced now and after every update
@@ -75,11 +79,18 @@ class ActorRolloutRefWorker:
             rollout_model = shadow_of(model)
         elif config.rollout.name in ("hf", "native"):
             rollout_model = copy.deepcopy(model).requires_grad_(False).to(self.device)
+        # The rollout models above are plain copies of the base (before the adapters go on): they get
+        # merged weights at every sync.
+        if lora:
+            model = apply_lora(model, model_cfg)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
         # Sharded here, from outside the roles, each by its own fsdp_config section.
         model = parallelize(model, actor_cfg.fsdp_config, device=self.device)
-        ref_model = parallelize(ref_model, config.ref.fsdp_config, device=self.device) if with_ref else None
+        if ref_model is not None:
+            ref_model = parallelize(ref_model, config.ref.fsdp_config, device=self.device)
+        if with_ref and lora:
+            ref_model = model  # scored under adapters_disabled: the base weights
         # Each data-parallel rank trains on its share of every mini-batch (the config checks that it divides).
         self.actor = Actor(model, actor_cfg, self.device,
                            samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n // world_size(),
@@ -132,7 +143,8 @@ class ActorRolloutRefWorker:
         """Give the rollout engine the actor's current weights, where it holds a copy of its own
         (a collective under FSDP: every rank calls it)."""
         if self.rollout_holds_copy:
-            self.rollout.sync_weights(full_state_dict(self.actor.model, every_rank=True))
+            self.rollout.sync_weights(merged_weights(self.actor.model,
+                                                     full_state_dict(self.actor.model, every_rank=True)))
 
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every
@@ -157,15 +169,20 @@ class ActorRolloutRefWorker:
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 
     def compute_log_prob(self, batch: Batch) -> Batch:
-        """``old_log_probs`` and ``entropys`` under the current policy."""
+        """``old_log_probs`` and ``entropys`` under the current policy; with
+        ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` (the optimal token baseline reads it)."""
+        if self.config.actor.calculate_sum_pi_squared:
+            log_prob, entropy, spp = self.actor.compute_log_prob(batch, with_entropy=True, with_sum_pi_squared=True)
+            return Batch({"old_log_probs": log_prob, "entropys": entropy, "sum_pi_squared": spp})
         log_prob, entropy = self.actor.compute_log_prob(batch, with_entropy=True)
         return Batch({"old_log_probs": log_prob, "entropys": entropy})
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
-        """``ref_log_prob`` under the frozen reference policy."""
+        """``ref_log_prob`` under the frozen reference policy (with LoRA: the actor's base weights)."""
         if self.ref is None:
             raise RuntimeError("this worker was built without a reference model (with_ref=False)")
-        log_prob, _ = self.ref.compute_log_prob(batch)
+        with adapters_disabled(self.ref.model):
+            log_prob, _ = self.ref.compute_log_prob(batch)
         return Batch({"ref_log_prob": log_prob})
 
     def update_actor(self, batch: Batch) -> dict[str, float]:

@@ -21,7 +21,9 @@ def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
 def build_training(model, optim_cfg, fsdp_config, total_steps: int | None, seed: int):
     """What a :class:`~verl.workers.engine.TrainingEngine` steps with: optimiser (sharded like the
     model), LR schedule, and the generator that shuffles its mini-batches."""
-    optimizer = parallelize_optimizer(build_optimizer(model.parameters(), optim_cfg), fsdp_config)
+    # Frozen weights (the base of a LoRA model) get no optimiser state.
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = parallelize_optimizer(build_optimizer(trainable, optim_cfg), fsdp_config)
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps), torch.Generator().manual_seed(seed)
 
 

@@ -15,6 +15,7 @@ from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import all_gather_objects
 from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.logprob import logprobs_from_logits
+from verl.models.lora import apply_lora, lora_requested
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, micro_batches
@@ -53,9 +54,12 @@ def frozen_reference(policy_model: torch.nn.Module, ref_cfg, model_cfg, device) 
 
 def trainable_policy(model: torch.nn.Module, config, device, total_steps: int) -> TrainingEngine:
     """The policy under training: sharded by ``model.fsdp_config``, AdamW and schedule of ``optim``,
-    gradients clipped to ``optim.clip_grad``; its metrics are ``train/grad_norm`` and ``train/lr``."""
+    gradients clipped to ``optim.clip_grad``; its metrics are ``train/grad_norm`` and ``train/lr``.
+    With ``model.lora_rank`` (or ``lora_adapter_path``) only LoRA adapters train (``verl.models.lora``)."""
     if config.model.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if lora_requested(config.model):
+        model = apply_lora(model, config.model, config_key="model")
     fsdp_config = config.model.fsdp_config
     return TrainingEngine(parallelize(model, fsdp_config, device=device), config.optim, fsdp_config, device,
                           grad_clip=config.optim.clip_grad, total_steps=total_steps, seed=config.trainer.seed,

@@ -18,7 +18,7 @@ from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATOR
                              POLICY_LOSSES)
 from verl.algorithms.rollout_correction import rollout_correction_of
 from verl.config.errors import ConfigError, check_choice
-from verl.data import PromptLoader, RLDataset, collate_prompts, write_parquet
+from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
 from verl.data.tasks import TASKS
 from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
@@ -32,6 +32,7 @@ from verl.models.value_model import ValueModel
 from verl.rewards.manager import RuleRewardManager, build_reward_functions
 from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
+from verl.trainer.ppo import distillation
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.utils.cache import cache_dir
 from verl.utils.checks import check_context_length
@@ -68,14 +69,12 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _dataset(files, tokenizer, data_cfg, config_key: str) -> RLDataset:
-    return RLDataset(files, tokenizer, prompt_key=data_cfg.prompt_key, max_prompt_length=data_cfg.max_prompt_length,
-                     truncation=data_cfg.truncation, filter_overlong_prompts=data_cfg.filter_overlong_prompts,
-                     apply_chat_template=data_cfg.apply_chat_template,
-                     chat_template_kwargs=dict(data_cfg.chat_template_kwargs), config_key=config_key)
+def _dataset(files, tokenizer, data_cfg, config_key: str):
+    """RLDataset, or the user's class of data.custom_cls (for validation as for training, as in verl)."""
+    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key)
 
 
-def _val_batches(dataset: RLDataset, batch_size: int | None, pad_token_id: int):
+def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
     items = [dataset[i] for i in range(len(dataset))]
     size = batch_size or len(items)
     return [collate_prompts(items[i:i + size], pad_token_id) for i in range(0, len(items), size)]
@@ -160,6 +159,10 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     model_path = str(arr_cfg.model.path) if arr_cfg.model.path else str(builtin_model_path())
     tokenizer = load_tokenizer(arr_cfg.model.tokenizer_path or model_path,
                                trust_remote_code=arr_cfg.model.trust_remote_code)
+    teachers = None
+    if config.distillation.enabled:  # checked before any model loads: a wrong teacher costs seconds
+        teachers = distillation.resolve_teachers(config.distillation)
+        distillation.check_tokenizers(tokenizer, model_path, teachers, arr_cfg.model.trust_remote_code)
     reward_worker = _reward_worker(config, tokenizer)
 
     train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
@@ -201,6 +204,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
                                           seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length,
                                           micro_batch_size=sizes["samples_per_micro_batch"]),
                                    "critic", watchdog)
+    teacher = distillation.build_teacher_group(config, teachers, worker.device, watchdog) if teachers else None
     reward = make_worker_group(reward_worker, "reward", watchdog)
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -208,4 +212,5 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     tracker = Tracker.from_config(config, out_dir, record=is_main_process())
     return RLTrainer(config, actor_rollout_ref=make_worker_group(worker, "actor_rollout_ref", watchdog), critic=critic,
                      reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
-                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref, watchdog=watchdog)
+                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref, watchdog=watchdog,
+                     teacher=teacher, distillation=distillation.loss_settings(config))

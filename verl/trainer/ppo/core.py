@@ -34,6 +34,9 @@ def apply_kl_and_advantage(batch: Batch, algo_cfg, kl_ctrl=None) -> tuple[Batch,
         group_index=batch["uid"] if "uid" in batch else None,
         reward_baselines=batch["reward_baselines"] if "reward_baselines" in batch else None,
         reward_components=components, reward_weights=algo_cfg.gdpo_reward_weights,
+        old_log_probs=batch["old_log_probs"] if "old_log_probs" in batch else None,
+        sum_pi_squared=batch["sum_pi_squared"] if "sum_pi_squared" in batch else None,
+        rollout_is_weights=batch["rollout_is_weights"] if "rollout_is_weights" in batch else None,
         gamma=algo_cfg.gamma, lam=algo_cfg.lam, norm_adv_by_std_in_grpo=algo_cfg.norm_adv_by_std_in_grpo)
     out = batch.union(Batch({"token_level_rewards": rewards, "advantages": advantages, "returns": returns}))
     return out, {k: float(v) for k, v in metrics.items()}

@@ -35,7 +35,10 @@ class RLTrainer:
     label = "RL"  # on the progress line
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
-                 tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False):
+                 tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False,
+                 teacher=None, distillation: dict | None = None):
+        """``teacher``: the group of frozen teachers of on-policy distillation, whose settings
+        (``distillation.distillation_loss`` as a dict) reach the actor's loss in ``batch.meta``."""
         self.config = config
         self.actor_rollout_ref = actor_rollout_ref
         self.critic = critic
@@ -46,6 +49,8 @@ class RLTrainer:
         self.out_dir = out_dir
         self.total_steps = total_steps
         self.use_ref = use_ref
+        self.teacher = teacher
+        self.distillation = distillation
         self.watchdog = watchdog
         self.is_main = is_main_process()
         self.sampler = StepSampler(config, actor_rollout_ref, reward)
@@ -77,12 +82,18 @@ class RLTrainer:
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
                                                                     step=self.global_step)
             metrics.update(sample_metrics)
-            if not self.on_policy_update(len(batch)):
+            if self.bypass_old_log_prob():
+                batch = self._rollout_as_old_log_probs(batch)
+            elif not self.on_policy_update(len(batch)):
                 with timer("old_log_prob", timing):
                     batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
             if self.use_ref:
                 with timer("ref", timing):
                     batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch))
+            if self.teacher is not None:
+                with timer("teacher", timing):
+                    batch = batch.union(self.teacher.run("compute_teacher_log_prob", batch))
+                batch.meta["distillation"] = self.distillation
             if self.critic is not None:
                 with timer("values", timing):
                     batch = batch.union(Batch({"values": self.critic.run("compute_values", batch)}))
@@ -114,14 +125,31 @@ class RLTrainer:
         the weights that sampled are the ones the loss differentiates, and the old log-probs are the
         current ones (the update takes them, detached, from its own forward: one pass over the batch
         fewer, as TRL does). Not when anything reads the old log-probs before the update (KL in the
-        reward)."""
+        reward, the optimal token baseline)."""
         actor = self.config.actor_rollout_ref.actor
+        algo = self.config.algorithm
         return (actor.ppo_epochs == 1 and rows <= self.samples_per_mini_batch("actor")
-                and not self.config.algorithm.use_kl_in_reward)
+                and not algo.use_kl_in_reward and algo.adv_estimator != "optimal_token_baseline")
+
+    def bypass_old_log_prob(self) -> bool:
+        """verl's ``algorithm.rollout_correction.bypass_mode``: no old-log-prob pass at all, whatever the
+        epochs and mini-batches; the rollout engine's log-probs play pi_old (the actor reads them itself)."""
+        return bool(self.config.algorithm.rollout_correction.bypass_mode)
+
+    def _rollout_as_old_log_probs(self, batch: Batch) -> Batch:
+        """The batch of a bypass-mode step: checked to hold ``rollout_log_probs``; with KL in the reward
+        (which reads pi_old before the update) they also become ``old_log_probs``, as in verl."""
+        if "rollout_log_probs" not in batch:
+            raise ValueError("algorithm.rollout_correction.bypass_mode=true uses the rollout's log-probs as the old "
+                             "ones, and the rollout reported none: set actor_rollout_ref.rollout.calculate_log_probs="
+                             "true with an engine that reports them")
+        if self.config.algorithm.use_kl_in_reward:
+            batch = batch.union(Batch({"old_log_probs": batch["rollout_log_probs"]}))
+        return batch
 
     def _bytes_moved(self) -> int:
         """Tensor bytes the worker groups moved between processes so far (0 in one process)."""
-        groups = (self.actor_rollout_ref, self.critic, self.reward)
+        groups = (self.actor_rollout_ref, self.critic, self.reward, self.teacher)
         return sum(group.bytes_moved for group in groups if group is not None)
 
     def _balanced(self, batch: Batch) -> Batch:

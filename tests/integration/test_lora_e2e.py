@@ -1,0 +1,148 @@
+"""LoRA end to end through ``main_ppo`` with upstream verl's LoRA launch keys
+(examples/tuning/lora/run_qwen3_8b_fsdp.sh, ..._merge_fsdp.sh, ..._from_adapter_fsdp.sh; with the hf
+rollout for vLLM): only the adapters train, the export is a plain merged model with the adapter
+beside it, that adapter starts a new run, and a resumed run equals the uninterrupted one."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from verl.data import write_parquet
+from verl.trainer.main_ppo import main
+
+pytestmark = pytest.mark.slow
+torch.set_num_threads(1)
+
+# A reward a random tiny model earns unevenly within a group: the parity of the first character.
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(ord(solution_str[0]) % 2) if solution_str else 0.0
+'''
+
+# The LoRA-relevant lines of upstream's scripts, as written there (rank and lengths scaled to the tiny model).
+UPSTREAM_LORA_KEYS = [
+    "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
+    "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+    "actor_rollout_ref.model.target_modules=all-linear", "+actor_rollout_ref.model.lora.merge=True",
+    "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+    "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=256",
+    "actor_rollout_ref.actor.use_kl_loss=True", "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.entropy_coeff=0",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+    "actor_rollout_ref.rollout.load_format=safetensors", "actor_rollout_ref.rollout.layered_summon=True",
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=256",
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True", "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=256",
+    "actor_rollout_ref.ref.fsdp_config.param_offload=True", "trainer.val_before_train=False",
+]
+
+
+# Graded, so that no group has all-equal rewards (zero advantages leave a gradient of rounding noise,
+# which Adam would scale up to a full step in a direction that depends on the world size).
+GRADED_REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return len(set(solution_str)) / (1 + len(solution_str))
+'''
+
+
+def _args(tiny_model_dir, tmp_path, *overrides, steps=2, reward_file=REWARD_FILE):
+    rows = [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
+             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}} for i in range(16)]
+    train = write_parquet(rows, tmp_path / "train.parquet")
+    reward = tmp_path / "reward.py"
+    reward.write_text(reward_file)
+    return [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}",
+            f"custom_reward_function.path={reward}", "data.train_batch_size=4", "data.max_prompt_length=16",
+            "data.max_response_length=4", "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=3",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=5e-2",
+            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={tmp_path / 'out'}",
+            "trainer.progress_bar=false", *UPSTREAM_LORA_KEYS, *overrides]
+
+
+def _steps(out):
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "critic/score/mean" in r]
+
+
+def test_upstream_lora_launch_trains_the_adapters_and_exports_a_merged_model(tiny_model_dir, tmp_path):
+    assert main(_args(tiny_model_dir, tmp_path, "trainer.save_freq=2")) == 0
+    out = tmp_path / "out"
+    steps = _steps(out)
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["actor/grad_norm"] > 0 for r in steps) and "actor/kl_loss" in steps[0]
+    assert steps[1]["actor/ref_kl"] != 0  # after one update the adapters move the policy off the base
+
+    # The checkpoint's model state: only adapter tensors differ from the base weights.
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    state = torch.load(out / "global_step_2" / "state.pt", weights_only=False)
+    for name, tensor in state["actor"]["model"].items():
+        if ".lora_" not in name:
+            plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+            assert torch.equal(tensor, base[plain]), name
+
+    # The export is a plain Hugging Face model (merged weights), the adapter beside it.
+    exported = AutoModelForCausalLM.from_pretrained(out / "huggingface").state_dict()
+    assert exported.keys() == base.keys()
+    assert not torch.equal(exported["model.layers.0.self_attn.q_proj.weight"],
+                           base["model.layers.0.self_attn.q_proj.weight"])
+    torch.testing.assert_close(exported["model.norm.weight"], base["model.norm.weight"], atol=0, rtol=0)
+    adapter = load_file(out / "huggingface" / "lora_adapter" / "adapter_model.safetensors")
+    assert adapter and all("lora_" in k for k in adapter)
+
+    # run_qwen3_8b_from_adapter_fsdp.sh: continue from that adapter (no lora_rank given).
+    args = [a for a in _args(tiny_model_dir, tmp_path / "again", steps=1) if "lora_rank" not in a]
+    assert main(args + [f"actor_rollout_ref.model.lora_adapter_path={out / 'huggingface' / 'lora_adapter'}",
+                        "actor_rollout_ref.model.use_shm=True"]) == 0
+    # Its first step starts from the adapted policy: the KL to the base is there at once.
+    assert _steps(tmp_path / "again" / "out")[0]["actor/ref_kl"] != 0
+
+
+def test_resumed_lora_run_equals_uninterrupted_run(tiny_model_dir, tmp_path):
+    assert main(_args(tiny_model_dir, tmp_path / "a", steps=3)) == 0
+    straight = AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "out" / "huggingface").state_dict()
+    resumed_args = _args(tiny_model_dir, tmp_path / "b", "trainer.save_freq=1", steps=3)
+    assert main(resumed_args + ["trainer.total_training_steps=1"]) == 0
+    assert main(resumed_args) == 0
+    resumed = AutoModelForCausalLM.from_pretrained(tmp_path / "b" / "out" / "huggingface").state_dict()
+    for key in straight:
+        torch.testing.assert_close(resumed[key], straight[key], rtol=0, atol=0)
+    assert [r["step"] for r in _steps(tmp_path / "b" / "out")] == [1, 2, 3]
+
+
+def test_sft_with_lora_trains_the_adapters_only(tiny_model_dir, tmp_path):
+    from verl.data.offline import addition_rows
+    from verl.trainer.main_sft import main as sft_main
+
+    train = write_parquet(addition_rows("sft", "train", n=64, seed=0), tmp_path / "train.parquet")
+    out = tmp_path / "out"
+    assert sft_main([f"model.path={tiny_model_dir}", f"data.train_files={train}", "data.train_batch_size=8",
+                     "model.lora_rank=8", "model.lora_alpha=16", "optim.lr=1e-2", "trainer.total_training_steps=2",
+                     f"trainer.default_local_dir={out}", "trainer.progress_bar=false", "trainer.logger=[]"]) == 0
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    exported = AutoModelForCausalLM.from_pretrained(out / "huggingface").state_dict()
+    changed = {k for k in base if not torch.equal(base[k], exported[k])}
+    # Merged adapters change the adapted projections; norms and embeddings stay the base's.
+    assert changed and all(k.endswith("proj.weight") for k in changed), changed
+    assert (out / "huggingface" / "lora_adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_two_torchrun_ranks_train_the_same_adapters_as_one_process(tiny_model_dir, tmp_path):
+    from helpers import run_torchrun_module
+
+    assert main(_args(tiny_model_dir, tmp_path / "one", reward_file=GRADED_REWARD_FILE)) == 0
+    done = run_torchrun_module("verl.trainer.main_ppo", _args(tiny_model_dir, tmp_path / "two",
+                                                              reward_file=GRADED_REWARD_FILE))
+    assert done.returncode == 0, done.stderr[-4000:]
+    one = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "out" / "huggingface").state_dict()
+    two = AutoModelForCausalLM.from_pretrained(tmp_path / "two" / "out" / "huggingface").state_dict()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    key = "model.layers.0.mlp.up_proj.weight"
+    assert (one[key] - base[key]).abs().max() > 1e-2  # the merged adapters moved the weights
+    # Data parallel equals one big batch up to the order of float sums, which Adam's first steps
+    # (about lr * sign(g) per element) magnify where a gradient element is near zero.
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], atol=1e-3, rtol=0)

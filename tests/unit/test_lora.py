@@ -1,0 +1,179 @@
+"""LoRA (verl.models.lora, with real PEFT) on the tiny model: only the adapters train, the reference
+is the base model, every rollout engine decodes with the merged weights, the export and the adapter
+folder reload, and a checkpoint resumes exactly."""
+
+import dataclasses
+import io
+
+import pytest
+import torch
+
+from verl.config import TrainerConfig
+from verl.distributed.fsdp import full_state_dict
+from verl.errors import ModelLoadError
+from verl.models.loading import load_causal_lm
+from verl.models.logprob import compute_response_logprobs
+from verl.models.lora import apply_lora, merged_weights
+from verl.rollout.seeding import with_prompt_seeds
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+from tests.unit.test_workers import prompt_batch
+
+torch.set_num_threads(1)
+RESPONSE_LENGTH = 6
+
+
+def lora_config(tiny_model_dir, *, model=None, rollout=None, hybrid_engine=True):
+    cfg = TrainerConfig(
+        data=dict(max_response_length=RESPONSE_LENGTH), trainer=dict(device="cpu"),
+        actor_rollout_ref=dict(model={"path": str(tiny_model_dir), "lora_rank": 4, "lora_alpha": 8, **(model or {})},
+                               rollout=dict(n=2, **(rollout or {})), hybrid_engine=hybrid_engine,
+                               actor=dict(ppo_mini_batch_size=2, use_kl_loss=True, optim=dict(lr=5e-2))))
+    return cfg.actor_rollout_ref
+
+
+def trained_worker(cfg) -> ActorRolloutRefWorker:
+    """A LoRA worker after one PPO update (so its adapters are no longer zero)."""
+    worker = ActorRolloutRefWorker(cfg)
+    one_update(worker)
+    return worker
+
+
+def prompts(worker, draw=0):
+    """The test prompts with their rollout seeds: what is sampled depends on the weights alone."""
+    return with_prompt_seeds(prompt_batch(worker.tokenizer), 1, draw)
+
+
+def one_update(worker, draw=0):
+    gen = worker.generate_sequences(prompts(worker, draw))
+    batch = gen.union(worker.compute_log_prob(gen)).union(worker.compute_ref_log_prob(gen))
+    batch["advantages"] = torch.tensor([1.0, 1.0, -1.0, -1.0])[:, None] * gen["response_mask"]
+    return worker.update_actor(batch)
+
+
+def sampled(worker, draw=0):
+    """A rollout with the engine's log-probs (temperature only: comparable with the actor's)."""
+    params = dataclasses.replace(worker.sampling_params(), logprobs=True)
+    return worker.generate_sequences(prompts(worker, draw), params)
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_model_dir):
+    return trained_worker(lora_config(tiny_model_dir))
+
+
+def test_only_the_adapters_are_trainable_and_reach_the_optimiser(tiny_model_dir):
+    worker = ActorRolloutRefWorker(lora_config(tiny_model_dir))
+    model = worker.actor_model
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
+    # all-linear: q, k, v, o, gate, up, down in each of the 2 layers, an A and a B each; not lm_head.
+    assert len(trainable) == 2 * 7 * 2
+    optimised = [p for group in worker.actor.optimizer.param_groups for p in group["params"]]
+    assert len(optimised) == len(trainable) and all(p.requires_grad for p in optimised)
+    assert worker.ref_model is model  # the reference is the actor with adapters off: no copy
+
+
+def test_an_update_changes_the_adapters_only(tiny_model_dir):
+    worker = ActorRolloutRefWorker(lora_config(tiny_model_dir))
+    before = {k: v.clone() for k, v in full_state_dict(worker.actor_model).items()}
+    metrics = one_update(worker)
+    assert metrics["actor/grad_norm"] > 0
+    after = full_state_dict(worker.actor_model)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(".lora_B." in k or ".lora_A." in k for k in changed), changed
+    # B starts at zero, so the first step moves B (A's gradient is B^T times something, zero).
+    assert any(".lora_B." in k for k in changed)
+
+
+def test_the_reference_is_the_base_model_exactly_and_the_actor_differs_from_it(worker, tiny_model_dir):
+    gen = sampled(worker)
+    ref = worker.compute_ref_log_prob(gen)["ref_log_prob"]
+    base = load_causal_lm(str(tiny_model_dir)).eval()
+    with torch.no_grad():
+        expected, _ = compute_response_logprobs(base, gen["input_ids"], gen["attention_mask"], gen["position_ids"],
+                                                gen["responses"])
+    assert torch.equal(ref, expected)
+    actor = worker.compute_log_prob(gen)["old_log_probs"]
+    assert (actor - ref).abs().max() > 1e-3  # the trained adapters act outside the reference
+
+
+@pytest.mark.parametrize("rollout, hybrid", [("hf", True), ("native", True), ("hf", False)],
+                         ids=["hf-hybrid", "native-hybrid", "hf-copy"])
+def test_after_an_update_the_rollout_decodes_with_the_merged_weights(tiny_model_dir, rollout, hybrid):
+    worker = trained_worker(lora_config(tiny_model_dir, rollout=dict(name=rollout), hybrid_engine=hybrid))
+    gen = sampled(worker, draw=1)
+    mask = gen["response_mask"].bool()
+    actor = worker.compute_log_prob(gen)["old_log_probs"]
+    ref = worker.compute_ref_log_prob(gen)["ref_log_prob"]
+    torch.testing.assert_close(gen["rollout_log_probs"][mask], actor[mask], atol=1e-5, rtol=0)
+    assert (gen["rollout_log_probs"][mask] - ref[mask]).abs().max() > 1e-3  # not the base weights
+
+
+def test_merged_weights_equal_peft_merge_and_unload(worker):
+    state = full_state_dict(worker.actor_model)
+    merged = merged_weights(worker.actor_model, state)
+    # PEFT's own merge of the same adapters, on an unsharded copy: the same names and numbers.
+    peft_model = apply_lora(load_causal_lm(worker.model_path), worker.config.model)
+    peft_model.load_state_dict(state)
+    reference = peft_model.merge_and_unload().state_dict()
+    assert set(merged) == set(reference)
+    for key, value in reference.items():
+        torch.testing.assert_close(merged[key], value, atol=1e-6, rtol=0)
+
+
+def test_export_is_a_plain_merged_model_and_the_adapter_reloads(worker, tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    worker.export_hf(tmp_path / "hf")
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    gen = sampled(worker)
+    with torch.no_grad():
+        expected = worker.actor_model(input_ids=gen["input_ids"], attention_mask=gen["attention_mask"]).logits
+        got = exported(input_ids=gen["input_ids"], attention_mask=gen["attention_mask"]).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+    # The adapter folder continues training from where this worker is (lora_adapter_path).
+    assert (tmp_path / "hf" / "lora_adapter" / "adapter_config.json").is_file()
+    resumed = ActorRolloutRefWorker(lora_config(tiny_model_dir, model=dict(
+        lora_rank=0, lora_adapter_path=str(tmp_path / "hf" / "lora_adapter"))))
+    torch.testing.assert_close(resumed.compute_log_prob(gen)["old_log_probs"],
+                               worker.compute_log_prob(gen)["old_log_probs"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(resumed.compute_ref_log_prob(gen)["ref_log_prob"],
+                               worker.compute_ref_log_prob(gen)["ref_log_prob"], atol=0, rtol=0)
+    assert any(p.requires_grad for p in resumed.actor_model.parameters())  # loaded trainable
+
+
+def test_resuming_from_a_checkpoint_gives_identical_weights(tiny_model_dir):
+    cfg = lora_config(tiny_model_dir)
+    first = trained_worker(cfg)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    second = ActorRolloutRefWorker(cfg)
+    second.load_state_dict(torch.load(buffer, weights_only=False))
+    # One more step each: the optimiser state came along, so the weights stay bit-identical.
+    one_update(first, draw=1), one_update(second, draw=1)
+    a, b = full_state_dict(first.actor_model), full_state_dict(second.actor_model)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # And the resumed rollout decodes with the resumed weights.
+    assert torch.equal(sampled(first)["responses"], sampled(second)["responses"])
+
+
+def test_target_and_exclude_modules_pick_the_adapted_layers(tiny_model_dir):
+    section = TrainerConfig(actor_rollout_ref=dict(model=dict(
+        lora_rank=2, target_modules=["q_proj", "v_proj"], exclude_modules=".*layers\\.1\\..*"))).actor_rollout_ref.model
+    model = apply_lora(load_causal_lm(str(tiny_model_dir)), section)
+    adapted = sorted({n.split(".lora_")[0] for n, p in model.named_parameters() if p.requires_grad})
+    assert adapted == ["base_model.model.model.layers.0.self_attn.q_proj",
+                       "base_model.model.model.layers.0.self_attn.v_proj"]
+
+
+def test_a_bad_adapter_path_or_target_is_a_clear_error(tiny_model_dir, tmp_path):
+    section = TrainerConfig(actor_rollout_ref=dict(model=dict(lora_adapter_path=str(tmp_path)))).actor_rollout_ref.model
+    with pytest.raises(ModelLoadError, match="no adapter_config.json"):
+        apply_lora(load_causal_lm(str(tiny_model_dir)), section)
+    section = TrainerConfig(actor_rollout_ref=dict(model=dict(lora_rank=2, target_modules=["embed_tokens"]))) \
+        .actor_rollout_ref.model
+    with pytest.raises(ModelLoadError, match="linear layers"):
+        apply_lora(load_causal_lm(str(tiny_model_dir)), section)
