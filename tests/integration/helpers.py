@@ -79,3 +79,24 @@ def gradient_of_one_step(trainer) -> tuple[float, dict]:
 
     trainer.policy.optimizer_step = capture
     return trainer.step(next(trainer.train_loader))["train/loss"], grads
+
+
+def echo_launch(model_dir, tmp_path: Path, reward_source: str, *, steps: int = 2, n: int = 3, mini_batch: int = 2,
+                lr: str = "1e-3", response_length: int = 4) -> list[str]:
+    """The overrides of a short ``main_ppo`` run on the tiny model: 16 "say <digit>:" prompts, the
+    reward function ``reward_source`` (a python file's text, defining compute_score), 4 prompts per
+    step, output under ``tmp_path / "out"``. Append a test's own overrides after these (later wins)."""
+    from verl.data import write_parquet
+
+    rows = [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
+             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}} for i in range(16)]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    train = write_parquet(rows, tmp_path / "train.parquet")
+    reward = tmp_path / "reward.py"
+    reward.write_text(reward_source)
+    return [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}",
+            f"custom_reward_function.path={reward}", "data.train_batch_size=4", "data.max_prompt_length=16",
+            f"data.max_response_length={response_length}", f"actor_rollout_ref.rollout.n={n}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}", f"actor_rollout_ref.actor.optim.lr={lr}",
+            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={tmp_path / 'out'}",
+            "trainer.progress_bar=false", "trainer.val_before_train=false"]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from verl.data import write_parquet
+from tests.integration.helpers import echo_launch
 from verl.trainer.main_ppo import main
 
 pytestmark = pytest.mark.slow
@@ -23,18 +23,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def _args(tiny_model_dir, tmp_path, *overrides):
-    rows = [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
-             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}} for i in range(16)]
-    train = write_parquet(rows, tmp_path / "train.parquet")
-    reward_file = tmp_path / "reward.py"
-    reward_file.write_text(REWARD_FILE)
-    return [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}",
-            f"custom_reward_function.path={reward_file}", "data.train_batch_size=4", "data.max_prompt_length=16",
-            "data.max_response_length=4", "actor_rollout_ref.rollout.n=3",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=1e-3",
-            "trainer.total_training_steps=2", f"trainer.default_local_dir={tmp_path / 'out'}",
-            "trainer.progress_bar=false", "trainer.val_before_train=false", "algorithm.adv_estimator=gdpo",
-            *overrides]
+    return [*echo_launch(tiny_model_dir, tmp_path, REWARD_FILE), "algorithm.adv_estimator=gdpo", *overrides]
 
 
 def test_gdpo_trains_on_the_reward_functions_components(tiny_model_dir, tmp_path):

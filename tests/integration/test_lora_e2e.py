@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from tests.integration.helpers import echo_launch, run_torchrun_module
 from verl.data import write_parquet
 from verl.trainer.main_ppo import main
 
@@ -50,17 +51,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def _args(tiny_model_dir, tmp_path, *overrides, steps=2, reward_file=REWARD_FILE):
-    rows = [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
-             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}} for i in range(16)]
-    train = write_parquet(rows, tmp_path / "train.parquet")
-    reward = tmp_path / "reward.py"
-    reward.write_text(reward_file)
-    return [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}",
-            f"custom_reward_function.path={reward}", "data.train_batch_size=4", "data.max_prompt_length=16",
-            "data.max_response_length=4", "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.n=3",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=5e-2",
-            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={tmp_path / 'out'}",
-            "trainer.progress_bar=false", *UPSTREAM_LORA_KEYS, *overrides]
+    return [*echo_launch(tiny_model_dir, tmp_path, reward_file, steps=steps, lr="5e-2"),
+            "actor_rollout_ref.rollout.name=hf", *UPSTREAM_LORA_KEYS, *overrides]
 
 
 def _steps(out):
@@ -131,7 +123,6 @@ def test_sft_with_lora_trains_the_adapters_only(tiny_model_dir, tmp_path):
 
 
 def test_two_torchrun_ranks_train_the_same_adapters_as_one_process(tiny_model_dir, tmp_path):
-    from helpers import run_torchrun_module
 
     assert main(_args(tiny_model_dir, tmp_path / "one", reward_file=GRADED_REWARD_FILE)) == 0
     done = run_torchrun_module("verl.trainer.main_ppo", _args(tiny_model_dir, tmp_path / "two",

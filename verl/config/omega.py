@@ -260,7 +260,7 @@ def read_yaml(source: str | os.PathLike) -> dict:
     except (yaml.YAMLError, OmegaConfBaseException) as e:
         raise ConfigError(f"cannot parse YAML config {where}: {str(e).strip()}") from None
     if not isinstance(data, DictConfig):
-        raise ConfigError(f"a YAML config must be a mapping of keys at the top level, got a list")
+        raise ConfigError("a YAML config must be a mapping of keys at the top level, got a list")
     return OmegaConf.to_container(data, resolve=False)
 
 

@@ -16,11 +16,7 @@ verl is best ported by subclassing :class:`RLDataset`, which tokenizes once at c
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
@@ -28,6 +24,7 @@ from torch.utils.data import Dataset
 from verl.config.errors import ConfigError
 from verl.data.collate import ITEM_KEYS, item_problem
 from verl.data.dataset import RLDataset
+from verl.utils.user_file import import_user_file
 
 SETTING = "data.custom_cls"
 
@@ -38,20 +35,9 @@ def load_dataset_class(path: str | os.PathLike, name: str | None) -> type[Datase
     The file runs on every call and is registered in ``sys.modules`` under a name derived from its
     absolute path, so its classes (and their items) pickle by reference within this process.
     """
-    path = Path(os.path.expanduser(str(path))).resolve()
-    if not path.is_file():
-        raise ConfigError(f"{SETTING}.path: dataset class file not found: {path}; set it to an existing .py file")
-    module_name = f"verl_custom_dataset_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{SETTING}.path: cannot import {path} as a python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise ConfigError(f"{SETTING}.path: importing {path} raised {type(e).__name__}: {e}") from e
+    module, path = import_user_file(path, prefix="verl_custom_dataset", what="dataset class file",
+                                    key=f"{SETTING}.path", error=ConfigError)
+    module_name = module.__name__
 
     datasets = sorted(n for n, v in vars(module).items()
                       if isinstance(v, type) and issubclass(v, Dataset) and v.__module__ == module_name)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from verl.rewards.errors import RewardError
+from verl.utils.user_file import import_user_file
 
 
 def load_reward_function(path: str | os.PathLike, name: str = "compute_score") -> Callable[..., Any]:
@@ -19,22 +16,9 @@ def load_reward_function(path: str | os.PathLike, name: str = "compute_score") -
     ``sys.modules`` under a name derived from its absolute path, so that its functions pickle by
     reference within this process.
     """
-    path = Path(os.path.expanduser(str(path))).resolve()
-    if not path.is_file():
-        raise RewardError(f"reward function file not found: {path}; "
-                          f"set custom_reward_function.path to an existing .py file")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
-    module_name = f"verl_custom_reward_{path.stem}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise RewardError(f"cannot import {path} as a python module (custom_reward_function.path)")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise RewardError(f"importing reward file {path} raised {type(e).__name__}: {e}") from e
+    module, path = import_user_file(path, prefix="verl_custom_reward", what="reward function file",
+                                    key="custom_reward_function.path", error=RewardError)
+    module_name = module.__name__
 
     if not hasattr(module, name):
         defined = sorted(n for n, v in vars(module).items()
