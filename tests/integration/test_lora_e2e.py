@@ -123,7 +123,6 @@ def test_sft_with_lora_trains_the_adapters_only(tiny_model_dir, tmp_path):
 
 
 def test_two_torchrun_ranks_train_the_same_adapters_as_one_process(tiny_model_dir, tmp_path):
-
     assert main(_args(tiny_model_dir, tmp_path / "one", reward_file=GRADED_REWARD_FILE)) == 0
     done = run_torchrun_module("verl.trainer.main_ppo", _args(tiny_model_dir, tmp_path / "two",
                                                               reward_file=GRADED_REWARD_FILE))
