@@ -111,3 +111,15 @@ def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):
     assert b["extra_info"][0] == {"tag": "abc"} and b["raw_prompt"][1][0]["content"] == "x"
     assert len(set(b["uid"])) == 2 and all(len(u) == 32 for u in b["uid"])
     assert b["input_ids"].dtype == torch.long
+
+
+def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tmp_path, tokenizer):
+    from verl.data import write_parquet
+
+    rows = [{"prompt": [{"role": "user", "content": "<image>What is the angle?"}], "data_source": "geo3k",
+             "images": [{"path": "a.png"}], "reward_model": {"ground_truth": "30"}}]
+    path = write_parquet(rows, tmp_path / "geo.parquet")
+    with pytest.raises(DataError, match=r"row 0 of `data.train_files` has images .*vision inputs are not supported"):
+        RLDataset(str(path), tokenizer)
+    rows[0]["images"] = []  # an empty column (a text dataset written by a VL pipeline) is fine
+    RLDataset(str(write_parquet(rows, tmp_path / "text.parquet")), tokenizer)

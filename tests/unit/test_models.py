@@ -246,3 +246,16 @@ def test_disable_dropout_zeroes_every_dropout_setting_before_the_model_is_built(
     # override_config comes after, so a dropout can still be set on purpose
     chosen = load_causal_lm(str(folder), disable_dropout=True, override_config={"dropout": 0.2})
     assert chosen.config.dropout == 0.2
+
+
+def test_a_vision_language_model_is_refused_by_name_before_its_weights_load(tmp_path):
+    from transformers import Qwen2_5_VLConfig
+
+    from verl.models.loading import ModelLoadError, load_causal_lm
+
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, vocab_size=200)
+    Qwen2_5_VLConfig(text_config=text, vision_config=dict(depth=1, hidden_size=32, out_hidden_size=32)).save_pretrained(
+        tmp_path)  # a config only: the refusal comes before any weights are read
+    with pytest.raises(ModelLoadError, match=r"is a multimodal model \(qwen2_5_vl, with vision_config\).*only text"):
+        load_causal_lm(str(tmp_path))

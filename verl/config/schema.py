@@ -96,9 +96,11 @@ class DataConfig(Section):
                               "built-in RLDataset. Built as cls(data_files=..., tokenizer=..., processor=None, "
                               "config=<this data section>); subclass verl.data.RLDataset (docs/data.md).")
     image_key: str = verl_option("images", help="Column of the prompts' images.",
-                                 why="vision-language models are not supported; the column is not read")
+                                 why="vision-language models are not supported; a dataset with values in an "
+                                 "images/image column is refused")
     video_key: str = verl_option("videos", help="Column of the prompts' videos.",
-                                 why="vision-language models are not supported; the column is not read")
+                                 why="vision-language models are not supported; a dataset with values in a "
+                                 "videos/video column is refused")
     audio_key: str = verl_option("audios", help="Column of the prompts' audio.",
                                  why="audio inputs are not supported; the column is not read")
     image_patch_size: int = verl_option(14, help="Vision patch size.", why="vision-language models are not supported")

@@ -60,6 +60,22 @@ SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncatio
                     "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None}
 
 
+# verl's columns of images and videos (data.image_key / data.video_key), which nothing here reads.
+MEDIA_COLUMNS = ("images", "videos", "image", "video")
+
+
+def _refuse_media(rows: list[dict], config_key: str) -> None:
+    """A dataset with images or videos is for a vision-language model; training a text model on its
+    prompts without the pictures would run, and learn the wrong task, so it is refused."""
+    for i, row in enumerate(rows):
+        for column in MEDIA_COLUMNS:
+            value = row.get(column)
+            if value is not None and (not hasattr(value, "__len__") or len(value) > 0):
+                raise DataError(f"row {i} of `{config_key}` has {column} (column {column!r}): vision inputs are not "
+                                f"supported here, and the prompts would reach the model without them. Use a "
+                                f"text-only dataset, or drop the {column!r} column if the prompts stand on their own")
+
+
 def _setting(config: Any, name: str) -> Any:
     if config is None:
         return SETTING_DEFAULTS[name]
@@ -135,6 +151,7 @@ class RLDataset(Dataset):
             raise DataError(f"the files in `{config_key}` hold no rows: {data_files}")
         if max_samples is not None and max_samples >= 0:
             rows = rows[:max_samples]
+        _refuse_media(rows, config_key)
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.

@@ -126,6 +126,7 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
+    _refuse_multimodal(config, name_or_path, config_key)
     if disable_dropout:
         _zero_dropout_settings(config)
     for key, value in (override_config or {}).items():
@@ -140,6 +141,16 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
+
+
+def _refuse_multimodal(config, name: str, config_key: str) -> None:
+    """A vision-language (or audio) model: refused by name, before its weights load."""
+    towers = [key for key in ("vision_config", "audio_config", "visual", "vision_tower") if getattr(config, key, None)]
+    if towers:
+        raise ModelLoadError(
+            f"{name!r} (from `{config_key}`) is a multimodal model ({config.model_type}, with {towers[0]}): "
+            f"vision and audio inputs are not supported here, only text causal LMs. Use a text model "
+            f"(e.g. Qwen/Qwen2.5-7B-Instruct for Qwen2.5-VL-7B-Instruct)")
 
 
 def _zero_dropout_settings(config) -> None:
