@@ -11,3 +11,7 @@ class VerlError(ValueError):
 
 class ModelLoadError(VerlError):
     """A model or tokenizer could not be loaded from the given path or hub id."""
+
+
+class DeviceError(VerlError):
+    """The requested device is not on this machine (``trainer.device=cuda`` without CUDA, ...)."""

@@ -74,12 +74,12 @@ def test_a_save_interrupted_midway_leaves_latest_unchanged_and_the_next_save_cle
     assert manager.latest() == manager.step_dir(2)
 
 
-def test_latest_ignores_a_pointer_to_an_incomplete_checkpoint(tmp_path):
+def test_latest_falls_back_past_a_pointer_to_an_incomplete_checkpoint(tmp_path):
     manager = CheckpointManager(tmp_path)
     manager.save(1, state_for(1))
     (tmp_path / POINTER).write_text("9")
     manager.step_dir(9).mkdir()  # folder without state.pt
-    assert manager.latest() is None
+    assert manager.latest() == manager.step_dir(1)
 
 
 def test_pruning_never_deletes_the_checkpoint_just_saved(tmp_path):

@@ -196,7 +196,7 @@ def test_from_dict_with_base_merges_and_update_merges_deeply():
 def test_every_key_is_documented_and_describe_returns_its_help():
     for spec in _all_specs(TrainerConfig):
         assert len(spec.help) > 5, spec.name
-    assert TrainerConfig.describe("actor_rollout_ref.actor.optim.lr") == "Peak learning rate."
+    assert TrainerConfig.describe("actor_rollout_ref.actor.optim.lr") == "Peak learning rate. Range: > 0."
     assert TrainerConfig.describe("data.batch_size") == TrainerConfig.describe("data.train_batch_size")
     with pytest.raises(ConfigError, match="did you mean trainer.total_epochs"):
         TrainerConfig.describe("trainer.total_epoch")
@@ -204,7 +204,7 @@ def test_every_key_is_documented_and_describe_returns_its_help():
 
 def test_format_help_lists_every_dotted_key_with_type_and_default():
     text = TrainerConfig.format_help()
-    assert "actor_rollout_ref.actor.optim.lr: float = 1.0e-06\n    Peak learning rate." in text
+    assert "actor_rollout_ref.actor.optim.lr: float = 1.0e-06\n    Peak learning rate. Range: > 0." in text
     for key in _canonical_keys(TrainerConfig):
         assert f"\n{key}:" in "\n" + text, key
 

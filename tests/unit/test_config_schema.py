@@ -35,7 +35,7 @@ def test_committed_key_reference_equals_the_generated_one_and_the_help_text():
 
 def test_default_yaml_loads_back_to_the_defaults_and_carries_help_comments():
     assert TrainerConfig.from_yaml(DEFAULT_YAML) == TrainerConfig()
-    assert "      # Peak learning rate.\n      lr: 1.0e-06\n" in render_default_yaml()
+    assert "      # Peak learning rate. Range: > 0.\n      lr: 1.0e-06\n" in render_default_yaml()
 
 
 def test_valid_config_passes_and_derived_sizes_carry_units():
@@ -132,8 +132,8 @@ def test_group_baseline_estimators_need_several_samples_per_prompt():
 ])
 def test_out_of_range_values_are_rejected(key, value, message):
     cfg = _valid()
-    cfg.set(key, value)
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):  # when set (a range of the schema) or by validate()
+        cfg.set(key, value)
         cfg.validate()
 
 
@@ -147,3 +147,32 @@ def test_committed_verl_key_tables_equal_the_generated_ones():
     # Both kinds are there, each key with its reason.
     assert "| `model_engine` | for anything but dp |" in text
     assert "| `ray_kwargs.*` |  | there is no Ray here" in text
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.resume_mode=disabled", r"trainer.resume_mode='disabled' is not one of auto, disable, resume_path; "
+                                     r"did you mean trainer.resume_mode=disable\?"),
+    ("algorithm.kl_penalty=k4", r"algorithm.kl_penalty='k4' is not one of kl, k1, abs, mse, k2, low_var_kl, k3"),
+    ("actor_rollout_ref.actor.optim.lr=0", r"actor_rollout_ref.actor.optim.lr=0.0 must be > 0"),
+    ("actor_rollout_ref.actor.optim.lr=nan", r"optim.lr=nan must be > 0"),
+    ("algorithm.kl_ctrl.kl_coef=-0.1", r"kl_coef=-0.1 must be >= 0"),
+    ("data.max_response_length=0", r"data.max_response_length=0 must be >= 1"),
+    ("actor_rollout_ref.rollout.top_p=0", r"top_p=0.0 must be in \(0, 1\]"),
+    ("algorithm.gamma=1.5", r"algorithm.gamma=1.5 must be in \[0, 1\]"),
+])
+def test_choices_and_ranges_declared_in_the_schema_are_checked_when_set(override, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainerConfig.from_cli([override])
+    key, value = override.split("=")
+    if value in ("disabled", "k4"):
+        with pytest.raises(ConfigError, match="is not one of"):  # the Python API checks the same
+            TrainerConfig().set(key, value)
+    assert "Range:" in TrainerConfig.describe("actor_rollout_ref.actor.optim.lr")
+    assert "One of: auto, disable, resume_path." in TrainerConfig.describe("trainer.resume_mode")
+
+
+def test_the_schemas_kl_names_are_the_implemented_estimators():
+    from verl.algorithms import KL_KINDS
+    from verl.config.schema_actor import KL_ESTIMATOR_NAMES
+
+    assert set(KL_ESTIMATOR_NAMES) == set(KL_KINDS)

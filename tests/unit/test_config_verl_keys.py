@@ -213,7 +213,7 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("critic.model.lora_rank=32", "not for the critic"),
     ("critic.model.lora_adapter_path=/ckpt/adapter", "merge the adapter"),
     ("actor_rollout_ref.model.lora.rank=32", "set lora_rank"),
-    ("actor_rollout_ref.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
+    ("critic.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "AdamW"),
     ("actor_rollout_ref.rollout.ignore_eos=True", "generation stops at EOS"),
     ("actor_rollout_ref.rollout.multi_turn.enable=True", "multi-turn"),

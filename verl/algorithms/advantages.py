@@ -24,6 +24,9 @@ Deviations and decisions:
 * Optimal token baseline (verl's OTB) reads the old policy's log-probs and sum_v pi(v)^2 at each
   response token; a group of one keeps its return as the advantage, as in verl.
 * Estimators run under ``no_grad``: advantages are constants to the policy loss.
+* Group statistics (and the batch whitening) are computed in float64 and the advantages cast back
+  to the rewards' dtype: a large but finite score such as 1e30 squares past float32's range
+  (~3.4e38), which would make the std inf and every advantage of its group 0 or NaN.
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ def _group_ids(group_index, device) -> tuple[torch.Tensor, int]:
 
 
 def _group_stats(scores: torch.Tensor, group_index):
-    """Per-sample group size, group mean and unbiased group std (std 1 for groups of one)."""
+    """Per-sample group size, group mean and unbiased group std (std 1 for groups of one), all float64."""
     ids, n_groups = _group_ids(group_index, scores.device)
     if ids.numel() != scores.numel():
         raise ValueError(f"group_index has {ids.numel()} entries but there are {scores.numel()} samples")
+    scores = scores.double()
     total = scores.new_zeros(n_groups).index_add_(0, ids, scores)
     count = scores.new_zeros(n_groups).index_add_(0, ids, torch.ones_like(scores))
     mean = total / count
@@ -131,7 +135,7 @@ def compute_grpo_outcome_advantage(
     adv = scores - mean
     if norm_adv_by_std_in_grpo:
         adv = adv / (std + epsilon)
-    adv = _broadcast(adv, response_mask)
+    adv = _broadcast(adv.to(scores.dtype), response_mask)
     return adv, adv
 
 
@@ -141,8 +145,8 @@ def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
     scores = _sequence_scores(token_level_rewards, response_mask)
     count, total, _, _ = _group_stats(scores, group_index)
     leave_one_out = (total - scores) / (count - 1).clamp(min=1)
-    adv = torch.where(count > 1, scores - leave_one_out, torch.zeros_like(scores))
-    adv = _broadcast(adv, response_mask)
+    adv = torch.where(count > 1, scores - leave_one_out, torch.zeros_like(leave_one_out))
+    adv = _broadcast(adv.to(scores.dtype), response_mask)
     return adv, adv
 
 
@@ -165,7 +169,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     """
     scores = _sequence_scores(token_level_rewards, response_mask)
     _, _, mean, _ = _group_stats(scores, group_index)
-    adv = masked_whiten(_broadcast(scores - mean, response_mask), response_mask, eps=epsilon)
+    adv = masked_whiten(_broadcast(scores - mean, response_mask), response_mask, eps=epsilon).to(scores.dtype)
     return adv, adv
 
 
@@ -193,7 +197,7 @@ def compute_gpg_outcome_advantage(
     count, _, mean, _ = _group_stats(scores, group_index)
     mean = torch.where(count > 1, mean, torch.zeros_like(mean))
     alpha = scores.shape[0] / max(int(torch.count_nonzero(scores).item()), 1)
-    adv = _broadcast(alpha * (scores - mean) / f_norm, response_mask)
+    adv = _broadcast((alpha * (scores - mean) / f_norm).to(scores.dtype), response_mask)
     return adv, adv
 
 
@@ -222,7 +226,7 @@ def compute_gdpo_outcome_advantage(
     weights = [1.0] * n_components if reward_weights is None else [float(w) for w in reward_weights]
     if len(weights) != n_components:
         raise ValueError(f"{len(weights)} reward_weights for {n_components} reward components")
-    combined = components.new_zeros(components.shape[0])
+    combined = components.new_zeros(components.shape[0], dtype=torch.float64)
     for k in range(n_components):
         scores = components[:, k]
         count, _, mean, std = _group_stats(scores, group_index)
@@ -230,7 +234,7 @@ def compute_gdpo_outcome_advantage(
         if norm_adv_by_std_in_grpo:
             adv = adv / (std + epsilon)
         combined = combined + weights[k] * adv
-    adv = masked_whiten(_broadcast(combined, response_mask), response_mask)
+    adv = masked_whiten(_broadcast(combined, response_mask), response_mask).to(components.dtype)
     return adv, adv
 
 

@@ -12,7 +12,8 @@ Decisions written down once, here:
   never NaN, and never a NaN gradient.
 * ``masked_var`` with fewer than 2 valid elements (unbiased) or 0 (biased) returns 0: there is
   no information about spread, and 0 makes ``masked_whiten`` map such input to 0.
-* ``masked_whiten`` returns 0 on masked positions.
+* ``masked_whiten`` returns 0 on masked positions, and computes in float64 (cast back to ``x``'s
+  dtype): the squares of a large but finite value (a return of 1e30) overflow float32.
 """
 
 from __future__ import annotations
@@ -63,11 +64,12 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
 
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
     """(x - mean) / sqrt(var + eps) over the valid positions; mean is added back if not shift_mean."""
+    dtype, x = x.dtype, x.double()
     mean = masked_mean(x, mask)
     whitened = (x - mean) * torch.rsqrt(masked_var(x, mask) + eps)
     if not shift_mean:
         whitened = whitened + mean
-    return torch.where(_as_bool(mask), whitened, torch.zeros_like(whitened))
+    return torch.where(_as_bool(mask), whitened, torch.zeros_like(whitened)).to(dtype)
 
 
 def agg_loss(

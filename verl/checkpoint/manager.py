@@ -6,8 +6,14 @@ Layout under ``trainer.default_local_dir``::
     latest_checkpointed_iteration.txt   the step of the newest complete checkpoint
     huggingface/                        the final policy, loadable with from_pretrained
 
-A crash or Ctrl-C during a save leaves only a ``.tmp-*`` folder, which the next save removes;
-the previous checkpoint and the pointer file are untouched until the new one is complete.
+A crash or Ctrl-C during a save leaves only a ``.tmp-*`` folder (``.tmp-hf-*`` for the export),
+which the next save, export or resume removes; the previous checkpoint and the pointer file are
+untouched until the new one is complete.
+
+Resuming reads the newest checkpoint that loads. One that is missing or damaged (a truncated or
+unreadable ``state.pt``, a folder emptied by hand) is skipped with a warning naming it and why; when
+checkpoints exist but none loads, the run stops with an error rather than start again from step 0
+over them.
 """
 
 from __future__ import annotations
@@ -51,44 +57,137 @@ def restore_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def remove_temporary(folder: Path, pattern: str) -> None:
+    """Remove the files and folders matching ``pattern`` in ``folder``: what an interrupted atomic
+    write left there."""
+    for stale in Path(folder).glob(pattern):
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+
+
 class CheckpointManager:
-    def __init__(self, root: str | os.PathLike, max_to_keep: int | None = None):
+    def __init__(self, root: str | os.PathLike, max_to_keep: int | None = None, *, main: bool = True):
+        """``main``: this process writes and speaks (rank 0 of a job): :meth:`load_latest` warns and
+        removes leftovers only there; the other ranks make the same choice silently."""
         self.root = Path(root)
         self.max_to_keep = max_to_keep
+        self.main = main
 
     def step_dir(self, step: int) -> Path:
         return self.root / f"global_step_{step}"
 
     def latest(self) -> Path | None:
-        """The newest complete checkpoint, or None."""
-        pointer = self.root / POINTER
-        if not pointer.exists():
-            return None
-        path = self.step_dir(int(pointer.read_text().strip()))
-        return path if (path / "state.pt").exists() else None
+        """The newest complete checkpoint (the pointer's, else the highest step), or None. Whether its
+        file loads is checked by :meth:`load_latest`."""
+        for path in self._candidates():
+            if (path / "state.pt").exists():
+                return path
+        return None
 
     def resume_path(self, trainer_cfg) -> Path | None:
-        """The checkpoint a run resumes from under ``trainer.resume_mode`` (None = start fresh).
+        """The checkpoint a run resumes from under ``trainer.resume_mode`` (None = start fresh); see
+        :meth:`resume_state`, which also loads it."""
+        found = self.resume_state(trainer_cfg)
+        return None if found is None else found[0]
 
-        ``auto``: the newest complete checkpoint here, if any; ``disable``: none;
-        ``resume_path``: ``trainer.resume_from_path``, which must hold a checkpoint.
+    def resume_state(self, trainer_cfg) -> tuple[Path, dict] | None:
+        """``(folder, state)`` of the checkpoint a run resumes from under ``trainer.resume_mode``, or
+        None to start fresh.
+
+        ``auto``: the newest checkpoint here that loads (:meth:`load_latest`); ``disable``: none;
+        ``resume_path``: ``trainer.resume_from_path``, which must hold a checkpoint that loads.
         """
         if trainer_cfg.resume_mode == "disable":
             return None
         if trainer_cfg.resume_mode != "resume_path":
-            return self.latest()
+            return self.load_latest()
         if not trainer_cfg.resume_from_path:
             raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
         path = Path(trainer_cfg.resume_from_path)
         if not (path / "state.pt").exists():
             raise VerlError(f"trainer.resume_from_path={path} holds no checkpoint (no state.pt); give a "
                             f"global_step_N folder under a run's default_local_dir")
-        return path
+        state, problem = self._try_load(path)
+        if problem:
+            raise VerlError(f"trainer.resume_from_path={path}: {problem}; give another global_step_N folder")
+        return path, state
+
+    def load_latest(self) -> tuple[Path, dict] | None:
+        """``(folder, state)`` of the newest checkpoint that loads, or None when there is none at all.
+
+        The pointer file names the newest; when its checkpoint is missing or damaged, the next lower
+        steps are tried in turn, each one skipped with a warning. Checkpoints that exist but none of
+        which loads raise a :class:`VerlError` (starting again from step 0 would overwrite them)."""
+        if self.main:
+            self.remove_temporary()
+        skipped = []
+        pointer = self._pointer_step()
+        if isinstance(pointer, int) and not self.step_dir(pointer).exists():
+            skipped.append(f"{self.step_dir(pointer).name} (named by {POINTER}, but the folder is missing)")
+        elif isinstance(pointer, str):
+            skipped.append(f"{POINTER} ({pointer})")
+        for path in self._candidates():
+            state, problem = self._try_load(path)
+            if problem is None:
+                if skipped:
+                    self._warn(f"resuming from {path.name}, the newest checkpoint in {self.root} that loads; skipped "
+                               f"{'; '.join(skipped)}")
+                return path, state
+            skipped.append(f"{path.name} ({problem})")
+        if skipped and any(self.root.glob("global_step_*")):
+            raise VerlError(
+                f"no checkpoint in {self.root} can be resumed from: {'; '.join(skipped)}. Fix: move the damaged "
+                f"global_step_N folders away (or restore them), or start over with trainer.resume_mode=disable "
+                f"(steps are saved again over these folders), or give another trainer.default_local_dir")
+        return None
+
+    def remove_temporary(self) -> None:
+        """Remove what an interrupted save or export left here (``.tmp-*``: no complete checkpoint
+        or export is ever in one)."""
+        remove_temporary(self.root, ".tmp-*")
+
+    def _pointer_step(self) -> int | str | None:
+        """The pointer file's step, None when there is no pointer file, or what is wrong with it."""
+        pointer = self.root / POINTER
+        if not pointer.exists():
+            return None
+        try:
+            return int(pointer.read_text().strip())
+        except (OSError, ValueError) as error:
+            return f"unreadable: {error}"
+
+    def _candidates(self) -> list[Path]:
+        """Checkpoint folders, newest first: the pointer's step, then every lower step (all of them,
+        highest first, without a readable pointer). Steps above the pointer's belong to an earlier run
+        in the same folder and are never resumed from."""
+        steps = []
+        for path in self.root.glob("global_step_*"):
+            suffix = path.name[len("global_step_"):]
+            if suffix.isdigit() and path.is_dir():
+                steps.append(int(suffix))
+        pointer = self._pointer_step()
+        if isinstance(pointer, int):
+            steps = [s for s in steps if s <= pointer]
+        return [self.step_dir(s) for s in sorted(steps, reverse=True)]
+
+    def _try_load(self, path: Path) -> tuple[dict | None, str | None]:
+        """``(state, None)``, or ``(None, what is wrong)`` for a checkpoint that does not load."""
+        file = path / "state.pt"
+        if not file.exists():
+            return None, "no state.pt"
+        try:
+            state = self.load(path)
+        except Exception as error:  # torch.load reports damage as many types: EOFError, RuntimeError, pickle errors
+            first_line = (str(error).splitlines() or [""])[0][:200]
+            return None, f"state.pt does not load: {type(error).__name__}: {first_line}"
+        return state, None
+
+    def _warn(self, message: str) -> None:
+        if self.main:
+            logger.warning(message)
 
     def save(self, step: int, state: dict) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        for stale in self.root.glob(".tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        self.remove_temporary()
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))
         torch.save(state, tmp / "state.pt")
         final = self.step_dir(step)
@@ -114,15 +213,19 @@ class CheckpointManager:
 
 
 def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike, *,
-                    state_dict: dict | None = None) -> Path:
+                    state_dict: dict | None = None, extra=None) -> Path:
     """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically, from
     this process alone. ``state_dict``: the full weights to write, for a sharded model (gathered
-    beforehand by every rank: ``verl.distributed.fsdp.export_hf`` does both)."""
+    beforehand by every rank: ``verl.distributed.fsdp.export_hf`` does both). ``extra(folder)``
+    writes more into the folder before it is renamed into place (a LoRA adapter)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(tmp)
+    if extra is not None:
+        extra(tmp)
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)

@@ -9,6 +9,7 @@ in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulatio
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from verl.config import compat
@@ -19,10 +20,13 @@ if TYPE_CHECKING:
 
 # Estimators whose baseline is the other responses to the same prompt: they need n >= 2.
 GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
+# Estimators whose advantages are all 0 when a prompt's samples are identical (greedy decoding).
+SAME_SAMPLES_ZERO_ADVANTAGE = (*GROUP_BASELINE_ESTIMATORS, "gpg", "gdpo", "optimal_token_baseline")
 # Estimators that need a learned value function.
 CRITIC_ESTIMATORS = ("gae",)
 
 _ACTOR = "actor_rollout_ref.actor"
+logger = logging.getLogger("verl.config")
 _N_KEY = "actor_rollout_ref.rollout.n"
 
 
@@ -133,9 +137,7 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
     First, values given under verl's other spellings move to the keys this project reads, and verl
     keys whose values ask for something not done here log a warning (see verl.config.compat)."""
     dp = _dp(cfg, dp_size)
-    n = cfg.actor_rollout_ref.rollout.n
-    _at_least("data.train_batch_size", cfg.data.train_batch_size, 1, "prompts per step")
-    _at_least(_N_KEY, n, 1, "responses sampled per prompt")
+    n = cfg.actor_rollout_ref.rollout.n  # single-key ranges (n >= 1, ...) are the schema's (option bounds=)
     if dp < 1:
         raise ConfigError(f"dp_size={dp} must be >= 1 (data-parallel ranks: trainer.nnodes x trainer.n_gpus_per_node)")
     compat.resolve(cfg, dp)
@@ -148,6 +150,8 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
         raise ConfigError(f"{name} compares several responses per prompt; set {_N_KEY} to 4 or more "
                           f"(it is 1), or use an estimator without a group baseline "
                           f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
+    if not distilling_only:
+        _warn_if_greedy_groups(cfg)
     _check_role(cfg, dp, "actor")
     _check_token_budgets(cfg)
     if critic_enabled(cfg):
@@ -163,6 +167,20 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
         raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
                           f"on the ratio for negative advantages); the default is 3.0")
     _check_dapo(cfg)
+
+
+def _warn_if_greedy_groups(cfg: TrainerConfig) -> None:
+    """Greedy decoding (temperature 0 or do_sample=false) gives every sample of a prompt the same
+    response, so a group baseline makes every advantage 0: the run would train on nothing."""
+    rollout = cfg.actor_rollout_ref.rollout
+    estimator = cfg.algorithm.adv_estimator
+    greedy = [f"rollout.{key}" for key, on in (("temperature=0", rollout.temperature == 0),
+                                                ("do_sample=false", not rollout.do_sample)) if on]
+    if greedy and rollout.n > 1 and estimator in SAME_SAMPLES_ZERO_ADVANTAGE:
+        logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.%s decodes greedily: the %d samples of a "
+                       "prompt are the same response, so their advantages are all 0 and the actor does not learn; "
+                       "sample instead (actor_rollout_ref.rollout.temperature=1.0, do_sample=true)",
+                       estimator, " and ".join(greedy), rollout.n)
 
 
 def _check_token_budgets(cfg: TrainerConfig) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import logging
 import os
@@ -32,14 +33,25 @@ logger = logging.getLogger("verl.config")
 
 
 def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), link: str | None = None,
-           fallback: Any = None) -> Any:
+           fallback: Any = None, choices: Iterable[str] | None = None, bounds: str | None = None) -> Any:
     """Declare a leaf field: its default, its help text and other names that mean the same key.
 
     Mutable defaults (lists, dicts) are copied per instance. ``link`` makes a field that is left
     at None follow another key of the whole config, as verl's ``${oc.select:data.max_prompt_length,512}``
     does: reading it gives that key's current value, or ``fallback`` when the section stands alone.
+    ``choices`` (the values a text key takes) and ``bounds`` (a number's range: ``"> 0"``, ``">= 1"``,
+    ``"[0, 1]"``, ``"(0, 1]"``) are checked whenever the key is set, and named in its help text.
     """
-    metadata = {"help": help, "aliases": tuple(aliases)}
+    notes = []
+    if choices is not None:
+        choices = tuple(choices)
+        notes.append(f"One of: {', '.join(choices)}.")
+    if bounds is not None:
+        parse_bounds(bounds)  # a malformed range fails where it is declared
+        notes.append(f"Range: {bounds}.")
+    if notes:
+        help = " ".join([help, *notes])
+    metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds}
     if link is not None:
         if default is not None:
             raise TypeError(f"a linked option defaults to None (it follows {link}), got {default!r}")
@@ -56,6 +68,45 @@ def section(default: type[ConfigNode] | ConfigNode, *, help: str) -> Any:
     return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": ()})
 
 
+def parse_bounds(text: str) -> tuple[float, bool, float, bool]:
+    """``"> 0"`` / ``">= 1"`` / ``"<= 1"`` / ``"[0, 1]"`` / ``"(0, 1]"`` -> (low, low inclusive, high, high inclusive)."""
+    text = text.strip()
+    for op, inclusive in ((">=", True), (">", False), ("<=", True), ("<", False)):
+        if text.startswith(op):
+            value = float(text[len(op):])
+            return (value, inclusive, float("inf"), False) if op[0] == ">" else (float("-inf"), False, value, inclusive)
+    if text[:1] in "[(" and text[-1:] in "])" and "," in text:
+        low, high = (float(part) for part in text[1:-1].split(","))
+        return low, text[0] == "[", high, text[-1] == "]"
+    raise TypeError(f"bounds {text!r}: write '> 0', '>= 1', '<= 1', '[0, 1]' or '(0, 1]'")
+
+
+def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
+    """A value outside the key's declared choices or range: an error naming both (None passes: it is
+    the "not set" of an optional key)."""
+    if value is None:
+        return
+    if spec.choices is not None and value not in spec.choices:
+        close = difflib.get_close_matches(str(value), spec.choices, n=1, cutoff=0.6)
+        hint = f"; did you mean {key}={close[0]}?" if close else ""
+        raise ConfigError(f"{key}={value!r} is not one of {', '.join(spec.choices)}{hint}")
+    if spec.bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, low_in, high, high_in = parse_bounds(spec.bounds)
+        above = value >= low if low_in else value > low
+        below = value <= high if high_in else value < high
+        if not (above and below):  # NaN fails both
+            raise ConfigError(f"{key}={value} must be {_describe_bounds(spec.bounds)}")
+
+
+def _describe_bounds(text: str) -> str:
+    low, low_in, high, high_in = parse_bounds(text)
+    if high == float("inf"):
+        return f"{'>=' if low_in else '>'} {low:g}"
+    if low == float("-inf"):
+        return f"{'<=' if high_in else '<'} {high:g}"
+    return f"in {text}"
+
+
 @dataclasses.dataclass(frozen=True)
 class FieldSpec:
     """What the mechanism knows about one field of a section."""
@@ -66,6 +117,8 @@ class FieldSpec:
     aliases: tuple[str, ...]
     node_type: type[ConfigNode] | None  # set when the field is a nested section
     default: Any  # the default value, or a fresh one for factory defaults
+    choices: tuple[str, ...] | None = None
+    bounds: str | None = None
 
 
 @functools.cache
@@ -82,7 +135,8 @@ def field_specs(cls: type[ConfigNode]) -> dict[str, FieldSpec]:
         tp = hints[f.name]
         node_type = tp if isinstance(tp, type) and issubclass(tp, ConfigNode) else None
         default = f.default_factory() if f.default_factory is not MISSING else f.default
-        specs[f.name] = FieldSpec(f.name, tp, help_text, f.metadata.get("aliases", ()), node_type, default)
+        specs[f.name] = FieldSpec(f.name, tp, help_text, f.metadata.get("aliases", ()), node_type, default,
+                                  f.metadata.get("choices"), f.metadata.get("bounds"))
     return specs
 
 
@@ -273,7 +327,10 @@ class ConfigNode(metaclass=_NodeMeta):
     def _check(self, spec: FieldSpec, value: Any) -> Any:
         """`value` validated for field `spec`; sections are built from dicts or adopted."""
         if spec.node_type is None:
-            return coerce(value, spec.type, self._path(spec.name), example=lambda: example_of(spec))
+            value = coerce(value, spec.type, self._path(spec.name), example=lambda: example_of(spec))
+            if spec.choices is not None or spec.bounds is not None:
+                _check_domain(spec, value, self._path(spec.name))
+            return value
         if isinstance(value, spec.node_type):
             if value._parent is not None and (value._parent is not self or value._key != spec.name):
                 value = value.copy()

@@ -20,7 +20,7 @@ from verl.config.render import render_help, render_yaml
 from verl.config.schema_critic import (  # noqa: F401  (re-exported)
     CriticConfig, CriticModelConfig, CustomRewardFunctionConfig, RewardConfig, RewardModelConfig,
     RewardModelModelConfig)
-from verl.config.schema_actor import ActorRolloutRefConfig
+from verl.config.schema_actor import KL_ESTIMATOR_NAMES, ActorRolloutRefConfig
 
 
 @dataclass
@@ -34,11 +34,11 @@ class DataConfig(Section):
     builtin_task: str = option("addition", help="Built-in verifiable task used when train_files is null.")
     prompt_key: str = option("prompt", help="Dataset column holding the prompt (chat messages or text).")
     reward_fn_key: str = option("data_source", help="Dataset column that selects the reward function.")
-    max_prompt_length: int = option(512, help="Longest prompt in tokens (see truncation).")
-    max_response_length: int = option(512, help="Most tokens generated per response.")
+    max_prompt_length: int = option(512, bounds=">= 1", help="Longest prompt in tokens (see truncation).")
+    max_response_length: int = option(512, bounds=">= 1", help="Most tokens generated per response.")
     seq_len: int | None = option(None, help="Optional cap on prompt + response tokens; null = "
                                  "max_prompt_length + max_response_length.")
-    train_batch_size: int = option(32, aliases=("batch_size",), help="Prompts per RL step; the "
+    train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Prompts per RL step; the "
                                    "step trains on this x rollout.n samples.")
     val_batch_size: int | None = option(None, help="Prompts per validation batch; null = the whole "
                                         "validation set at once.")
@@ -116,9 +116,9 @@ class KLControlConfig(Section):
 
     type: Literal["fixed", "adaptive"] = option("fixed", help="fixed coefficient, or adaptive "
                                                 "(Ziegler et al. 2019) steering the KL towards target_kl.")
-    kl_coef: float = option(0.001, help="(Initial) KL coefficient.")
-    horizon: int = option(10000, help="Adaptive controller horizon in samples.")
-    target_kl: float = option(0.1, help="KL the adaptive controller aims for.")
+    kl_coef: float = option(0.001, bounds=">= 0", help="(Initial) KL coefficient.")
+    horizon: int = option(10000, bounds="> 0", help="Adaptive controller horizon in samples.")
+    target_kl: float = option(0.1, bounds="> 0", help="KL the adaptive controller aims for.")
 
 
 @dataclass
@@ -185,15 +185,16 @@ class RolloutCorrectionConfig(Section):
 class AlgorithmConfig(Section):
     """Advantage estimation and the KL penalty in the reward."""
 
-    gamma: float = option(1.0, help="Discount factor.")
-    lam: float = option(1.0, help="GAE lambda.")
+    gamma: float = option(1.0, bounds="[0, 1]", help="Discount factor.")
+    lam: float = option(1.0, bounds="[0, 1]", help="GAE lambda.")
     adv_estimator: str = option("grpo", help="Advantage estimator by name: gae, grpo, rloo, "
                                 "reinforce_plus_plus, reinforce_plus_plus_baseline, remax, gpg, gdpo "
                                 "(docs/algorithms.md).")
     norm_adv_by_std_in_grpo: bool = option(True, help="Divide GRPO advantages by the group's std "
                                            "(false = Dr. GRPO, Liu et al. 2025).")
     use_kl_in_reward: bool = option(False, help="Subtract a KL(policy || reference) penalty from the reward.")
-    kl_penalty: str = option("kl", help="KL estimator for the reward penalty: kl (k1), abs, mse (k2), "
+    kl_penalty: str = option("kl", choices=KL_ESTIMATOR_NAMES,
+                             help="KL estimator for the reward penalty: kl (k1), abs, mse (k2), "
                              "low_var_kl (k3).")
     kl_ctrl: KLControlConfig = section(KLControlConfig, help="KL coefficient control.")
     filter_groups: FilterGroupsConfig = section(FilterGroupsConfig, help="DAPO dynamic sampling "
@@ -216,18 +217,19 @@ class AlgorithmConfig(Section):
 class TrainerSectionConfig(Section):
     """Run length, logging, placement and checkpoints."""
 
-    total_epochs: int = option(1, help="Passes over the training prompts.")
+    total_epochs: int = option(1, bounds=">= 1", help="Passes over the training prompts.")
     total_training_steps: int | None = option(None, aliases=("max_steps",), help="Stop after this "
                                               "many RL steps; null = total_epochs x steps per epoch.")
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
-    log_val_generations: int = option(0, help="Validation samples (prompt, response, score) to log each validation.")
-    nnodes: int = option(1, help="Machines in the job.")
-    n_gpus_per_node: int = option(1, help="Devices (GPUs, or CPU ranks) per machine.")
+    log_val_generations: int = option(0, bounds=">= 0", help="Validation samples (prompt, response, score) to log "
+                                      "each validation.")
+    nnodes: int = option(1, bounds=">= 1", help="Machines in the job.")
+    n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices (GPUs, or CPU ranks) per machine.")
     device: str = option("auto", help="cuda, cpu, or auto (cuda when available). Under torchrun each "
                          "rank uses the GPU of its LOCAL_RANK.")
-    dist_timeout_s: float = option(600.0, help="Multi-rank jobs: a rank that dies, stops responding or "
+    dist_timeout_s: float = option(600.0, bounds="> 0", help="Multi-rank jobs: a rank that dies, stops responding or "
                                    "fails ends the whole job within this many seconds, with one line "
                                    "naming the rank and the stage (see docs/distributed.md).")
     save_freq: int = option(-1, help="Save a checkpoint every this many steps and after the "
@@ -238,7 +240,8 @@ class TrainerSectionConfig(Section):
                                     "after the last, so every run reports a before/after pair).")
     val_sampled: bool = option(False, help="Validation also samples with the training settings "
                                "(temperature, top_p, top_k) and logs val-aux/<source>/reward/sampled_mean@1.")
-    resume_mode: str = option("auto", help="auto (resume from the latest checkpoint in "
+    resume_mode: str = option("auto", choices=("auto", "disable", "resume_path"),
+                              help="auto (resume from the latest checkpoint in "
                               "default_local_dir if any), disable, or resume_path (from resume_from_path).")
     resume_from_path: str | None = option(None, help="Checkpoint folder for resume_mode=resume_path.")
     default_local_dir: str = option("outputs/run", help="Folder for checkpoints and the exported model.")
@@ -250,6 +253,10 @@ class TrainerSectionConfig(Section):
                                  "(the slowest rank sets the pace); the mini-batches keep their samples. "
                                  "One process: nothing moves.")
     seed: int = option(1, help="Global seed (model init, sampling, dropout).")
+    max_nonfinite_steps: int = option(3, bounds=">= 0", help="An update whose loss or gradient norm is NaN or inf "
+                                      "is skipped (counted as actor/ and critic/num_nonfinite_skipped, with a "
+                                      "warning); this many steps in a row with a skipped update are tolerated, "
+                                      "the next one stops the run with an error (0: stop at the first).")
     # verl's other trainer keys.
     critic_warmup: int = option(0, help="verl's name of critic.warmup_steps; validate() moves it there.")
     max_critic_ckpt_to_keep: int | None = option(None, help="A checkpoint holds the actor and the critic "

@@ -15,6 +15,8 @@ from verl.config.compat import Section, strategy_option, verl_option
 from verl.config.node import option, section
 from verl.config.schema_rollout import RolloutConfig, ValKwargsConfig  # noqa: F401  (ValKwargsConfig re-exported)
 
+# The KL estimators by name (verl.algorithms.KL_KINDS implements them; a unit test keeps the two equal).
+KL_ESTIMATOR_NAMES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 Dtype = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16", "auto"]
 LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
@@ -117,6 +119,11 @@ class _PolicyModel(Section):
 class ModelConfig(LoraKeys, HFModelVerlKeys, _PolicyModel):
     """The policy model (also the reference model's starting point)."""
 
+    custom_chat_template: str | None = option(
+        None, help="A Jinja chat template replacing the tokenizer's own, as text or as the path of a file that "
+        "holds it; it formats the prompts (data.apply_chat_template) and is saved with the exported model. "
+        "null = the tokenizer's template.")
+
 
 @dataclass
 class PolicyLossConfig(Section):
@@ -143,19 +150,19 @@ class PolicyLossConfig(Section):
 class OptimConfig(Section):
     """AdamW optimiser and learning-rate schedule."""
 
-    lr: float = option(1e-6, help="Peak learning rate.")
-    weight_decay: float = option(0.01, help="AdamW decoupled weight decay.")
+    lr: float = option(1e-6, bounds="> 0", help="Peak learning rate.")
+    weight_decay: float = option(0.01, bounds=">= 0", help="AdamW decoupled weight decay.")
     betas: list[float] = option([0.9, 0.999], help="AdamW betas (beta1, beta2).")
-    eps: float = option(1e-8, help="AdamW epsilon.")
+    eps: float = option(1e-8, bounds="> 0", help="AdamW epsilon.")
     lr_warmup_steps: int = option(-1, help="Linear warm-up length in optimiser steps; negative = "
                                   "use lr_warmup_steps_ratio instead.")
-    lr_warmup_steps_ratio: float = option(0.0, help="Warm-up length as a fraction of "
+    lr_warmup_steps_ratio: float = option(0.0, bounds="[0, 1]", help="Warm-up length as a fraction of "
                                           "total_training_steps (used when lr_warmup_steps < 0).")
     warmup_style: Literal["constant", "cosine"] = verl_option(
         "constant", aliases=("lr_scheduler_type",), help="Schedule after warm-up: constant, or cosine decay to "
         "min_lr_ratio * lr (verl's newer name: lr_scheduler_type; verl's null = constant).", inert=False, why="",
         normalize=lambda v: "constant" if v is None else v)
-    min_lr_ratio: float = option(0.0, help="Floor of the cosine schedule as a fraction of lr.")
+    min_lr_ratio: float = option(0.0, bounds="[0, 1]", help="Floor of the cosine schedule as a fraction of lr.")
     total_training_steps: int | None = verl_option(None, help="Length of the schedule in optimiser steps; null "
                                                    "(or verl's -1) = filled in by the trainer at run time.",
                                                    inert=False, why="", normalize=lambda v: None if v == -1 else v)
@@ -303,7 +310,7 @@ class _ActorCore(Section):
     """The main fields of ActorConfig."""
 
     strategy: str = strategy_option("Training backend: fsdp or fsdp2 (both run this project's FSDP2 engine).")
-    ppo_mini_batch_size: int = option(16, help="Prompts per mini-batch (one optimiser step); the "
+    ppo_mini_batch_size: int = option(16, bounds=">= 1", help="Prompts per mini-batch (one optimiser step); the "
                                       "mini-batch holds this x rollout.n samples. Must divide data.train_batch_size.")
     ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward/backward pass "
                                                       "on each rank (gradient accumulation); null = the "
@@ -315,7 +322,7 @@ class _ActorCore(Section):
                                    "is the same; only memory and speed change.")
     ppo_max_token_len_per_gpu: int = option(16384, help="Token budget of one update micro-batch with "
                                             "use_dynamic_bsz (a few times max_prompt_length + max_response_length).")
-    ppo_epochs: int = option(1, help="Passes over the step's samples.")
+    ppo_epochs: int = option(1, bounds=">= 1", help="Passes over the step's samples.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
     clip_ratio: float = option(0.2, help="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].")
     clip_ratio_low: float | None = option(None, help="Lower clip epsilon; null = clip_ratio.")
@@ -327,8 +334,9 @@ class _ActorCore(Section):
         "mini-batch, or a mean over sequences of per-sequence token sums/means.")
     entropy_coeff: float = option(0.0, help="Weight of the entropy bonus (0 = none).")
     use_kl_loss: bool = option(False, help="Add a KL(policy || reference) term to the loss (GRPO style).")
-    kl_loss_coef: float = option(0.001, help="Weight of the KL loss term.")
-    kl_loss_type: str = option("low_var_kl", help="KL estimator for the loss: k1 (kl), abs, k2 (mse), "
+    kl_loss_coef: float = option(0.001, bounds=">= 0", help="Weight of the KL loss term.")
+    kl_loss_type: str = option("low_var_kl", choices=KL_ESTIMATOR_NAMES,
+                               help="KL estimator for the loss: k1 (kl), abs, k2 (mse), "
                                "k3 (low_var_kl).")
     mask_truncated_responses: bool = option(False, help="DAPO overlong filtering (Yu et al. 2025): "
                                             "responses cut off at data.max_response_length without EOS "
@@ -338,7 +346,7 @@ class _ActorCore(Section):
                                          "rollout_is_threshold), detached (TIS, Yao et al. 2025); makes "
                                          "the rollout report its log-probs.")
     rollout_is_threshold: float = option(2.0, help="Cap C of the rollout importance ratio.")
-    grad_clip: float = option(1.0, help="Clip the global gradient norm to this value.")
+    grad_clip: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, help="Policy loss selection.")
     optim: OptimConfig = section(OptimConfig, help="Actor optimiser.")
     fsdp_config: EngineFSDPConfig = section(EngineFSDPConfig, help="Actor sharding.")

@@ -65,12 +65,12 @@ class _CriticCore(Section):
                                  "estimator needs one (gae).")
     model: CriticModelConfig = section(CriticModelConfig, help="Value model.")
     optim: OptimConfig = section(OptimConfig(lr=1e-5), help="Critic optimiser.")
-    ppo_mini_batch_size: int | None = option(None, help="Prompts per critic mini-batch; null = the "
+    ppo_mini_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per critic mini-batch; null = the "
                                              "actor's ppo_mini_batch_size.")
     ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per critic forward/backward "
                                                       "pass on each rank; null = the actor's setting. "
                                                       "Ignored with use_dynamic_bsz.")
-    ppo_epochs: int | None = option(None, help="Passes over the step's samples; null = the actor's ppo_epochs.")
+    ppo_epochs: int | None = option(None, bounds=">= 1", help="Passes over the step's samples; null = the actor's ppo_epochs.")
     use_dynamic_bsz: bool = option(False, help="Cut critic micro-batches by tokens (ppo_max_token_len_per_gpu "
                                    "per update pass, forward_max_token_len_per_gpu per value pass) instead of "
                                    "rows; ppo_micro_batch_size_per_gpu is then ignored. Set it explicitly (verl "
@@ -81,10 +81,10 @@ class _CriticCore(Section):
                                                        "use_dynamic_bsz; null = ppo_max_token_len_per_gpu.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
     cliprange_value: float = option(0.5, help="Clip range of the clipped value loss.")
-    grad_clip: float = option(1.0, help="Clip the global gradient norm to this value.")
+    grad_clip: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
     loss_agg_mode: LossAggMode = option("token-mean", help="How per-token value losses become one number "
                                 "(same choices as the actor's).")
-    warmup_steps: int = option(0, help="RL steps that update only the critic before the actor starts "
+    warmup_steps: int = option(0, bounds=">= 0", help="RL steps that update only the critic before the actor starts "
                                "(verl: trainer.critic_warmup, which validate() moves here).")
     fsdp_config: EngineFSDPConfig = verl_section_alias(EngineFSDPConfig, aliases=("fsdp",),
                                                        help="Critic sharding (verl's name: critic.fsdp).")

@@ -13,11 +13,11 @@ from verl.config.node import option, section
 class ValKwargsConfig(Section):
     """Sampling used for validation."""
 
-    n: int = option(1, help="Responses per validation prompt.")
+    n: int = option(1, bounds=">= 1", help="Responses per validation prompt.")
     do_sample: bool = option(False, help="Sample (true) or decode greedily (false).")
-    temperature: float = option(0.0, help="Sampling temperature.")
-    top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
-    top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")
+    temperature: float = option(0.0, bounds=">= 0", help="Sampling temperature.")
+    top_k: int = option(-1, bounds=">= -1", help="Keep the k most likely tokens; -1 = all.")
+    top_p: float = option(1.0, bounds="(0, 1]", help="Nucleus sampling mass; 1.0 = off.")
 
 
 @dataclass
@@ -27,19 +27,19 @@ class RolloutConfig(Section):
     name: str = option("hf", help="Rollout engine: hf (Hugging Face generate), native (verl's own KV-cache "
                        "decode loop: shared prefill of a prompt's samples, finished rows leave the batch; "
                        "same samples as hf), vllm, or dummy (tests).")
-    n: int = option(8, help="Responses sampled per prompt (samples per prompt); group-baseline "
+    n: int = option(8, bounds=">= 1", help="Responses sampled per prompt (samples per prompt); group-baseline "
                     "estimators such as GRPO (the default) need 2 or more.")
-    temperature: float = option(1.0, help="Sampling temperature.")
-    top_k: int = option(-1, help="Keep the k most likely tokens; -1 = all.")
-    top_p: float = option(1.0, help="Nucleus sampling mass; 1.0 = off.")
+    temperature: float = option(1.0, bounds=">= 0", help="Sampling temperature.")
+    top_k: int = option(-1, bounds=">= -1", help="Keep the k most likely tokens; -1 = all.")
+    top_p: float = option(1.0, bounds="(0, 1]", help="Nucleus sampling mass; 1.0 = off.")
     do_sample: bool = option(True, help="Sample (true) or decode greedily (false).")
     dtype: str = option("auto", help="Weight dtype inside the vLLM engine: bfloat16, float16, float32, or "
                         "auto (bfloat16 on a GPU, the actor's dtype on a CPU).")
-    gpu_memory_utilization: float = option(0.5, help="vLLM: fraction of GPU memory for weights and KV cache "
+    gpu_memory_utilization: float = option(0.5, bounds="(0, 1]", help="vLLM: fraction of GPU memory for weights and KV cache "
                                            "(on a CPU, of the machine's memory; the CPU build's KV cache is "
                                            "sized from max_num_seqs and max_model_len instead).")
     tensor_model_parallel_size: int = option(1, help="GPUs one vLLM model is split over.")
-    max_num_seqs: int = option(256, help="vLLM: most sequences the engine decodes at once.")
+    max_num_seqs: int = option(256, bounds=">= 1", help="vLLM: most sequences the engine decodes at once.")
     max_model_len: int | None = option(None, help="vLLM: longest sequence (prompt + response) the engine "
                                        "serves; null = data.max_prompt_length + data.max_response_length.")
     max_num_batched_tokens: int = option(8192, help="vLLM: most tokens one engine step processes.")

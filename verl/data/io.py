@@ -50,9 +50,9 @@ def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
             continue
         suffix = path.suffix.lower()
         if suffix == ".parquet":
-            rows.extend(_read_parquet(path))
+            rows.extend(_read_parquet(path, config_key))
         elif suffix in (".jsonl", ".json"):
-            rows.extend(_read_json(path))
+            rows.extend(_read_json(path, config_key))
         else:
             raise DataError(f"cannot read {path} (from `{config_key}`): unknown extension {suffix!r}; "
                             f"supported: {', '.join(SUPPORTED_EXTENSIONS)}")
@@ -72,14 +72,25 @@ def _read_dataset(path: Path, default_split: str, config_key: str) -> list[dict]
                     f"or set `{config_key}` to an existing file")
 
 
-def _read_parquet(path: Path) -> list[dict]:
+def _read_parquet(path: Path, config_key: str) -> list[dict]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as e:  # truncated, corrupt, or not parquet at all
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{path} (from `{config_key}`) is not a readable parquet file ({detail}); the file is "
+                        f"truncated or corrupt: write it again (e.g. verl.data.write_parquet, or pandas "
+                        f"DataFrame.to_parquet)") from None
 
 
-def _read_json(path: Path) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
+def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} (from `{config_key}`) is not UTF-8 text ({e}); JSONL files are UTF-8, one "
+                        f"JSON object per line") from None
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)

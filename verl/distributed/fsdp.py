@@ -32,7 +32,6 @@ In one process (world size 1) a one-rank process group is started on first use
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -42,7 +41,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 from verl.checkpoint import write_hf_folder
-from verl.distributed.process_group import barrier, is_main_process, world_size
+from verl.distributed.process_group import all_gather_objects, barrier, is_main_process, world_size
 from verl.errors import VerlError
 from verl.models.loading import resolve_dtype
 from verl.models.lora import is_lora_model, merged_weights, plain_model, plain_name, save_adapter
@@ -203,6 +202,20 @@ def full_state_dict(model: nn.Module, *, every_rank: bool = False) -> dict[str, 
     return state
 
 
+def check_finite_weights(state: dict[str, torch.Tensor], what: str) -> None:
+    """Refuse to write weights holding NaN or inf: raise on every rank alike (a collective).
+
+    ``state`` is a :func:`full_state_dict` (rank 0's full tensors, the other ranks' empty dicts).
+    Skipped updates never make weights non-finite; an update with a finite but huge step can
+    (e.g. ``optim.lr=1e38``), and a checkpoint of them would poison every resume."""
+    bad = [name for name, tensor in state.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+    bad = [name for names in all_gather_objects(bad) for name in names]
+    if bad:
+        raise VerlError(f"refusing to save the {what} weights: {len(bad)} of its weight tensors hold NaN or inf "
+                        f"(first: {bad[0]}), so an update diverged; the checkpoints already written are kept. "
+                        f"Lower optim.lr, or check the rewards for NaN/inf values")
+
+
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     """Load full tensors (from :func:`full_state_dict` or an unwrapped model) into ``model``, each
     rank keeping its own shards. Rank 0's dict is what loads (it is broadcast); the other ranks'
@@ -238,10 +251,11 @@ def export_hf(model: nn.Module, tokenizer, target) -> None:
     weights (a collective), rank 0 writes them (atomically), the others wait for it. A LoRA model is
     written merged (a plain model), and its adapter alone as a PEFT folder in ``target/lora_adapter``."""
     state = full_state_dict(model)
+    check_finite_weights(state, "policy")
     if is_main_process():
-        write_hf_folder(plain_model(model), tokenizer, target, state_dict=merged_weights(model, state))
-        if is_lora_model(model):
-            save_adapter(model, state, Path(target) / "lora_adapter")
+        # The adapter goes into the temporary folder too: an interrupted export leaves no half folder.
+        adapter = (lambda folder: save_adapter(model, state, folder / "lora_adapter")) if is_lora_model(model) else None
+        write_hf_folder(plain_model(model), tokenizer, target, state_dict=merged_weights(model, state), extra=adapter)
     barrier()
 
 

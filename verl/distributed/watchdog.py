@@ -108,6 +108,9 @@ class Watchdog:
         self._failed = False  # this rank published its own failure
         self._handled: BaseException | None = None
         self._sigterm = False
+        # Set by the run loop while it stops at the next step boundary on a first SIGTERM
+        # (verl.trainer.stop): then only a SIGTERM that follows another rank's failure ends the rank here.
+        self.graceful_sigterm = False
         self._node = _node_id()
         # What the thread learned about the peers: identity (host, pid), last heartbeat, when its
         # counter last changed (this process's monotonic clock), and the ranks that finished.
@@ -360,9 +363,14 @@ class Watchdog:
         if self._failed:  # this rank failed on its own: let it finish printing its traceback
             time.sleep(_FAILED_EXIT_GRACE_S)
             self._exit(1)
-        verdict = self._culprit() or {"rank": self.rank, "detector": self.rank, "kind": "terminated",
-                                      "message": f"rank {self.rank} received SIGTERM {self.where()} (from the "
-                                                 f"launcher, the scheduler or a user)"}
+        verdict = self._culprit()
+        if verdict is None and self.graceful_sigterm:
+            self.graceful_sigterm = False  # a second SIGTERM ends the rank at once
+            self._sigterm = False
+            return
+        verdict = verdict or {"rank": self.rank, "detector": self.rank, "kind": "terminated",
+                              "message": f"rank {self.rank} received SIGTERM {self.where()} (from the "
+                                         f"launcher, the scheduler or a user)"}
         verdict = self._declare(verdict)
         if verdict["rank"] != self.rank:
             self._stop_job(verdict)

@@ -7,14 +7,17 @@ attention fallback (``flash_attention_2`` without flash-attn or CUDA becomes ``s
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
+import socket
+import urllib.parse
 from pathlib import Path
 
 import torch
 
-from verl.errors import ModelLoadError
+from verl.errors import DeviceError, ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,9 @@ def _quiet_transformers() -> None:
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
+    # The hub client logs every failed request ("... thrown while requesting HEAD ..."); a hub that
+    # cannot be reached ends in one error of ours instead, naming the fix.
+    logging.getLogger("huggingface_hub.utils._http").setLevel(logging.ERROR)
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
@@ -47,7 +53,14 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     process's GPU: ``cuda:LOCAL_RANK`` under torchrun, so each rank of a node gets its own."""
     if device in (None, "auto"):
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise DeviceError(f"trainer.device={device!r} is not a device ({e}); use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        why = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible to torch"
+        raise DeviceError(f"trainer.device={device} but CUDA is not available here ({why}); use trainer.device=cpu, "
+                          f"or auto (the GPU when there is one). `verl doctor` shows what torch sees")
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return device
@@ -85,15 +98,56 @@ def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelL
         f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder and the "
         f"Hugging Face hub could not provide it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
         f"Check the id, or download it where the hub is reachable (`huggingface-cli download {name} "
-        f"--local-dir DIR`) and set `{config_key}=DIR`.")
+        f"--local-dir DIR`) and set `{config_key}=DIR`; with HF_HUB_OFFLINE=1 only local folders and the cache "
+        f"are tried.")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")
+               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+@functools.lru_cache(maxsize=4)
+def hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the hub's host opens within ``timeout_s`` (asked once per process)."""
+    parsed = urllib.parse.urlparse(endpoint)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def hub_access(name: str, what: str, config_key: str) -> dict:
+    """Extra ``from_pretrained`` arguments for a hub id: none when the hub is reachable (or offline mode
+    is set, which transformers honours itself); ``local_files_only`` when it is not and the id is in the
+    local cache; and when it is in neither, a ModelLoadError at once, instead of a minute of retries."""
+    if _looks_like_path(name) or Path(name).expanduser().is_dir() or _offline():
+        return {}
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if hub_reachable(endpoint):
+        return {}
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return {"local_files_only": True}
+    raise ModelLoadError(
+        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder, it is not in the "
+        f"Hugging Face cache, and the hub ({endpoint}) cannot be reached from this machine. Download it where the "
+        f"hub is reachable (`huggingface-cli download {name} --local-dir DIR`), copy DIR here and set "
+        f"`{config_key}=DIR` (or set HF_ENDPOINT to a mirror you can reach).")
 
 
 def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
-                   config_key: str = "actor_rollout_ref.model.path", **kwargs):
-    """``AutoTokenizer.from_pretrained`` set up for RL: left padding, and a pad token (eos if absent)."""
+                   config_key: str = "actor_rollout_ref.model.path", chat_template: str | None = None,
+                   template_key: str = "actor_rollout_ref.model.custom_chat_template", **kwargs):
+    """``AutoTokenizer.from_pretrained`` set up for RL: left padding, and a pad token (eos if absent).
+    ``chat_template`` (Jinja text, or a file holding it) replaces the tokenizer's own template."""
     from transformers import AutoTokenizer
 
     _quiet_transformers()
+    kwargs = {**hub_access(name_or_path, "tokenizer", config_key), **kwargs}
     try:
         tok = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path),
                                             trust_remote_code=trust_remote_code, **kwargs)
@@ -103,7 +157,28 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
         logger.info("tokenizer has no pad token; using eos %r", tok.eos_token)
+    if chat_template is not None:
+        set_chat_template(tok, chat_template, template_key)
     return tok
+
+
+def set_chat_template(tok, template: str, key: str) -> None:
+    """Give ``tok`` the Jinja ``template`` (text, or the path of a file holding it), checked by rendering
+    a two-turn conversation, so a broken template fails here, naming ``key``."""
+    source = "text"
+    if "{" not in template and Path(template).expanduser().is_file():
+        source, template = f"file {template}", Path(template).expanduser().read_text(encoding="utf-8")
+    elif "{" not in template:
+        raise ModelLoadError(f"{key}={template!r} is neither a Jinja template (no {{% %}} or {{{{ }}}} in it) nor an "
+                             f"existing file; give the template text, or the path of a file that holds it")
+    tok.chat_template = template
+    try:
+        tok.apply_chat_template([{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}],
+                                tokenize=False)
+        tok.apply_chat_template([{"role": "user", "content": "1+1?"}], tokenize=False, add_generation_prompt=True)
+    except Exception as e:  # jinja2's TemplateError and whatever the template itself raises
+        raise ModelLoadError(f"{key}: the chat template ({source}) does not render a conversation: "
+                             f"{type(e).__name__}: {e}") from None
 
 
 def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
@@ -122,8 +197,10 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
 
     _quiet_transformers()
     path = os.path.expanduser(name_or_path)
+    kwargs = {**hub_access(name_or_path, "model", config_key), **kwargs}
+    local = {"local_files_only": True} if kwargs.get("local_files_only") else {}
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **local)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     _refuse_multimodal(config, name_or_path, config_key)
@@ -177,6 +254,7 @@ def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | No
 
     _quiet_transformers()
     path = os.path.expanduser(name_or_path)
+    kwargs = {**hub_access(name_or_path, "sequence-classification model", config_key), **kwargs}
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(

@@ -1,7 +1,9 @@
 """Metric logging to several backends at once: console, jsonl, tensorboard, wandb.
 
 ``metrics.jsonl`` (one JSON object per step) is always written to the run's output folder, so
-every run can be plotted and compared without any optional package.
+every run can be plotted and compared without any optional package. A run that resumes from step N
+first drops the rows after step N (all rows when it starts from step 0), so the file holds each
+step once, however often the run was interrupted.
 """
 
 from __future__ import annotations
@@ -27,14 +29,32 @@ def _jsonable(value):
 class _Jsonl:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.file = open(path, "a", encoding="utf-8")
+
+    def rewind(self, step: int) -> None:
+        """Keep the rows of steps up to ``step`` (none for 0), rewritten atomically; a row cut short
+        by a crash is dropped too."""
+        self.file.close()
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True) if step > 0 else []:
+            try:
+                row_step = json.loads(line)["step"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if row_step <= step and line.endswith("\n"):
+                kept.append(line)
+        tmp = self.path.with_name(f".tmp-{self.path.name}")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, metrics: dict, step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         self.file.close()
 
 
@@ -49,7 +69,10 @@ class _Console:
             body = " ".join(f"{k}:{v:.4g}" for k, v in sorted(metrics.items()))
             print(f"step:{step} - {body}", flush=True)
 
-    def close(self) -> None:
+    def rewind(self, step: int) -> None:
+        pass
+
+    def close(self, failed: bool = False) -> None:
         pass
 
 
@@ -60,13 +83,21 @@ class _TensorBoard:
         except ImportError:
             raise VerlError("trainer.logger includes 'tensorboard' but the tensorboard package is not "
                             "installed; run `pip install 'verl[tensorboard]'` or remove it from trainer.logger")
+        self.log_dir = log_dir
         self.writer = SummaryWriter(log_dir=str(log_dir))
 
     def log(self, metrics: dict, step: int) -> None:
         for key, value in metrics.items():
             self.writer.add_scalar(key, value, step)
 
-    def close(self) -> None:
+    def rewind(self, step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer.close()  # TensorBoard hides the events after ``step`` that earlier runs wrote
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=step + 1)
+
+    def close(self, failed: bool = False) -> None:
+        self.writer.flush()
         self.writer.close()
 
 
@@ -87,8 +118,11 @@ class _Wandb:
     def log(self, metrics: dict, step: int) -> None:
         self.run.log(metrics, step=step)
 
-    def close(self) -> None:
-        self.run.finish()
+    def rewind(self, step: int) -> None:
+        pass  # a wandb run is a new run each time: its history starts at the resumed step
+
+    def close(self, failed: bool = False) -> None:
+        self.run.finish(exit_code=1 if failed else 0)  # a failed run shows as failed in wandb
 
 
 class Tracker:
@@ -132,6 +166,15 @@ class Tracker:
         for backend in self.backends:
             backend.log(metrics, step)
 
-    def close(self) -> None:
+    def rewind(self, step: int) -> None:
+        """A run (re)starting at ``step`` (0 = from scratch): forget what earlier attempts logged
+        after it, so that every step is recorded once."""
         for backend in self.backends:
-            backend.close()
+            backend.rewind(step)
+
+    def close(self, failed: bool = False) -> None:
+        """Flush and close every backend (wandb's run finishes, marked failed when ``failed``); a
+        second call does nothing."""
+        backends, self.backends = self.backends, []
+        for backend in backends:
+            backend.close(failed)

@@ -67,9 +67,9 @@ class BaseTrainer:
         return manager.step_dir(self.global_step)
 
     def load_checkpoint(self, directory: str) -> None:
-        """Resume from the newest complete checkpoint under ``directory``."""
-        manager = CheckpointManager(directory)
-        latest = manager.latest()
-        if latest is None:
+        """Resume from the newest checkpoint under ``directory`` that loads (a damaged newer one is
+        skipped with a warning)."""
+        found = CheckpointManager(directory, main=is_main_process()).load_latest()
+        if found is None:
             raise FileNotFoundError(f"no complete checkpoint under {directory}")
-        self.load_state_dict(manager.load(latest))
+        self.load_state_dict(found[1])

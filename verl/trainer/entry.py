@@ -7,12 +7,14 @@ import os
 import sys
 
 from verl.config import TrainerConfig
-from verl.distributed.process_group import leave_job
+from verl.distributed.process_group import is_main_process, leave_job
 from verl.errors import VerlError
+from verl.trainer.stop import RunInterrupted
 
 
 def run_entry(job, args: list[str], doc: str | None) -> int:
-    """Run ``job()``; a :class:`VerlError` prints its message alone and exits 2."""
+    """Run ``job()``; a :class:`VerlError` prints its message alone and exits 2. A run stopped by
+    Ctrl-C exits 130, by SIGTERM 143 (see :mod:`verl.trainer.stop`)."""
     if any(a in ("-h", "--help") for a in args):
         print((doc or "").strip() + "\n\nKeys (key=value):\n" + TrainerConfig.format_help())
         return 0
@@ -24,6 +26,12 @@ def run_entry(job, args: list[str], doc: str | None) -> int:
     except VerlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RunInterrupted as stop:
+        if is_main_process() or not stop.clean:  # a clean stop is the same on every rank: said once
+            print(f"interrupted: {stop}", file=sys.stderr)
+        if stop.clean:
+            leave_job(stop.exit_code)  # every rank stopped at the same step: leave as a finished rank does
+        return stop.exit_code
     except KeyboardInterrupt:
         print("\ninterrupted: checkpoints already written are complete; run the same command again to "
               "resume from the latest one.", file=sys.stderr)

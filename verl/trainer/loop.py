@@ -2,8 +2,11 @@
 
 ``run_loop(trainer, trainer_cfg)`` reads as the run: resume, validate before training, then one
 step after another with logging and a progress line, periodic validation and crash-safe
-checkpoints, a last validation, the Hugging Face export, and the loggers closed. Each part runs
-inside a named watchdog stage, so a rank lost in a multi-rank job is reported with the stage.
+checkpoints, a last validation, the Hugging Face export, and the loggers closed (also when the run
+fails). Each part runs inside a named watchdog stage, so a rank lost in a multi-rank job is
+reported with the stage. Ctrl-C or SIGTERM stops the run at the next step boundary with a
+checkpoint (see :mod:`verl.trainer.stop`); a resumed run's logs drop what an interrupted attempt
+logged after the step it resumes from.
 
 What a trainer provides (plain attributes and methods, no base class):
 
@@ -19,39 +22,63 @@ What a trainer provides (plain attributes and methods, no base class):
 from __future__ import annotations
 
 from verl.trainer.progress import Progress
+from verl.trainer.stop import RunInterrupted, StopSignals
 
 
 def run_loop(trainer, cfg) -> None:
     """Train ``trainer`` to ``trainer.total_steps`` under the ``trainer`` config section ``cfg``
-    (``val_before_train``, ``test_freq``, ``save_freq``, ``progress_bar``)."""
+    (``val_before_train``, ``test_freq``, ``save_freq``, ``progress_bar``). Raises
+    :class:`~verl.trainer.stop.RunInterrupted` after a stop on a signal."""
     watchdog = trainer.watchdog
-    with watchdog.stage("resume"):
-        trainer.resume()
-    validating = trainer.has_validation() and (cfg.val_before_train or cfg.test_freq > 0)
-    if validating and cfg.val_before_train and not trainer.val_history:
-        with watchdog.stage("validate"):
-            trainer.log_validation()
+    failed = True
+    try:
+        with watchdog.stage("resume"):
+            trainer.resume()
+        trainer.tracker.rewind(trainer.global_step)
+        validating = trainer.has_validation() and (cfg.val_before_train or cfg.test_freq > 0)
+        if validating and cfg.val_before_train and not trainer.val_history:
+            with watchdog.stage("validate"):
+                trainer.log_validation()
+        stopped_by = _train(trainer, cfg, validating)
+        if stopped_by is not None:
+            failed = False
+            watchdog.stop()
+            raise RunInterrupted(stopped_by, f"stopped after step {trainer.global_step}, its checkpoint saved; run the "
+                                             f"same command again to resume", clean=True)
+        if validating and (not trainer.val_history or trainer.val_history[-1][0] != trainer.global_step):
+            with watchdog.stage("validate"):
+                trainer.log_validation()
+        with watchdog.stage("export_hf"):
+            trainer.export()
+        failed = False
+    finally:
+        trainer.tracker.close(failed=failed)
+    watchdog.stop()
+
+
+def _train(trainer, cfg, validating: bool) -> int | None:
+    """The steps, up to ``total_steps`` or a stop on a signal: the signal's number, else None."""
+    watchdog = trainer.watchdog
     bar = Progress(trainer.total_steps, initial=trainer.global_step, enabled=cfg.progress_bar and trainer.is_main,
                    desc=trainer.label)
     try:
-        while trainer.global_step < trainer.total_steps:
-            with watchdog.stage("train_step", step=trainer.global_step + 1):
-                metrics = trainer.next_step()
-            trainer.tracker.log(metrics, trainer.global_step)
-            bar.update(trainer.postfix(metrics))
-            last = trainer.global_step == trainer.total_steps
-            if validating and cfg.test_freq > 0 and (trainer.global_step % cfg.test_freq == 0 or last):
-                with watchdog.stage("validate"):
-                    trainer.log_validation()
-            if cfg.save_freq > 0 and (trainer.global_step % cfg.save_freq == 0 or last):
-                with watchdog.stage("save_checkpoint"):
-                    trainer.save_checkpoint()
+        with StopSignals(watchdog) as stop:
+            while trainer.global_step < trainer.total_steps:
+                with watchdog.stage("train_step", step=trainer.global_step + 1):
+                    metrics = trainer.next_step()
+                trainer.tracker.log(metrics, trainer.global_step)
+                bar.update(trainer.postfix(metrics))
+                last = trainer.global_step == trainer.total_steps
+                if validating and cfg.test_freq > 0 and (trainer.global_step % cfg.test_freq == 0 or last):
+                    with watchdog.stage("validate"):
+                        trainer.log_validation()
+                saving = cfg.save_freq > 0 and (trainer.global_step % cfg.save_freq == 0 or last)
+                signum = stop.requested()  # a collective: every rank stops after the same step
+                if saving or signum is not None:
+                    with watchdog.stage("save_checkpoint"):
+                        trainer.save_checkpoint()
+                if signum is not None:
+                    return signum
     finally:
         bar.close()
-    if validating and (not trainer.val_history or trainer.val_history[-1][0] != trainer.global_step):
-        with watchdog.stage("validate"):
-            trainer.log_validation()
-    with watchdog.stage("export_hf"):
-        trainer.export()
-    trainer.tracker.close()
-    watchdog.stop()
+    return None

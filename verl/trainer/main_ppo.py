@@ -22,11 +22,14 @@ def load_config(args: list[str]) -> TrainerConfig:
 
 
 def run(config: TrainerConfig) -> dict:
+    from verl.tracking.report import write_run_report
+    from verl.models.loading import resolve_device
     from verl.tracking.summary import format_summary
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names
     from verl.trainer.warmstart import warm_start
 
     check_algorithm_names(config)  # before the warm start trains anything
+    resolve_device(config.trainer.device)  # trainer.device=cuda without CUDA: one line, before anything starts
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
         # Under torchrun rank 0 trains and caches the warm start; the other ranks then load it.
@@ -41,7 +44,9 @@ def run(config: TrainerConfig) -> dict:
     trainer = build_rl_trainer(config)
     result = trainer.fit()
     if is_main_process():
-        print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir), flush=True)
+        report = write_run_report(trainer.out_dir)  # a failed plot warns; it never fails the run
+        print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir)
+              + (f"\nReport:         {report}" if report else ""), flush=True)
     return result
 
 

@@ -58,7 +58,8 @@ class ActorRolloutRefWorker:
         path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
         self.model_path = path
         self.tokenizer = tokenizer or load_tokenizer(model_cfg.tokenizer_path or path,
-                                                     trust_remote_code=model_cfg.trust_remote_code)
+                                                     trust_remote_code=model_cfg.trust_remote_code,
+                                                     chat_template=model_cfg.custom_chat_template)
         model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
                                trust_remote_code=model_cfg.trust_remote_code,
                                override_config=dict(model_cfg.override_config),

@@ -21,13 +21,14 @@ a token on a rank with few tokens more than one on a rank with many.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 
 import torch
 
-from verl.distributed.fsdp import (full_optimizer_state_dict, full_state_dict, load_full_optimizer_state_dict,
-                                   load_full_state_dict)
+from verl.distributed.fsdp import (check_finite_weights, full_optimizer_state_dict, full_state_dict,
+                                   load_full_optimizer_state_dict, load_full_state_dict)
 from verl.distributed.process_group import all_gather_objects, all_reduce_sum
 from verl.errors import VerlError
 from verl.protocol import Batch
@@ -44,7 +45,9 @@ class TrainingEngine:
     """A model, its optimiser (sharded like the model), LR schedule and mini-batch shuffling.
 
     ``grad_clip`` bounds the global gradient norm (``math.inf``: no clipping). Metrics the engine
-    adds are named ``{metric_prefix}/grad_norm`` and ``{metric_prefix}/lr``. ``data_parallel=False``
+    adds are named ``{metric_prefix}/grad_norm``, ``{metric_prefix}/lr`` and
+    ``{metric_prefix}/num_nonfinite_skipped`` (optimiser steps of the call skipped because the
+    gradient norm was NaN or inf: the same on every rank, as the norm is). ``data_parallel=False``
     trains this process's model on its own, with no collective (the demo's warm start, which rank 0
     of a torchrun job runs while the others wait).
     """
@@ -84,6 +87,7 @@ class TrainingEngine:
         if self.data_parallel:
             check_same_schedule(len(batch), mini_batch_size, micro_batch_size)
         acc = MetricAccumulator()
+        skipped = 0
         for _ in range(epochs):
             for mini in mini_batches(batch, mini_batch_size, shuffle=shuffle, generator=self.generator):
                 counts = self.global_counts(counts_fn(mini))
@@ -99,8 +103,11 @@ class TrainingEngine:
                         sums[key] = sums.get(key, 0.0) + float(metrics[key])
                     acc.add({k: v for k, v in metrics.items() if k not in additive})
                 acc.add(sums)
-                acc.add({f"{self.metric_prefix}/grad_norm": self.optimizer_step()})
-        acc.add({f"{self.metric_prefix}/lr": self.lr_scheduler.get_last_lr()[0]})
+                grad_norm = self.optimizer_step()
+                skipped += not math.isfinite(grad_norm)
+                acc.add({f"{self.metric_prefix}/grad_norm": grad_norm})
+        acc.add({f"{self.metric_prefix}/lr": self.lr_scheduler.get_last_lr()[0],
+                 f"{self.metric_prefix}/num_nonfinite_skipped": skipped})
         self.lr_scheduler.step()
         return all_rank_metrics(acc.means(), additive) if self.data_parallel else acc.means()
 
@@ -116,8 +123,10 @@ class TrainingEngine:
     def state_dict(self) -> dict:
         """Everything needed to resume exactly, as full (unsharded) tensors keyed by parameter name:
         loads at any world size. A collective under FSDP; rank 0 gets the tensors, the others empty
-        dicts (only rank 0 writes checkpoints)."""
-        return {"model": full_state_dict(self.model), "optimizer": full_optimizer_state_dict(self.model, self.optimizer),
+        dicts (only rank 0 writes checkpoints). Refuses (on every rank) weights holding NaN or inf."""
+        model = full_state_dict(self.model)
+        check_finite_weights(model, self.metric_prefix)
+        return {"model": model, "optimizer": full_optimizer_state_dict(self.model, self.optimizer),
                 "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:

@@ -46,7 +46,13 @@ def build_lr_scheduler(optimizer, optim_cfg, total_steps: int | None):
 
 
 def clip_and_step(model, optimizer, grad_clip: float) -> float:
-    """Clip gradients, step unless the norm is not finite (then skip the update); return the norm."""
+    """Clip gradients, step unless the norm is not finite (then skip the update); return the norm.
+
+    A NaN or inf loss makes the norm NaN or inf, so this one check covers both. Under FSDP the norm
+    is reduced over all ranks' shards before it is returned, so every rank makes the same decision
+    (tested with a NaN on one rank's shard alone). The caller counts the skips
+    (``*/num_nonfinite_skipped``); the trainer stops after ``trainer.max_nonfinite_steps`` steps in a row.
+    """
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     if torch.isfinite(grad_norm):
         optimizer.step()

@@ -71,7 +71,7 @@ class OfflineTrainer:
         self.policy = trainable_policy(model, config, self.device, self.total_steps)
         self.micro_batch_size = data_cfg.micro_batch_size_per_gpu
         self.out_dir = Path(trainer_cfg.default_local_dir)
-        self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep)
+        self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep, main=self.is_main)
         self.global_step = 0
         self.val_history: list[tuple[int, dict]] = []
         self.tracker: Tracker | None = None
@@ -195,10 +195,11 @@ class OfflineTrainer:
     def resume(self) -> None:
         """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
         cfg = self.config.trainer
-        path = self.checkpoints.resume_path(cfg)
-        if path is None:
+        found = self.checkpoints.resume_state(cfg)
+        if found is None:
             return
-        self.load_state_dict(self.checkpoints.load(path))
+        path, state = found
+        self.load_state_dict(state)
         if cfg.progress_bar and self.is_main:
             print(f"Resumed from {path} at step {self.global_step}", flush=True)
 

@@ -40,7 +40,8 @@ def load_policy(model_cfg) -> tuple[torch.nn.Module, object]:
     """``(model, tokenizer)`` of the ``model`` config section."""
     path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
     tokenizer = load_tokenizer(model_cfg.tokenizer_path or path, trust_remote_code=model_cfg.trust_remote_code,
-                               config_key="model.tokenizer_path" if model_cfg.tokenizer_path else "model.path")
+                               config_key="model.tokenizer_path" if model_cfg.tokenizer_path else "model.path",
+                               chat_template=model_cfg.custom_chat_template, template_key="model.custom_chat_template")
     return load_model(path, model_cfg, "model.path"), tokenizer
 
 

@@ -158,7 +158,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         val_files = val_files if val_files is not None else builtin_val
     model_path = str(arr_cfg.model.path) if arr_cfg.model.path else str(builtin_model_path())
     tokenizer = load_tokenizer(arr_cfg.model.tokenizer_path or model_path,
-                               trust_remote_code=arr_cfg.model.trust_remote_code)
+                               trust_remote_code=arr_cfg.model.trust_remote_code,
+                               chat_template=arr_cfg.model.custom_chat_template)
     teachers = None
     if config.distillation.enabled:  # checked before any model loads: a wrong teacher costs seconds
         teachers = distillation.resolve_teachers(config.distillation)

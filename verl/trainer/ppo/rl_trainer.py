@@ -15,6 +15,7 @@ from verl.algorithms import make_kl_controller
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
 from verl.distributed.process_group import barrier, is_main_process
 from verl.distributed.watchdog import Watchdog
+from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
@@ -25,6 +26,9 @@ from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 
 logger = logging.getLogger(__name__)
+
+# The learning rate to lower when a stage's updates keep coming out NaN or inf.
+LR_KEYS = {"update_actor": "actor_rollout_ref.actor.optim.lr", "update_critic": "critic.optim.lr"}
 
 
 class RLTrainer:
@@ -56,10 +60,11 @@ class RLTrainer:
         self.sampler = StepSampler(config, actor_rollout_ref, reward)
         kl = config.algorithm.kl_ctrl
         self.kl_ctrl = make_kl_controller(kl.type, kl.kl_coef, kl.target_kl, kl.horizon)
-        self.checkpoints = CheckpointManager(out_dir, config.trainer.max_actor_ckpt_to_keep)
+        self.checkpoints = CheckpointManager(out_dir, config.trainer.max_actor_ckpt_to_keep, main=self.is_main)
         self.global_step = 0
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.val_history: list[tuple[int, dict]] = []
+        self.nonfinite_streak = 0  # steps in a row with an update skipped for a NaN/inf loss or gradient
 
     # ------------------------------------------------------------------ the RL step
     def fit(self) -> dict:
@@ -70,7 +75,38 @@ class RLTrainer:
 
     def next_step(self) -> dict:
         self.global_step += 1
-        return self.train_step(next(self.train_loader))
+        metrics = self.train_step(next(self.train_loader))
+        self.count_nonfinite_updates(metrics)
+        return metrics
+
+    def count_nonfinite_updates(self, metrics: dict) -> None:
+        """Warn about a step whose actor or critic skipped an update (NaN/inf loss or gradient norm);
+        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did. The metrics are the
+        same on every rank, so every rank stops alike; the failing step's metrics are logged first."""
+        stages = {f"update_{role}": int(metrics[f"{role}/num_nonfinite_skipped"]) for role in ("critic", "actor")
+                  if metrics.get(f"{role}/num_nonfinite_skipped", 0) > 0}
+        if not stages:
+            self.nonfinite_streak = 0
+            return
+        self.nonfinite_streak += 1
+        limit = self.config.trainer.max_nonfinite_steps
+        what = ", ".join(f"{stage} skipped {n} optimiser step{'s' * (n > 1)}" for stage, n in stages.items())
+        if self.nonfinite_streak > limit:
+            self.tracker.log(metrics, self.global_step)
+            first, streak = self.global_step - self.nonfinite_streak + 1, self.nonfinite_streak
+            span = f"step {first}" if streak == 1 else f"steps {first}-{self.global_step}"
+            lrs = " or ".join(LR_KEYS[stage] for stage in stages)
+            raise VerlError(
+                f"step {self.global_step}: {what} because the loss or gradient norm was NaN or inf, {streak} "
+                f"step{'s' * (streak > 1)} in a row ({span}; trainer.max_nonfinite_steps={limit}), so training "
+                f"stopped (a skipped update leaves the weights as they were). Fix: lower the learning rate "
+                f"({lrs}) or the rewards' scale, check the reward function for NaN/inf scores, or raise "
+                f"trainer.max_nonfinite_steps")
+        if self.is_main:
+            logger.warning("step %d: %s because the loss or gradient norm was NaN or inf (a skipped update leaves "
+                           "the weights as they were); %d step(s) in a row, more than trainer.max_nonfinite_steps=%d "
+                           "stop the run",
+                           self.global_step, what, self.nonfinite_streak, limit)
 
     def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
@@ -213,10 +249,10 @@ class RLTrainer:
 
     def resume(self) -> None:
         """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
-        path = self.checkpoints.resume_path(self.config.trainer)
-        if path is None:
+        found = self.checkpoints.resume_state(self.config.trainer)
+        if found is None:
             return
-        state = self.checkpoints.load(path)
+        path, state = found
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])

@@ -1,0 +1,86 @@
+"""User mistakes that used to end in a traceback or a minute of retries: each is one error naming the fix."""
+
+import pytest
+import torch
+
+from verl.data import DataError, read_rows
+from verl.errors import DeviceError, ModelLoadError
+from verl.models import loading
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_asked_for_without_cuda_is_one_line_naming_the_fix():
+    with pytest.raises(DeviceError, match=r"trainer.device=cuda but CUDA is not available here .*trainer.device=cpu"):
+        loading.resolve_device("cuda")
+    with pytest.raises(DeviceError, match=r"trainer.device='gpu0' is not a device"):
+        loading.resolve_device("gpu0")
+    assert loading.resolve_device("auto") == torch.device("cpu")
+
+
+def test_a_truncated_parquet_file_is_named_with_its_key(tmp_path):
+    from verl.data import write_parquet
+
+    good = write_parquet([{"prompt": "hi"}] * 50, tmp_path / "good.parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(good.read_bytes()[:-40])  # cut off: the footer is gone
+    with pytest.raises(DataError, match=r"bad.parquet \(from `data.val_files`\) is not a readable parquet file"):
+        read_rows(bad, config_key="data.val_files")
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"prompt": "caf\xe9"}\n'.encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin.jsonl \(from `data.train_files`\) is not UTF-8"):
+        read_rows(latin)
+
+
+def test_a_hub_id_without_a_reachable_hub_fails_at_once_or_loads_from_the_cache(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    import transformers
+
+    calls = []
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: calls.append(a))
+    with pytest.raises(ModelLoadError, match=r"'org/model' .*not in the Hugging Face cache, and the hub "
+                                             r"\(http://127.0.0.1:9\) cannot be reached"):
+        loading.load_tokenizer("org/model")
+    assert calls == []  # refused before transformers' own retries start
+    # In the cache: loaded from there, without the network.
+    snapshot = tmp_path / "hub" / "models--org--model" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--org--model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--model" / "refs" / "main").write_text("abc123")
+    assert loading.hub_access("org/model", "model", "actor_rollout_ref.model.path") == {"local_files_only": True}
+    # Offline mode: transformers itself never tries the network, so nothing is probed.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert loading.hub_access("org/other", "model", "actor_rollout_ref.model.path") == {}
+
+
+def test_a_custom_chat_template_from_text_or_file_formats_the_prompts(tiny_model_dir, tmp_path):
+    template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}assistant:{% endif %}")
+    tok = loading.load_tokenizer(str(tiny_model_dir), chat_template=template)
+    text = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], tokenize=False, add_generation_prompt=True)
+    assert text == "user: 2+2?\nassistant:"
+    path = tmp_path / "template.jinja"
+    path.write_text(template)
+    assert loading.load_tokenizer(str(tiny_model_dir), chat_template=str(path)).chat_template == template
+    with pytest.raises(ModelLoadError, match=r"custom_chat_template='nowhere.jinja' is neither a Jinja template"):
+        loading.load_tokenizer(str(tiny_model_dir), chat_template="nowhere.jinja")
+    with pytest.raises(ModelLoadError, match=r"custom_chat_template: the chat template \(text\) does not render"):
+        loading.load_tokenizer(str(tiny_model_dir), chat_template="{{ messages[0]['content'] | nosuchfilter }}")
+
+
+def test_the_worker_and_its_prompts_use_the_configured_template(tiny_model_dir, tmp_path):
+    from verl import ActorRolloutRefWorker
+    from verl.config import TrainerConfig
+    from verl.data import RLDataset, write_parquet
+
+    cfg = TrainerConfig.from_cli([f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.rollout.name=hf",
+                                  "actor_rollout_ref.model.custom_chat_template='Q: {{ messages[0].content }} A:'"])
+    worker = ActorRolloutRefWorker(config=cfg.actor_rollout_ref, with_ref=False, device="cpu")
+    rows = write_parquet([{"prompt": [{"role": "user", "content": "3+4"}]}], tmp_path / "p.parquet")
+    item = RLDataset(str(rows), worker.tokenizer, cfg.data)[0]
+    assert worker.tokenizer.decode(item["input_ids"]) == "Q: 3+4 A:"
