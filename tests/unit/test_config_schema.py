@@ -102,6 +102,7 @@ def test_critic_sizes_resolve_to_the_actors_and_are_checked_only_when_a_critic_i
     cfg.critic.ppo_micro_batch_size_per_gpu = 8
     cfg.validate()
     assert cfg.derived_sizes(role="critic")["micro_batches_per_mini_batch"] == 8
+    cfg.algorithm.adv_estimator = "reinforce_plus_plus"  # gae without its critic is refused
     cfg.critic.enable = False
     cfg.critic.ppo_micro_batch_size_per_gpu = 48
     cfg.validate()

@@ -84,3 +84,24 @@ def test_the_worker_and_its_prompts_use_the_configured_template(tiny_model_dir, 
     rows = write_parquet([{"prompt": [{"role": "user", "content": "3+4"}]}], tmp_path / "p.parquet")
     item = RLDataset(str(rows), worker.tokenizer, cfg.data)[0]
     assert worker.tokenizer.decode(item["input_ids"]) == "Q: 3+4 A:"
+
+
+def test_gae_without_its_critic_is_refused_before_step_0():
+    from verl.config import ConfigError, TrainerConfig
+
+    cfg = TrainerConfig.from_cli(["algorithm.adv_estimator=gae", "critic.enable=false"])
+    with pytest.raises(ConfigError, match=r"adv_estimator=gae computes advantages from a critic's values, and "
+                                          r"critic.enable=false turns the critic off"):
+        cfg.validate()
+
+
+def test_an_output_folder_that_cannot_be_written_fails_before_anything_loads(tmp_path):
+    from verl.errors import VerlError
+    from verl.trainer.ppo.build import check_output_dir
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(VerlError, match=r"trainer.default_local_dir=.*a_file/run: the output folder cannot be created"):
+        check_output_dir(blocker / "run", "trainer.default_local_dir")
+    check_output_dir(tmp_path / "ok" / "run", "trainer.default_local_dir")
+    assert (tmp_path / "ok" / "run").is_dir() and not any((tmp_path / "ok" / "run").iterdir())

@@ -152,6 +152,10 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
                           f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
     if not distilling_only:
         _warn_if_greedy_groups(cfg)
+    if estimator in CRITIC_ESTIMATORS and cfg.critic.enable is False:
+        raise ConfigError(f"algorithm.adv_estimator={estimator} computes advantages from a critic's values, and "
+                          f"critic.enable=false turns the critic off: set critic.enable=true (or leave it null), "
+                          f"or choose an estimator without a critic (grpo, rloo, reinforce_plus_plus)")
     _check_role(cfg, dp, "actor")
     _check_token_budgets(cfg)
     if critic_enabled(cfg):

@@ -147,10 +147,25 @@ def build_rl_trainer(config) -> RLTrainer:
         return _build_rl_trainer(config, watchdog)
 
 
+def check_output_dir(path: Path, key: str) -> None:
+    """Create the run's output folder and write a probe file in it, so a folder that cannot be written
+    fails now, naming ``key``, rather than at the first checkpoint."""
+    probe = path / ".verl-write-check"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise VerlError(f"{key}={path}: the output folder cannot be created or written ({type(e).__name__}: "
+                        f"{e.strerror or e}); choose a folder you can write, e.g. {key}=outputs/run") from None
+
+
 def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     seed_everything(config.trainer.seed)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
     out_dir = Path(trainer_cfg.default_local_dir)
+    if is_main_process():
+        check_output_dir(out_dir, "trainer.default_local_dir")  # before any model loads
 
     train_files, val_files = data_cfg.train_files, data_cfg.val_files
     if train_files is None:
