@@ -105,3 +105,16 @@ def test_an_output_folder_that_cannot_be_written_fails_before_anything_loads(tmp
         check_output_dir(blocker / "run", "trainer.default_local_dir")
     check_output_dir(tmp_path / "ok" / "run", "trainer.default_local_dir")
     assert (tmp_path / "ok" / "run").is_dir() and not any((tmp_path / "ok" / "run").iterdir())
+
+
+def test_an_sft_run_whose_loss_has_not_moved_is_told_to_raise_the_learning_rate():
+    from verl.trainer.sft.trainer import stalled_loss_warning
+
+    history = [(0, {"val/loss": 3.4512}), (20, {"val/loss": 3.4498})]  # -0.04%
+    message = stalled_loss_warning(history, 1e-5)
+    assert "val/loss has not moved after 20 steps (3.4512 -> 3.4498): with optim.lr=1e-05" in message
+    assert "optim.lr=1e-3" in message
+    assert stalled_loss_warning([(0, {"val/loss": 3.45}), (20, {"val/loss": 2.9})], 1e-3) is None  # it learns
+    assert stalled_loss_warning([(0, {"val/loss": 3.45})], 1e-5) is None  # nothing to compare yet
+    assert stalled_loss_warning([(10, {"val/loss": 3.45}), (20, {"val/loss": 3.45})], 1e-5) is None  # no step 0
+    assert stalled_loss_warning(history + [(40, {"val/loss": 3.449})], 1e-5) is None  # warned once, at the first

@@ -7,6 +7,8 @@ and data parallel over ranks give the gradient of one big batch, whatever the mi
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from verl.algorithms import masked_sum
@@ -17,6 +19,10 @@ from verl.protocol import Batch
 from verl.trainer.offline import OfflineTrainer
 from verl.trainer.offline.runtime import token_logps
 from verl.trainer.sft_loss import sft_counts, sft_loss
+
+logger = logging.getLogger(__name__)
+# A validation loss that moved less than this (relative) by the first evaluation after step 0 has "not moved".
+STALL_TOLERANCE = 0.03
 
 
 class SFTTrainer(OfflineTrainer):
@@ -57,3 +63,24 @@ class SFTTrainer(OfflineTrainer):
             tokens += int(mask.sum())
         totals = all_reduce_sum(torch.tensor([nll_sum, tokens], dtype=torch.float64, device=self.device))
         return {"val/loss": float(totals[0] / totals[1].clamp(min=1))}
+
+    def log_validation(self) -> None:
+        super().log_validation()
+        warning = stalled_loss_warning(self.val_history, self.config.optim.lr)
+        if warning and self.is_main:
+            logger.warning(warning)
+
+
+def stalled_loss_warning(history: list[tuple[int, dict]], lr: float) -> str | None:
+    """The warning for a run whose validation loss has not moved: the first evaluation after training
+    started, against the one before it (step 0). Only once, at that evaluation."""
+    if len(history) != 2 or history[0][0] != 0:
+        return None
+    (_, before), (step, after) = history
+    start, now = before["val/loss"], after["val/loss"]
+    if abs(now - start) > STALL_TOLERANCE * abs(start):
+        return None
+    return (f"val/loss has not moved after {step} steps ({start:.4f} -> {now:.4f}): with optim.lr={lr:g} "
+            f"the model barely changes. The defaults (optim.lr=1e-5) are meant for real pretrained models; the "
+            f"built-in tiny model needs about optim.lr=1e-3 (what the demo uses). Raise optim.lr, or check that "
+            f"the data's responses are what the model should learn")
