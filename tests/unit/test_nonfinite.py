@@ -124,8 +124,12 @@ class _Tracker:
 
 
 def _trainer(limit: int):
+    from verl.trainer.nonfinite import NonfiniteGuard
+    from verl.trainer.ppo.rl_trainer import NONFINITE_STAGES
+
     config = SimpleNamespace(trainer=SimpleNamespace(max_nonfinite_steps=limit))
-    return SimpleNamespace(config=config, tracker=_Tracker(), global_step=0, is_main=True, nonfinite_streak=0)
+    return SimpleNamespace(config=config, tracker=_Tracker(), global_step=0, is_main=True,
+                           nonfinite=NonfiniteGuard(limit, NONFINITE_STAGES))
 
 
 def _step(trainer, actor: int, critic: int | None = None) -> None:
@@ -138,7 +142,7 @@ def _step(trainer, actor: int, critic: int | None = None) -> None:
 
 def test_the_run_stops_after_max_nonfinite_steps_in_a_row_with_the_step_stage_and_fix(caplog):
     trainer = _trainer(limit=2)
-    with caplog.at_level(logging.WARNING, logger="verl.trainer.ppo.rl_trainer"):
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.nonfinite"):
         _step(trainer, 1)
         _step(trainer, 2)
         _step(trainer, 0)  # a clean step ends the run of skips
@@ -201,3 +205,17 @@ def test_sampling_or_an_estimator_without_a_group_baseline_is_not_warned_about(c
     with caplog.at_level(logging.WARNING, logger="verl.config"):
         cfg.validate()
     assert not [r for r in caplog.records if "decodes greedily" in r.getMessage()]
+
+
+def test_an_sft_run_whose_updates_keep_failing_stops_with_the_offline_lr_key(tmp_path, tiny_model_dir):
+    from verl.trainer.sft.trainer import SFTTrainer
+
+    rows = tmp_path / "sft.jsonl"
+    rows.write_text("".join(f'{{"prompt": "q{i}", "response": "a{i}"}}\n' for i in range(8)))
+    trainer = SFTTrainer(dict(model=dict(path=str(tiny_model_dir)), data=dict(train_files=str(rows), train_batch_size=4),
+                              optim=dict(lr=1e30), trainer=dict(max_nonfinite_steps=0, total_training_steps=4,
+                                                                default_local_dir=str(tmp_path / "out"),
+                                                                val_before_train=False, progress_bar=False)))
+    with pytest.raises(VerlError, match=r"update skipped 1 optimiser step because the loss or gradient norm was NaN "
+                                        r"or inf, 1 step in a row .*lower the learning rate \(optim.lr\)"):
+        trainer.fit()

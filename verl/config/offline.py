@@ -139,6 +139,10 @@ class OfflineTrainerSectionConfig(ConfigNode):
                                    "naming the rank and the stage (see docs/distributed.md).")
     save_freq: int = option(-1, help="Save a checkpoint every this many steps and after the last one; "
                             "-1 = no checkpoints.")
+    max_nonfinite_steps: int = option(3, bounds=">= 0", help="An update whose loss or gradient norm is NaN or "
+                                      "inf is skipped (counted as train/num_nonfinite_skipped, with a warning); "
+                                      "this many steps in a row with a skipped update stop the run with an error "
+                                      "naming optim.lr (0 = stop at the first).")
     test_freq: int = option(-1, help="Validate every this many steps and after the last one; -1 = only "
                             "before and after training (see val_before_train).")
     val_before_train: bool = option(True, help="Validate before the first step and after the last, so "

@@ -35,6 +35,7 @@ from verl.distributed.watchdog import Watchdog
 from verl.models.loading import resolve_device
 from verl.protocol import Batch
 from verl.tracking import Tracker
+from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, seed_everything, trainable_policy
 from verl.trainer.loop import run_loop
@@ -51,6 +52,8 @@ class OfflineTrainer:
         # Under torchrun: collectives time out a minute after the watchdog would report a lost rank.
         ensure_process_group(timeout_s=config.trainer.dist_timeout_s)
         self.rank, self.world, self.is_main = rank(), world_size(), is_main_process()
+        self.nonfinite = NonfiniteGuard(config.trainer.max_nonfinite_steps, {"update": ("train", "optim.lr")},
+                                        warn=self.is_main)
         self.watchdog = Watchdog.start(config.trainer.dist_timeout_s)  # inert in one process
         self.config = config
         data_cfg, trainer_cfg = config.data, config.trainer
@@ -142,6 +145,7 @@ class OfflineTrainer:
     def next_step(self) -> dict[str, float]:
         metrics = self.step(next(self.train_loader))
         metrics["train/epoch"] = self.train_loader.epoch
+        self.nonfinite.observe(self.global_step, metrics, lambda m: self.tracker.log(m, self.global_step))
         return metrics
 
     def export(self, target: Path | None = None) -> None:

@@ -17,6 +17,7 @@ from verl.distributed.process_group import barrier, is_main_process
 from verl.distributed.watchdog import Watchdog
 from verl.errors import VerlError
 from verl.protocol import Batch
+from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation
@@ -28,7 +29,9 @@ from verl.workers.token_balance import balanced_order
 logger = logging.getLogger(__name__)
 
 # The learning rate to lower when a stage's updates keep coming out NaN or inf.
-LR_KEYS = {"update_actor": "actor_rollout_ref.actor.optim.lr", "update_critic": "critic.optim.lr"}
+# Stages whose skipped updates are counted: (metric prefix, the learning-rate key a fix names).
+NONFINITE_STAGES = {"update_critic": ("critic", "critic.optim.lr"),
+                    "update_actor": ("actor", "actor_rollout_ref.actor.optim.lr")}
 
 
 class RLTrainer:
@@ -64,7 +67,7 @@ class RLTrainer:
         self.global_step = 0
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.val_history: list[tuple[int, dict]] = []
-        self.nonfinite_streak = 0  # steps in a row with an update skipped for a NaN/inf loss or gradient
+        self.nonfinite = NonfiniteGuard(config.trainer.max_nonfinite_steps, NONFINITE_STAGES, warn=self.is_main)
 
     # ------------------------------------------------------------------ the RL step
     def fit(self) -> dict:
@@ -81,32 +84,8 @@ class RLTrainer:
 
     def count_nonfinite_updates(self, metrics: dict) -> None:
         """Warn about a step whose actor or critic skipped an update (NaN/inf loss or gradient norm);
-        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did. The metrics are the
-        same on every rank, so every rank stops alike; the failing step's metrics are logged first."""
-        stages = {f"update_{role}": int(metrics[f"{role}/num_nonfinite_skipped"]) for role in ("critic", "actor")
-                  if metrics.get(f"{role}/num_nonfinite_skipped", 0) > 0}
-        if not stages:
-            self.nonfinite_streak = 0
-            return
-        self.nonfinite_streak += 1
-        limit = self.config.trainer.max_nonfinite_steps
-        what = ", ".join(f"{stage} skipped {n} optimiser step{'s' * (n > 1)}" for stage, n in stages.items())
-        if self.nonfinite_streak > limit:
-            self.tracker.log(metrics, self.global_step)
-            first, streak = self.global_step - self.nonfinite_streak + 1, self.nonfinite_streak
-            span = f"step {first}" if streak == 1 else f"steps {first}-{self.global_step}"
-            lrs = " or ".join(LR_KEYS[stage] for stage in stages)
-            raise VerlError(
-                f"step {self.global_step}: {what} because the loss or gradient norm was NaN or inf, {streak} "
-                f"step{'s' * (streak > 1)} in a row ({span}; trainer.max_nonfinite_steps={limit}), so training "
-                f"stopped (a skipped update leaves the weights as they were). Fix: lower the learning rate "
-                f"({lrs}) or the rewards' scale, check the reward function for NaN/inf scores, or raise "
-                f"trainer.max_nonfinite_steps")
-        if self.is_main:
-            logger.warning("step %d: %s because the loss or gradient norm was NaN or inf (a skipped update leaves "
-                           "the weights as they were); %d step(s) in a row, more than trainer.max_nonfinite_steps=%d "
-                           "stop the run",
-                           self.global_step, what, self.nonfinite_streak, limit)
+        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did (see verl.trainer.nonfinite)."""
+        self.nonfinite.observe(self.global_step, metrics, lambda m: self.tracker.log(m, self.global_step))
 
     def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
