@@ -91,3 +91,19 @@ def test_two_ranks_each_with_an_engine_train_like_one_process(setup, one_process
         for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):
             if key in one[step]:
                 assert two[step][key] == pytest.approx(one[step][key], rel=1e-4, abs=1e-5), (step, key)
+
+
+def test_lora_adapters_reach_the_vllm_engine_as_merged_weights(setup):
+    # verl's LoRA keys with vLLM: the engine gets base + B A after every update, so its log-probs stay
+    # the actor's (an engine left on the base weights would drift from step 2 on).
+    pytest.importorskip("peft")
+    root, model = setup
+    out = root / "lora"
+    metrics = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
+                    "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                    "actor_rollout_ref.actor.optim.lr=5e-2", f"trainer.test_freq={STEPS + 1}"], out)
+    steps = [metrics[s] for s in range(1, STEPS + 1)]
+    assert all(m["actor/grad_norm"] > 0 for m in steps), "the adapters train"
+    for m in steps:
+        assert m["actor/rollout_log_prob_diff"] < 1e-4, m["actor/rollout_log_prob_diff"]
+    assert (out / "huggingface" / "lora_adapter").is_dir()
