@@ -219,3 +219,13 @@ def test_an_sft_run_whose_updates_keep_failing_stops_with_the_offline_lr_key(tmp
     with pytest.raises(VerlError, match=r"update skipped 1 optimiser step because the loss or gradient norm was NaN "
                                         r"or inf, 1 step in a row .*lower the learning rate \(optim.lr\)"):
         trainer.fit()
+
+
+def test_a_learning_rate_that_overflows_adamw_is_one_error_naming_the_key():
+    from verl.workers.optim import clip_and_step
+
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e39)
+    model(torch.ones(2, 3)).sum().backward()
+    with pytest.raises(VerlError, match=r"overflowed with learning rate 1e\+39 .*set optim.lr"):
+        clip_and_step(model, optimizer, 1.0)

@@ -11,6 +11,7 @@ import math
 import torch
 
 from verl.distributed.fsdp import parallelize_optimizer
+from verl.errors import VerlError
 
 
 def build_optimizer(params, optim_cfg) -> torch.optim.Optimizer:
@@ -55,6 +56,15 @@ def clip_and_step(model, optimizer, grad_clip: float) -> float:
     """
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     if torch.isfinite(grad_norm):
-        optimizer.step()
+        try:
+            optimizer.step()
+        except RuntimeError as e:
+            if "overflow" not in str(e):
+                raise
+            # AdamW multiplies in float32: a learning rate near 3.4e38 overflows before any guard sees it.
+            lr = optimizer.param_groups[0]["lr"]
+            raise VerlError(f"the optimiser step overflowed with learning rate {lr:g} ({e}); that is far beyond any "
+                            f"usable value: set optim.lr (actor_rollout_ref.actor.optim.lr, critic.optim.lr) to "
+                            f"something like 1e-6 for real models or 1e-3 for the built-in tiny one") from None
     optimizer.zero_grad(set_to_none=True)
     return float(grad_norm)
