@@ -31,6 +31,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from verl.utils.hub import offline_flag
+
 GiB = 1024 ** 3
 REPO = Path(__file__).resolve().parents[1]  # the checkout (or site-packages) holding verl/
 STATUSES = ("OK", "INFO", "WARN", "FAIL")
@@ -229,12 +231,6 @@ def read_memory() -> tuple[int | None, int | None]:
         return kib.get("MemAvailable", kib.get("MemFree")), kib.get("MemTotal")
     memory = psutil.virtual_memory()
     return memory.available, memory.total
-
-
-def offline_flag(env: Mapping[str, str]) -> str | None:
-    """The variable that puts the Hugging Face libraries in offline mode, or None."""
-    return next((key for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-                 if env.get(key, "").upper() in ("1", "ON", "YES", "TRUE")), None)
 
 
 def head(url: str, timeout: float) -> None:

@@ -315,6 +315,13 @@ _INPUT_HINTS = {
 }
 
 
+def estimator_inputs(name: str) -> frozenset[str]:
+    """The inputs estimator ``name`` reads, from its signature (empty for an unknown name): e.g. an
+    estimator reading ``old_log_probs`` needs the old-log-prob pass before the advantages."""
+    fn = ADV_ESTIMATORS.get(name)
+    return frozenset(inspect.signature(fn).parameters) if fn is not None else frozenset()
+
+
 def compute_advantage(
     name: str,
     *,

@@ -268,12 +268,16 @@ def resolve(cfg: TrainerConfig, dp: int) -> None:
         logger.warning("algorithm.rollout_correction.loss_type=%s has no effect without bypass_mode=true (as in "
                        "verl): the policy loss is actor_rollout_ref.actor.policy_loss.loss_mode's",
                        correction.loss_type)
-    # The optimal token baseline reads sum_v pi^2 from the old-log-prob pass, which bypass mode skips.
-    if cfg.algorithm.adv_estimator == "optimal_token_baseline":
+    # An estimator reading sum_v pi^2 (the optimal token baseline) takes it from the old-log-prob pass,
+    # which bypass mode skips.
+    from verl.algorithms.advantages import estimator_inputs  # config imports no torch at module level
+
+    estimator = cfg.algorithm.adv_estimator
+    if "sum_pi_squared" in estimator_inputs(estimator):
         if correction.bypass_mode:
-            raise ConfigError("algorithm.adv_estimator=optimal_token_baseline reads the old policy's log-probs and "
-                              "sum_pi_squared from the old-log-prob pass, which algorithm.rollout_correction."
-                              "bypass_mode=true skips: turn bypass_mode off, or choose another estimator")
+            raise ConfigError(f"algorithm.adv_estimator={estimator} reads the old policy's log-probs and "
+                              f"sum_pi_squared from the old-log-prob pass, which algorithm.rollout_correction."
+                              f"bypass_mode=true skips: turn bypass_mode off, or choose another estimator")
         cfg.set("actor_rollout_ref.actor.calculate_sum_pi_squared", True)
     # In bypass mode token-level weights are pi_theta / pi_rollout, computed in the bypass loss: they stay here.
     if correction.rollout_is == "token" and not correction.bypass_mode:

@@ -235,10 +235,10 @@ def resolved(tree: DictConfig) -> dict:
 
 
 def _raw_text(tree: DictConfig, key: str) -> str:
+    """The ``${...}`` text stored at ``key``, unresolved."""
+    parent, _, leaf = key.rpartition(".")
     try:
-        node = tree._get_node(key) if "." not in key else OmegaConf.select(tree, key.rsplit(".", 1)[0])._get_node(
-            key.rsplit(".", 1)[1])
-        return str(node._value())
+        return str((OmegaConf.select(tree, parent) if parent else tree)._get_node(leaf)._value())
     except Exception:  # the best we can do is the key alone
         return "?"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from verl.errors import DeviceError, ModelLoadError
+from verl.utils.hub import offline_flag
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +103,6 @@ def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelL
         f"are tried.")
 
 
-def _offline() -> bool:
-    return any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")
-               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
 @functools.lru_cache(maxsize=4)
 def hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
     """Whether a TCP connection to the hub's host opens within ``timeout_s`` (asked once per process)."""
@@ -123,7 +119,7 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
     """Extra ``from_pretrained`` arguments for a hub id: none when the hub is reachable (or offline mode
     is set, which transformers honours itself); ``local_files_only`` when it is not and the id is in the
     local cache; and when it is in neither, a ModelLoadError at once, instead of a minute of retries."""
-    if _looks_like_path(name) or Path(name).expanduser().is_dir() or _offline():
+    if _looks_like_path(name) or Path(name).expanduser().is_dir() or offline_flag() is not None:
         return {}
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     if hub_reachable(endpoint):

@@ -12,10 +12,10 @@ import time
 from collections import defaultdict
 
 from verl.algorithms import make_kl_controller
+from verl.algorithms.advantages import estimator_inputs
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
 from verl.distributed.process_group import barrier, is_main_process
 from verl.distributed.watchdog import Watchdog
-from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
@@ -140,11 +140,11 @@ class RLTrainer:
         the weights that sampled are the ones the loss differentiates, and the old log-probs are the
         current ones (the update takes them, detached, from its own forward: one pass over the batch
         fewer, as TRL does). Not when anything reads the old log-probs before the update (KL in the
-        reward, the optimal token baseline)."""
+        reward, an estimator that takes them, such as the optimal token baseline)."""
         actor = self.config.actor_rollout_ref.actor
         algo = self.config.algorithm
         return (actor.ppo_epochs == 1 and rows <= self.samples_per_mini_batch("actor")
-                and not algo.use_kl_in_reward and algo.adv_estimator != "optimal_token_baseline")
+                and not algo.use_kl_in_reward and "old_log_probs" not in estimator_inputs(algo.adv_estimator))
 
     def bypass_old_log_prob(self) -> bool:
         """verl's ``algorithm.rollout_correction.bypass_mode``: no old-log-prob pass at all, whatever the
