@@ -144,15 +144,14 @@ def rollout_is_weights(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tenso
         raise ValueError(f"the importance-ratio cap must be > 0, got {threshold}")
     valid = _as_bool(response_mask)
     rows = valid.any(dim=-1)
-    log_ratio = old_log_prob - rollout_log_prob
-    if level == "token":
-        raw = torch.exp(torch.clamp(log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
-        above = masked_mean((raw > threshold).float(), valid)
+    if level == "token":  # the per-micro-batch TIS weights, over the whole batch
+        weights, tis = truncated_is_weights(old_log_prob, rollout_log_prob, response_mask, threshold)
+        above = tis["actor/rollout_is_clipfrac"]
     else:
-        seq_log_ratio = masked_sum(log_ratio, valid, dim=-1)
-        raw = torch.exp(torch.clamp(seq_log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))[:, None].expand_as(log_ratio)
+        seq_log_ratio = masked_sum(old_log_prob - rollout_log_prob, valid, dim=-1)
+        raw = torch.exp(torch.clamp(seq_log_ratio, -_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))[:, None].expand_as(valid)
         above = (seq_log_ratio > math.log(threshold)).float().mean()
-    weights = torch.where(valid, torch.clamp(raw, max=threshold), torch.zeros_like(raw))
+        weights = torch.where(valid, torch.clamp(raw, max=threshold), torch.zeros_like(raw))
     metrics = {"rollout_corr/rollout_is_mean": masked_mean(weights, valid),
                "rollout_corr/rollout_is_ratio_fraction_high": above,
                "rollout_corr/rollout_is_max": weights.masked_fill(~valid, float("-inf")).max(),
