@@ -52,7 +52,7 @@ DEFAULT_TRL_VENV = Path("/tmp/verl-bench-trl")
 PROMPTS_PER_STEP = 4
 SAMPLES_PER_PROMPT = 8
 MAX_NEW_TOKENS = 32
-MAX_PROMPT_TOKENS = 16  # the addition prompts are 5-6 tokens
+MAX_PROMPT_TOKENS = 16  # the addition prompts are 13 tokens with the chat template ("Q: 37+48=\nA: ")
 
 
 # ----------------------------------------------------------------------------- arithmetic

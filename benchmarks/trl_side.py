@@ -77,10 +77,10 @@ spec = importlib.util.spec_from_file_location("verl_builtin_addition", cfg["addi
 task = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(task)
 rows = task.make_rows("train")
-# verl renders the chat prompt with the model's template, which is the message text itself
-# ("37+48="); TRL gets that text as a plain prompt, so both feed the same token ids.
+# Both sides get the chat messages and render them with the model's template (add_generation_prompt:
+# "Q: 37+48=\nA: "), so both feed the same token ids.
 dataset = Dataset.from_dict({
-    "prompt": [r["prompt"][0]["content"] for r in rows],
+    "prompt": [r["prompt"] for r in rows],
     "ground_truth": [r["reward_model"]["ground_truth"] for r in rows],
     "data_source": [r["data_source"] for r in rows],
 })
@@ -90,7 +90,8 @@ completions_seen = []
 
 def addition_reward(prompts, completions, ground_truth, data_source, **kwargs):
     completions_seen.append(len(completions))
-    return [task.compute_score(src, c, gt) for src, c, gt in zip(data_source, completions, ground_truth)]
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]  # chat prompts: message lists
+    return [task.compute_score(src, t, gt) for src, t, gt in zip(data_source, texts, ground_truth)]
 
 
 class CountSteps(TrainerCallback):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with verl installed (editable).
 #   bash scripts/setup.sh           # .venv: verl + runtime dependencies
-#   bash scripts/setup.sh --test    # .venv: ... + test tools (pytest, peft for the LoRA tests, ...), and
+#   bash scripts/setup.sh --test    # .venv: ... + test tools (pytest, peft for the LoRA tests, ray, ...), and
 #                                   # .venv-vllm (below) for the vLLM tests
 #   bash scripts/setup.sh --vllm    # .venv-vllm: verl + test tools + vLLM (the CPU build without a GPU)
 # Torch: on a machine without an NVIDIA GPU this installs the CPU build, never a multi-GB CUDA

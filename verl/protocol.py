@@ -56,6 +56,8 @@ FIELDS: dict[str, str] = {
     "advantages": "[B, T_resp] float: advantage estimates, zero on padding",
     "returns": "[B, T_resp] float: value targets for the critic",
     "reward_baselines": "[B] float: score of the greedy response to the same prompt (ReMax's baseline)",
+    "sample_id": "[B] long: the row's position in its step's batch; set when Ray workers keep a column (e.g. "
+                 "ref_log_prob) for a later call instead of returning it, which finds its rows by it",
     # non-tensors (numpy object arrays of length B)
     "uid": "[B] str: group id; all samples drawn from the same prompt share it",
     "data_source": "[B] str: dataset / task name; picks the default reward scorer",

@@ -2,9 +2,11 @@
 
 The runs are the built-in demo (its preset, its cached SFT warm start: seed 1 and default
 ``sft_warmstart`` settings, shared with test_demo.py) with the estimator swapped, for 30 RL
-steps. Measured on seed 1 (greedy reward, 799 held-out prompts), step 0 -> step 30:
-GRPO 0.534 -> 0.844, RLOO 0.534 -> 0.844, REINFORCE++ 0.534 -> 0.841; on seed 2 each rose by
-0.25. The assertion asks for half the smallest measured gain.
+steps. Measured on seed 1 (greedy reward, 799 held-out prompts), step 0 -> step 30, before the tiny
+chat template had its ``Q: ``/``A: `` markers: GRPO 0.534 -> 0.844, RLOO 0.534 -> 0.844, REINFORCE++
+0.534 -> 0.841; on seed 2 each rose by 0.25. With the markers the warm start ends higher (0.703 on
+seed 1) and GRPO reaches 0.917 after 3 steps. The assertion asks for half the smallest gain
+measured before.
 """
 
 import json

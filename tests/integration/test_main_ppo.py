@@ -166,3 +166,14 @@ def test_with_validation_off_the_validation_files_are_not_read(tiny_model_dir, t
                                                                   "trainer.test_freq=-1"]) == 0
     assert any("validation is off" in r.getMessage() for r in caplog.records)
     assert not any(k.startswith("val-") for r in _metrics(tmp_path / "out") for k in r)
+
+
+def test_zero_training_steps_validates_and_stops(tiny_model_dir, tmp_path):
+    """verl's trainer.val_only, spelled as its refusal advises: total_training_steps=0 validates the
+    model once and trains nothing (0 is not read as "unset")."""
+    assert main(_common(tiny_model_dir, tmp_path, steps=0)) == 0
+    rows = _metrics(tmp_path / "out")
+    assert [r["step"] for r in rows] == [0] and "val-core/echo/reward/mean@1" in rows[0]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface")
+    original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert all(torch.equal(a, b) for a, b in zip(exported.state_dict().values(), original.state_dict().values()))

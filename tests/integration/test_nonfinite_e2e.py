@@ -54,13 +54,28 @@ def test_a_diverging_learning_rate_stops_the_run_after_max_nonfinite_steps(tiny_
     assert not (tmp_path / "out" / "huggingface").exists()
 
 
-def test_weights_that_diverged_to_nan_are_not_saved(tiny_model_dir, tmp_path, capsys):
-    # The same run saving every step: the first step's one applied update left NaN/inf weights.
-    assert _run(tiny_model_dir, tmp_path, PARITY_REWARD, "actor_rollout_ref.actor.optim.lr=1e30",
-                "trainer.save_freq=1") == 2
+def _model_with_a_nan_weight(tiny_model_dir, target):
+    """The tiny model with NaN in one embedding row: weights an update cannot repair (a skipped update
+    leaves them, an applied one keeps NaN), as a diverged update would leave them. (A learning rate
+    alone rarely gets there any more: the first absurd step makes every later loss NaN, and those
+    updates are skipped.)"""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny_model_dir, target)
+    state = load_file(target / "model.safetensors")
+    state["model.embed_tokens.weight"][200] = float("nan")
+    save_file(state, target / "model.safetensors", metadata={"format": "pt"})
+    return target
+
+
+def test_non_finite_weights_are_never_saved(tiny_model_dir, tmp_path, capsys):
+    model = _model_with_a_nan_weight(tiny_model_dir, tmp_path / "nan-model")
+    assert _run(model, tmp_path, PARITY_REWARD, "trainer.save_freq=1") == 2
     (error,) = _error_lines(capsys.readouterr().err)
     assert error.startswith("error: refusing to save the actor weights: ")
-    assert "hold NaN or inf (first: model.embed_tokens.weight), so an update diverged" in error
+    assert "hold NaN or inf (first: model.embed_tokens.weight): an update diverged" in error
     assert [r["step"] for r in _rows(tmp_path)] == [1]
     assert not list((tmp_path / "out").glob("global_step_*")) and not list((tmp_path / "out").glob(".tmp-*"))
 
@@ -134,7 +149,9 @@ def test_under_fsdp_a_nan_on_one_ranks_shard_is_skipped_on_every_rank(tmp_path):
     (-1, "update_actor skipped 2 optimiser steps because the loss or gradient norm was NaN or inf, 2 steps in a row"),
     (1, "refusing to save the actor weights: ")], ids=["skipped updates", "non-finite weights"])
 def test_under_torchrun_every_rank_stops_alike(tiny_model_dir, tmp_path, save_freq, expected):
-    args = [*echo_launch(tiny_model_dir, tmp_path, PARITY_REWARD, steps=4, lr="1e30"), "algorithm.adv_estimator=grpo",
+    model = tiny_model_dir if save_freq < 0 else _model_with_a_nan_weight(tiny_model_dir, tmp_path / "nan-model")
+    lr = "1e30" if save_freq < 0 else "1e-3"
+    args = [*echo_launch(model, tmp_path, PARITY_REWARD, steps=4, lr=lr), "algorithm.adv_estimator=grpo",
             "trainer.max_nonfinite_steps=1", f"trainer.save_freq={save_freq}"]
     done = run_torchrun_module("verl.trainer.main_ppo", args, timeout=300)
     errors = _error_lines(done.stderr)

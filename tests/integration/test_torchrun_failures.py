@@ -11,10 +11,15 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO
-from test_torchrun_rl import _args, data_dir  # noqa: F401 (data_dir is a fixture)
+from rl_compare import make_data_dir, run_args
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 4
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("torchrun-failure-data"))
 
 
 def _rank_pid(launcher: int, rank: int) -> int | None:
@@ -31,9 +36,9 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
 
 
 @pytest.mark.parametrize("how", ["kill", "stop"])
-def test_a_lost_rank_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path, how):  # noqa: F811
+def test_a_lost_rank_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path, how):
     out = tmp_path / "out"
-    args = _args(tiny_model_dir, data_dir, out, "trainer.total_training_steps=100000", "trainer.test_freq=-1",
+    args = run_args(tiny_model_dir, data_dir, out, "trainer.total_training_steps=100000", "trainer.test_freq=-1",
                  "trainer.val_before_train=false", f"trainer.dist_timeout_s={TIMEOUT_S}")
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                             "-m", "verl.trainer.main_ppo", *args], cwd=REPO, stdout=subprocess.PIPE,

@@ -75,7 +75,7 @@ def test_a_subclass_of_rldataset_changes_the_prompt_and_the_items(tmp_path, toke
     assert type(ds).__name__ == "HintedDataset" and isinstance(ds, RLDataset) and len(ds) == 4
     item = ds[2]
     assert item["raw_prompt"] == "Hint: 2+1="
-    assert tokenizer.decode(item["input_ids"]) == "Hint: 2+1="
+    assert tokenizer.decode(item["input_ids"]) == "Q: Hint: 2+1=\nA: "  # rendered by the chat template
     assert item["ground_truth"] == "3" and item["data_source"] == "arith" and item["index"] == 2
     assert item["extra_info"] == {"i": 2, "hinted": True}
     batch = collate_prompts([ds[0], ds[1]], tokenizer.pad_token_id)
@@ -83,11 +83,11 @@ def test_a_subclass_of_rldataset_changes_the_prompt_and_the_items(tmp_path, toke
 
 
 def test_the_data_section_sets_the_subclass_limits(tmp_path, tokenizer, data_file):
-    cfg = data_config(tmp_path, HINTED, "HintedDataset", "data.max_prompt_length=8", "data.truncation=left")
+    cfg = data_config(tmp_path, HINTED, "HintedDataset", "data.max_prompt_length=12", "data.truncation=left")
     ds = create_rl_dataset(str(data_file), tokenizer, cfg)
-    assert tokenizer.decode(ds[0]["input_ids"]) == "nt: 0+1="  # "Hint: 0+1=" cut to 8 from the left
+    assert tokenizer.decode(ds[0]["input_ids"]) == "nt: 0+1=\nA: "  # "Q: Hint: 0+1=\nA: " cut to 12 from the left
     cfg = data_config(tmp_path, HINTED, "HintedDataset", "data.max_prompt_length=4")
-    with pytest.raises(ConfigError, match=r"HintedDataset.*data\.val_files.*row 0 is 10 tokens long"):
+    with pytest.raises(ConfigError, match=r"HintedDataset.*data\.val_files.*row 0 is 17 tokens long"):
         create_rl_dataset(str(data_file), tokenizer, cfg, config_key="data.val_files")
 
 
@@ -98,10 +98,11 @@ def test_a_verl_style_constructor_gets_verls_arguments(tmp_path, tokenizer, data
 
 
 def test_rldataset_reads_its_settings_from_a_config_and_keywords_win(tokenizer, data_file):
-    config = {"prompt_key": "question", "max_prompt_length": 3, "truncation": "right"}
+    config = {"prompt_key": "question", "max_prompt_length": 7, "truncation": "right"}
     ds = RLDataset(data_files=data_file, tokenizer=tokenizer, processor=None, config=config)
-    assert tokenizer.decode(ds[0]["input_ids"]) == "0+1"
-    assert tokenizer.decode(RLDataset(data_file, tokenizer, config, max_prompt_length=8)[0]["input_ids"]) == "0+1="
+    assert tokenizer.decode(ds[0]["input_ids"]) == "Q: 0+1="  # "Q: 0+1=\nA: " cut to 7
+    assert tokenizer.decode(RLDataset(data_file, tokenizer, config, max_prompt_length=16)[0]["input_ids"]) == \
+        "Q: 0+1=\nA: "
     assert len(RLDataset(data_file, tokenizer, config, max_samples=2)) == 2
 
 

@@ -25,7 +25,7 @@ def test_chat_template_is_applied_with_generation_prompt(tmp_path, tokenizer):
     item = RLDataset(path, tokenizer)[0]
     expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert item["input_ids"] == tokenizer(expected, add_special_tokens=False)["input_ids"]
-    assert tokenizer.decode(item["input_ids"]) == "S:2+3="
+    assert tokenizer.decode(item["input_ids"]) == "S:\nQ: 2+3=\nA: "  # the built-in template's turns
     assert item["raw_prompt"] == messages
     assert item["ground_truth"] == "5" and item["data_source"] == "arith" and item["index"] == 0
 
@@ -74,24 +74,25 @@ def test_message_list_without_chat_template_says_how_to_fix(tmp_path):
     assert tok.decode(item["input_ids"]) == "1+1="
 
 
+# The template adds 7 tokens to a user message ("Q: " ... "\nA: "): "abc" is 10 tokens, "abcdefgh" 15.
 def test_overlong_prompt_error_names_row_length_limit_and_fixes(tmp_path, tokenizer):
     path = write_jsonl([row("abc"), row("abcdefgh")], tmp_path / "d.jsonl")
-    with pytest.raises(DataError, match=r"row 1 is 8 tokens.*max_prompt_length=5.*filter_overlong_prompts"
+    with pytest.raises(DataError, match=r"row 1 is 15 tokens.*max_prompt_length=12.*filter_overlong_prompts"
                                         r".*truncation"):
-        RLDataset(path, tokenizer, max_prompt_length=5)
+        RLDataset(path, tokenizer, max_prompt_length=12)
 
 
-@pytest.mark.parametrize("mode, expected", [("left", "defgh"), ("right", "abcde")])
+@pytest.mark.parametrize("mode, expected", [("left", "abcdefgh\nA: "), ("right", "Q: abcdefgh\n")])
 def test_truncation_cuts_the_named_side(tmp_path, tokenizer, mode, expected):
     path = write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl")
-    ds = RLDataset(path, tokenizer, max_prompt_length=5, truncation=mode)
+    ds = RLDataset(path, tokenizer, max_prompt_length=12, truncation=mode)
     assert tokenizer.decode(ds[0]["input_ids"]) == expected
 
 
 def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, caplog):
     path = write_jsonl([row("abc"), row("abcdefgh"), row("xy"), row("123456")], tmp_path / "d.jsonl")
     with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
-        ds = RLDataset(path, tokenizer, max_prompt_length=5, filter_overlong_prompts=True)
+        ds = RLDataset(path, tokenizer, max_prompt_length=12, filter_overlong_prompts=True)
     assert ds.num_filtered == 2 and len(ds) == 2
     assert [ds[i]["index"] for i in range(2)] == [0, 2]
     assert "2 of 4" in caplog.text
@@ -99,7 +100,7 @@ def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, c
 
 def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):
     path = write_jsonl([row("abc", answer="1"), row("x", answer="2")], tmp_path / "d.jsonl")
-    ds = RLDataset(path, tokenizer)
+    ds = RLDataset(path, tokenizer, apply_chat_template=False)  # plain text: "abc" is 3 tokens, "x" 1
     b = collate_prompts([ds[0], ds[1]], pad_token_id=tokenizer.pad_token_id)
     pad = tokenizer.pad_token_id
     x_id = ds[1]["input_ids"][0]

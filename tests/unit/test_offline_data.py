@@ -1,8 +1,9 @@
 """Offline datasets, token by token: loss masks of prompt/response rows and of chat conversations
 (assistant turns only), truncation, column errors, collation and the resumable loader.
 
-The tokenizer has one token per character and the chat template concatenates the contents,
-ending each assistant turn with ``</s>``, so every expectation can be written as characters.
+The tokenizer has one token per character and the chat template writes a user turn as
+``Q: <content>\n``, an assistant turn as ``A: <content></s>`` and a system turn as ``<content>\n``
+(the generation prompt is ``A: ``), so every expectation can be written as characters.
 """
 
 import pytest
@@ -28,15 +29,15 @@ def encoder(**kwargs):
 
 def test_prompt_response_row_masks_exactly_the_response_and_its_eos():
     ids, mask = encoder().example([{"role": "user", "content": "12+34="}], "46", "row 0")
-    assert chars(ids) == list("12+34=46") + [EOS]
-    assert mask == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert chars(ids) == list("Q: 12+34=\nA: 46") + [EOS]
+    assert mask == [0] * 13 + [1, 1, 1]
 
 
 def test_text_prompt_is_wrapped_as_a_user_turn_and_without_template_eos_is_appended():
     templated = encoder().example("7+1=", "8", "row 0")
     plain = encoder(apply_chat_template=False).example("7+1=", "8", "row 0")
-    assert chars(templated[0]) == chars(plain[0]) == list("7+1=8") + [EOS]
-    assert templated[1] == plain[1] == [0, 0, 0, 0, 1, 1]
+    assert chars(templated[0]) == list("Q: 7+1=\nA: 8") + [EOS] and templated[1] == [0] * 11 + [1, 1]
+    assert chars(plain[0]) == list("7+1=8") + [EOS] and plain[1] == [0, 0, 0, 0, 1, 1]
 
 
 def test_messages_without_a_chat_template_need_apply_chat_template_false():
@@ -53,15 +54,15 @@ def test_conversation_loss_mask_covers_assistant_turns_only():
                 {"role": "assistant", "content": "2"}, {"role": "user", "content": "2+2="},
                 {"role": "assistant", "content": "4"}]
     ids, mask = encoder().conversation(messages, "row 0")
-    assert chars(ids) == ["S", *"1+1=", "2", EOS, *"2+2=", "4", EOS]
-    assert mask == [0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]
+    assert chars(ids) == [*"S\nQ: 1+1=\nA: ", "2", EOS, *"Q: 2+2=\nA: ", "4", EOS]
+    assert mask == [0] * 13 + [1, 1] + [0] * 11 + [1, 1]
 
 
 def test_conversation_ending_with_a_user_turn_masks_nothing_after_the_last_assistant_turn():
     messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                 {"role": "user", "content": "c"}]
     ids, mask = encoder().conversation(messages, "row 0")
-    assert chars(ids) == ["a", "b", EOS, "c"] and mask == [0, 1, 1, 0]
+    assert chars(ids) == [*"Q: a\nA: ", "b", EOS, *"Q: c\n"] and mask == [0] * 8 + [1, 1] + [0] * 5
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused_with_the_alternative():
@@ -74,13 +75,13 @@ def test_a_template_that_rewrites_earlier_turns_is_refused_with_the_alternative(
 
 
 def test_truncation_error_left_and_right_token_by_token():
-    row = ([{"role": "user", "content": "123+456="}], "579")  # 8 prompt + 4 response tokens = 12
-    with pytest.raises(DataError, match=r"row 5 .* 12 tokens long, over data.max_length=6.*data.truncation=left"):
+    row = ([{"role": "user", "content": "123+456="}], "579")  # "Q: 123+456=\nA: " 15 + "579</s>" 4 = 19
+    with pytest.raises(DataError, match=r"row 5 .* 19 tokens long, over data.max_length=6.*data.truncation=left"):
         encoder(max_length=6).example(*row, "row 5 of data.train_files")
     ids, mask = encoder(max_length=6, truncation="left").example(*row, "row 0")
-    assert chars(ids) == ["6", "=", "5", "7", "9", EOS] and mask == [0, 0, 1, 1, 1, 1]
-    ids, mask = encoder(max_length=10, truncation="right").example(*row, "row 0")
-    assert chars(ids) == list("123+456=57") and mask == [0] * 8 + [1, 1]
+    assert chars(ids) == [":", " ", "5", "7", "9", EOS] and mask == [0, 0, 1, 1, 1, 1]
+    ids, mask = encoder(max_length=17, truncation="right").example(*row, "row 0")
+    assert chars(ids) == list("Q: 123+456=\nA: 57") and mask == [0] * 15 + [1, 1]
 
 
 def test_sft_dataset_missing_columns_names_the_columns_found_and_the_keys():
@@ -98,7 +99,7 @@ def test_sft_dataset_points_at_messages_key_when_rows_hold_conversations():
     with pytest.raises(DataError, match="data.messages_key=messages"):
         SFTDataset(rows, encoder())
     item = SFTDataset(rows, encoder(), messages_key="messages")[0]
-    assert chars(item["input_ids"]) == ["a", "b", EOS] and item["loss_mask"] == [0, 1, 1]
+    assert chars(item["input_ids"]) == [*"Q: a\nA: ", "b", EOS] and item["loss_mask"] == [0] * 8 + [1, 1]
 
 
 def test_preference_and_kto_datasets_check_their_columns_and_labels():
@@ -114,21 +115,21 @@ def test_preference_and_kto_datasets_check_their_columns_and_labels():
 def test_collate_sft_left_pads_ids_masks_and_positions():
     ds = SFTDataset([{"prompt": "1+1=", "response": "2"}, {"prompt": "10+10=", "response": "20"}], encoder())
     b = collate_sft([ds[0], ds[1]], TOK.pad_token_id)
-    # row 0: 6 tokens ("1+1=2</s>") padded to row 1's 9 ("10+10=20</s>")
-    assert b["input_ids"].shape == (2, 9)
-    assert b["attention_mask"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1, 1]
-    assert b["position_ids"][0].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5]
-    assert b["loss_mask"][0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1, 1]
-    assert b["loss_mask"][1].tolist() == [0, 0, 0, 0, 0, 0, 1, 1, 1]
+    # row 0: 13 tokens ("Q: 1+1=\nA: 2</s>") padded to row 1's 16 ("Q: 10+10=\nA: 20</s>")
+    assert b["input_ids"].shape == (2, 16)
+    assert b["attention_mask"][0].tolist() == [0, 0, 0] + [1] * 13
+    assert b["position_ids"][0].tolist() == [0, 0, 0, *range(13)]
+    assert b["loss_mask"][0].tolist() == [0] * 14 + [1, 1]
+    assert b["loss_mask"][1].tolist() == [0] * 13 + [1, 1, 1]
 
 
 def test_collate_pairs_gives_both_halves_one_width():
     ds = PreferenceDataset([{"prompt": "1+1=", "chosen": "2", "rejected": "11"}], encoder())
     b = collate_pairs([ds[0]], TOK.pad_token_id)
-    assert b["chosen_input_ids"].shape == b["rejected_input_ids"].shape == (1, 7)
-    assert chars(b["chosen_input_ids"][0][1:].tolist()) == list("1+1=2") + [EOS]
-    assert b["chosen_loss_mask"][0].tolist() == [0, 0, 0, 0, 0, 1, 1]
-    assert b["rejected_loss_mask"][0].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    assert b["chosen_input_ids"].shape == b["rejected_input_ids"].shape == (1, 14)
+    assert chars(b["chosen_input_ids"][0][1:].tolist()) == list("Q: 1+1=\nA: 2") + [EOS]
+    assert b["chosen_loss_mask"][0].tolist() == [0] * 12 + [1, 1]
+    assert b["rejected_loss_mask"][0].tolist() == [0] * 11 + [1, 1, 1]
 
 
 def test_kto_mismatched_pairs_never_join_a_prompt_with_its_own_completions():
@@ -139,7 +140,7 @@ def test_kto_mismatched_pairs_never_join_a_prompt_with_its_own_completions():
     assert b["label"].tolist() == [True, False, True]
     kl = ["".join(c for c in chars(row.tolist()) if c != "<pad>") for row in b["kl_input_ids"]]
     # rows 0 and 1 share a prompt, so both borrow row 2's completion; row 2 borrows row 0's
-    assert kl == ["1+1=10" + EOS, "1+1=10" + EOS, "5+5=2" + EOS]
+    assert kl == ["Q: 1+1=\nA: 10" + EOS, "Q: 1+1=\nA: 10" + EOS, "Q: 5+5=\nA: 2" + EOS]
     assert b["kl_loss_mask"][2].tolist()[-2:] == [1, 1]
 
 

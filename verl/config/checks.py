@@ -170,7 +170,23 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
                           f"on the ratio for negative advantages); the default is 3.0")
+    loss = actor.policy_loss
+    if loss.loss_mode == "clip_cov" and loss.clip_cov_lb >= loss.clip_cov_ub:
+        raise ConfigError(f"{_ACTOR}.policy_loss.clip_cov_lb={loss.clip_cov_lb} must be below clip_cov_ub="
+                          f"{loss.clip_cov_ub}: clip_cov clips tokens whose covariance lies between the two, so "
+                          f"no token would be clipped (the defaults are 1.0 and 5.0)")
+    for role in ("actor", "ref"):
+        check_fsdp_size(f"actor_rollout_ref.{role}.fsdp_config.fsdp_size",
+                        getattr(cfg.actor_rollout_ref, role).fsdp_config.fsdp_size)
+    check_fsdp_size("critic.fsdp_config.fsdp_size", cfg.critic.fsdp_config.fsdp_size)
     _check_dapo(cfg)
+
+
+def check_fsdp_size(key: str, value: int) -> None:
+    """``fsdp_size`` is -1 (all ranks) or a number of ranks; the schema's range (>= -1) lets 0 through."""
+    if value == 0:
+        raise ConfigError(f"{key}=0 is not a number of ranks: use -1 (shard over all ranks) or a divisor of "
+                          f"the world size")
 
 
 def _warn_if_greedy_groups(cfg: TrainerConfig) -> None:

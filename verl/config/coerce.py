@@ -8,6 +8,7 @@ this check is Python values. Section-typed fields (ConfigNode subclasses) are ha
 from __future__ import annotations
 
 import copy
+import difflib
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
@@ -73,7 +74,9 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         if any(value == c and type(value) is type(c) for c in get_args(tp)):
             return value
         allowed = ", ".join(repr(c) for c in get_args(tp))
-        raise ConfigError(f"{key}={_short_repr(value)} is not allowed; choose one of {allowed}")
+        close = difflib.get_close_matches(str(value), [str(c) for c in get_args(tp)], n=1, cutoff=0.6)
+        hint = f"; did you mean {key}={close[0]}?" if close else ""
+        raise ConfigError(f"{key}={_short_repr(value)} is not allowed; choose one of {allowed}{hint}")
     if tp is list or origin is list:
         if not isinstance(value, (list, tuple)):
             raise mismatch(value, tp, key, example)
@@ -100,6 +103,8 @@ def _coerce_union(value, tp, key, example):
     if value is None and NoneType in members:
         return None
     choices = [m for m in members if m is not NoneType]
+    if len(choices) == 1 and get_origin(choices[0]) is Literal:  # `Literal[...] | None`: the choices' error
+        return coerce(value, choices[0], key, example=example)
     # A value that already has one of the member types keeps it (an int stays an int in
     # `int | float`); otherwise the first member that accepts it wins.
     for member in choices:

@@ -81,7 +81,8 @@ NO_SEQUENCE_PARALLEL = ("sequence parallelism is not implemented: every rank hol
 def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any], str], inert: bool = True,
                 warn_if: Callable[[Any], bool] | None = None, refuse_if: Callable[[Any], bool] | None = None,
                 when: str = "", instead: str = "", normalize: Callable[[Any], Any] | None = None,
-                keys: Iterable[str] = (), aliases: Iterable[str] = ()) -> Any:
+                keys: Iterable[str] = (), aliases: Iterable[str] = (), bounds: str | None = None,
+                choices: Iterable[str] | None = None) -> Any:
     """A leaf field for one of verl's keys that does not (fully) work here.
 
     `inert`: the key has no effect at all (the help text gets "No effect here: <why>.").
@@ -90,6 +91,7 @@ def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any],
     (`when` describes those values in the help text, `instead` says what to use).
     `normalize(value)`: applied before the checks, e.g. verl's -1 for "not set" -> None.
     `keys`: for a free-form mapping, the entries the checks read (named in messages).
+    `bounds` / `choices`: as for `option()`, checked after `normalize`.
     """
     rule = Rule(why, inert, warn_if, refuse_if, when, instead, normalize, tuple(keys))
     reason = why if isinstance(why, str) else ""
@@ -103,7 +105,7 @@ def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any],
         notes.append(text + (f"; {instead}." if instead else "."))
     elif warn_if is not None:
         notes.append(f"Setting it {when} logs a warning." if when else "A value that asks for it logs a warning.")
-    field = option(default, help=" ".join([help, *notes]), aliases=aliases)
+    field = option(default, help=" ".join([help, *notes]), aliases=aliases, bounds=bounds, choices=choices)
     field.metadata = types.MappingProxyType({**field.metadata, "verl_rule": rule})
     return field
 

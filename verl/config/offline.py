@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from verl.config.checks import check_fsdp_size
 from verl.config.errors import ConfigError
-from verl.config.node import ConfigNode, option, section
+from verl.config.node import ConfigNode, field_specs, option, section
 from verl.config.schema_actor import FSDPConfig, ModelConfig, OptimConfig
 
 Truncation = Literal["error", "left", "right"]
+SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)
 
 _FILES_HELP = ("a parquet/jsonl file or a list of them; null = rows built from the built-in addition "
                "task (data.builtin_task)")
@@ -43,14 +45,14 @@ class SFTDataConfig(ConfigNode):
     messages_key: str | None = option(None, help="Column holding whole chat conversations; when set, rows "
                                       "are conversations and the loss is on the assistant turns only "
                                       "(prompt_key/response_key are not used).")
-    train_batch_size: int = option(32, aliases=("batch_size",), help="Examples per optimiser step, over all ranks.")
-    micro_batch_size_per_gpu: int | None = option(None, help=_MICRO_HELP.format(unit="Examples"))
-    max_length: int = option(1024, help="Most tokens of prompt + response (see truncation).")
+    train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Examples per optimiser step, over all ranks.")
+    micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help=_MICRO_HELP.format(unit="Examples"))
+    max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + response (see truncation).")
     truncation: Truncation = option("error", help=_TRUNCATION_HELP)
     apply_chat_template: bool = option(True, help=_TEMPLATE_HELP)
     chat_template_kwargs: dict = option({}, help="Extra keyword arguments for the chat template.")
     shuffle: bool = option(True, help="Shuffle the training rows each epoch.")
-    seed: int = option(1, help="Seed of the shuffling.")
+    seed: int = option(1, bounds=SEED_RANGE, help="Seed of the shuffling.")
 
 
 @dataclass
@@ -64,14 +66,14 @@ class PreferenceDataConfig(ConfigNode):
     prompt_key: str = option("prompt", help="Column holding the prompt: chat messages or text.")
     chosen_key: str = option("chosen", help="Column holding the preferred response.")
     rejected_key: str = option("rejected", help="Column holding the dispreferred response.")
-    train_batch_size: int = option(32, aliases=("batch_size",), help="Pairs per optimiser step, over all ranks.")
-    micro_batch_size_per_gpu: int | None = option(None, help=_MICRO_HELP.format(unit="Pairs"))
-    max_length: int = option(1024, help="Most tokens of prompt + one response (see truncation).")
+    train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Pairs per optimiser step, over all ranks.")
+    micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help=_MICRO_HELP.format(unit="Pairs"))
+    max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + one response (see truncation).")
     truncation: Truncation = option("error", help=_TRUNCATION_HELP)
     apply_chat_template: bool = option(True, help=_TEMPLATE_HELP)
     chat_template_kwargs: dict = option({}, help="Extra keyword arguments for the chat template.")
     shuffle: bool = option(True, help="Shuffle the training pairs each epoch.")
-    seed: int = option(1, help="Seed of the shuffling.")
+    seed: int = option(1, bounds=SEED_RANGE, help="Seed of the shuffling.")
 
 
 @dataclass
@@ -85,16 +87,16 @@ class KTODataConfig(ConfigNode):
     prompt_key: str = option("prompt", help="Column holding the prompt: chat messages or text.")
     completion_key: str = option("completion", help="Column holding the response.")
     label_key: str = option("label", help="Column holding the label: true = desirable, false = undesirable.")
-    train_batch_size: int = option(32, aliases=("batch_size",), help="Examples per optimiser step, over all "
+    train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Examples per optimiser step, over all "
                                    "ranks; at least 2 (the KL reference point pairs each prompt with "
                                    "another row's completion).")
-    micro_batch_size_per_gpu: int | None = option(None, help=_MICRO_HELP.format(unit="Examples"))
-    max_length: int = option(1024, help="Most tokens of prompt + completion (see truncation).")
+    micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help=_MICRO_HELP.format(unit="Examples"))
+    max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + completion (see truncation).")
     truncation: Truncation = option("error", help=_TRUNCATION_HELP)
     apply_chat_template: bool = option(True, help=_TEMPLATE_HELP)
     chat_template_kwargs: dict = option({}, help="Extra keyword arguments for the chat template.")
     shuffle: bool = option(True, help="Shuffle the training examples each epoch.")
-    seed: int = option(1, help="Seed of the shuffling.")
+    seed: int = option(1, bounds=SEED_RANGE, help="Seed of the shuffling.")
 
 
 @dataclass
@@ -117,33 +119,34 @@ class RefModelConfig(ConfigNode):
 class OfflineOptimConfig(OptimConfig):
     """AdamW, learning-rate schedule and gradient clipping."""
 
-    lr: float = option(1e-5, help="Peak learning rate.")
-    clip_grad: float = option(1.0, help="Clip the global gradient norm to this value.")
+    lr: float = option(1e-5, bounds="> 0", help="Peak learning rate.")
+    clip_grad: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
 
 
 @dataclass
 class OfflineTrainerSectionConfig(ConfigNode):
     """Run length, logging, checkpoints."""
 
-    total_epochs: int = option(1, help="Passes over the training data.")
-    total_training_steps: int | None = option(None, aliases=("max_steps",), help="Stop after this many "
-                                              "optimiser steps; null = total_epochs x steps per epoch.")
+    total_epochs: int = option(1, bounds=">= 1", help="Passes over the training data.")
+    total_training_steps: int | None = option(None, bounds=">= 0", aliases=("max_steps",), help="Stop after this "
+                                              "many optimiser steps; null (or 0) = total_epochs x steps per epoch.")
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, "
                                      "wandb (metrics.jsonl is always written).")
     device: str = option("auto", help="cuda, cpu, or auto (cuda when available). Under torchrun each "
                          "rank uses the GPU of its LOCAL_RANK.")
-    dist_timeout_s: float = option(600.0, help="Multi-rank jobs: a rank that dies, stops responding or "
+    dist_timeout_s: float = option(600.0, bounds="> 0", help="Multi-rank jobs: a rank that dies, stops responding or "
                                    "fails ends the whole job within this many seconds, with one line "
                                    "naming the rank and the stage (see docs/distributed.md).")
     save_freq: int = option(-1, help="Save a checkpoint every this many steps and after the last one; "
-                            "-1 = no checkpoints.")
+                            "-1 (any value <= 0) = no checkpoints.")
     max_nonfinite_steps: int = option(3, bounds=">= 0", help="An update whose loss or gradient norm is NaN or "
                                       "inf is skipped (counted as train/num_nonfinite_skipped, with a warning); "
                                       "this many steps in a row with a skipped update stop the run with an error "
                                       "naming optim.lr (0 = stop at the first).")
-    test_freq: int = option(-1, help="Validate every this many steps and after the last one; -1 = only "
+    test_freq: int = option(-1, help="Validate every this many steps and after the last one; -1 (any value "
+                            "<= 0) = only "
                             "before and after training (see val_before_train).")
     val_before_train: bool = option(True, help="Validate before the first step and after the last, so "
                                     "every run reports a before/after pair.")
@@ -153,16 +156,17 @@ class OfflineTrainerSectionConfig(ConfigNode):
     resume_from_path: str | None = option(None, help="Checkpoint folder for resume_mode=resume_path.")
     default_local_dir: str = option("outputs/run", help="Folder for checkpoints, metrics.jsonl and the "
                                     "exported model (huggingface/).")
-    max_ckpt_to_keep: int | None = option(None, help="Keep only the newest this many checkpoints; null = all.")
+    max_ckpt_to_keep: int | None = option(None, bounds=">= 0", help="Keep only the newest this many checkpoints; "
+                                          "null (or 0) = all.")
     progress_bar: bool = option(True, help="Show a progress line.")
-    seed: int = option(1, help="Global seed (initialisation, dropout).")
+    seed: int = option(1, bounds=SEED_RANGE, help="Global seed (initialisation, dropout).")
 
 
 @dataclass
 class DPOAlgorithmConfig(ConfigNode):
     """The DPO objective."""
 
-    beta: float = option(0.1, help="Strength of the implicit KL constraint to the reference (DPO's beta; "
+    beta: float = option(0.1, bounds="> 0", help="Strength of the implicit KL constraint to the reference (DPO's beta; "
                          "IPO's tau; the inverse of SLiC's margin).")
     loss_type: Literal["sigmoid", "ipo", "hinge"] = option(
         "sigmoid", help="sigmoid (DPO, Rafailov et al. 2023), ipo (Azar et al. 2023) or hinge "
@@ -173,9 +177,9 @@ class DPOAlgorithmConfig(ConfigNode):
 class KTOAlgorithmConfig(ConfigNode):
     """The KTO objective (Ethayarajh et al. 2024)."""
 
-    beta: float = option(0.1, help="Steepness of the value function around the reference point.")
-    desirable_weight: float = option(1.0, help="Weight lambda_D of desirable examples' losses.")
-    undesirable_weight: float = option(1.0, help="Weight lambda_U of undesirable examples' losses; the "
+    beta: float = option(0.1, bounds="> 0", help="Steepness of the value function around the reference point.")
+    desirable_weight: float = option(1.0, bounds="> 0", help="Weight lambda_D of desirable examples' losses.")
+    undesirable_weight: float = option(1.0, bounds="> 0", help="Weight lambda_U of undesirable examples' losses; the "
                                        "paper suggests lambda_D * n_D / (lambda_U * n_U) in [1, 4/3].")
 
 
@@ -219,6 +223,9 @@ class _OfflineConfig(ConfigNode):
         `dp_size` is the number of data-parallel ranks (torchrun's world size; 1 in a plain process).
         """
         check_batch_sizes(self.data, dp_size, self._unit)
+        for key in ("model.fsdp_config.fsdp_size", "ref.fsdp_config.fsdp_size"):
+            if "ref" in field_specs(type(self)) or not key.startswith("ref."):
+                check_fsdp_size(key, self.get(key))
         if self.optim.clip_grad <= 0:
             raise ConfigError(f"optim.clip_grad={self.optim.clip_grad} must be > 0 (the usual value is 1.0)")
 

@@ -36,14 +36,14 @@ class DataConfig(Section):
     reward_fn_key: str = option("data_source", help="Dataset column that selects the reward function.")
     max_prompt_length: int = option(512, bounds=">= 1", help="Longest prompt in tokens (see truncation).")
     max_response_length: int = option(512, bounds=">= 1", help="Most tokens generated per response.")
-    seq_len: int | None = option(None, help="Optional cap on prompt + response tokens; null = "
+    seq_len: int | None = option(None, bounds=">= 1", help="Optional cap on prompt + response tokens; null = "
                                  "max_prompt_length + max_response_length.")
     train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Prompts per RL step; the "
                                    "step trains on this x rollout.n samples.")
-    val_batch_size: int | None = option(None, help="Prompts per validation batch; null = the whole "
+    val_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per validation batch; null = the whole "
                                         "validation set at once.")
     shuffle: bool = option(True, help="Shuffle the training prompts each epoch.")
-    seed: int | None = option(1, help="Seed of the prompt shuffling; null = trainer.seed.")
+    seed: int | None = option(1, bounds="[0, 4294967295]", help="Seed of the prompt shuffling; null = trainer.seed.")
     truncation: Literal["error", "left", "right"] = option("error", help="A prompt longer than "
                                                            "max_prompt_length raises (error) or is cut from the left or right.")
     filter_overlong_prompts: bool = option(False, help="Drop prompts longer than max_prompt_length "
@@ -66,7 +66,7 @@ class DataConfig(Section):
                                        inert=False, why="the whole file is used here",
                                        refuse_if=lambda v: v != -1, when="unless -1",
                                        instead="cut the file (e.g. pandas: df.head(n).to_parquet(...))")
-    gen_batch_size: int | None = option(None, help="verl: prompts per generation batch of dynamic sampling; "
+    gen_batch_size: int | None = option(None, bounds=">= 1", help="verl: prompts per generation batch of dynamic sampling; "
                                         "here prompts are drawn data.train_batch_size at a time, so validate() "
                                         "refuses another value.")
     use_shm: bool = verl_option(False, help="Copy the data files to /dev/shm first.", why="files are read "
@@ -131,9 +131,10 @@ class FilterGroupsConfig(Section):
     metric: str = option("score", help="What must differ within a group: score (the summed token "
                          "scores, after any overlong penalty), or the name of a numeric key the reward "
                          "function returns in its dict (e.g. acc).")
-    max_num_gen_batches: int = option(10, help="Most prompt batches drawn for one step, the first "
-                                      "included; when reached, the step trains on the groups kept so "
-                                      "far (filter_groups/cap_hit = 1 in the metrics).")
+    max_num_gen_batches: int = option(10, bounds=">= 0", help="Most prompt batches drawn for one step, the "
+                                      "first included; when reached, the step trains on the groups kept so "
+                                      "far (filter_groups/cap_hit = 1 in the metrics). verl's 0 (no limit; "
+                                      "its default) is refused by validate() with enable=true.")
     max_inflight_gen_batches: int = verl_option(1, help="Prompt batches generated at once.",
                                                 why="extra batches are drawn one at a time here")
 
@@ -152,7 +153,7 @@ class RolloutCorrectionConfig(Section):
                                          why="the levels are token and sequence",
                                          refuse_if=lambda v: v not in (None, "token", "sequence"),
                                          when="for anything but token / sequence / null")
-    rollout_is_threshold: float | str = option(2.0, help="Cap C of the importance weight; moved to "
+    rollout_is_threshold: float | str = option(2.0, bounds="> 0", help="Cap C of the importance weight; moved to "
                                                "actor_rollout_ref.actor.rollout_is_threshold with rollout_is=token "
                                                "(verl's two-sided 'lower_upper' form, IcePop, is refused).")
     rollout_rs: str | None = option(None, help="Rejection sampling: comma-separated options, all of which a "
@@ -160,7 +161,7 @@ class RolloutCorrectionConfig(Section):
                                     "seq_sum_k1/k2/k3, seq_mean_k1/k2/k3, seq_max_k2/k3 (k1 = log(pi_rollout / "
                                     "pi_old), k2 = its square / 2, k3 = ratio - 1 - log ratio); a seq_* option "
                                     "drops the whole response. null = off.")
-    rollout_rs_threshold: str | float | None = option(None, help="Bounds of rollout_rs: one for all options or "
+    rollout_rs_threshold: str | float | None = option(None, bounds="> 0", help="Bounds of rollout_rs: one for all options or "
                                                       "one per option, comma-separated, e.g. '0.6_1.6,2.5'. A k1 "
                                                       "option takes ratio bounds 'lower_upper' (one number U "
                                                       "means 1/U_U); the others one upper bound.")
@@ -218,8 +219,8 @@ class TrainerSectionConfig(Section):
     """Run length, logging, placement and checkpoints."""
 
     total_epochs: int = option(1, bounds=">= 1", help="Passes over the training prompts.")
-    total_training_steps: int | None = option(None, aliases=("max_steps",), help="Stop after this "
-                                              "many RL steps; null = total_epochs x steps per epoch.")
+    total_training_steps: int | None = option(None, bounds=">= 0", aliases=("max_steps",), help="Stop after "
+                                              "this many RL steps; null (or 0) = total_epochs x steps per epoch.")
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
@@ -229,13 +230,24 @@ class TrainerSectionConfig(Section):
     n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices (GPUs, or CPU ranks) per machine.")
     device: str = option("auto", help="cuda, cpu, or auto (cuda when available). Under torchrun each "
                          "rank uses the GPU of its LOCAL_RANK.")
+    backend: str = option("auto", choices=("auto", "ray"), help="Where the roles run. auto: in this process, "
+                          "or one rank of each role per process under torchrun. ray: this process is the "
+                          "driver and each role is a group of Ray actors on resource pools of trainer.nnodes x "
+                          "trainer.n_gpus_per_node ranks (CPU ranks without GPUs); see docs/distributed.md.")
+    resource_pools: dict = option({}, help="trainer.backend=ray: pools besides global_pool (which is "
+                                  "[n_gpus_per_node] x nnodes), as name -> ranks per node, e.g. "
+                                  "'{critic_pool: [1]}'.")
+    role_pools: dict = option({}, help="trainer.backend=ray: the pool of a role (critic, reward, teacher), e.g. "
+                              "'{critic: critic_pool}'. actor_rollout_ref is always on global_pool; a role not "
+                              "named here shares it (colocated: one process per rank holds all its roles). The "
+                              "reward runs in the driver unless it has a reward model.")
     dist_timeout_s: float = option(600.0, bounds="> 0", help="Multi-rank jobs: a rank that dies, stops responding or "
                                    "fails ends the whole job within this many seconds, with one line "
                                    "naming the rank and the stage (see docs/distributed.md).")
     save_freq: int = option(-1, help="Save a checkpoint every this many steps and after the "
-                           "last one; -1 = no checkpoints.")
+                           "last one; -1 (any value <= 0) = no checkpoints.")
     test_freq: int = option(-1, help="Validate every this many steps and after the last "
-                           "one; -1 = never during training (see val_before_train).")
+                           "one; -1 (any value <= 0) = never during training (see val_before_train).")
     val_before_train: bool = option(True, help="Validate once before the first step (and once "
                                     "after the last, so every run reports a before/after pair).")
     val_sampled: bool = option(False, help="Validation also samples with the training settings "
@@ -245,21 +257,21 @@ class TrainerSectionConfig(Section):
                               "default_local_dir if any), disable, or resume_path (from resume_from_path).")
     resume_from_path: str | None = option(None, help="Checkpoint folder for resume_mode=resume_path.")
     default_local_dir: str = option("outputs/run", help="Folder for checkpoints and the exported model.")
-    max_actor_ckpt_to_keep: int | None = option(None, help="Keep only the newest this many "
-                                                "checkpoints; null = keep all.")
+    max_actor_ckpt_to_keep: int | None = option(None, bounds=">= 0", help="Keep only the newest this many "
+                                                "checkpoints; null (or 0) = keep all.")
     progress_bar: bool = option(True, help="Show a progress bar.")
     balance_batch: bool = option(True, help="Before the updates, reorder each step's samples within every "
                                  "mini-batch so that each data-parallel rank gets a similar number of tokens "
                                  "(the slowest rank sets the pace); the mini-batches keep their samples. "
                                  "One process: nothing moves.")
-    seed: int = option(1, help="Global seed (model init, sampling, dropout).")
+    seed: int = option(1, bounds="[0, 4294967295]", help="Global seed (model init, sampling, dropout).")
     max_nonfinite_steps: int = option(3, bounds=">= 0", help="An update whose loss or gradient norm is NaN or inf "
                                       "is skipped (counted as actor/ and critic/num_nonfinite_skipped, with a "
                                       "warning); this many steps in a row with a skipped update are tolerated, "
                                       "the next one stops the run with an error (0: stop at the first).")
     # verl's other trainer keys.
-    critic_warmup: int = option(0, help="verl's name of critic.warmup_steps; validate() moves it there.")
-    max_critic_ckpt_to_keep: int | None = option(None, help="A checkpoint holds the actor and the critic "
+    critic_warmup: int = option(0, bounds=">= 0", help="verl's name of critic.warmup_steps; validate() moves it there.")
+    max_critic_ckpt_to_keep: int | None = option(None, bounds=">= 0", help="A checkpoint holds the actor and the critic "
                                                  "together here, so max_actor_ckpt_to_keep counts both; "
                                                  "validate() warns when this one differs.")
     val_only: bool = verl_option(False, help="Validate, then stop without training.", inert=False,
@@ -279,8 +291,9 @@ class TrainerSectionConfig(Section):
     esi_redundant_time: float = verl_option(0, help="Seconds reserved to save before an elastic-instance "
                                             "shutdown.", why="not used here")
     ray_wait_register_center_timeout: int = verl_option(300, help="Ray worker registration timeout in "
-                                                        "seconds.", why="there is no Ray here "
-                                                        "(trainer.dist_timeout_s bounds a lost rank)")
+                                                        "seconds.", why="under trainer.backend=ray, "
+                                                        "trainer.dist_timeout_s bounds every wait for an actor, "
+                                                        "its start included")
     use_v1: bool = verl_option(True, help="verl's v1 trainer loop.", why="one trainer loop here")
     v1: dict = verl_option(compat.trainer_v1_defaults(), inert=False, help="verl's v1 trainer modes.",
                            why="training is synchronous (on-policy) here",
@@ -308,8 +321,8 @@ class DistillationLossConfig(Section):
     use_task_rewards: bool = option(True, help="Keep the RL loss on the task rewards and add "
                                     "distillation_loss_coef x the distillation loss; false = the distillation loss "
                                     "alone (the PPO loss, its entropy bonus and KL loss are dropped, as in verl).")
-    distillation_loss_coef: float = option(1.0, help="Weight of the distillation loss when use_task_rewards is true.")
-    loss_max_clamp: float | None = option(None, help="Clamp each token's distillation loss to "
+    distillation_loss_coef: float = option(1.0, bounds=">= 0", help="Weight of the distillation loss when use_task_rewards is true.")
+    loss_max_clamp: float | None = option(None, bounds="> 0", help="Clamp each token's distillation loss to "
                                           "[-loss_max_clamp, loss_max_clamp]; null = no clamp.")
     log_prob_min_clamp: float | None = verl_option(None, help="Lower clamp of the top-k log-probs.", why=_TOPK_ONLY)
     use_policy_gradient: bool = option(False, help="true: minus each token's (clamped, detached) distillation loss "
@@ -320,10 +333,10 @@ class DistillationLossConfig(Section):
     policy_loss_mode: str = verl_option("vanilla", help="Policy loss of use_policy_gradient.", inert=False,
                                         refuse_if=lambda v: v != "vanilla", when="for anything but vanilla",
                                         why="verl's distillation has only the vanilla policy loss")
-    clip_ratio: float = option(0.2, help="PPO clip ratio of the use_policy_gradient loss (with clip_ratio_low / "
+    clip_ratio: float = option(0.2, bounds="> 0", help="PPO clip ratio of the use_policy_gradient loss (with clip_ratio_low / "
                                "clip_ratio_high; dual-clip c = 3).")
-    clip_ratio_low: float = option(0.2, help="Lower clip ratio of the use_policy_gradient loss.")
-    clip_ratio_high: float = option(0.2, help="Upper clip ratio of the use_policy_gradient loss.")
+    clip_ratio_low: float = option(0.2, bounds="> 0", help="Lower clip ratio of the use_policy_gradient loss.")
+    clip_ratio_high: float = option(0.2, bounds="> 0", help="Upper clip ratio of the use_policy_gradient loss.")
     use_chunked_topk: bool = verl_option(False, help="Chunked top-k log-probs.", why=_TOPK_ONLY)
     chunked_topk_chunk_size: int = verl_option(4096, help="Tokens per chunk of use_chunked_topk.", why=_TOPK_ONLY)
 
@@ -366,14 +379,14 @@ class SFTWarmstartConfig(Section):
     """Supervised warm start of the built-in tiny model (used only for the built-in demo)."""
 
     enable: bool = option(True, help="Run the warm start before RL when the built-in model and task are used.")
-    target_accuracy: float = option(0.38, help="Stop once held-out sampled accuracy (temperature 1) "
+    target_accuracy: float = option(0.38, bounds="[0, 1]", help="Stop once held-out sampled accuracy (temperature 1) "
                                     "reaches this, leaving RL room to improve.")
-    max_steps: int = option(3000, help="Most supervised steps.")
-    lr: float = option(1e-3, help="Supervised learning rate.")
-    batch_size: int = option(64, help="Examples per supervised step.")
-    eval_every: int = option(10, help="Check accuracy every this many steps (the accuracy jumps "
+    max_steps: int = option(3000, bounds=">= 1", help="Most supervised steps.")
+    lr: float = option(1e-3, bounds="> 0", help="Supervised learning rate.")
+    batch_size: int = option(64, bounds=">= 1", help="Examples per supervised step.")
+    eval_every: int = option(10, bounds=">= 1", help="Check accuracy every this many steps (the accuracy jumps "
                              "quickly once the model learns carrying, so check often).")
-    eval_samples: int = option(200, help="Prompts used for each accuracy check.")
+    eval_samples: int = option(200, bounds=">= 1", help="Prompts used for each accuracy check.")
 
 
 @dataclass
@@ -397,9 +410,9 @@ class TrainerConfig(Section):
                                     inert=False, refuse_if=lambda v: v not in ("dp", "fsdp"),
                                     why=lambda v: (f"the {compat.BACKENDS.get(v, v)} backend is not supported"),
                                     when="for anything but dp", instead=compat.FSDP_INSTEAD)
-    ray_kwargs: dict = verl_option(compat.ray_kwargs_defaults(), help="Arguments of ray.init.",
-                                   why="there is no Ray here; launch with torchrun for several processes "
-                                   "(docs/distributed.md)")
+    ray_kwargs: dict = option(compat.ray_kwargs_defaults(), help="trainer.backend=ray: ray_init holds the "
+                              "arguments of ray.init (address: a running cluster, e.g. auto; num_cpus; "
+                              "runtime_env); with no address and no RAY_ADDRESS a local Ray starts.")
     global_profiler: dict = verl_option(compat.global_profiler_defaults(), help="verl's global profiler.",
                                         why="profiling is not implemented",
                                         warn_if=lambda v: v.get("tool") is not None or bool(v.get("steps")),

@@ -66,9 +66,9 @@ class HFModelVerlKeys(Section):
 class LoraKeys(Section):
     """LoRA on the policy (PEFT; see verl.models.lora and docs/lora.md)."""
 
-    lora_rank: int = option(0, help="LoRA rank: above 0, adapters of this rank go on target_modules and only "
+    lora_rank: int = option(0, bounds=">= 0", help="LoRA rank: above 0, adapters of this rank go on target_modules and only "
                             "they train (the base weights stay frozen); 0 = train all weights.")
-    lora_alpha: int = option(16, help="LoRA alpha: the adapters' output is scaled by lora_alpha / lora_rank.")
+    lora_alpha: int = option(16, bounds="> 0", help="LoRA alpha: the adapters' output is scaled by lora_alpha / lora_rank.")
     target_modules: str | list[str] = option("all-linear", help="Modules that get adapters: 'all-linear' "
                                              "(every linear layer but the output head) or a list of module "
                                              "names such as [q_proj, v_proj]; linear layers only.")
@@ -120,9 +120,9 @@ class ModelConfig(LoraKeys, HFModelVerlKeys, _PolicyModel):
     """The policy model (also the reference model's starting point)."""
 
     custom_chat_template: str | None = option(
-        None, help="A Jinja chat template replacing the tokenizer's own, as text or as the path of a file that "
-        "holds it; it formats the prompts (data.apply_chat_template) and is saved with the exported model. "
-        "null = the tokenizer's template.")
+        None, aliases=("chat_template",), help="A Jinja chat template replacing the tokenizer's own, as text or "
+        "as the path of a file that holds it; it formats the prompts (data.apply_chat_template) and is saved with "
+        "the exported model. null = the tokenizer's template. Also spelled chat_template (under model, not data).")
 
 
 @dataclass
@@ -133,11 +133,11 @@ class PolicyLossConfig(Section):
                             "surrogate (Schulman et al. 2017) with dual-clip and clip-higher; gspo = "
                             "sequence-level ratio (Zheng et al. 2025); also cispo, geo_mean, gpg, sapo, "
                             "clip_cov, kl_cov, dppo_tv (docs/algorithms.md).")
-    clip_cov_ratio: float = option(0.0002, help="clip_cov loss: fraction of tokens clipped. Read by loss_mode=clip_cov.")
+    clip_cov_ratio: float = option(0.0002, bounds="(0, 1]", help="clip_cov loss: fraction of tokens clipped. Read by loss_mode=clip_cov.")
     clip_cov_lb: float = option(1.0, help="clip_cov loss: lower covariance bound. Read by loss_mode=clip_cov.")
     clip_cov_ub: float = option(5.0, help="clip_cov loss: upper covariance bound. Read by loss_mode=clip_cov.")
-    kl_cov_ratio: float = option(0.0002, help="kl_cov loss: fraction of tokens penalised. Read by loss_mode=kl_cov.")
-    ppo_kl_coef: float = option(0.1, help="kl_cov loss: KL coefficient. Read by loss_mode=kl_cov.")
+    kl_cov_ratio: float = option(0.0002, bounds="(0, 1]", help="kl_cov loss: fraction of tokens penalised. Read by loss_mode=kl_cov.")
+    ppo_kl_coef: float = option(0.1, bounds=">= 0", help="kl_cov loss: KL coefficient. Read by loss_mode=kl_cov.")
     dro_beta: float | None = verl_option(None, help="DRO loss: beta.", why="read only by a DRO loss mode, "
                                          "which is not implemented")
     tau_pos: float = verl_option(1.0, help="SAPO loss: temperature for positive advantages.",
@@ -163,10 +163,11 @@ class OptimConfig(Section):
         "min_lr_ratio * lr (verl's newer name: lr_scheduler_type; verl's null = constant).", inert=False, why="",
         normalize=lambda v: "constant" if v is None else v)
     min_lr_ratio: float = option(0.0, bounds="[0, 1]", help="Floor of the cosine schedule as a fraction of lr.")
-    total_training_steps: int | None = verl_option(None, help="Length of the schedule in optimiser steps; null "
-                                                   "(or verl's -1) = filled in by the trainer at run time.",
+    total_training_steps: int | None = verl_option(None, bounds=">= 0", help="Length of the schedule in optimiser "
+                                                   "steps; null (or 0, or verl's -1) = filled in by the trainer "
+                                                   "at run time.",
                                                    inert=False, why="", normalize=lambda v: None if v == -1 else v)
-    clip_grad: float | None = option(None, help="verl's newer spelling of the role's grad_clip (the "
+    clip_grad: float | None = option(None, bounds="> 0", help="verl's newer spelling of the role's grad_clip (the "
                                      "global gradient-norm bound); null = use grad_clip. When set, "
                                      "validate() moves it to grad_clip.")
     num_cycles: float = verl_option(0.5, help="Cosine cycles over the schedule.", inert=False,
@@ -202,8 +203,9 @@ class MixedPrecisionConfig(Section):
 class FSDPConfig(Section):
     """Fully-sharded data parallelism for one model."""
 
-    fsdp_size: int = option(-1, help="Ranks one model is sharded over; -1 = all ranks "
-                            "(the rest replicate, hybrid sharding).")
+    fsdp_size: int = option(-1, bounds=">= -1", help="Ranks one model is sharded over; -1 = all ranks "
+                            "(the rest replicate, hybrid sharding); otherwise a divisor of the world size (0 is "
+                            "refused by validate()).")
     param_offload: bool = option(False, help="Keep parameters in CPU memory between uses.")
     optimizer_offload: bool = option(False, help="Keep optimiser state in CPU memory.")
     mixed_precision: MixedPrecisionConfig = section(MixedPrecisionConfig, help="Mixed-precision dtypes.")
@@ -312,27 +314,28 @@ class _ActorCore(Section):
     strategy: str = strategy_option("Training backend: fsdp or fsdp2 (both run this project's FSDP2 engine).")
     ppo_mini_batch_size: int = option(16, bounds=">= 1", help="Prompts per mini-batch (one optimiser step); the "
                                       "mini-batch holds this x rollout.n samples. Must divide data.train_batch_size.")
-    ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward/backward pass "
-                                                      "on each rank (gradient accumulation); null = the "
+    ppo_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per forward/backward "
+                                                      "pass on each rank (gradient accumulation); null = the "
                                                       "rank's whole share of the mini-batch. Ignored with use_dynamic_bsz.")
     use_dynamic_bsz: bool = option(False, help="Cut each rank's mini-batch into micro-batches by tokens "
                                    "(prompt + response) instead of rows: the fewest balanced micro-batches of "
                                    "at most ppo_max_token_len_per_gpu tokens (a longer sample alone), as many "
                                    "on every rank; ppo_micro_batch_size_per_gpu is then ignored. The gradient "
                                    "is the same; only memory and speed change.")
-    ppo_max_token_len_per_gpu: int = option(16384, help="Token budget of one update micro-batch with "
+    ppo_max_token_len_per_gpu: int = option(16384, bounds=">= 1", help="Token budget of one update micro-batch with "
                                             "use_dynamic_bsz (a few times max_prompt_length + max_response_length).")
     ppo_epochs: int = option(1, bounds=">= 1", help="Passes over the step's samples.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
-    clip_ratio: float = option(0.2, help="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].")
-    clip_ratio_low: float | None = option(None, help="Lower clip epsilon; null = clip_ratio.")
-    clip_ratio_high: float | None = option(None, help="Upper clip epsilon (DAPO clip-higher); null = clip_ratio.")
-    clip_ratio_c: float = option(3.0, help="Dual-clip bound for negative advantages (Ye et al. "
-                                 "2020); must be > 1.")
+    clip_ratio: float = option(0.2, bounds="> 0", help="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].")
+    clip_ratio_low: float | None = option(None, bounds="> 0", help="Lower clip epsilon; null = clip_ratio.")
+    clip_ratio_high: float | None = option(None, bounds="> 0", help="Upper clip epsilon (DAPO clip-higher); null = clip_ratio.")
+    clip_ratio_c: float = option(3.0, bounds="> 1", help="Dual-clip bound for negative advantages (Ye et al. "
+                                 "2020).")
     loss_agg_mode: LossAggMode = option(
         "token-mean", help="How per-token losses become one number: token-mean over all tokens of the "
         "mini-batch, or a mean over sequences of per-sequence token sums/means.")
-    entropy_coeff: float = option(0.0, help="Weight of the entropy bonus (0 = none).")
+    entropy_coeff: float = option(0.0, help="Weight of the entropy bonus (0 = none; a negative weight "
+                                  "minimises the entropy instead).")
     use_kl_loss: bool = option(False, help="Add a KL(policy || reference) term to the loss (GRPO style).")
     kl_loss_coef: float = option(0.001, bounds=">= 0", help="Weight of the KL loss term.")
     kl_loss_type: str = option("low_var_kl", choices=KL_ESTIMATOR_NAMES,
@@ -345,7 +348,7 @@ class _ActorCore(Section):
                                          "truncated importance ratio min(pi_old / pi_rollout, "
                                          "rollout_is_threshold), detached (TIS, Yao et al. 2025); makes "
                                          "the rollout report its log-probs.")
-    rollout_is_threshold: float = option(2.0, help="Cap C of the rollout importance ratio.")
+    rollout_is_threshold: float = option(2.0, bounds="> 0", help="Cap C of the rollout importance ratio.")
     grad_clip: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
     policy_loss: PolicyLossConfig = section(PolicyLossConfig, help="Policy loss selection.")
     optim: OptimConfig = section(OptimConfig, help="Actor optimiser.")
@@ -354,7 +357,7 @@ class _ActorCore(Section):
     rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
     use_remove_padding: bool | None = option(None, help="verl copies model.use_remove_padding here; null = that. "
                                              "validate() refuses a different value (set model.use_remove_padding).")
-    ppo_micro_batch_size: int | None = option(None, help="verl's older global form of "
+    ppo_micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older global form of "
                                               "ppo_micro_batch_size_per_gpu (samples over all ranks); validate() "
                                               "divides it by the data-parallel size and moves it there.")
     use_fused_kernels: bool = verl_option(False, help="Fused log-prob/entropy kernels (verl copies "
@@ -372,8 +375,10 @@ class _ActorCore(Section):
     freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",
                                             inert=False, why="vision-language models are not supported",
                                             refuse_if=bool, when="when true")
-    tau_pos: float = option(1.0, help="SAPO loss: temperature for positive advantages. Read by loss_mode=sapo.")
-    tau_neg: float = option(1.05, help="SAPO loss: temperature for negative advantages. Read by loss_mode=sapo.")
+    tau_pos: float = option(1.0, bounds="> 0", help="SAPO loss: temperature for positive advantages. Read by "
+                            "loss_mode=sapo.")
+    tau_neg: float = option(1.05, bounds="> 0", help="SAPO loss: temperature for negative advantages. Read by "
+                            "loss_mode=sapo.")
     qat: dict = verl_option(compat.qat_defaults(), inert=False,
                             help="Quantisation-aware training.", why="quantisation-aware training is not "
                             "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
@@ -389,19 +394,19 @@ class ActorConfig(_LogProbPassVerlKeys, TrainedRoleVerlKeys, _ActorCore):
 class _RefCore(Section):
     """The main fields of RefConfig."""
 
-    log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
+    log_prob_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per forward pass "
                                                            "when computing reference log-probs; null = all at once. Ignored with "
                                                            "log_prob_use_dynamic_bsz.")
     log_prob_use_dynamic_bsz: bool | None = option(None, help="Cut reference log-prob passes by tokens "
                                                    "(at most log_prob_max_token_len_per_gpu each) instead of "
                                                    "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one reference "
+    log_prob_max_token_len_per_gpu: int | None = option(None, bounds=">= 1", help="Token budget of one reference "
                                                         "log-prob pass; null = actor.ppo_max_token_len_per_gpu.")
     fsdp_config: EngineFSDPConfig = section(EngineFSDPConfig, help="Reference-model sharding.")
     # verl's other reference keys.
     rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
     strategy: str = strategy_option("Backend of the reference model: fsdp or fsdp2 (both run this project's FSDP2).")
-    log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
+    log_prob_micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older global form of "
                                                    "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
                                                    "data-parallel size and moves it there.")
 

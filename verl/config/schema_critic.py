@@ -67,7 +67,7 @@ class _CriticCore(Section):
     optim: OptimConfig = section(OptimConfig(lr=1e-5), help="Critic optimiser.")
     ppo_mini_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per critic mini-batch; null = the "
                                              "actor's ppo_mini_batch_size.")
-    ppo_micro_batch_size_per_gpu: int | None = option(None, help="Samples per critic forward/backward "
+    ppo_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per critic forward/backward "
                                                       "pass on each rank; null = the actor's setting. "
                                                       "Ignored with use_dynamic_bsz.")
     ppo_epochs: int | None = option(None, bounds=">= 1", help="Passes over the step's samples; null = the actor's ppo_epochs.")
@@ -75,12 +75,12 @@ class _CriticCore(Section):
                                    "per update pass, forward_max_token_len_per_gpu per value pass) instead of "
                                    "rows; ppo_micro_batch_size_per_gpu is then ignored. Set it explicitly (verl "
                                    "defaults it to actor_rollout_ref.actor.use_dynamic_bsz).")
-    ppo_max_token_len_per_gpu: int = option(32768, help="Token budget of one critic update micro-batch "
+    ppo_max_token_len_per_gpu: int = option(32768, bounds=">= 1", help="Token budget of one critic update micro-batch "
                                             "with use_dynamic_bsz.")
-    forward_max_token_len_per_gpu: int | None = option(None, help="Token budget of one value pass with "
+    forward_max_token_len_per_gpu: int | None = option(None, bounds=">= 1", help="Token budget of one value pass with "
                                                        "use_dynamic_bsz; null = ppo_max_token_len_per_gpu.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
-    cliprange_value: float = option(0.5, help="Clip range of the clipped value loss.")
+    cliprange_value: float = option(0.5, bounds="> 0", help="Clip range of the clipped value loss.")
     grad_clip: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
     loss_agg_mode: LossAggMode = option("token-mean", help="How per-token value losses become one number "
                                 "(same choices as the actor's).")
@@ -91,10 +91,10 @@ class _CriticCore(Section):
     # verl's other critic keys.
     rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
     strategy: str = strategy_option("Backend of the critic: fsdp or fsdp2 (both run this project's FSDP2).")
-    ppo_micro_batch_size: int | None = option(None, help="verl's older global form of "
+    ppo_micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older global form of "
                                               "ppo_micro_batch_size_per_gpu; validate() divides it by the "
                                               "data-parallel size and moves it there.")
-    forward_micro_batch_size: int | None = option(None, help="verl's older global form of "
+    forward_micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older global form of "
                                                   "forward_micro_batch_size_per_gpu; validate() divides it by the "
                                                   "data-parallel size and moves it there.")
     forward_micro_batch_size_per_gpu: int | None = verl_option(
@@ -134,9 +134,9 @@ class OverlongBufferConfig(Section):
 
     enable: bool = option(False, help="Add the overlong penalty to training rewards (validation "
                           "scores stay unshaped).")
-    len: int | None = option(None, help="Length of the penalty buffer in tokens (the paper's L_cache); "
+    len: int | None = option(None, bounds=">= 1", help="Length of the penalty buffer in tokens (the paper's L_cache); "
                              "null = a fifth of data.max_response_length (the paper's 4096 of 20480).")
-    penalty_factor: float = option(1.0, help="Penalty at exactly max_response_length; it rises "
+    penalty_factor: float = option(1.0, bounds=">= 0", help="Penalty at exactly max_response_length; it rises "
                                    "linearly from 0 at the start of the buffer.")
 
 
@@ -146,7 +146,7 @@ class RewardModelConfig(Section):
 
     enable: bool = option(False, help="Score responses with a learned reward model.")
     model: RewardModelModelConfig = section(RewardModelModelConfig, help="Reward model weights.")
-    micro_batch_size_per_gpu: int | None = option(None, help="Samples per reward-model forward pass; null = all at once.")
+    micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per reward-model forward pass; null = all at once.")
     reward_manager: str = verl_option("naive", help="How scores are computed and placed on tokens; naive "
                                       "= one rule-function call per sample, score on the last token; dapo "
                                       "(naive plus overlong_buffer below), prime (naive in parallel) and gdpo "
@@ -156,8 +156,9 @@ class RewardModelConfig(Section):
                                       refuse_if=lambda v: v not in ("naive", "dapo", "prime", "gdpo"),
                                       when="for anything but naive / dapo / prime / gdpo",
                                       instead="write the logic into custom_reward_function")
-    max_length: int | None = option(None, help="Longest reward-model input in tokens; null = prompt + response limits.")
-    weight: float = option(1.0, help="The reward model's score is multiplied by this and added to the rule rewards.")
+    max_length: int | None = option(None, bounds=">= 1", help="Longest reward-model input in tokens; null = prompt + response limits.")
+    weight: float = option(1.0, help="The reward model's score is multiplied by this and added to the rule "
+                           "rewards (a negative weight makes it a penalty).")
     overlong_buffer: OverlongBufferConfig = section(OverlongBufferConfig, help="DAPO overlong reward "
                                                     "shaping (Yu et al. 2025).")
     # verl's other reward-model keys.
@@ -168,13 +169,12 @@ class RewardModelConfig(Section):
                                     "pass here).")
     num_workers: int | None = verl_option(None, help="Reward workers.", why="rewards are computed in the "
                                           "trainer process (see reward.max_concurrency)")
-    enable_resource_pool: bool | None = verl_option(None, help="Put the reward model on its own devices.",
-                                                    why="the reward model shares the trainer's devices here",
-                                                    warn_if=bool, when="to true")
-    n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of the reward model's pool.",
-                                              why="the reward model shares the trainer's devices here")
-    nnodes: int | None = verl_option(None, help="Machines of the reward model's pool.",
-                                     why="the reward model shares the trainer's devices here")
+    enable_resource_pool: bool | None = option(None, help="trainer.backend=ray: put the reward model on a pool of "
+                                               "its own (reward_pool), of nnodes x n_gpus_per_node ranks; without "
+                                               "Ray it shares the trainer's devices.")
+    n_gpus_per_node: int | None = option(None, bounds=">= 1", help="Ranks per machine of the reward model's pool; "
+                                         "null = trainer.n_gpus_per_node.")
+    nnodes: int | None = option(None, bounds=">= 0", help="Machines of the reward model's pool; null or 0 = 1.")
     launch_reward_fn_async: bool = verl_option(False, help="Score the step's rewards in the background.",
                                                why="rewards are scored before the update, concurrently for "
                                                "async functions (reward.max_concurrency)")
@@ -247,7 +247,7 @@ class RewardConfig(Section):
                                                 "NaN/None/a non-number: raise stops the step naming the "
                                                 "function and sample; zero scores it 0 and counts it "
                                                 "(reward/num_errors).")
-    max_concurrency: int = option(64, help="Samples an async reward function scores at once.")
+    max_concurrency: int = option(64, bounds=">= 1", help="Samples an async reward function scores at once.")
     # verl's newer reward section; validate() moves what is set here to the keys this project reads.
     num_workers: int = verl_option(8, help="Reward workers.", why="rewards are computed in the trainer "
                                    "process (see max_concurrency)")

@@ -8,6 +8,9 @@ from verl.config import compat
 from verl.config.compat import Section, verl_option
 from verl.config.node import option, section
 
+# What the vLLM engine takes as its dtype (verl.rollout.vllm passes the name on, as torch also reads it).
+ROLLOUT_DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")
+
 
 @dataclass
 class ValKwargsConfig(Section):
@@ -33,16 +36,16 @@ class RolloutConfig(Section):
     top_k: int = option(-1, bounds=">= -1", help="Keep the k most likely tokens; -1 = all.")
     top_p: float = option(1.0, bounds="(0, 1]", help="Nucleus sampling mass; 1.0 = off.")
     do_sample: bool = option(True, help="Sample (true) or decode greedily (false).")
-    dtype: str = option("auto", help="Weight dtype inside the vLLM engine: bfloat16, float16, float32, or "
-                        "auto (bfloat16 on a GPU, the actor's dtype on a CPU).")
+    dtype: str = option("auto", choices=ROLLOUT_DTYPES, help="Weight dtype inside the vLLM engine: bfloat16, "
+                        "float16 (half), float32 (float), or auto (bfloat16 on a GPU, the actor's dtype on a CPU).")
     gpu_memory_utilization: float = option(0.5, bounds="(0, 1]", help="vLLM: fraction of GPU memory for weights and KV cache "
                                            "(on a CPU, of the machine's memory; the CPU build's KV cache is "
                                            "sized from max_num_seqs and max_model_len instead).")
-    tensor_model_parallel_size: int = option(1, help="GPUs one vLLM model is split over.")
+    tensor_model_parallel_size: int = option(1, bounds=">= 1", help="GPUs one vLLM model is split over.")
     max_num_seqs: int = option(256, bounds=">= 1", help="vLLM: most sequences the engine decodes at once.")
-    max_model_len: int | None = option(None, help="vLLM: longest sequence (prompt + response) the engine "
+    max_model_len: int | None = option(None, bounds=">= 1", help="vLLM: longest sequence (prompt + response) the engine "
                                        "serves; null = data.max_prompt_length + data.max_response_length.")
-    max_num_batched_tokens: int = option(8192, help="vLLM: most tokens one engine step processes.")
+    max_num_batched_tokens: int = option(8192, bounds=">= 1", help="vLLM: most tokens one engine step processes.")
     enforce_eager: bool = option(True, help="vLLM: run the model eagerly (no CUDA graphs, no torch.compile): "
                                  "fast start-up; false trades start-up time for decode speed.")
     enable_chunked_prefill: bool = option(True, help="vLLM: split long prefills into chunks scheduled "
@@ -56,15 +59,15 @@ class RolloutConfig(Section):
                                  "engine, passed as they are (engine_kwargs.vllm: to vllm.LLM; they override the "
                                  "keys above). The sglang and trtllm entries are verl's; those engines are not "
                                  "supported here.")
-    generation_batch_size: int | None = option(None, help="Prompts per generate call; null = "
+    generation_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per generate call; null = "
                                                "the whole step at once.")
-    log_prob_micro_batch_size_per_gpu: int | None = option(None, help="Samples per forward pass "
+    log_prob_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per forward pass "
                                                            "when recomputing old log-probs; null = all at once. Ignored with "
                                                            "log_prob_use_dynamic_bsz.")
     log_prob_use_dynamic_bsz: bool | None = option(None, help="Cut old-log-prob passes by tokens (at most "
                                                    "log_prob_max_token_len_per_gpu each) instead of "
                                                    "log_prob_micro_batch_size_per_gpu rows; null = actor.use_dynamic_bsz.")
-    log_prob_max_token_len_per_gpu: int | None = option(None, help="Token budget of one old-log-prob "
+    log_prob_max_token_len_per_gpu: int | None = option(None, bounds=">= 1", help="Token budget of one old-log-prob "
                                                         "pass; null = actor.ppo_max_token_len_per_gpu.")
     calculate_log_probs: bool = option(False, help="The engine reports rollout_log_probs: each sampled "
                                        "token's log-prob under the distribution it was drawn from (after "
@@ -83,15 +86,15 @@ class RolloutConfig(Section):
     mode: str = verl_option("async", help="sync or async engine API.", why="the rollout is called in-process "
                             "here; both give the same samples", refuse_if=lambda v: v not in ("sync", "async"),
                             when="for anything but sync / async")
-    prompt_length: int | None = option(None, link="data.max_prompt_length", fallback=512,
+    prompt_length: int | None = option(None, link="data.max_prompt_length", fallback=512, bounds=">= 1",
                                        help="Longest prompt the engine serves. null follows data.max_prompt_length "
                                        "(512 for a section outside a TrainerConfig); validate() refuses a "
                                        "different value (set data.max_prompt_length).")
-    response_length: int | None = option(None, link="data.max_response_length", fallback=512,
+    response_length: int | None = option(None, link="data.max_response_length", fallback=512, bounds=">= 1",
                                          help="Most tokens generated per response. null follows "
                                          "data.max_response_length (512 for a section outside a TrainerConfig); "
                                          "validate() refuses a different value (set data.max_response_length).")
-    log_prob_micro_batch_size: int | None = option(None, help="verl's older global form of "
+    log_prob_micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older global form of "
                                                    "log_prob_micro_batch_size_per_gpu; validate() divides it by the "
                                                    "data-parallel size and moves it there.")
     ignore_eos: bool = verl_option(False, help="Keep generating after the EOS token.", inert=False,

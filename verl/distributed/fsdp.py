@@ -212,8 +212,9 @@ def check_finite_weights(state: dict[str, torch.Tensor], what: str) -> None:
     bad = [name for names in all_gather_objects(bad) for name in names]
     if bad:
         raise VerlError(f"refusing to save the {what} weights: {len(bad)} of its weight tensors hold NaN or inf "
-                        f"(first: {bad[0]}), so an update diverged; the checkpoints already written are kept. "
-                        f"Lower optim.lr, or check the rewards for NaN/inf values")
+                        f"(first: {bad[0]}): an update diverged, or the model held them when it was loaded; the "
+                        f"checkpoints already written are kept. Lower optim.lr, check the rewards for NaN/inf values, "
+                        f"or check the model's weights")
 
 
 def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:

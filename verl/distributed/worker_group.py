@@ -89,10 +89,27 @@ class WorkerGroup(ABC):
         """Tensor bytes of the results, as the controller holds them (the whole gathered batch)."""
         self.bytes_moved = 0
         """Tensor bytes that crossed between processes to get there (0 in one process)."""
+        self.bytes_to_workers = 0
+        """Of those, the bytes sent from the controller's process to other processes (Ray: the shares
+        and arguments shipped to the actors; 0 in one process and under torchrun, where every rank
+        already holds the batch)."""
+        self.bytes_from_workers = 0
+        """Of those, the bytes of results that came back from other processes (Ray: from the actors;
+        torchrun: the other ranks' shares of each all-gather)."""
+
+    keeps_columns = False
+    """Whether ``run(..., keep=...)`` really leaves columns on the workers (Ray); elsewhere the
+    workers share the controller's process or every rank holds the batch, and all columns return."""
 
     @abstractmethod
-    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
-        """Data-parallel ``method`` over ``batch`` (see the module docstring)."""
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
+            keep: tuple[str, ...] = (), **kwargs):
+        """Data-parallel ``method`` over ``batch`` (see the module docstring). ``keep``: result columns
+        the controller will not read, which may stay on the workers until :meth:`release_kept`
+        (later calls of this group get them back on their rows, matched by ``sample_id``)."""
+
+    def release_kept(self) -> None:
+        """Forget the columns kept on the workers (a no-op where none are kept)."""
 
     @abstractmethod
     def call(self, method: str, *args, **kwargs):
@@ -116,7 +133,8 @@ class LocalWorkerGroup(WorkerGroup):
         super().__init__(name, 1)
         self.worker = worker
 
-    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
+            keep: tuple[str, ...] = (), **kwargs):
         start = time.perf_counter()
         result = self._invoke(self.worker, method, () if batch is None else (batch,), kwargs)
         self.bytes_sent += _nbytes(batch)
@@ -147,7 +165,8 @@ class SPMDWorkerGroup(WorkerGroup):
         with self.watchdog.stage(f"{self.name}.{method}"):
             return super()._invoke(worker, method, args, kwargs)
 
-    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None, **kwargs):
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
+            keep: tuple[str, ...] = (), **kwargs):
         start = time.perf_counter()
         if batch is None:
             return self._invoke(self.worker, method, (), kwargs)
@@ -166,31 +185,52 @@ class SPMDWorkerGroup(WorkerGroup):
         return self._invoke(self.worker, method, args, kwargs)
 
     def _gather(self, result, rows: list[list[int]], num_rows: int):
-        """Every rank's result, concatenated and put back into the batch's row order.
-
-        A result may hold ``k`` rows per input row (``generate_sequences``: ``n`` samples per
-        prompt, adjacent); they stay together, after the rows of the input rows before them.
-        """
+        """Every rank's result, concatenated and put back into the batch's row order."""
         device = result.device if isinstance(result, torch.Tensor) else None
         local = result.to("cpu")  # pickled CUDA tensors would land on the sender's device index
         shares = process_group.all_gather_objects(local)
-        self.bytes_moved += sum(_nbytes(s) for r, s in enumerate(shares) if r != self.rank)
-        per_row = {len(share) // max(len(share_rows), 1) for share, share_rows in zip(shares, rows) if share_rows}
-        if len(per_row) != 1 or any(len(share) != len(share_rows) * min(per_row) for share, share_rows in zip(shares, rows)):
-            raise RuntimeError(f"{self.name}: the ranks returned {[len(s) for s in shares]} rows for "
-                               f"{[len(r) for r in rows]} input rows; a worker method must return the same "
-                               f"number of rows per input row on every rank")
-        k = per_row.pop()
-        order = [row for share_rows in rows for row in share_rows]
-        first = {}
-        for position, row in enumerate(order):
-            first.setdefault(row, position)  # a padded copy of a row comes after the row itself
-        keep = torch.tensor([first[row] * k + j for row in range(num_rows) for j in range(k)])
+        from_others = sum(_nbytes(s) for r, s in enumerate(shares) if r != self.rank)
+        self.bytes_moved += from_others
+        self.bytes_from_workers += from_others
+        gathered = merge_shares(shares, rows, num_rows, self.name)
         if isinstance(result, torch.Tensor):
-            return torch.cat(shares).index_select(0, keep).to(device)
-        gathered = Batch.concat(shares).index(keep)
+            return gathered.to(device)
         devices = {t.device for t in result.tensors.values()}
         return gathered.to(devices.pop()) if len(devices) == 1 else gathered
+
+
+def merge_shares(shares: list, rows: list[list[int]], num_rows: int, role: str):
+    """The ranks' results (``Batch`` or tensor, one per rank, for the rows of :func:`shard_rows`)
+    concatenated and put back into the batch's row order, padded copies dropped.
+
+    A result may hold ``k`` rows per input row (``generate_sequences``: ``n`` samples per prompt,
+    adjacent); they stay together, after the rows of the input rows before them.
+    """
+    per_row = {len(share) // max(len(share_rows), 1) for share, share_rows in zip(shares, rows) if share_rows}
+    if len(per_row) != 1 or any(len(share) != len(share_rows) * min(per_row) for share, share_rows in zip(shares, rows)):
+        raise RuntimeError(f"{role}: the ranks returned {[len(s) for s in shares]} rows for "
+                           f"{[len(r) for r in rows]} input rows; a worker method must return the same "
+                           f"number of rows per input row on every rank")
+    k = per_row.pop()
+    order = [row for share_rows in rows for row in share_rows]
+    first = {}
+    for position, row in enumerate(order):
+        first.setdefault(row, position)  # a padded copy of a row comes after the row itself
+    keep = torch.tensor([first[row] * k + j for row in range(num_rows) for j in range(k)], dtype=torch.long)
+    if isinstance(shares[0], torch.Tensor):
+        return torch.cat(shares).index_select(0, keep)
+    return Batch.concat(shares).index(keep)
+
+
+def tensor_bytes(value) -> int:
+    """Bytes of the tensors in ``value`` (a Batch, a tensor, or dicts / lists / tuples of them)."""
+    if isinstance(value, (Batch, torch.Tensor)):
+        return _nbytes(value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
 
 
 def _spans(rows: list[int]) -> str:

@@ -16,13 +16,18 @@ PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 _QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"""
                 r"""\s*[\r\n]+|\s+(?!\S)|\s+""")
 
-# A minimal chat template: messages are concatenated; the assistant turn follows directly.
-# Built-in tasks write prompts that end where the answer starts (``37+48=``).
+# The tiny tokenizer's chat template: one line per turn, with a short role marker, since every
+# character is a token. A user turn is ``Q: <content>\n``, an assistant turn ``A: <content></s>``
+# (eos ends the turn, so nothing is trained after it), a system (or any other) turn ``<content>\n``;
+# ``add_generation_prompt`` appends ``A: ``. The demo prompt is ``Q: 37+48=\nA: `` (13 tokens) and
+# the model answers ``85</s>``: the marker keeps the answer apart from the question.
 CHAR_CHAT_TEMPLATE = (
     "{% for message in messages %}"
-    "{% if message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
-    "{% else %}{{ message['content'] }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ 'Q: ' + message['content'] + '\\n' }}"
+    "{% elif message['role'] == 'assistant' %}{{ 'A: ' + message['content'] + eos_token }}"
+    "{% else %}{{ message['content'] + '\\n' }}{% endif %}"
     "{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'A: ' }}{% endif %}"
 )
 
 
@@ -153,10 +158,31 @@ def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int) -> Pat
 
 
 BUILTIN_MODEL_NAME = "tiny-qwen2"
+# How the built-in model is built: seed 0 and, since RoPE has no position table (a long context
+# costs nothing), room for prompts of verl's default lengths (512 + 512 tokens).
+_BUILTIN_MODEL_ARGS = {"seed": 0, "max_position_embeddings": 2048}
+# Raise when the built-in model changes in a way builtin_model_key cannot see (e.g. its initialisation).
+_BUILTIN_MODEL_REVISION = 1
+
+
+def builtin_model_key() -> str:
+    """A short hash of what shapes the built-in model folder: its chat template, tokenizer layout and
+    model spec. It names the cached folder, so a change to any of them writes a new folder instead
+    of silently reusing an old one."""
+    import hashlib
+    import inspect
+    import json
+
+    defaults = {name: p.default for name, p in inspect.signature(build_tiny_config).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    spec = {"revision": _BUILTIN_MODEL_REVISION, "chat_template": CHAR_CHAT_TEMPLATE, "specials": [PAD, BOS, EOS],
+            "split": _QWEN2_SPLIT, "config_defaults": defaults, "args": _BUILTIN_MODEL_ARGS}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def builtin_model_path() -> Path:
-    """The built-in tiny model (random init, seed 0), written to the cache on first use.
+    """The built-in tiny model (random init, seed 0), written to the cache on first use, in the folder
+    ``tiny-qwen2-<builtin_model_key()>``.
 
     This is what ``actor_rollout_ref.model.path: null`` means.
     """
@@ -165,14 +191,12 @@ def builtin_model_path() -> Path:
 
     from verl.utils.cache import cache_dir
 
-    target = cache_dir("models") / BUILTIN_MODEL_NAME
+    target = cache_dir("models") / f"{BUILTIN_MODEL_NAME}-{builtin_model_key()}"
     if (target / "config.json").exists():
         return target
     # Write to a temporary folder and rename, so a crash never leaves a half-written model behind.
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{BUILTIN_MODEL_NAME}-"))
-    # RoPE has no position table, so a long context costs nothing: prompts of verl's default
-    # lengths (512 + 512 tokens) fit.
-    make_tiny_model_folder(tmp, seed=0, max_position_embeddings=2048)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    make_tiny_model_folder(tmp, **_BUILTIN_MODEL_ARGS)
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first

@@ -42,7 +42,10 @@ def run(config: TrainerConfig) -> dict:
             warm = warm_start(config, progress=False)
         config.actor_rollout_ref.model.path = str(warm.path)
     trainer = build_rl_trainer(config)
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    finally:
+        trainer.close()  # under trainer.backend=ray: the actors and their resource pools
     if is_main_process():
         report = write_run_report(trainer.out_dir)  # a failed plot warns; it never fails the run
         print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir)

@@ -25,7 +25,7 @@ from verl.data import collate_prompts
 from verl.data.collate import left_pad
 from verl.data.tasks import TASKS
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
-from verl.models.tiny import builtin_model_path
+from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
 from verl.protocol import Batch
 from verl.rollout import HFRollout, SamplingParams
 from verl.trainer.progress import Progress
@@ -45,9 +45,13 @@ class WarmStart:
 
 
 def _cache_key(config) -> str:
+    base = builtin_model_path()
+    # The chat template shapes the training text (prompt, marker, answer), so it is part of the key
+    # (the folder's name is a hash of it and the model spec; the template is also named outright).
     spec = {"version": __version__, "task": config.data.builtin_task, "sft": config.sft_warmstart.to_dict(),
             "seed": config.trainer.seed, "response_length": config.data.max_response_length,
-            "model": json.loads((builtin_model_path() / "config.json").read_text())}
+            "model": json.loads((base / "config.json").read_text()), "model_folder": base.name,
+            "chat_template": CHAR_CHAT_TEMPLATE}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -37,7 +37,8 @@ from verl.protocol import Batch
 from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
-from verl.trainer.offline.runtime import frozen_reference, load_policy, seed_everything, trainable_policy
+from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
+from verl.utils.seed import seed_everything
 from verl.trainer.loop import run_loop
 
 logger = logging.getLogger(__name__)

@@ -5,9 +5,7 @@ log-probs, and gathering per-example results from every data-parallel rank."""
 from __future__ import annotations
 
 import copy
-import random
 
-import numpy as np
 import torch
 
 from verl.algorithms import masked_sum
@@ -19,12 +17,6 @@ from verl.models.lora import apply_lora, lora_requested
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, micro_batches
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def load_model(path: str | None, model_cfg, config_key: str) -> torch.nn.Module:

@@ -8,46 +8,27 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import random
 from pathlib import Path
 
-import numpy as np
-import torch
 
 from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATORS, NOT_IMPLEMENTED_LOSSES,
                              POLICY_LOSSES)
-from verl.algorithms.rollout_correction import rollout_correction_of
 from verl.config.errors import ConfigError, check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
 from verl.data.tasks import TASKS
-from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
-                                            launched_world_size, world_size)
+                                            launched_world_size)
 from verl.distributed.watchdog import Watchdog
-from verl.distributed.worker_group import make_worker_group
 from verl.errors import VerlError
-from verl.models.loading import load_causal_lm, load_tokenizer
-from verl.models.tiny import builtin_model_path
-from verl.models.value_model import ValueModel
-from verl.rewards.manager import RuleRewardManager, build_reward_functions
 from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
-from verl.trainer.ppo import distillation
+from verl.trainer.ppo import distillation, placement, roles
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.utils.cache import cache_dir
-from verl.utils.checks import check_context_length
-from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
-from verl.workers.critic import Critic
-from verl.workers.reward import RewardWorker
+from verl.utils.seed import seed_everything
 
 logger = logging.getLogger(__name__)
 
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def builtin_task_files(task_name: str) -> tuple[str, str]:
@@ -113,30 +94,14 @@ def check_gdpo(algo) -> None:
                           "use actor_rollout_ref.actor.use_kl_loss=true for a KL term instead")
 
 
-def _reward_worker(config, tokenizer) -> RewardWorker:
-    """Rule reward functions (custom_reward_function + reward.functions, else the built-in scorer of
-    each row's data source) plus, with reward_model.enable, a learned reward model."""
-    custom, reward_cfg, rm_cfg = config.custom_reward_function, config.reward, config.reward_model
-    functions = build_reward_functions(list(reward_cfg.functions), custom.path, custom.name,
-                                       dict(custom.reward_kwargs))
-    manager = None
-    if functions or not rm_cfg.enable:
-        manager = RuleRewardManager(tokenizer, functions=functions, reward_fn_key=config.data.reward_fn_key,
-                                    on_error=reward_cfg.on_error, max_concurrency=reward_cfg.max_concurrency)
-    reward_model = None
-    if rm_cfg.enable:
-        from verl.workers.reward_model import RewardModelWorker
-
-        # trainer.device resolves here as it does for the actor, so both sit on the same device.
-        reward_model = RewardModelWorker(
-            rm_cfg, config.trainer.device, policy_tokenizer=tokenizer, dtype=config.actor_rollout_ref.model.dtype,
-            default_max_length=config.data.max_prompt_length + config.data.max_response_length)
-    return RewardWorker(manager, reward_model, rm_cfg.weight)
-
-
 def build_rl_trainer(config) -> RLTrainer:
-    """The trainer of ``config``, its roles placed by how this process was launched: in this
-    process (plain ``python``), or as this rank's share of a torchrun job (every rank builds)."""
+    """The trainer of ``config``, its roles placed by ``trainer.backend`` and how this process was
+    launched: in this process (plain ``python``), as this rank's share of a torchrun job (every rank
+    builds), or on Ray resource pools driven from here (``trainer.backend=ray``)."""
+    if placement.uses_ray(config) and launched_distributed():
+        raise ConfigError("trainer.backend=ray under torchrun: Ray places the ranks itself; start the driver with "
+                          "plain python (python -m verl.trainer.main_ppo trainer.backend=ray ...), or leave "
+                          "trainer.backend=auto to run under torchrun")
     # The data-parallel size is the job's: torchrun's world size, else what the config declares.
     config.validate(dp_size=launched_world_size() if launched_distributed() else None)
     check_algorithm_names(config)
@@ -171,15 +136,14 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if train_files is None:
         train_files, builtin_val = builtin_task_files(data_cfg.builtin_task)
         val_files = val_files if val_files is not None else builtin_val
-    model_path = str(arr_cfg.model.path) if arr_cfg.model.path else str(builtin_model_path())
-    tokenizer = load_tokenizer(arr_cfg.model.tokenizer_path or model_path,
-                               trust_remote_code=arr_cfg.model.trust_remote_code,
-                               chat_template=arr_cfg.model.custom_chat_template)
+    model_path = roles.policy_path(config)
+    tokenizer = roles.policy_tokenizer(config)
     teachers = None
     if config.distillation.enabled:  # checked before any model loads: a wrong teacher costs seconds
         teachers = distillation.resolve_teachers(config.distillation)
         distillation.check_tokenizers(tokenizer, model_path, teachers, arr_cfg.model.trust_remote_code)
-    reward_worker = _reward_worker(config, tokenizer)
+    # A broken reward file fails here, before any model loads (when the reward runs in this process).
+    reward_worker = roles.reward_worker(config, tokenizer=tokenizer) if placement.reward_in_driver(config) else None
 
     train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
     val_batches = []
@@ -192,41 +156,17 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
                           pad_token_id=tokenizer.pad_token_id)
-    total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(loader)
+    # 0 is a run that only validates (verl's trainer.val_only): not "unset".
+    total_steps = (trainer_cfg.total_training_steps if trainer_cfg.total_training_steps is not None
+                   else trainer_cfg.total_epochs * len(loader))
 
-    use_ref = arr_cfg.actor.use_kl_loss or config.algorithm.use_kl_in_reward
-    worker = ActorRolloutRefWorker(arr_cfg, tokenizer=tokenizer, with_ref=use_ref, device=trainer_cfg.device,
-                                   max_response_length=data_cfg.max_response_length, total_steps=total_steps,
-                                   seed=trainer_cfg.seed,
-                                   rollout_correction=rollout_correction_of(arr_cfg.actor,
-                                                                            config.algorithm.rollout_correction))
-    check_context_length(worker.actor_model.config, data_cfg.max_prompt_length, data_cfg.max_response_length)
-    critic = None
-    if config.critic_enabled():
-        critic_cfg = config.critic
-        critic_path = str(critic_cfg.model.path) if critic_cfg.model.path else model_path
-        value_model = ValueModel(load_causal_lm(critic_path, dtype=arr_cfg.model.dtype,
-                                                trust_remote_code=critic_cfg.model.trust_remote_code,
-                                                override_config=dict(critic_cfg.model.override_config),
-                                                disable_dropout=arr_cfg.model.disable_dropout,
-                                                config_key="critic.model.path"))
-        if critic_cfg.model.enable_gradient_checkpointing:
-            value_model.model.gradient_checkpointing_enable()
-        sizes = config.derived_sizes(dp_size=world_size(), role="critic")
-        value_model = parallelize(value_model, critic_cfg.fsdp_config, device=worker.device)
-        critic = make_worker_group(Critic(value_model, critic_cfg, worker.device,
-                                          samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
-                                          ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps,
-                                          seed=trainer_cfg.seed, norm_len=data_cfg.max_response_length,
-                                          micro_batch_size=sizes["samples_per_micro_batch"]),
-                                   "critic", watchdog)
-    teacher = distillation.build_teacher_group(config, teachers, worker.device, watchdog) if teachers else None
-    reward = make_worker_group(reward_worker, "reward", watchdog)
+    placed = placement.place_roles(config, total_steps=total_steps, tokenizer=tokenizer, watchdog=watchdog,
+                                   reward_worker=reward_worker, teachers=teachers)
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(config.to_yaml())
     tracker = Tracker.from_config(config, out_dir, record=is_main_process())
-    return RLTrainer(config, actor_rollout_ref=make_worker_group(worker, "actor_rollout_ref", watchdog), critic=critic,
-                     reward=reward, train_loader=loader, val_batches=val_batches, tracker=tracker,
-                     out_dir=out_dir, total_steps=total_steps, use_ref=use_ref, watchdog=watchdog,
-                     teacher=teacher, distillation=distillation.loss_settings(config))
+    return RLTrainer(config, actor_rollout_ref=placed.actor_rollout_ref, critic=placed.critic, reward=placed.reward,
+                     train_loader=loader, val_batches=val_batches, tracker=tracker, out_dir=out_dir,
+                     total_steps=total_steps, use_ref=roles.uses_reference(config), watchdog=watchdog,
+                     teacher=placed.teacher, distillation=distillation.loss_settings(config), placement=placed)

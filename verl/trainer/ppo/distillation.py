@@ -97,8 +97,8 @@ def check_tokenizers(student_tokenizer, student_path: str, teachers: dict[str, t
                           f"token ids with the teacher, so the teacher needs the student's vocabulary")
 
 
-def build_teacher_group(config, teachers: dict[str, tuple[str, str]], device, watchdog):
-    """The worker group of the frozen teachers, placed like the reference model."""
+def teacher_worker(config, teachers: dict[str, tuple[str, str]], device) -> TeacherWorker:
+    """The frozen teachers, placed like the reference model (its fsdp_config and micro-batches)."""
     arr = config.actor_rollout_ref
     worker = TeacherWorker({key: path for key, (_, path) in teachers.items()},
                            teacher_key=config.distillation.teacher_key, fsdp_config=arr.ref.fsdp_config,
@@ -111,4 +111,9 @@ def build_teacher_group(config, teachers: dict[str, tuple[str, str]], device, wa
                            config_keys={key: f"{_SECTION}.{name}.model_path" for key, (name, _) in teachers.items()})
     for key in teachers:
         check_context_length(worker.model_config(key), config.data.max_prompt_length, config.data.max_response_length)
-    return make_worker_group(worker, "teacher", watchdog)
+    return worker
+
+
+def build_teacher_group(config, teachers: dict[str, tuple[str, str]], device, watchdog):
+    """The worker group of the frozen teachers, in this process (or this torchrun rank)."""
+    return make_worker_group(teacher_worker(config, teachers, device), "teacher", watchdog)

@@ -11,6 +11,8 @@ import math
 import time
 from collections import defaultdict
 
+import torch
+
 from verl.algorithms import make_kl_controller
 from verl.algorithms.advantages import estimator_inputs
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
@@ -43,9 +45,11 @@ class RLTrainer:
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
                  tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False,
-                 teacher=None, distillation: dict | None = None):
+                 teacher=None, distillation: dict | None = None, placement=None):
         """``teacher``: the group of frozen teachers of on-policy distillation, whose settings
-        (``distillation.distillation_loss`` as a dict) reach the actor's loss in ``batch.meta``."""
+        (``distillation.distillation_loss`` as a dict) reach the actor's loss in ``batch.meta``.
+        ``placement``: the :class:`~verl.trainer.ppo.placement.Roles` the groups belong to, released
+        by :meth:`close` (Ray's actors and their resource pools)."""
         self.config = config
         self.actor_rollout_ref = actor_rollout_ref
         self.critic = critic
@@ -59,6 +63,7 @@ class RLTrainer:
         self.teacher = teacher
         self.distillation = distillation
         self.watchdog = watchdog
+        self.placement = placement
         self.is_main = is_main_process()
         self.sampler = StepSampler(config, actor_rollout_ref, reward)
         kl = config.algorithm.kl_ctrl
@@ -76,6 +81,12 @@ class RLTrainer:
         return {"steps": self.global_step, "stage_seconds": dict(self.stage_seconds),
                 "validation": self.val_history}
 
+    def close(self) -> None:
+        """Release the workers' processes (the Ray actors; nothing in one process or under torchrun).
+        The trainer's groups cannot be called afterwards."""
+        if self.placement is not None:
+            self.placement.shutdown()
+
     def next_step(self) -> dict:
         self.global_step += 1
         metrics = self.train_step(next(self.train_loader))
@@ -92,6 +103,7 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         algo = self.config.algorithm
         moved_before = self._bytes_moved()
+        to_before, from_before = self._bytes_moved("bytes_to_workers"), self._bytes_moved("bytes_from_workers")
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
@@ -102,9 +114,12 @@ class RLTrainer:
             elif not self.on_policy_update(len(batch)):
                 with timer("old_log_prob", timing):
                     batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
+            stay = self.worker_side_columns(batch)
+            if stay:
+                batch["sample_id"] = torch.arange(len(batch))  # how the workers find their kept rows again
             if self.use_ref:
                 with timer("ref", timing):
-                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch))
+                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch, keep=stay))
             if self.teacher is not None:
                 with timer("teacher", timing):
                     batch = batch.union(self.teacher.run("compute_teacher_log_prob", batch))
@@ -124,6 +139,7 @@ class RLTrainer:
                 with timer("update_actor", timing):
                     metrics.update(self.actor_rollout_ref.run("update_actor", batch,
                                                               block=self.samples_per_mini_batch("actor")))
+            self.actor_rollout_ref.release_kept()
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(timing)
         n_tokens = int(batch["attention_mask"].sum())
@@ -131,6 +147,8 @@ class RLTrainer:
         metrics["perf/time_per_step"] = timing["timing_s/step"]
         metrics["perf/throughput"] = n_tokens / max(timing["timing_s/step"], 1e-9)
         metrics["perf/bytes_moved"] = self._bytes_moved() - moved_before
+        metrics["perf/bytes_to_workers"] = self._bytes_moved("bytes_to_workers") - to_before
+        metrics["perf/bytes_from_workers"] = self._bytes_moved("bytes_from_workers") - from_before
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
@@ -145,6 +163,17 @@ class RLTrainer:
         algo = self.config.algorithm
         return (actor.ppo_epochs == 1 and rows <= self.samples_per_mini_batch("actor")
                 and not algo.use_kl_in_reward and "old_log_probs" not in estimator_inputs(algo.adv_estimator))
+
+    def worker_side_columns(self, batch: Batch) -> tuple[str, ...]:
+        """Columns the actor's workers may keep instead of sending them to the controller, which never
+        reads them (only the actor's own loss does): the reference log-probs, unless the KL penalty of
+        the reward or the old-vs-reference KL metric needs them here (the latter only where the
+        old log-probs came back too). Only a group that places workers in other processes keeps any."""
+        if not (self.use_ref and self.actor_rollout_ref.keeps_columns):
+            return ()
+        if self.config.algorithm.use_kl_in_reward or "old_log_probs" in batch:
+            return ()
+        return ("ref_log_prob",)
 
     def bypass_old_log_prob(self) -> bool:
         """verl's ``algorithm.rollout_correction.bypass_mode``: no old-log-prob pass at all, whatever the
@@ -162,10 +191,11 @@ class RLTrainer:
             batch = batch.union(Batch({"old_log_probs": batch["rollout_log_probs"]}))
         return batch
 
-    def _bytes_moved(self) -> int:
-        """Tensor bytes the worker groups moved between processes so far (0 in one process)."""
+    def _bytes_moved(self, counter: str = "bytes_moved") -> int:
+        """Tensor bytes the worker groups moved between processes so far (0 in one process): all of
+        them, or those of one direction (``bytes_to_workers`` / ``bytes_from_workers``)."""
         groups = (self.actor_rollout_ref, self.critic, self.reward, self.teacher)
-        return sum(group.bytes_moved for group in groups if group is not None)
+        return sum(getattr(group, counter) for group in groups if group is not None)
 
     def _balanced(self, batch: Batch) -> Batch:
         """The step's samples reordered within every mini-batch (of the actor and the critic both) so

@@ -1,0 +1,105 @@
+"""What the tests of several placements share: a small RL run (graded reward, 3 steps), its
+command-line keys, and the comparisons of metrics and weights between two runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from helpers import REPO
+from verl.data import write_parquet
+
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    # Graded, so that advantages are not all zero: the share of distinct characters.
+    return len(set(solution_str)) / (1 + len(solution_str))
+'''
+# Metrics that are measurements of this run rather than results of the computation.
+NOT_COMPARED = ("timing_s/", "perf/")
+
+
+def prompt_rows(n):
+    return [{"prompt": [{"role": "user", "content": f"say {i % 10}:"}], "data_source": "echo",
+             "reward_model": {"style": "rule", "ground_truth": str(i % 10)}} for i in range(n)]
+
+
+def run_args(tiny_model_dir, data_dir, out_dir, *extra):
+    return [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={data_dir / 'train.parquet'}",
+            f"data.val_files={data_dir / 'val.parquet'}", f"custom_reward_function.path={data_dir / 'reward.py'}",
+            "data.train_batch_size=4", "data.max_prompt_length=16", "data.max_response_length=6",
+            "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.entropy_coeff=0.01",
+            "trainer.total_training_steps=3", "trainer.val_sampled=true", "trainer.test_freq=3",
+            f"trainer.default_local_dir={out_dir}", "trainer.progress_bar=false", *extra]
+
+
+def make_data_dir(folder):
+    write_parquet(prompt_rows(16), folder / "train.parquet")
+    write_parquet(prompt_rows(6), folder / "val.parquet")
+    (folder / "reward.py").write_text(REWARD_FILE)
+    return folder
+
+
+def run_plain(args, env=None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO),
+                                                       "OMP_NUM_THREADS": "1", **(env or {})})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def step_metrics(out_dir) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    by_step: dict[int, dict] = {}
+    for row in rows:
+        by_step.setdefault(row["step"], {}).update(row)
+    return by_step
+
+
+def assert_same_metrics(a: dict[int, dict], b: dict[int, dict]) -> None:
+    assert sorted(a) == sorted(b)
+    for step in a:
+        keys = {k for k in a[step] if not k.startswith(NOT_COMPARED)}
+        assert keys == {k for k in b[step] if not k.startswith(NOT_COMPARED)}, step
+        for key in keys:
+            if a[step][key] is None:
+                assert b[step][key] is None, (step, key)
+                continue
+            assert b[step][key] == pytest.approx(a[step][key], rel=1e-4, abs=1e-5), (step, key)
+
+
+def assert_same_weights(dir_a, dir_b, initial_dir) -> None:
+    """Equal up to float summation order: Adam turns rounding noise in near-zero gradients (a key
+    bias's gradient is zero in exact arithmetic) into steps of up to ~1e-5 here, while training
+    moved the weights by ~5e-2."""
+    a, b = load_file(dir_a / "model.safetensors"), load_file(dir_b / "model.safetensors")
+    initial = load_file(initial_dir / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-4, rtol=0, msg=name)
+    assert max((a[name] - initial[name]).abs().max() for name in a) > 1e-2  # the runs did train
+
+
+GRPO, PPO = ["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",
+                                                "critic.optim.lr=1e-2"]
+
+
+def assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference, pairs) -> None:
+    """For each ``(first, then, name)``: ``first`` runs 2 steps and saves, ``then`` resumes and runs
+    step 3; step 3's metrics and the final weights equal those of ``reference`` (an uninterrupted run)."""
+    import shutil
+
+    for first, then, name in pairs:
+        out = tmp_path / name
+        first(run_args(tiny_model_dir, data_dir, out, "trainer.save_freq=2", "trainer.total_training_steps=2"))
+        assert (out / "global_step_2" / "state.pt").exists()
+        shutil.rmtree(out / "huggingface")
+        done = then(run_args(tiny_model_dir, data_dir, out, "trainer.save_freq=2"))
+        assert done.stdout.count("Resumed from") == 1  # printed once (by rank 0 alone under torchrun)
+        assert_same_metrics({3: step_metrics(reference)[3]}, {3: step_metrics(out)[3]})
+        assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)

@@ -1,0 +1,211 @@
+"""``trainer.backend=ray``: the driver runs ``fit()``, the roles are Ray actors on resource pools.
+
+On 2 CPU ranks the run trains exactly as one process does (and so as torchrun does, which
+tests/integration/test_torchrun_rl.py holds equal to one process): same per-step metrics, same
+final weights, for GRPO and for PPO with a critic, colocated or on a pool of its own. Checkpoints
+cross between Ray and a plain process both ways. A lost actor ends the run with one error naming
+role, rank and stage; a hung one within trainer.dist_timeout_s; Ctrl-C on the driver stops every
+actor. Without Ray installed, everything else runs and backend=ray says how to install it.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO
+from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights, make_data_dir,
+                        run_args, run_plain, step_metrics)
+
+pytest.importorskip("ray", reason="the ray extra (bash scripts/setup.sh --test installs it)")
+pytestmark = pytest.mark.slow
+
+RAY2 = ["trainer.backend=ray", "trainer.n_gpus_per_node=2"]
+# A local Ray on a 2-core machine without network or accounts: no auth token, no usage stats.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("ray-data"))
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_model_dir, data_dir, tmp_path_factory):
+    """The output folder of a plain run with these keys, run once per set of keys for the module."""
+    runs: dict[tuple, object] = {}
+
+    def run(*keys):
+        if keys not in runs:
+            out = tmp_path_factory.mktemp("one-process")
+            run_plain(run_args(tiny_model_dir, data_dir, out, *keys))
+            runs[keys] = out
+        return runs[keys]
+    return run
+
+
+def _driver(args, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV}, **popen)
+
+
+def _ray(args, env=None) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **RAY_ENV, **(env or {})})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def _hosts() -> list[int]:
+    """Pids of live RoleHost actors (Ray names the process after the actor class)."""
+    found = subprocess.run(["pgrep", "-f", "ray::RoleHost"], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in found]
+
+
+@pytest.mark.parametrize("algorithm,pools", [
+    (GRPO, []),
+    # one mini-batch: the update is on-policy (no old-log-prob pass), so the reference log-probs are
+    # read by the actor's loss alone and stay on the workers
+    (GRPO + ["actor_rollout_ref.actor.ppo_mini_batch_size=4"], []),
+    (PPO, []),
+    # the critic on a 1-rank pool of its own, next to the 2-rank global pool: 3 actors
+    (PPO, ["+trainer.resource_pools.critic_pool=[1]", "+trainer.role_pools.critic=critic_pool"]),
+], ids=["grpo", "grpo_ref_stays_on_workers", "ppo_critic_colocated", "ppo_critic_own_pool"])
+def test_ray_trains_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, one_process, algorithm, pools):
+    one, ray = one_process(*algorithm), tmp_path / "ray"
+    done = _ray(run_args(tiny_model_dir, data_dir, ray, *algorithm, *RAY2, *pools), env={"VERL_LOG_LEVEL": "INFO"})
+    # The dispatches went to the pools: the actor's 2 ranks, the critic's 1 or 2
+    assert "ray x2 actor_rollout_ref.update_actor" in done.stderr
+    if algorithm is PPO:
+        assert f"ray x{1 if pools else 2} critic.update" in done.stderr
+    ref_calls = [line for line in done.stderr.splitlines() if "actor_rollout_ref.compute_ref_log_prob:" in line]
+    assert ref_calls
+    on_policy = "actor_rollout_ref.actor.ppo_mini_batch_size=4" in algorithm
+    for line in ref_calls:  # what came back to the driver: the reference log-probs, or nothing
+        assert ("ref_log_prob" not in line.split("->")[1]) == on_policy, line
+
+    metrics = step_metrics(one)
+    # a real signal to compare (an on-policy update has a ratio of exactly 1 at its only mini-batch)
+    assert metrics[1]["critic/advantages/max"] > 0 and (metrics[1]["actor/ppo_kl"] != 0 or on_policy)
+    assert_same_metrics(metrics, step_metrics(ray))
+    assert_same_weights(one / "huggingface", ray / "huggingface", tiny_model_dir)
+    # Bytes crossed between the driver and the actors, counted each step; none in one process.
+    ray_rows = step_metrics(ray)
+    for step in (1, 2, 3):
+        assert ray_rows[step]["perf/bytes_to_workers"] > 0 and ray_rows[step]["perf/bytes_from_workers"] > 0
+        assert metrics[step]["perf/bytes_to_workers"] == 0 == metrics[step]["perf/bytes_from_workers"]
+    assert not _hosts()  # the actors ended with the run
+
+
+def test_a_reward_model_on_its_own_pool_scores_as_in_one_process(tiny_model_dir, data_dir, tmp_path):
+    """verl's reward_model.enable_resource_pool: the reward model (and the rule functions beside it) on
+    a 1-rank reward_pool next to the 2-rank global pool; the scores equal those of one process."""
+    from verl.models.tiny import make_tiny_reward_model_folder
+
+    rm_dir = make_tiny_reward_model_folder(tmp_path / "rm")
+    rm = ["reward_model.enable=true", f"reward_model.model.path={rm_dir}", "reward_model.weight=0.5",
+          "trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.val_before_train=false"]
+    one, ray = tmp_path / "one", tmp_path / "ray"
+    run_plain(run_args(tiny_model_dir, data_dir, one, *GRPO, *rm))
+    done = _ray(run_args(tiny_model_dir, data_dir, ray, *GRPO, *rm, *RAY2, "reward_model.enable_resource_pool=true",
+                         "reward_model.n_gpus_per_node=1", "reward_model.nnodes=1"), env={"VERL_LOG_LEVEL": "INFO"})
+    assert "ray x1 reward.score" in done.stderr
+    metrics = step_metrics(one)
+    assert metrics[1]["reward_extra/rm_score/mean"] != 0
+    assert_same_metrics(metrics, step_metrics(ray))
+
+
+def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_dir, tmp_path, one_process):
+    reference = one_process(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
+    ray_run = lambda args: _ray(args + RAY2)  # noqa: E731
+    assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference,
+                          [(ray_run, run_plain, "ray_then_one"), (run_plain, ray_run, "one_then_ray")])
+
+
+def _wait_for_hosts(proc: subprocess.Popen, n: int, timeout: float = 120) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        hosts = _hosts()
+        if len(hosts) >= n:
+            return hosts
+        time.sleep(0.5)
+    raise AssertionError("the Ray actors did not start")
+
+
+def _long_run(tiny_model_dir, data_dir, out, *extra):
+    return run_args(tiny_model_dir, data_dir, out, "trainer.total_training_steps=200", "trainer.test_freq=-1",
+                    "trainer.val_before_train=false", *RAY2, *extra)
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data_dir, tmp_path, how):
+    timeout_s = 20
+    proc = _driver(_long_run(tiny_model_dir, data_dir, tmp_path / how, f"trainer.dist_timeout_s={timeout_s}"))
+    try:
+        hosts = _wait_for_hosts(proc, 2)
+        time.sleep(8)  # into the training steps
+        victim = max(hosts)
+        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=timeout_s + 60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if how == "hung":
+            for pid in _hosts():
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 2, err[-3000:]
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1, err[-3000:]
+    assert "actor_rollout_ref rank" in error[0] and "actor_rollout_ref." in error[0]  # role, rank, stage
+    if how == "killed":
+        assert "was lost" in error[0] and "died" in error[0]
+    else:
+        assert f"trainer.dist_timeout_s={timeout_s}" in error[0] and "did not finish" in error[0]
+    assert "Traceback" not in err
+    assert took < timeout_s + 45  # bounded by the timeout, not a hang (generous: a busy machine)
+    time.sleep(2)
+    assert not _hosts()
+
+
+def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_dir, tmp_path):
+    out = tmp_path / "interrupted"
+    proc = _driver(_long_run(tiny_model_dir, data_dir, out, "trainer.save_freq=1000"), start_new_session=True)
+    try:
+        _wait_for_hosts(proc, 2)
+        time.sleep(8)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the driver's whole process group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    saved = sorted(out.glob("global_step_*"))
+    assert len(saved) == 1 and (saved[0] / "state.pt").exists()  # the step it stopped at, saved
+    time.sleep(2)
+    assert not _hosts()
+
+
+def test_without_ray_backend_ray_names_the_install_and_plain_runs_work(tiny_model_dir, data_dir, tmp_path):
+    """Ray hidden from the interpreter (as on a machine without it): backend=ray is one error line
+    with the install command; the default backend does not need Ray."""
+    hide_ray = ("import sys; sys.modules['ray'] = None; from verl.trainer.main_ppo import main; "
+                "sys.exit(main(sys.argv[1:]))")
+    base = run_args(tiny_model_dir, data_dir, tmp_path / "no-ray", "trainer.total_training_steps=1",
+                    "trainer.val_before_train=false", "trainer.test_freq=-1")
+    env = {**os.environ, **RAY_ENV}
+    done = subprocess.run([sys.executable, "-c", hide_ray, *base, *RAY2], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 2
+    assert "error: trainer.backend=ray needs Ray" in done.stderr and "pip install" in done.stderr
+    done = subprocess.run([sys.executable, "-c", hide_ray, *base], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "no-ray" / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1

@@ -1,0 +1,62 @@
+"""Resource pools and the role -> pool mapping of trainer.backend=ray, read from the config (no Ray needed)."""
+
+import pytest
+
+from verl.config import TrainerConfig
+from verl.config.errors import ConfigError
+from verl.trainer.ppo.placement import pool_specs, reward_in_driver, role_mapping
+
+
+def _config(*overrides):
+    return TrainerConfig.from_cli(["trainer.backend=ray", *overrides])
+
+
+def test_the_global_pool_is_n_gpus_per_node_on_each_node_and_holds_every_role_by_default():
+    cfg = _config("trainer.nnodes=2", "trainer.n_gpus_per_node=4", "algorithm.adv_estimator=gae")
+    specs = pool_specs(cfg)
+    assert specs == {"global_pool": [4, 4]}
+    assert role_mapping(cfg, specs) == {"actor_rollout_ref": "global_pool", "critic": "global_pool", "reward": None}
+    assert reward_in_driver(cfg)  # rule rewards need no device: they run in the driver
+
+
+def test_a_role_moves_to_a_pool_of_its_own():
+    cfg = _config("algorithm.adv_estimator=gae", "+trainer.resource_pools.critic_pool=[1]",
+                  "+trainer.role_pools.critic=critic_pool")
+    specs = pool_specs(cfg)
+    assert specs == {"global_pool": [1], "critic_pool": [1]}
+    assert role_mapping(cfg, specs)["critic"] == "critic_pool"
+
+
+def test_verl_reward_model_pool_keys_give_the_reward_model_its_own_pool():
+    cfg = _config("reward_model.enable=true", "reward_model.model.path=some/rm", "reward_model.enable_resource_pool=true",
+                  "reward_model.n_gpus_per_node=2", "reward_model.nnodes=1")
+    specs = pool_specs(cfg)
+    assert specs["reward_pool"] == [2]
+    assert role_mapping(cfg, specs)["reward"] == "reward_pool"
+    assert not reward_in_driver(cfg)
+    # Without a pool of its own the reward model joins the policy's devices.
+    shared = _config("reward_model.enable=true", "reward_model.model.path=some/rm")
+    assert role_mapping(shared, pool_specs(shared))["reward"] == "global_pool"
+
+
+def test_under_the_default_backend_the_reward_always_runs_here():
+    cfg = TrainerConfig.from_cli(["reward_model.enable=true", "reward_model.model.path=some/rm"])
+    assert reward_in_driver(cfg)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["+trainer.role_pools.critic=nowhere", "algorithm.adv_estimator=gae"],
+     r"trainer.role_pools.critic=nowhere: no such pool; pools: global_pool"),
+    (["+trainer.role_pools.actor=global_pool"], r"trainer.role_pools.actor: not a role that can move.*always on global_pool"),
+    (["+trainer.resource_pools.big=[0]"], r"trainer.resource_pools.big=\[0\]: a pool is a list of ranks per node, each >= 1"),
+    (["+trainer.resource_pools.global_pool=[2]"], r"trainer.resource_pools.global_pool: global_pool is already defined"),
+])
+def test_a_wrong_pool_setting_is_one_error_naming_the_key(overrides, message):
+    cfg = _config(*overrides)
+    with pytest.raises(ConfigError, match=message):
+        role_mapping(cfg, pool_specs(cfg))
+
+
+def test_a_backend_that_is_not_known_gets_a_did_you_mean():
+    with pytest.raises(ConfigError, match=r"trainer.backend='Ray' is not one of auto, ray.*did you mean trainer.backend=ray"):
+        TrainerConfig.from_cli(["trainer.backend=Ray"])

@@ -1,0 +1,190 @@
+"""Tools for multi-turn rollouts: schemas from plain functions, verl's tool YAML and class interface,
+the Hermes tool-call parser."""
+
+import asyncio
+import textwrap
+
+import pytest
+
+from verl.agent.parsers import HermesToolParser, tool_parser
+from verl.errors import VerlError
+from verl.tools.base_tool import BaseTool
+from verl.tools.function_tool import load_function_tools, normalize_tool_result, schema_of, tools_from_functions
+from verl.tools.registry import load_tool_config, load_tools
+from verl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema, ToolResponse
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two whole numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    return a * b
+
+
+def test_a_function_with_hints_and_a_docstring_becomes_an_openai_schema():
+    schema = schema_of(multiply).model_dump(exclude_none=True)
+    assert schema == {"type": "function", "function": {
+        "name": "multiply", "description": "Multiply two whole numbers.", "strict": False,
+        "parameters": {"type": "object", "required": ["a", "b"], "properties": {
+            "a": {"type": "integer", "description": "The first factor."},
+            "b": {"type": "integer", "description": "The second factor."}}}}}
+    (tool,) = tools_from_functions([multiply])
+    response, reward, metrics = asyncio.run(tool.call({"a": 12, "b": 34}))
+    assert (response.text, reward, metrics) == ("408", 0.0, {})
+
+
+def test_a_function_without_a_docstring_is_refused_naming_what_it_lacks():
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with pytest.raises(VerlError, match=r"add: .*needs a type hint on every parameter and a docstring"):
+        schema_of(add)
+
+
+def test_a_file_of_functions_gives_its_public_functions_or_only_the_decorated_ones(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text(textwrap.dedent('''
+        from math import sqrt  # imported: not a tool
+
+        def square_root(x: float) -> float:
+            """Square root.
+
+            Args:
+                x: A non-negative number.
+            """
+            return sqrt(x)
+
+        async def echo(text: str) -> str:
+            """Repeat the text.
+
+            Args:
+                text: What to repeat.
+            """
+            return text
+
+        def _helper(x: int) -> int:
+            return x
+    '''))
+    tools = {t.name: t for t in load_function_tools(plain)}
+    assert sorted(tools) == ["echo", "square_root"]
+    assert asyncio.run(tools["echo"].call({"text": "hi"}))[0].text == "hi"
+    decorated = tmp_path / "decorated.py"
+    decorated.write_text(textwrap.dedent('''
+        from verl.tools.function_tool import function_tool
+
+        @function_tool("lookup")
+        def find(key: str) -> str:
+            """Look a key up.
+
+            Args:
+                key: The key.
+            """
+            return key.upper()
+
+        def not_a_tool(x: int) -> int:
+            """Undecorated.
+
+            Args:
+                x: A number.
+            """
+            return x
+    '''))
+    assert [t.name for t in load_function_tools(decorated)] == ["lookup"]
+    with pytest.raises(VerlError, match=r"function_tool_path=.*nowhere.py: no such file"):
+        load_function_tools(tmp_path / "nowhere.py")
+
+
+TOOL_CLASS = '''
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+
+
+class CounterTool(BaseTool):
+    """A verl-style stateful tool: counts its calls per trajectory, rewards 0.5 per call."""
+
+    def __init__(self, config, tool_schema):
+        super().__init__(config, tool_schema)
+        self.counts = {}
+
+    async def create(self, instance_id=None, start=0, **kwargs):
+        instance_id = instance_id or f"t{len(self.counts)}"
+        self.counts[instance_id] = start
+        return instance_id, ToolResponse()
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        self.counts[instance_id] += parameters.get("by", 1)
+        return ToolResponse(text=str(self.counts[instance_id])), 0.5, {"count": self.counts[instance_id]}
+
+    async def release(self, instance_id, **kwargs):
+        del self.counts[instance_id]
+'''
+
+TOOL_YAML = '''
+tools:
+  - class_name: user_counter_tool.CounterTool
+    config: {type: native, note: kept}
+    tool_schema:
+      type: function
+      function:
+        name: count
+        description: Add to the counter and show it.
+        parameters:
+          type: object
+          properties:
+            by: {type: integer, description: How much to add.}
+          required: []
+'''
+
+
+def test_verl_tool_yaml_builds_the_tool_classes_with_config_and_schema(tmp_path, monkeypatch):
+    (tmp_path / "user_counter_tool.py").write_text(TOOL_CLASS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "tools.yaml").write_text(TOOL_YAML)
+    (tool,) = load_tool_config(tmp_path / "tools.yaml")
+    assert isinstance(tool, BaseTool) and tool.name == "count" and tool.config == {"type": "native", "note": "kept"}
+
+    async def session():
+        instance, _ = await tool.create(start=10)
+        response, reward, metrics = await tool.execute(instance, {"by": 5})
+        await tool.release(instance)
+        return response.text, reward, metrics
+    assert asyncio.run(session()) == ("15", 0.5, {"count": 15})
+    both = load_tools(tmp_path / "tools.yaml", functions=[multiply])
+    assert sorted(both) == ["count", "multiply"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("tools: []", r"expected a top-level 'tools:' list"),
+    ("tools:\n  - class_name: nowhere_module.Tool\n    config: {type: native}", r"cannot import nowhere_module"),
+    ("tools:\n  - class_name: json.JSONDecoder\n    config: {type: mcp}", r"only native tools"),
+])
+def test_a_broken_tool_yaml_is_one_error_naming_the_entry(tmp_path, text, message):
+    (tmp_path / "tools.yaml").write_text(text)
+    with pytest.raises(VerlError, match=message):
+        load_tool_config(tmp_path / "tools.yaml")
+
+
+def test_hermes_parser_finds_every_call_and_reports_the_broken_ones():
+    text = ('Let me compute.\n<tool_call>\n{"name": "multiply", "arguments": {"a": 12, "b": 34}}\n</tool_call>\n'
+            '<tool_call>{"name": "multiply", "arguments": {"a": 1</tool_call><tool_call>{"arguments": {}}</tool_call>')
+    turn = HermesToolParser().parse(text)
+    assert turn.content == "Let me compute."
+    assert [(c.name, c.arguments) for c in turn.calls] == [("multiply", '{"a": 12, "b": 34}')]
+    assert len(turn.errors) == 2 and "not JSON" in turn.errors[0] and "needs a \"name\"" in turn.errors[1]
+    assert HermesToolParser().parse("The answer is 408.").calls == []
+    with pytest.raises(VerlError, match=r"multi_turn.format='xml': no such tool-call format; formats: hermes"):
+        tool_parser("xml")
+
+
+def test_decoded_arguments_and_tool_results_normalise():
+    call, bad = OpenAIFunctionCallSchema.from_openai_function_parsed_schema(
+        OpenAIFunctionParsedSchema(name="f", arguments="[1, 2]"))
+    assert bad and call.arguments == {}
+    assert normalize_tool_result("x")[0] == ToolResponse(text="x")
+    assert normalize_tool_result({"a": 1})[0].text == '{"a": 1}'
+    assert normalize_tool_result((ToolResponse(text="y"), 1, {"m": 2})) == (ToolResponse(text="y"), 1.0, {"m": 2})
+    with pytest.raises(ValueError, match="must be a list"):
+        ToolResponse(image="not a list")

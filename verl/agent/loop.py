@@ -1,0 +1,287 @@
+"""Multi-turn rollouts with tools: generate, find tool calls, run them, append the results, go on.
+
+Token in, token out. A trajectory is the exact token ids the model generated, turn after turn,
+with the tool results spliced in between as the chat template renders them. Earlier turns are
+never decoded and tokenized again (that can change the ids, and then the log-probs the update
+computes would not be those of what the model sampled). The layout is the single-turn one of
+:data:`verl.protocol.FIELDS`, with the tool results inside ``responses``:
+
+    responses       = [a1 a1 a1 eos | t t t t | a2 a2 eos | pad]
+    response_mask   = [ 1  1  1  1  | 0 0 0 0 |  1  1  1  | 0 ]   model tokens only: the loss
+    attention_mask  = [ 1  1  1  1  | 1 1 1 1 |  1  1  1  | 0 ]   everything the model read
+
+A trajectory ends when the model answers without a tool call, after
+``max_assistant_turns`` assistant turns, or when the response budget (``response_length``
+tokens, all turns and tool results together) is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from verl.agent.parsers import tool_parser
+from verl.protocol import Batch
+from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.seeding import mix, random_seeds, sample_seeds
+from verl.tools.base_tool import BaseTool
+from verl.tools.function_tool import FunctionTool, normalize_tool_result
+from verl.tools.schemas import OpenAIFunctionCallSchema
+
+
+@dataclass
+class AgentSettings:
+    """``actor_rollout_ref.rollout.multi_turn.*``, as the loop reads them."""
+
+    max_assistant_turns: int | None = None
+    max_parallel_calls: int = 1
+    max_tool_response_length: int = 256
+    tool_response_truncate_side: str = "middle"
+    format: str = "hermes"
+    tool_timeout_s: float = 30.0
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    seed: int
+    row: int
+    tokens: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    assistant_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_reward: float = 0.0
+    done: bool = False
+    instances: dict[str, str] = field(default_factory=dict)
+
+    def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
+        self.tokens += ids
+        self.mask += [1 if trained else 0] * len(ids)
+        self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+def truncate_text(text: str, limit: int, side: str) -> str:
+    """``text`` cut to ``limit`` characters on ``side`` (left, middle or right), marked where cut."""
+    if len(text) <= limit:
+        return text
+    if side == "left":
+        return "..." + text[-limit:]
+    if side == "right":
+        return text[:limit] + "..."
+    half = limit // 2
+    return text[:half] + "...(truncated)..." + text[-(limit - half):]
+
+
+class _EventLoop:
+    """One asyncio loop in a background thread for all tool calls of a worker: tools that keep
+    loop-bound state (connections, subprocesses) see the same loop every turn, and it works where
+    the caller already runs a loop (a notebook)."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True, name="verl-tools").start()
+
+    def run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+class AgentLoop:
+    """Runs multi-turn rollouts on ``engine`` (any engine that generates from token ids)."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer, tools: dict[str, BaseTool | FunctionTool],
+                 settings: AgentSettings | None = None, device: torch.device | str | None = None):
+        """``device``: where the engine wants its inputs (the worker's device)."""
+        self.engine, self.tokenizer, self.tools, self.device = engine, tokenizer, tools, device
+        self.settings = settings or AgentSettings()
+        self.parser = tool_parser(self.settings.format)
+        self._events = _EventLoop()
+        self._delta_prefix = None
+
+    # ------------------------------------------------------------------ token pieces
+    def message_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids the chat template puts after an assistant turn's end for ``messages`` (tool results
+        or a user reply), through the next generation prompt. Rendered after a fixed stand-in
+        conversation, so no earlier turn of the trajectory is re-tokenized."""
+        stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
+        if self._delta_prefix is None:
+            text = self.tokenizer.apply_chat_template(stand_in, tokenize=False)
+            # The model's own turn ends with its eos token; what the template adds after it (a line
+            # break, say) belongs to the next message.
+            eos = self.tokenizer.decode(self.engine.eos_token_ids[:1])
+            cut = text.rfind(eos)
+            self._delta_prefix = text[:cut + len(eos)] if cut >= 0 else text
+        full = self.tokenizer.apply_chat_template(stand_in + messages, tokenize=False, add_generation_prompt=True)
+        if not full.startswith(self._delta_prefix):
+            raise ValueError("the chat template renders a conversation differently once messages follow it; "
+                             "multi-turn rollouts need a template whose earlier turns do not change")
+        return self.tokenizer(full[len(self._delta_prefix):], add_special_tokens=False)["input_ids"]
+
+    # ------------------------------------------------------------------ the loop
+    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """``prompts`` (left-padded, as for :meth:`RolloutEngine.generate`) -> ``n`` trajectories each."""
+        base = prompts["rollout_seed"] if "rollout_seed" in prompts else random_seeds(len(prompts),
+                                                                                       self.engine.seed_generator)
+        seeds = sample_seeds(base.cpu(), params.n).tolist()
+        batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
+        ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu().bool()
+        trajectories = [Trajectory(ids[i][mask[i]].tolist(), seeds[i], i) for i in range(len(batch))]
+        tools_kwargs = batch["tools_kwargs"] if "tools_kwargs" in batch else [None] * len(batch)
+        self._events.run(self._create_instances(trajectories, tools_kwargs))
+        limit = self.settings.max_assistant_turns
+        try:
+            while True:
+                active = [t for t in trajectories if not t.done]
+                if not active:
+                    break
+                self._assistant_turn(active, params)
+                calling = []
+                for trajectory, turn in zip(active, self._last_turns):
+                    room = params.max_new_tokens - len(trajectory.tokens)
+                    if not turn.calls and not turn.errors or room <= 0 or (
+                            limit is not None and trajectory.assistant_turns >= limit):
+                        trajectory.done = True
+                    else:
+                        calling.append((trajectory, turn))
+                if calling:
+                    self._events.run(self._run_tools(calling, params.max_new_tokens))
+        finally:
+            self._events.run(self._finish_instances(trajectories))
+        return self._assemble(batch, trajectories, params)
+
+    def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> None:
+        """One generation for every active trajectory, from its tokens so far; appends what it drew."""
+        contexts = [t.prompt_ids + t.tokens for t in active]
+        width = max(len(c) for c in contexts)
+        pad = self.engine.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts])
+        attention = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts])
+        budget = max(params.max_new_tokens - len(t.tokens) for t in active)
+        # Each assistant turn of a sample draws with its own seed: (sample seed, turn).
+        seeds = torch.tensor([int(mix(torch.tensor([t.seed]), t.assistant_turns)[0]) for t in active])
+        turn_params = dataclasses.replace(params, max_new_tokens=budget, n=1)
+        if self.device is not None:
+            input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
+        responses = responses.cpu()
+        eos = set(self.engine.eos_token_ids)
+        self._last_turns = []
+        for i, trajectory in enumerate(active):
+            room = params.max_new_tokens - len(trajectory.tokens)
+            drawn = responses[i].tolist()[:room]
+            end = next((j + 1 for j, tok in enumerate(drawn) if tok in eos), len(drawn))
+            drawn = drawn[:end]
+            logprobs = log_probs[i, :end].float().cpu().tolist() if log_probs is not None else None
+            trajectory.extend(drawn, trained=True, logprobs=logprobs)
+            trajectory.assistant_turns += 1
+            text = self.tokenizer.decode(drawn, skip_special_tokens=True)
+            self._last_turns.append(self.parser.parse(text))
+
+    async def _run_tools(self, calling: list, max_new_tokens: int) -> None:
+        """Every trajectory's calls of this turn, concurrently across the batch; results appended."""
+        results = await asyncio.gather(*(self._calls_of(t, turn) for t, turn in calling))
+        for (trajectory, _), messages in zip(calling, results):
+            ids = self.message_ids(messages)
+            room = max_new_tokens - len(trajectory.tokens)
+            trajectory.extend(ids[:room], trained=False)
+            if len(ids) >= room:
+                trajectory.done = True  # the budget ends inside the tool result: nothing left to generate
+
+    async def _calls_of(self, trajectory: Trajectory, turn) -> list[dict]:
+        calls = turn.calls[:max(self.settings.max_parallel_calls, 1)]
+        trajectory.tool_calls += len(calls) + len(turn.errors)
+        trajectory.tool_errors += len(turn.errors)
+        outputs = [f"Error: {error}" for error in turn.errors]
+        answers = await asyncio.gather(*(self._call(trajectory, call) for call in calls))
+        outputs += answers
+        side, limit = self.settings.tool_response_truncate_side, self.settings.max_tool_response_length
+        return [{"role": "tool", "content": truncate_text(text, limit, side)} for text in outputs]
+
+    async def _call(self, trajectory: Trajectory, parsed) -> str:
+        call, bad_json = OpenAIFunctionCallSchema.from_openai_function_parsed_schema(parsed)
+        tool = self.tools.get(call.name)
+        if tool is None or bad_json:
+            trajectory.tool_errors += 1
+            return (f"Error: no tool named {call.name!r}; tools: {', '.join(self.tools)}" if tool is None
+                    else f"Error: the arguments of {call.name} are not a JSON object")
+        try:
+            if isinstance(tool, FunctionTool):
+                coroutine = tool.call(call.arguments)
+            else:
+                coroutine = tool.execute(trajectory.instances[call.name], call.arguments)
+            response, reward, _ = normalize_tool_result(await asyncio.wait_for(coroutine,
+                                                                               self.settings.tool_timeout_s))
+        except asyncio.TimeoutError:
+            trajectory.tool_errors += 1
+            return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s"
+        except Exception as e:  # noqa: BLE001 - a failing tool is the model's feedback, not the run's end
+            trajectory.tool_errors += 1
+            return f"Error: {type(e).__name__}: {e}"
+        trajectory.tool_reward += reward
+        return response.text or ""
+
+    async def _create_instances(self, trajectories: list[Trajectory], tools_kwargs) -> None:
+        stateful = {name: tool for name, tool in self.tools.items() if not isinstance(tool, FunctionTool)}
+        if not stateful:
+            return
+
+        async def create(trajectory, kwargs):
+            for name, tool in stateful.items():
+                created = await tool.create(**dict((kwargs or {}).get(name, {}).get("create_kwargs", {})))
+                trajectory.instances[name] = created[0] if isinstance(created, tuple) else created
+        await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
+
+    async def _finish_instances(self, trajectories: list[Trajectory]) -> None:
+        async def finish(trajectory):
+            for name, instance in trajectory.instances.items():
+                trajectory.tool_reward += float(await self.tools[name].calc_reward(instance) or 0.0)
+                await self.tools[name].release(instance)
+        await asyncio.gather(*(finish(t) for t in trajectories if t.instances))
+
+    # ------------------------------------------------------------------ output
+    def _assemble(self, batch: Batch, trajectories: list[Trajectory], params: SamplingParams) -> Batch:
+        width = params.max_new_tokens
+        pad = self.engine.pad_token_id
+        responses = torch.full((len(trajectories), width), pad, dtype=torch.long)
+        response_mask = torch.zeros((len(trajectories), width), dtype=torch.long)
+        seen = torch.zeros((len(trajectories), width), dtype=torch.long)
+        log_probs = torch.zeros((len(trajectories), width), dtype=torch.float32)
+        for i, t in enumerate(trajectories):
+            n = len(t.tokens)
+            responses[i, :n] = torch.tensor(t.tokens, dtype=torch.long)
+            response_mask[i, :n] = torch.tensor(t.mask, dtype=torch.long)
+            seen[i, :n] = 1
+            log_probs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32) * response_mask[i, :n]
+        prompt_ids, prompt_mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()
+        out = batch.select(*[k for k in batch.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
+        attention_mask = torch.cat([prompt_mask, seen], dim=1)
+        out["prompts"] = prompt_ids
+        out["responses"] = responses
+        out["response_mask"] = response_mask
+        out["input_ids"] = torch.cat([prompt_ids, responses], dim=1)
+        out["attention_mask"] = attention_mask
+        out["position_ids"] = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+        if params.logprobs:
+            out["rollout_log_probs"] = log_probs
+        out["agent_turns"] = torch.tensor([t.assistant_turns for t in trajectories], dtype=torch.float32)
+        out["agent_tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.float32)
+        out["agent_tool_errors"] = torch.tensor([t.tool_errors for t in trajectories], dtype=torch.float32)
+        out["agent_tool_reward"] = torch.tensor([t.tool_reward for t in trajectories], dtype=torch.float32)
+        out.meta["temperature"] = params.logprob_temperature
+        return out
+
+
+def _as_dict(value) -> dict:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return dict(value) if isinstance(value, dict) else {}
+

@@ -1,0 +1,335 @@
+"""Ray placement (``trainer.backend=ray``): resource pools of role hosts, and the group that drives them.
+
+HybridFlow's layout. The driver process runs the controller (``fit()``) and holds no model. Each
+resource pool is a set of Ray actors, one per device (one per CPU rank on a machine without GPUs),
+reserved together in one placement group; the actors of a pool form one ``torch.distributed``
+group, so the roles they host shard their models with FSDP over the pool exactly as the ranks of
+a torchrun job do. Roles mapped to the same pool are *colocated*: each actor of the pool holds one
+rank of each of them in the same process (actor, rollout and reference always share one worker,
+the hybrid engine; a critic or a reward model may join them or have a pool of its own).
+
+:class:`RayWorkerGroup` is the worker-group contract of :mod:`verl.distributed.worker_group`
+over a pool: ``run`` cuts the batch into the ranks' shares (the same shares a torchrun job takes),
+sends each share to its actor, waits, and puts the results back in row order; ``call`` runs a
+method on every actor with the same arguments and returns rank 0's result. Plain code, no
+decorators: put a breakpoint in ``run`` and step through a dispatch.
+
+Failures: every wait is bounded by ``trainer.dist_timeout_s``. An actor that dies, raises, or does
+not answer in time ends the run with one :class:`~verl.errors.VerlError` naming the role, the rank
+and the stage (``role.method``); the pools' actors are then killed, so nothing is left waiting in a
+collective.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from verl.errors import VerlError
+from verl.utils.seed import seed_everything
+from verl.protocol import Batch
+from verl.distributed.worker_group import WorkerGroup, merge_shares, shard_rows, tensor_bytes
+
+logger = logging.getLogger("verl.dataflow")
+
+GLOBAL_POOL = "global_pool"
+RAY_INSTALL = "pip install 'verl[ray]' (or pip install 'ray[default]>=2.10')"
+# Environment variables the hosts take over from the driver (a cluster's workers do not inherit
+# the driver's environment): caches, offline switches, logging.
+_PASSED_ENV_PREFIXES = ("HF_", "VERL_", "TRANSFORMERS_", "TOKENIZERS_", "PYTORCH_", "NCCL_", "GLOO_", "TORCH_")
+
+
+def import_ray():
+    """The ``ray`` module, or a VerlError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise VerlError(f"trainer.backend=ray needs Ray, which is not installed: {RAY_INSTALL}; or leave "
+                        f"trainer.backend=auto (one process, or torchrun for several)") from None
+    return ray
+
+
+class RoleHost:
+    """One rank of a resource pool: a Ray actor process that holds this rank of every role mapped to
+    the pool. The driver reaches it through :meth:`execute` only."""
+
+    def __init__(self, rank: int, world_size: int, *, env: dict, cwd: str | None, seed: int, threads: int,
+                 use_gpu: bool):
+        os.environ.update(env)
+        # Ray isolates one GPU per actor (CUDA_VISIBLE_DEVICES); in here it is device 0.
+        os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": "0",
+                           "LOCAL_WORLD_SIZE": "1"})
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)  # relative paths of the config mean what they mean to the driver
+        if not use_gpu:
+            torch.set_num_threads(threads)
+        seed_everything(seed)  # as every torchrun rank does before it builds its roles
+        self.rank = rank
+        self.workers: dict[str, object] = {}
+        self.kept: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def address(self) -> tuple[str, int]:
+        """(this node's address, a free port): the rendezvous of the pool's process group, on rank 0."""
+        import ray
+
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def init_group(self, master_addr: str, master_port: int, timeout_s: float) -> int:
+        from verl.distributed.process_group import ensure_process_group
+
+        os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
+        ensure_process_group(timeout_s=timeout_s)
+        return os.getpid()
+
+    def build(self, role: str, config, kwargs: dict) -> None:
+        from verl.trainer.ppo.roles import ROLE_FACTORIES
+
+        self.workers[role] = ROLE_FACTORIES[role](config, **kwargs)
+
+    def execute(self, role: str, method: str, args: tuple, kwargs: dict, reply: bool = True,
+                keep: tuple[str, ...] = (), restore: tuple[str, ...] = ()):
+        """``role``'s ``method`` on this rank; its result (on the CPU), or None when ``reply`` is false
+        (``call`` wants rank 0's result only: a state dict need not travel once per rank).
+
+        ``keep``: columns of the result that stay here instead of travelling to the driver (keyed by
+        the share's ``sample_id``); ``restore``: columns kept earlier that this call's share needs
+        back, assembled from every rank of the pool (the rows may now sit on another rank)."""
+        from verl.utils.checks import explain_oom
+
+        if restore:
+            args = (self._restore(role, args[0], restore), *args[1:])
+        with explain_oom(role, method=method):
+            result = getattr(self.workers[role], method)(*args, **kwargs)
+        if keep:
+            ids = args[0]["sample_id"].cpu()
+            store = self.kept.setdefault(role, {})
+            for column in keep:
+                store[column] = (ids, result[column])
+            result = Batch({k: v for k, v in result.tensors.items() if k not in keep},
+                           {k: v for k, v in result.non_tensors.items() if k not in keep}, result.meta)
+        return _to_cpu(result) if reply else None
+
+    def _restore(self, role: str, share: Batch, columns: tuple[str, ...]) -> Batch:
+        from verl.distributed.process_group import all_gather_objects
+
+        store = self.kept.get(role, {})
+        # A collective over the pool (every rank is in this call): the kept rows move between the
+        # workers, never through the driver.
+        stores = all_gather_objects({c: (store[c][0], store[c][1].cpu()) for c in columns if c in store})
+        wanted = share["sample_id"].cpu().tolist()
+        restored = {}
+        for column in columns:
+            parts = [s[column] for s in stores if column in s]
+            ids = torch.cat([p[0] for p in parts]).tolist()
+            values = torch.cat([p[1] for p in parts])
+            where = {sample: position for position, sample in enumerate(ids)}
+            missing = [sample for sample in wanted if sample not in where]
+            if missing:
+                raise RuntimeError(f"{role}: column {column} was kept on the workers for other rows than these "
+                                   f"(sample_id {missing[:5]} missing)")
+            device = share["input_ids"].device if "input_ids" in share else values.device
+            restored[column] = values[torch.tensor([where[sample] for sample in wanted])].to(device)
+        return share.union(Batch(restored))
+
+    def release(self, role: str) -> None:
+        """Forget the columns ``role`` kept (the step that needed them is over)."""
+        self.kept.pop(role, None)  # a CUDA tensor would arrive on the driver's device of the same index
+
+
+def _to_cpu(value):
+    if isinstance(value, (Batch, torch.Tensor)):
+        return value.to("cpu")
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+@dataclass
+class PoolSpec:
+    """A pool's shape: ranks per node (``[n_gpus_per_node] * nnodes`` for the global pool)."""
+
+    name: str
+    ranks_per_node: list[int]
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.ranks_per_node)
+
+
+class RayResourcePool:
+    """The actors of one pool, placed together (one bundle per rank) and joined in one process group."""
+
+    def __init__(self, spec: PoolSpec, *, use_gpu: bool, seed: int, timeout_s: float, threads: int):
+        ray = import_ray()
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        self.spec, self.timeout_s = spec, timeout_s
+        bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+        self.placement_group = placement_group([dict(bundle) for _ in range(spec.world_size)], strategy="PACK",
+                                               name=f"verl-{spec.name}")
+        ready, _ = ray.wait([self.placement_group.ready()], timeout=timeout_s)
+        if not ready:
+            raise VerlError(f"Ray could not reserve the resource pool {spec.name} ({spec.world_size} x {bundle}, "
+                            f"roles {', '.join(spec.roles)}) within trainer.dist_timeout_s={timeout_s:g} s; the cluster "
+                            f"has {ray.available_resources()} free. Lower trainer.n_gpus_per_node / nnodes (or the "
+                            f"pool's size in trainer.resource_pools), or add machines")
+        host_cls = ray.remote(RoleHost)
+        env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV_PREFIXES)}
+        self.hosts = [
+            host_cls.options(num_cpus=1, num_gpus=1 if use_gpu else 0, name=None,
+                             scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                 placement_group=self.placement_group, placement_group_bundle_index=rank)
+                             ).remote(rank, spec.world_size, env=env, cwd=os.getcwd(), seed=seed, threads=threads,
+                                      use_gpu=use_gpu)
+            for rank in range(spec.world_size)]
+        master_addr, master_port = self.wait([self.hosts[0].address.remote()], "start", "pool")[0]
+        self.pids = self.wait([h.init_group.remote(master_addr, master_port, timeout_s) for h in self.hosts],
+                              "init_process_group", "pool")
+
+    def wait(self, refs: list, stage: str, role: str) -> list:
+        """The results of ``refs`` (one per rank, in rank order), each within ``trainer.dist_timeout_s``
+        of the call. A rank that fails or is lost ends the wait at once, with its role, rank and stage."""
+        ray = import_ray()
+        pending = {ref: rank for rank, ref in enumerate(refs)}
+        results: list = [None] * len(refs)
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(deadline - time.monotonic(), 0.0))
+            if not ready:
+                ranks = sorted(pending.values())
+                raise VerlError(f"{role} rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of "
+                                f"{len(refs)} (Ray pool {self.spec.name}) did not finish {role}.{stage} within "
+                                f"trainer.dist_timeout_s={self.timeout_s:g} s: hung, or slower than the limit "
+                                f"(raise trainer.dist_timeout_s if the stage is legitimately that slow)")
+            ref = ready[0]
+            rank = pending.pop(ref)
+            try:
+                results[rank] = self._get(ray, ref, role, rank, stage)
+            except Exception as failure:
+                raise self._root_cause(ray, pending, role, stage) or failure
+        return results
+
+    def _root_cause(self, ray, pending: dict, role: str, stage: str) -> Exception | None:
+        """When a rank fails because another one died (its collective lost a peer), the dead one is the
+        news: the error of a rank that is lost, among those still pending, if one is within seconds."""
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=3.0)
+        for ref in ready:
+            try:
+                self._get(ray, ref, role, pending[ref], stage)
+            except VerlError as lost:
+                if "was lost" in str(lost):
+                    return lost
+            except Exception:  # noqa: BLE001 - another consequence of the same failure
+                continue
+        return None
+
+    def _get(self, ray, ref, role: str, rank: int, stage: str):
+        where = f"{role} rank {rank} (Ray pool {self.spec.name}, pid {self._pid(rank)}) during {role}.{stage}"
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as e:
+            cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else None
+            if isinstance(cause, VerlError):
+                raise cause from None  # the worker's own one-line error (a bad reward file, an OOM hint)
+            raise RuntimeError(f"{where} failed: {type(cause).__name__ if cause else 'error'}: "
+                               f"{cause if cause else e}") from e
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError) as e:
+            raise VerlError(f"{where} was lost: the actor process died ({type(e).__name__}). Its log is in the Ray "
+                            f"session folder (/tmp/ray/session_latest/logs); a killed process is often out of "
+                            f"memory") from None
+
+    def _pid(self, rank: int):
+        pids = getattr(self, "pids", None)
+        return pids[rank] if pids else "?"
+
+    def build(self, role: str, config, **kwargs) -> RayWorkerGroup:
+        """Build ``role`` on every actor of the pool (collectively: FSDP shards over the pool)."""
+        self.wait([h.build.remote(role, config, kwargs) for h in self.hosts], "build", role)
+        return RayWorkerGroup(role, self)
+
+    def shutdown(self) -> None:
+        ray = import_ray()
+        for host in self.hosts:
+            ray.kill(host, no_restart=True)
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(self.placement_group)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A role's ranks on a :class:`RayResourcePool` (see the module docstring)."""
+
+    keeps_columns = True
+
+    def __init__(self, name: str, pool: RayResourcePool):
+        super().__init__(name, pool.spec.world_size)
+        self.pool = pool
+        self.kept_columns: set[str] = set()
+        """Result columns that stayed on the workers (``run(..., keep=...)``) until :meth:`release_kept`."""
+
+    def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
+            keep: tuple[str, ...] = (), **kwargs):
+        start = time.perf_counter()
+        if batch is None:
+            return self._everywhere(method, (), kwargs)
+        restore = tuple(sorted(self.kept_columns))
+        if (keep or restore) and "sample_id" not in batch:
+            raise RuntimeError(f"{self.name}.{method}: columns kept on the workers ({', '.join(keep or restore)}) "
+                               f"are matched to rows by a sample_id column, and the batch has none")
+        rows = shard_rows(len(batch), self.world_size, block)
+        shares = [batch.index(r) for r in rows]
+        refs = [host.execute.remote(self.name, method, (share,), kwargs, True, tuple(keep), restore)
+                for host, share in zip(self.pool.hosts, shares)]
+        self.kept_columns.update(keep)
+        sent = sum(tensor_bytes(s) + tensor_bytes(kwargs) for s in shares)
+        results = self.pool.wait(refs, method, self.name)
+        received = sum(tensor_bytes(r) for r in results)
+        self._count(sent, received)
+        if isinstance(results[0], Batch) and not results[0].keys():
+            result = Batch(meta=results[0].meta)  # every column stayed on the workers
+        elif isinstance(results[0], (Batch, torch.Tensor)):
+            result = merge_shares(results, rows, len(batch), self.name)
+        else:
+            result = results[0]  # metrics: the workers reduced them over the ranks already
+        self._log(method, batch, result, start, f"ray x{self.world_size} ")
+        return result
+
+    def call(self, method: str, *args, **kwargs):
+        return self._everywhere(method, args, kwargs)
+
+    def release_kept(self) -> None:
+        if self.kept_columns:
+            self.pool.wait([host.release.remote(self.name) for host in self.pool.hosts], "release", self.name)
+            self.kept_columns.clear()
+
+    def _everywhere(self, method: str, args: tuple, kwargs: dict):
+        ray = import_ray()
+        payload_bytes = tensor_bytes(args) + tensor_bytes(kwargs)
+        if payload_bytes:  # put in the object store once (Ray resolves the refs), not pickled once per rank
+            args, kwargs = ray.put(args), ray.put(kwargs)
+        # Every rank runs the method (it may be a collective); only rank 0's result comes back.
+        refs = [host.execute.remote(self.name, method, args, kwargs, rank == 0)
+                for rank, host in enumerate(self.pool.hosts)]
+        result = self.pool.wait(refs, method, self.name)[0]
+        received = tensor_bytes(result)
+        self._count(payload_bytes * self.world_size, received)
+        return result
+
+    def _count(self, sent: int, received: int) -> None:
+        self.bytes_sent += sent
+        self.bytes_received += received
+        self.bytes_to_workers += sent
+        self.bytes_from_workers += received
+        self.bytes_moved += sent + received

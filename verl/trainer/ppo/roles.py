@@ -1,0 +1,106 @@
+"""The role workers of an RL run, built from a ``TrainerConfig`` in the process that will hold them.
+
+One place builds each role, so that the three placements build the same thing: a plain process
+(every role here), each rank of a torchrun job, and each Ray actor of a resource pool
+(:mod:`verl.distributed.ray_pool`, which calls :data:`ROLE_FACTORIES` by name inside the actor).
+Every factory takes the config plus plain keyword arguments, so the call can cross a process
+boundary as the config and a few numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from verl.algorithms.rollout_correction import rollout_correction_of
+from verl.distributed.fsdp import parallelize
+from verl.distributed.process_group import world_size
+from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.tiny import builtin_model_path
+from verl.models.value_model import ValueModel
+from verl.rewards.manager import RuleRewardManager, build_reward_functions
+from verl.utils.checks import check_context_length
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+from verl.workers.critic import Critic
+from verl.workers.reward import RewardWorker
+
+
+def policy_path(config) -> str:
+    """The policy's model folder or hub id (the built-in tiny model when none is set)."""
+    path = config.actor_rollout_ref.model.path
+    return str(path) if path else str(builtin_model_path())
+
+
+def policy_tokenizer(config):
+    model = config.actor_rollout_ref.model
+    return load_tokenizer(model.tokenizer_path or policy_path(config), trust_remote_code=model.trust_remote_code,
+                          chat_template=model.custom_chat_template)
+
+
+def uses_reference(config) -> bool:
+    return bool(config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward)
+
+
+def actor_rollout_ref_worker(config, *, total_steps: int, tokenizer=None) -> ActorRolloutRefWorker:
+    """Actor, rollout and (when a KL term needs it) reference, in one worker: the hybrid engine."""
+    arr = config.actor_rollout_ref
+    worker = ActorRolloutRefWorker(arr, tokenizer=tokenizer or policy_tokenizer(config), with_ref=uses_reference(config),
+                                   device=config.trainer.device, max_response_length=config.data.max_response_length,
+                                   total_steps=total_steps, seed=config.trainer.seed,
+                                   rollout_correction=rollout_correction_of(arr.actor,
+                                                                            config.algorithm.rollout_correction))
+    check_context_length(worker.actor_model.config, config.data.max_prompt_length, config.data.max_response_length)
+    return worker
+
+
+def critic_worker(config, *, total_steps: int, device: torch.device | str | None = None) -> Critic:
+    """The value model (a causal LM with a zero-initialised value head), sharded over this group's ranks."""
+    critic_cfg, arr_cfg = config.critic, config.actor_rollout_ref
+    device = resolve_device(device or config.trainer.device)
+    critic_path = str(critic_cfg.model.path) if critic_cfg.model.path else policy_path(config)
+    value_model = ValueModel(load_causal_lm(critic_path, dtype=arr_cfg.model.dtype,
+                                            trust_remote_code=critic_cfg.model.trust_remote_code,
+                                            override_config=dict(critic_cfg.model.override_config),
+                                            disable_dropout=arr_cfg.model.disable_dropout,
+                                            config_key="critic.model.path"))
+    if critic_cfg.model.enable_gradient_checkpointing:
+        value_model.model.gradient_checkpointing_enable()
+    sizes = config.derived_sizes(dp_size=world_size(), role="critic")
+    value_model = parallelize(value_model, critic_cfg.fsdp_config, device=device)
+    return Critic(value_model, critic_cfg, device, samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
+                  ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps, seed=config.trainer.seed,
+                  norm_len=config.data.max_response_length, micro_batch_size=sizes["samples_per_micro_batch"])
+
+
+def reward_worker(config, *, tokenizer=None) -> RewardWorker:
+    """Rule reward functions (custom_reward_function + reward.functions, else the built-in scorer of
+    each row's data source) plus, with reward_model.enable, a learned reward model."""
+    tokenizer = tokenizer or policy_tokenizer(config)
+    custom, reward_cfg, rm_cfg = config.custom_reward_function, config.reward, config.reward_model
+    functions = build_reward_functions(list(reward_cfg.functions), custom.path, custom.name,
+                                       dict(custom.reward_kwargs))
+    manager = None
+    if functions or not rm_cfg.enable:
+        manager = RuleRewardManager(tokenizer, functions=functions, reward_fn_key=config.data.reward_fn_key,
+                                    on_error=reward_cfg.on_error, max_concurrency=reward_cfg.max_concurrency)
+    reward_model = None
+    if rm_cfg.enable:
+        from verl.workers.reward_model import RewardModelWorker
+
+        # trainer.device resolves here as it does for the actor, so both sit on the same device.
+        reward_model = RewardModelWorker(
+            rm_cfg, config.trainer.device, policy_tokenizer=tokenizer, dtype=config.actor_rollout_ref.model.dtype,
+            default_max_length=config.data.max_prompt_length + config.data.max_response_length)
+    return RewardWorker(manager, reward_model, rm_cfg.weight)
+
+
+def teacher_worker(config, *, device: torch.device | str | None = None):
+    """The frozen teachers of on-policy distillation, sharded like the reference."""
+    from verl.trainer.ppo import distillation
+
+    teachers = distillation.resolve_teachers(config.distillation)
+    return distillation.teacher_worker(config, teachers, resolve_device(device or config.trainer.device))
+
+
+ROLE_FACTORIES = {"actor_rollout_ref": actor_rollout_ref_worker, "critic": critic_worker,
+                  "reward": reward_worker, "teacher": teacher_worker}
+"""Role name -> factory(config, **kwargs): what a Ray actor calls to build the role it hosts."""
