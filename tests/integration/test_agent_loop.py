@@ -29,29 +29,36 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-@pytest.fixture(scope="module")
-def tool_model(tmp_path_factory):
-    """The tiny model, trained until it reproduces one conversation: question, tool call, tool
-    result (not trained on), answer."""
+def _memorize(tmp_path_factory, name: str, conversations: list[list[dict]]):
+    """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text)."""
     torch.manual_seed(0)
-    path = make_tiny_model_folder(tmp_path_factory.mktemp("tool-model"), num_layers=2, hidden_size=64,
-                                  intermediate_size=128)
+    path = make_tiny_model_folder(tmp_path_factory.mktemp(name), num_layers=2, hidden_size=64, intermediate_size=128)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    chat = [{"role": "user", "content": "12*34="}, {"role": "assistant", "content": CALL},
-            {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]
-    text = tok.apply_chat_template(chat, tokenize=False)
-    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
+    batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(300):
-        loss = model(input_ids=ids, labels=ids).loss
+    for _ in range(400):
+        loss = model(**batch, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         if loss.item() < 0.01:
             break
     model.eval()
-    return model, tok
+    folder = tmp_path_factory.mktemp(f"{name}-trained")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return model, tok, folder
+
+
+@pytest.fixture(scope="module")
+def tool_model(tmp_path_factory):
+    """Question, tool call, tool result (not trained on at RL time), answer."""
+    return _memorize(tmp_path_factory, "tool-model", [[
+        {"role": "user", "content": "12*34="}, {"role": "assistant", "content": CALL},
+        {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]])
 
 
 def _prompts(tok, n_rows=2):
@@ -66,7 +73,7 @@ def _prompts(tok, n_rows=2):
 
 
 def test_the_model_calls_the_tool_reads_the_result_and_answers(tool_model):
-    model, tok = tool_model
+    model, tok, _ = tool_model
     calls = []
 
     def multiply_logged(a: int, b: int) -> int:
@@ -107,7 +114,7 @@ def test_the_model_calls_the_tool_reads_the_result_and_answers(tool_model):
 
 
 def test_a_call_to_an_unknown_tool_and_the_turn_limit_end_the_trajectory_with_feedback(tool_model):
-    model, tok = tool_model
+    model, tok, _ = tool_model
     loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(max_assistant_turns=1))
     out = loop.generate(_prompts(tok, 1), SamplingParams(max_new_tokens=120, do_sample=False))
     seen = out["attention_mask"][0, out["prompts"].shape[1]:].bool()
@@ -121,3 +128,150 @@ def test_a_call_to_an_unknown_tool_and_the_turn_limit_end_the_trajectory_with_fe
     text = tok.decode(out["responses"][0][seen])
     assert "Error: no tool named 'multiply'; tools: " in text and out["agent_tool_errors"].tolist() == [1.0]
     assert json.loads(CALL[len("<tool_call>"):-len("</tool_call>")])["name"] == "multiply"
+
+
+TOOLS_FILE = '''
+def multiply(a: int, b: int) -> int:
+    """Multiply two whole numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    return a * b
+'''
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    # The whole trajectory's text: the call, the tool's result, the answer after it.
+    return 1.0 if solution_str.count(ground_truth) >= 2 and solution_str.rstrip().endswith(ground_truth) else 0.0
+'''
+
+
+@pytest.mark.parametrize("engine", ["hf", "native"])
+def test_main_ppo_trains_on_multi_turn_rollouts_with_a_file_of_tool_functions(tool_model, tmp_path, engine):
+    from verl.data import write_parquet
+    from verl.trainer.main_ppo import main
+
+    _, _, model_dir = tool_model
+    (tmp_path / "tools.py").write_text(TOOLS_FILE)
+    (tmp_path / "reward.py").write_text(REWARD_FILE)
+    rows = [{"prompt": [{"role": "user", "content": "12*34="}], "data_source": "calc",
+             "reward_model": {"style": "rule", "ground_truth": "408"}} for _ in range(8)]
+    write_parquet(rows, tmp_path / "train.parquet")
+    out = tmp_path / "out"
+    assert main([f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
+                 f"data.val_files={tmp_path / 'train.parquet'}", f"custom_reward_function.path={tmp_path / 'reward.py'}",
+                 "actor_rollout_ref.rollout.multi_turn.enable=true",
+                 f"actor_rollout_ref.rollout.multi_turn.tool_functions={tmp_path / 'tools.py'}",
+                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3", "data.train_batch_size=4",
+                 "data.max_prompt_length=32", "data.max_response_length=100", "actor_rollout_ref.rollout.n=2",
+                 "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=1e-4",
+                 "actor_rollout_ref.rollout.temperature=0.5", "trainer.total_training_steps=2",
+                 f"actor_rollout_ref.rollout.name={engine}", f"trainer.default_local_dir={out}",
+                 "trainer.progress_bar=false"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "agent/num_turns/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:  # every trajectory called the tool once and answered: two assistant turns
+        assert r["agent/num_turns/mean"] == 2 and r["agent/tool_calls/mean"] == 1 and r["agent/tool_errors"] == 0
+        assert r["critic/score/mean"] == 1.0
+        assert "actor/pg_loss" in r
+    assert rows[0]["val-core/calc/reward/mean@1"] == 1.0  # greedy validation runs the loop too
+
+
+class ThreeRounds:
+    """An environment that asks for three answers: each earns 0.25, the third ends the episode."""
+
+    def reset(self, sample):
+        self.rounds = 0
+        return f"Round one, target {sample['ground_truth']}."
+
+    def step(self, message):
+        self.rounds += 1
+        self.seen = message
+        return (None, 0.25, True) if self.rounds == 3 else (f"Round {self.rounds + 1}.", 0.25, False)
+
+
+@pytest.fixture(scope="module")
+def chatty_model(tmp_path_factory):
+    """Answers "ok" to every message of the game below."""
+    return _memorize(tmp_path_factory, "chatty-model", [[
+        {"role": "user", "content": "Play."}, {"role": "user", "content": f"Round one, target {t}."},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Round 2."},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Round 3."},
+        {"role": "assistant", "content": "ok"}] for t in (7, 8)])
+
+
+def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
+    model, tok, _ = chatty_model
+    rows = []
+    for i in range(2):
+        messages = [{"role": "user", "content": "Play."}]
+        ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                  add_special_tokens=False)["input_ids"]
+        rows.append({"input_ids": torch.tensor(ids), "raw_prompt": messages, "data_source": "game",
+                     "ground_truth": str(7 + i), "extra_info": {}, "index": i})
+    loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(), environment=ThreeRounds)
+    out = loop.generate(collate_prompts(rows, tok.pad_token_id), SamplingParams(max_new_tokens=60, do_sample=False))
+
+    for i in range(2):
+        prompt = tok.decode(out["prompts"][i][out["attention_mask"][i, :out["prompts"].shape[1]].bool()])
+        assert prompt == f"Q: Play.\nQ: Round one, target {7 + i}.\nA: "  # reset's message joined the prompt
+        seen = out["attention_mask"][i, out["prompts"].shape[1]:].bool()
+        not_trained = tok.decode(out["responses"][i][seen & ~out["response_mask"][i].bool()])
+        assert not_trained == "Q: Round 2.\nA: Q: Round 3.\nA: "  # the environment's replies, out of the loss
+        assert tok.decode(out["responses"][i][out["response_mask"][i].bool()]) == "ok</s>" * 3
+    assert out["agent_turns"].tolist() == [3.0, 3.0]
+    assert out["agent_reward"].tolist() == [0.75, 0.75]
+    assert [list(r) for r in out["agent_turn_rewards"]] == [[0.25, 0.25, 0.25]] * 2
+
+
+COUNTER_TOOL = '''
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+
+
+class Multiply(BaseTool):
+    """A stateful verl tool named like the trained call: it multiplies, starting from a per-row offset."""
+
+    def __init__(self, config, tool_schema):
+        super().__init__(config, tool_schema)
+        self.offsets, self.released = {}, []
+
+    async def create(self, instance_id=None, offset=0, **kwargs):
+        instance_id = instance_id or f"i{len(self.offsets)}"
+        self.offsets[instance_id] = offset
+        return instance_id, ToolResponse()
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        return ToolResponse(text=str(parameters["a"] * parameters["b"] + self.offsets[instance_id])), 0.5, {}
+
+    async def calc_reward(self, instance_id, **kwargs):
+        return 0.25
+
+    async def release(self, instance_id, **kwargs):
+        self.released.append(instance_id)
+'''
+
+
+def test_a_verl_tool_class_gets_each_rows_create_kwargs_from_extra_info(tool_model, tmp_path, monkeypatch):
+    from verl.tools.registry import load_tools
+
+    model, tok, _ = tool_model
+    (tmp_path / "row_tools.py").write_text(COUNTER_TOOL)
+    (tmp_path / "tools.yaml").write_text(
+        "tools:\n  - class_name: row_tools.Multiply\n    config: {type: native}\n    tool_schema:\n"
+        "      type: function\n      function: {name: multiply, description: Multiply.}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tools = load_tools(tmp_path / "tools.yaml")
+    prompts = _prompts(tok)
+    prompts["extra_info"] = [{"tools_kwargs": {"multiply": {"create_kwargs": {"offset": k}}}} for k in (0, 1000)]
+    out = AgentLoop(HFRollout(model, tok), tok, tools, AgentSettings(max_assistant_turns=2)).generate(
+        prompts, SamplingParams(max_new_tokens=120, do_sample=False))
+    results = []
+    for i in range(2):
+        seen = out["attention_mask"][i, out["prompts"].shape[1]:].bool()
+        results.append(tok.decode(out["responses"][i][seen & ~out["response_mask"][i].bool()]))
+    assert results == ["408\nA: ", "1408\nA: "]  # each row's own instance, created with its kwargs
+    assert out["agent_reward"].tolist() == [0.75, 0.75]  # execute's 0.5 + calc_reward's 0.25
+    assert sorted(tools["multiply"].released) == ["i0", "i1"]

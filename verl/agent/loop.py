@@ -44,6 +44,7 @@ class AgentSettings:
     tool_response_truncate_side: str = "middle"
     format: str = "hermes"
     tool_timeout_s: float = 30.0
+    max_user_turns: int | None = None
 
 
 @dataclass
@@ -58,8 +59,11 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_reward: float = 0.0
+    user_turns: int = 0
+    turn_rewards: list[float] = field(default_factory=list)
     done: bool = False
     instances: dict[str, str] = field(default_factory=dict)
+    env: object = None
 
     def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
         self.tokens += ids
@@ -96,9 +100,12 @@ class AgentLoop:
     """Runs multi-turn rollouts on ``engine`` (any engine that generates from token ids)."""
 
     def __init__(self, engine: RolloutEngine, tokenizer, tools: dict[str, BaseTool | FunctionTool],
-                 settings: AgentSettings | None = None, device: torch.device | str | None = None):
-        """``device``: where the engine wants its inputs (the worker's device)."""
+                 settings: AgentSettings | None = None, device: torch.device | str | None = None,
+                 environment: type | None = None):
+        """``device``: where the engine wants its inputs (the worker's device). ``environment``: a class
+        with ``reset`` and ``step`` (:mod:`verl.agent.env`), built once per trajectory."""
         self.engine, self.tokenizer, self.tools, self.device = engine, tokenizer, tools, device
+        self.environment = environment
         self.settings = settings or AgentSettings()
         self.parser = tool_parser(self.settings.format)
         self._events = _EventLoop()
@@ -132,8 +139,10 @@ class AgentLoop:
         batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
         ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu().bool()
         trajectories = [Trajectory(ids[i][mask[i]].tolist(), seeds[i], i) for i in range(len(batch))]
-        tools_kwargs = batch["tools_kwargs"] if "tools_kwargs" in batch else [None] * len(batch)
+        tools_kwargs = _tools_kwargs(batch)
         self._events.run(self._create_instances(trajectories, tools_kwargs))
+        if self.environment is not None:
+            self._events.run(self._reset_environments(trajectories, batch))
         limit = self.settings.max_assistant_turns
         try:
             while True:
@@ -141,19 +150,66 @@ class AgentLoop:
                 if not active:
                     break
                 self._assistant_turn(active, params)
-                calling = []
+                calling, answered = [], []
                 for trajectory, turn in zip(active, self._last_turns):
                     room = params.max_new_tokens - len(trajectory.tokens)
-                    if not turn.calls and not turn.errors or room <= 0 or (
-                            limit is not None and trajectory.assistant_turns >= limit):
+                    if room <= 0 or (limit is not None and trajectory.assistant_turns >= limit):
                         trajectory.done = True
-                    else:
+                    elif turn.calls or turn.errors:
                         calling.append((trajectory, turn))
+                    elif trajectory.env is not None:
+                        answered.append((trajectory, turn))
+                    else:
+                        trajectory.done = True  # an answer without a call, and nobody to reply: the end
                 if calling:
                     self._events.run(self._run_tools(calling, params.max_new_tokens))
+                if answered:
+                    self._events.run(self._environment_replies(answered, params.max_new_tokens))
         finally:
             self._events.run(self._finish_instances(trajectories))
         return self._assemble(batch, trajectories, params)
+
+    async def _reset_environments(self, trajectories: list[Trajectory], batch: Batch) -> None:
+        """One environment per trajectory; a first message it gives joins the prompt (rendered after the
+        row's chat messages: the prompt was never generated, so rendering it again changes nothing)."""
+        from verl.agent.env import maybe_await
+
+        columns = {key: batch[key] if key in batch else [None] * len(batch)
+                   for key in ("raw_prompt", "ground_truth", "extra_info", "data_source", "index")}
+        for t in trajectories:
+            t.env = self.environment()
+            sample = {key: values[t.row] for key, values in columns.items()}
+            first = await maybe_await(t.env.reset(sample))
+            if first is None:
+                continue
+            messages = sample["raw_prompt"]
+            if not isinstance(messages, (list, tuple)) and not hasattr(messages, "tolist"):
+                raise ValueError("an environment's first message joins the prompt's chat messages, and this row has "
+                                 "none (raw_prompt); return None from reset() or give the rows chat-message prompts")
+            messages = list(messages.tolist() if hasattr(messages, "tolist") else messages)
+            text = self.tokenizer.apply_chat_template(messages + [{"role": "user", "content": first}], tokenize=False,
+                                                      add_generation_prompt=True)
+            t.prompt_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    async def _environment_replies(self, answered: list, max_new_tokens: int) -> None:
+        """Each answered trajectory's environment step: a reward for the turn, and a reply that goes on
+        the conversation (out of the loss) unless the episode is over."""
+        from verl.agent.env import maybe_await
+
+        user_limit = self.settings.max_user_turns
+        for trajectory, turn in answered:
+            text = self.tokenizer.decode(self._last_ids[id(trajectory)], skip_special_tokens=True)
+            reply, reward, done = await maybe_await(trajectory.env.step(text))
+            trajectory.turn_rewards.append(float(reward or 0.0))
+            if done or reply is None or (user_limit is not None and trajectory.user_turns >= user_limit):
+                trajectory.done = True
+                continue
+            trajectory.user_turns += 1
+            ids = self.message_ids([{"role": "user", "content": str(reply)}])
+            room = max_new_tokens - len(trajectory.tokens)
+            trajectory.extend(ids[:room], trained=False)
+            if len(ids) >= room:
+                trajectory.done = True
 
     def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> None:
         """One generation for every active trajectory, from its tokens so far; appends what it drew."""
@@ -171,7 +227,7 @@ class AgentLoop:
         responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
         responses = responses.cpu()
         eos = set(self.engine.eos_token_ids)
-        self._last_turns = []
+        self._last_turns, self._last_ids = [], {}
         for i, trajectory in enumerate(active):
             room = params.max_new_tokens - len(trajectory.tokens)
             drawn = responses[i].tolist()[:room]
@@ -180,6 +236,7 @@ class AgentLoop:
             logprobs = log_probs[i, :end].float().cpu().tolist() if log_probs is not None else None
             trajectory.extend(drawn, trained=True, logprobs=logprobs)
             trajectory.assistant_turns += 1
+            self._last_ids[id(trajectory)] = drawn
             text = self.tokenizer.decode(drawn, skip_special_tokens=True)
             self._last_turns.append(self.parser.parse(text))
 
@@ -259,6 +316,11 @@ class AgentLoop:
             seen[i, :n] = 1
             log_probs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32) * response_mask[i, :n]
         prompt_ids, prompt_mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()
+        if self.environment is not None:  # a first message may have lengthened the prompts
+            width_p = max(len(t.prompt_ids) for t in trajectories)
+            prompt_ids = torch.tensor([[pad] * (width_p - len(t.prompt_ids)) + t.prompt_ids for t in trajectories])
+            prompt_mask = torch.tensor([[0] * (width_p - len(t.prompt_ids)) + [1] * len(t.prompt_ids)
+                                        for t in trajectories])
         out = batch.select(*[k for k in batch.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
         attention_mask = torch.cat([prompt_mask, seen], dim=1)
         out["prompts"] = prompt_ids
@@ -272,9 +334,22 @@ class AgentLoop:
         out["agent_turns"] = torch.tensor([t.assistant_turns for t in trajectories], dtype=torch.float32)
         out["agent_tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.float32)
         out["agent_tool_errors"] = torch.tensor([t.tool_errors for t in trajectories], dtype=torch.float32)
-        out["agent_tool_reward"] = torch.tensor([t.tool_reward for t in trajectories], dtype=torch.float32)
+        out["agent_reward"] = torch.tensor([t.tool_reward + sum(t.turn_rewards) for t in trajectories],
+                                                dtype=torch.float32)
+        if self.environment is not None:
+            out["agent_turn_rewards"] = [list(t.turn_rewards) for t in trajectories]
         out.meta["temperature"] = params.logprob_temperature
         return out
+
+
+def _tools_kwargs(batch: Batch) -> list:
+    """Each row's ``tools_kwargs`` (``{tool name: {"create_kwargs": {...}}}``): a column of its own, or
+    where verl's data puts it, in ``extra_info``."""
+    if "tools_kwargs" in batch:
+        return list(batch["tools_kwargs"])
+    if "extra_info" in batch:
+        return [info.get("tools_kwargs") if isinstance(info, dict) else None for info in batch["extra_info"]]
+    return [None] * len(batch)
 
 
 def _as_dict(value) -> dict:

@@ -24,6 +24,49 @@ class ValKwargsConfig(Section):
 
 
 @dataclass
+class MultiTurnConfig(Section):
+    """Several assistant turns per sample, with tool calls in between (verl's keys; docs/agents.md)."""
+
+    enable: bool = option(False, help="Multi-turn rollouts: the model may call tools, read their results and go "
+                          "on, until it answers without a call or a limit is reached.")
+    max_assistant_turns: int | None = option(None, bounds=">= 1", help="Assistant turns per sample at most; null = "
+                                             "until the response budget (data.max_response_length) is spent.")
+    tool_config_path: str | None = option(None, help="verl's tool YAML: tool classes (BaseTool subclasses) with "
+                                          "their config and OpenAI schema.")
+    function_tool_path: str | None = option(None, aliases=("tool_functions",), help="A Python file whose public "
+                                            "functions with type hints and a docstring are tools (or only those "
+                                            "decorated with verl.tools.function_tool.function_tool). Also spelled "
+                                            "tool_functions.")
+    max_parallel_calls: int = option(1, bounds=">= 1", help="Tool calls run per assistant turn at most (the rest "
+                                     "are dropped).")
+    max_tool_response_length: int = option(256, bounds=">= 1", help="A tool's answer is cut to this many "
+                                           "characters.")
+    tool_response_truncate_side: str = option("middle", choices=("left", "middle", "right"),
+                                              help="Which part of a long tool answer is cut.")
+    format: str = option("hermes", choices=("hermes",), help="How tool calls are written: hermes is "
+                         "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> (Qwen, Hermes).")
+    tool_timeout_s: float = option(30.0, bounds="> 0", help="A tool call that takes longer is answered with an "
+                                   "error message to the model.")
+    environment: str | None = option(None, help="An environment class that answers each assistant turn that "
+                                     "calls no tool (path/to/file.py:ClassName or package.module.ClassName, with "
+                                     "reset(sample) and step(message) -> (reply, reward, done); docs/agents.md).")
+    max_user_turns: int | None = option(None, bounds=">= 0", help="Replies of the environment per trajectory at most; "
+                                        "null = until it says done.")
+    interaction_config_path: str | None = verl_option(None, inert=False, help="verl's interaction (simulated "
+                                                      "user) config.", why="verl's interactions are not read here",
+                                                      refuse_if=lambda v: v is not None, when="unless null",
+                                                      instead="write the other side as an environment class "
+                                                      "(multi_turn.environment; docs/agents.md)")
+    use_inference_chat_template: bool = verl_option(False, help="Re-render earlier turns with the chat template.",
+                                                    why="trajectories always keep the token ids the model drew "
+                                                    "(token in, token out)")
+    tokenization_sanity_check_mode: str = verl_option("strict", help="verl's check of re-tokenized turns.",
+                                                      why="earlier turns are never re-tokenized here")
+    num_repeat_rollouts: int | None = verl_option(None, help="verl's repeat count of multi-turn rollouts.",
+                                                  why="rollout.n sets the samples per prompt")
+
+
+@dataclass
 class RolloutConfig(Section):
     """Response generation."""
 
@@ -113,21 +156,18 @@ class RolloutConfig(Section):
                                                        inert=False, why="the rollout runs the actor's weights "
                                                        "unquantised", refuse_if=lambda v: v is not None,
                                                        when="unless null")
-    multi_turn: dict = verl_option({"enable": False, "max_assistant_turns": None, "tool_config_path": None,
-                                    "function_tool_path": None, "max_user_turns": None, "max_parallel_calls": 1,
-                                    "max_tool_response_length": 256, "tool_response_truncate_side": "middle",
-                                    "use_inference_chat_template": False, "tokenization_sanity_check_mode": "strict",
-                                    "format": "hermes", "num_repeat_rollouts": None}, inert=False,
-                                   help="Multi-turn rollouts with tools.", why="multi-turn / tool rollouts are not "
-                                   "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
-                                   keys=("enable",))
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig, help="Multi-turn rollouts with tool calls "
+                                          "(docs/agents.md).")
     agent: dict = verl_option({"num_workers": 8, "default_agent_loop": "single_turn_agent",
                                "agent_loop_config_path": None, "custom_async_server": {"path": None, "name": None}},
-                              inert=False, help="verl's agent loop.", why="rollouts are single-turn here",
+                              inert=False, help="verl's agent loop: single_turn_agent, or tool_agent (the "
+                              "multi-turn tool loop, which multi_turn.enable=true runs).",
+                              why="the loop follows multi_turn.enable here",
                               refuse_if=lambda v: (v.get("default_agent_loop", "single_turn_agent")
-                                                   != "single_turn_agent" or v.get("agent_loop_config_path")
-                                                   is not None), when="with another agent loop",
-                                                   keys=("default_agent_loop", "agent_loop_config_path"))
+                                                   not in ("single_turn_agent", "tool_agent")
+                                                   or v.get("agent_loop_config_path") is not None),
+                              when="with another agent loop", instead="use multi_turn.enable=true for tool calls",
+                              keys=("default_agent_loop", "agent_loop_config_path"))
     nnodes: int = verl_option(0, help="Machines of a standalone rollout pool; 0 = share the trainer's.",
                               why="the rollout shares the trainer's devices here", warn_if=bool, when="above 0")
     n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of a standalone rollout pool.",

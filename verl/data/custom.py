@@ -54,18 +54,24 @@ def load_dataset_class(path: str | os.PathLike, name: str | None) -> type[Datase
     return cls
 
 
-def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "data.train_files") -> Dataset:
+def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "data.train_files",
+                      tools: list[dict] | None = None) -> Dataset:
     """The prompt dataset of ``data_files`` as the trainer builds it from the data section ``config``:
     the class of ``config.custom_cls`` when its path is set, else :class:`RLDataset`.
 
     ``config_key`` names where the files came from (``data.val_files`` for validation) in errors.
+    ``tools``: the OpenAI schemas of a multi-turn run's tools, which the chat template renders into
+    every prompt (``apply_chat_template(..., tools=...)``), unless data.chat_template_kwargs sets tools.
     """
     custom = dict(config.custom_cls)
     unknown = sorted(set(custom) - {"path", "name"})
     if unknown:
         raise ConfigError(f"{SETTING} has unknown keys {unknown}; it takes path and name")
     if custom.get("path") is None:
-        return RLDataset(data_files, tokenizer, config, config_key=config_key)
+        kwargs = dict(config.chat_template_kwargs or {})
+        if tools and "tools" not in kwargs:
+            kwargs["tools"] = tools
+        return RLDataset(data_files, tokenizer, config, config_key=config_key, chat_template_kwargs=kwargs)
 
     path, name = custom["path"], custom.get("name")
     cls = load_dataset_class(path, name)

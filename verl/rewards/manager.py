@@ -101,7 +101,11 @@ class RuleRewardManager:
         self.max_concurrency = max_concurrency
 
     def _samples(self, batch: Batch) -> list[dict]:
-        responses, mask = batch["responses"], batch["response_mask"].bool()
+        responses = batch["responses"]
+        # The whole response as the model read it: in a multi-turn trajectory the tool results too
+        # (attended, though not trained on); in a single turn the same tokens as response_mask.
+        mask = (batch["attention_mask"][:, -responses.shape[1]:] if "attention_mask" in batch
+                else batch["response_mask"]).bool()
         size = len(batch)
         response_ids = [responses[i][mask[i]].tolist() for i in range(size)]
         texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)

@@ -42,7 +42,56 @@ DEMO_PRESET = [
 ]
 
 
+def _builtin_tools_file() -> str:
+    from verl.tools import builtin
+
+    return builtin.__file__
+
+
+# ``data.builtin_task=calculator``: the agentic demo. 3-digit times 2-digit multiplication, which the
+# tiny model can only do by calling the calculator tool: a warm start on worked tool-use
+# conversations, then multi-turn GRPO. A response is the call (~85 tokens in Hermes JSON), the
+# result and the answer.
+CALCULATOR_PRESET = [
+    "data.train_batch_size=16",
+    "data.max_prompt_length=32",
+    "data.max_response_length=112",
+    "actor_rollout_ref.rollout.n=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.optim.lr=1e-4",
+    "actor_rollout_ref.actor.optim.weight_decay=0.0",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.001",
+    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+    "algorithm.adv_estimator=grpo",
+    "trainer.total_training_steps=60",
+    "trainer.val_sampled=true",
+    "trainer.experiment_name=calculator",
+    "trainer.default_local_dir=outputs/calculator",
+    "actor_rollout_ref.rollout.multi_turn.enable=true",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+    f"actor_rollout_ref.rollout.name={demo_rollout_engine()}",
+    # The warm start learns the call's fixed JSON first (a plateau), then the copying all at once;
+    # a multi-turn accuracy check costs ~100 generated tokens per sample, so check fewer, less often.
+    "sft_warmstart.lr=3e-3",
+    "sft_warmstart.batch_size=32",
+    "sft_warmstart.eval_every=20",
+    "sft_warmstart.eval_samples=64",
+]
+
+PRESETS = {"addition": DEMO_PRESET, "calculator": CALCULATOR_PRESET}
+
+
+def demo_preset(config) -> list[str] | None:
+    """The preset of a built-in demo (the built-in model on a built-in task that has one), else None."""
+    if config.actor_rollout_ref.model.path is not None or config.data.train_files is not None:
+        return None
+    preset = PRESETS.get(config.data.builtin_task)
+    if preset is CALCULATOR_PRESET:
+        preset = preset + [f"actor_rollout_ref.rollout.multi_turn.function_tool_path={_builtin_tools_file()}"]
+    return preset
+
+
 def is_demo(config) -> bool:
-    """The built-in model on the built-in task: the case the preset and the warm start are for."""
-    return (config.actor_rollout_ref.model.path is None and config.data.train_files is None
-            and config.data.builtin_task == "addition")
+    """The built-in model on a built-in task with a preset: the case the presets and the warm start are for."""
+    return demo_preset(config) is not None

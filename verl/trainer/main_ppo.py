@@ -9,15 +9,16 @@ import sys
 
 from verl.config import TrainerConfig
 from verl.distributed.process_group import barrier, ensure_process_group, is_main_process, launched_distributed
-from verl.trainer.demo import DEMO_PRESET, is_demo
+from verl.trainer.demo import demo_preset, is_demo
 from verl.trainer.entry import run_entry
 
 
 def load_config(args: list[str]) -> TrainerConfig:
     config = TrainerConfig.from_cli(args)
-    if is_demo(config):
+    preset = demo_preset(config)
+    if preset is not None:
         # The preset sits under the user's own keys: anything given on the command line wins.
-        config = TrainerConfig.from_cli(args, base=TrainerConfig.from_overrides(DEMO_PRESET))
+        config = TrainerConfig.from_cli(args, base=TrainerConfig.from_overrides(preset))
     return config
 
 

@@ -56,34 +56,85 @@ def _cache_key(config) -> str:
 
 
 def _encode_examples(rows, tokenizer):
-    """(prompt ids, prompt + answer + eos ids) for each row."""
+    """(prompt ids, whole example ids, trained mask) for each row: the answer and eos after the prompt,
+    or, for an agentic task, its worked conversation (see :func:`_conversation_ids`)."""
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(str(row["reward_model"]["ground_truth"]), add_special_tokens=False)["input_ids"]
-        out.append((prompt_ids, prompt_ids + answer_ids + [tokenizer.eos_token_id]))
+        task = TASKS.get(_task_of(row))
+        if task is not None and hasattr(task, "sft_messages"):
+            ids, trained = _conversation_ids(row["prompt"], task.sft_messages(row), prompt, tokenizer)
+        else:
+            ids = tokenizer(str(row["reward_model"]["ground_truth"]), add_special_tokens=False)["input_ids"]
+            ids, trained = ids + [tokenizer.eos_token_id], [1] * (len(ids) + 1)
+        out.append((prompt_ids, prompt_ids + ids, [0] * len(prompt_ids) + trained))
     return out
 
 
+def _task_of(row) -> str | None:
+    source = row.get("data_source", "")
+    return next((name for name, task in TASKS.items() if task.DATA_SOURCE == source), None)
+
+
+def _conversation_ids(prompt_messages, messages, prompt_text: str, tokenizer) -> tuple[list[int], list[int]]:
+    """The ids after the prompt of a worked conversation, and which of them are trained on: what the
+    model writes in its turns (content and end of turn), not the tool results and the chat template's
+    markers around them. Each piece is tokenized on its own, as a multi-turn rollout splices them."""
+    ids, trained, history, text = [], [], list(prompt_messages), prompt_text
+    for message in messages:
+        pieces = []
+        if message["role"] == "assistant":
+            opened = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
+            pieces.append((opened[len(text):], 0))
+            text = opened
+        history.append(message)
+        rendered = tokenizer.apply_chat_template(history, tokenize=False)
+        if not rendered.startswith(text):
+            raise ValueError("the chat template renders earlier turns differently once more follow")
+        pieces.append((rendered[len(text):], 1 if message["role"] == "assistant" else 0))
+        text = rendered
+        for piece, is_trained in pieces:
+            piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"] if piece else []
+            ids += piece_ids
+            trained += [is_trained] * len(piece_ids)
+    return ids, trained
+
+
 def _sft_batch(examples, pad_id: int) -> Batch:
-    """Left-padded examples with ``loss_mask`` on the answer and eos tokens (the SFT loss's batch)."""
+    """Left-padded examples with ``loss_mask`` on the trained tokens (the SFT loss's batch)."""
     full = [e[1] for e in examples]
     input_ids, attention_mask = left_pad(full, pad_id)
-    loss_mask = attention_mask.clone()
-    for i, (prompt, seq) in enumerate(examples):
-        start = input_ids.shape[1] - len(seq)
-        loss_mask[i, start:start + len(prompt)] = 0
+    loss_mask = torch.zeros_like(attention_mask)
+    for i, (_, seq, trained) in enumerate(examples):
+        loss_mask[i, input_ids.shape[1] - len(seq):] = torch.tensor(trained, dtype=loss_mask.dtype)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     return Batch({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
                   "loss_mask": loss_mask})
 
 
-def sampled_accuracy(rollout: HFRollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
+def sampled_accuracy(rollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
+    """Held-out accuracy at temperature 1; ``rollout`` is an engine, or for an agentic task the
+    multi-turn loop over one (scored on the whole trajectory, as the reward function sees it)."""
     out = rollout.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
-    texts = tokenizer.batch_decode(out["responses"], skip_special_tokens=True)
+    seen = out["attention_mask"][:, -out["responses"].shape[1]:].bool()
+    texts = [tokenizer.decode(out["responses"][i][seen[i]], skip_special_tokens=True) for i in range(len(out))]
     scores = [task.compute_score(task.DATA_SOURCE, t, gt) for t, gt in zip(texts, out["ground_truth"])]
     return sum(scores) / len(scores)
+
+
+def task_rollout(task, model, tokenizer):
+    """The engine the warm start measures with: plain generation, or for an agentic task the
+    multi-turn loop with the built-in tools."""
+    rollout = HFRollout(model, tokenizer)
+    if not hasattr(task, "sft_messages"):
+        return rollout
+    from verl.agent.loop import AgentLoop, AgentSettings
+    from verl.tools.function_tool import load_function_tools
+    from verl.tools import builtin
+
+    tools = {tool.name: tool for tool in load_function_tools(builtin.__file__)}
+    return AgentLoop(rollout, tokenizer, tools, AgentSettings(max_assistant_turns=2), device=rollout.device)
 
 
 def warm_start(config, *, progress: bool = True) -> WarmStart:
@@ -112,10 +163,10 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     eval_rows = task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
     eval_prompts = collate_prompts([{"input_ids": p, "raw_prompt": r["prompt"], "data_source": r["data_source"],
                                      "ground_truth": r["reward_model"]["ground_truth"], "extra_info": {},
-                                     "index": i} for i, ((p, _), r) in
+                                     "index": i} for i, ((p, _, _), r) in
                                     enumerate(zip(_encode_examples(eval_rows, tokenizer), eval_rows))],
                                    tokenizer.pad_token_id).to(device)
-    rollout = HFRollout(model, tokenizer)
+    rollout = task_rollout(task, model, tokenizer)
     accuracy, step = 0.0, 0
     bar = Progress(cfg.max_steps, enabled=progress, desc="SFT warm start")
     for step in range(1, cfg.max_steps + 1):

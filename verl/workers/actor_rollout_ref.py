@@ -111,6 +111,7 @@ class ActorRolloutRefWorker:
                                      trust_remote_code=model_cfg.trust_remote_code)
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
+        self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
                     path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,
                     "yes" if self.ref else "no")
@@ -165,8 +166,9 @@ class ActorRolloutRefWorker:
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
         # Decoding with the actor's weights: gathered once for the whole rollout, never per token.
+        generate = self.agent_loop.generate if self.agent_loop is not None else self.rollout.generate
         with gathered(self.actor_model, self.rollout.model) if self.rollout_shares_actor else contextlib.nullcontext():
-            out = self.rollout.generate(prompts.to(self.device), params)
+            out = generate(prompts.to(self.device), params)
         return out.to(self.rollout_device) if self.rollout_device != self.device else out
 
     def compute_log_prob(self, batch: Batch) -> Batch:
@@ -202,3 +204,26 @@ class ActorRolloutRefWorker:
         metrics.update(self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu))
         self.sync_rollout_weights()
         return metrics
+
+
+def agent_loop_of(multi_turn, engine, tokenizer, device):
+    """The multi-turn loop over ``engine`` with the run's tools (``rollout.multi_turn``), or None for
+    single-turn rollouts. Tools load in every worker process: each rank runs its own samples' calls."""
+    if not multi_turn.enable:
+        return None
+    from verl.agent.loop import AgentLoop, AgentSettings
+    from verl.tools.registry import load_tools
+
+    tools = load_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
+    settings = AgentSettings(max_assistant_turns=multi_turn.max_assistant_turns,
+                             max_parallel_calls=multi_turn.max_parallel_calls,
+                             max_tool_response_length=multi_turn.max_tool_response_length,
+                             tool_response_truncate_side=multi_turn.tool_response_truncate_side,
+                             format=multi_turn.format, tool_timeout_s=multi_turn.tool_timeout_s,
+                             max_user_turns=multi_turn.max_user_turns)
+    environment = None
+    if multi_turn.environment:
+        from verl.agent.env import load_environment_class
+
+        environment = load_environment_class(multi_turn.environment)
+    return AgentLoop(engine, tokenizer, tools, settings, device=device, environment=environment)

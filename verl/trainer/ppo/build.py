@@ -50,9 +50,9 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _dataset(files, tokenizer, data_cfg, config_key: str):
+def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | None = None):
     """RLDataset, or the user's class of data.custom_cls (for validation as for training, as in verl)."""
-    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key)
+    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools)
 
 
 def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
@@ -112,6 +112,26 @@ def build_rl_trainer(config) -> RLTrainer:
         return _build_rl_trainer(config, watchdog)
 
 
+def agent_tool_schemas(multi_turn) -> list[dict] | None:
+    """The OpenAI schemas of a multi-turn run's tools (None for single-turn runs or without tools)."""
+    if not multi_turn.enable:
+        if multi_turn.tool_config_path or multi_turn.function_tool_path:
+            logger.warning("actor_rollout_ref.rollout.multi_turn has tools but enable=false: rollouts are single-turn "
+                           "and the tools are not offered; set actor_rollout_ref.rollout.multi_turn.enable=true")
+        return None
+    from verl.tools.registry import load_tools
+
+    tools = load_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
+    if multi_turn.environment:
+        from verl.agent.env import load_environment_class
+
+        load_environment_class(multi_turn.environment)  # checked here, before any model loads
+    if not tools and not multi_turn.environment:
+        logger.warning("actor_rollout_ref.rollout.multi_turn.enable=true without tools (tool_config_path, "
+                       "function_tool_path): a call the model writes is answered with an error")
+    return [tool.tool_schema.model_dump(exclude_none=True) for tool in tools.values()] or None
+
+
 def check_output_dir(path: Path, key: str) -> None:
     """Create the run's output folder and write a probe file in it, so a folder that cannot be written
     fails now, naming ``key``, rather than at the first checkpoint."""
@@ -145,13 +165,16 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     # A broken reward file fails here, before any model loads (when the reward runs in this process).
     reward_worker = roles.reward_worker(config, tokenizer=tokenizer) if placement.reward_in_driver(config) else None
 
-    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files")
+    # Multi-turn: the tools load here too (a broken tool file fails before any model does), and their
+    # schemas go into every prompt through the chat template.
+    tool_schemas = agent_tool_schemas(arr_cfg.rollout.multi_turn)
+    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files", tool_schemas)
     val_batches = []
     validating = trainer_cfg.val_before_train or trainer_cfg.test_freq > 0
     if val_files is not None and not validating:
         logger.info("validation is off (trainer.test_freq <= 0, val_before_train=false): %s not read", val_files)
     elif val_files is not None:
-        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files")
+        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,

@@ -108,6 +108,19 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         kl = (batch["old_log_probs"] - batch["ref_log_prob"])[mask]
         metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
     metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()
+    if "agent_turns" in batch:  # multi-turn rollouts (verl.agent.loop)
+        metrics.update(_stats("agent/num_turns", batch["agent_turns"].float()))
+        metrics["agent/tool_calls/mean"] = batch["agent_tool_calls"].float().mean().item()
+        metrics["agent/tool_errors"] = batch["agent_tool_errors"].float().sum().item()
+        # Rewards along the trajectories (tools' and the environment's), apart from the reward function's.
+        metrics["reward/agent/mean"] = batch["agent_reward"].float().mean().item()
+    if "agent_turn_rewards" in batch:
+        per_turn: dict[int, list[float]] = {}
+        for rewards in batch["agent_turn_rewards"]:
+            for k, value in enumerate(rewards, start=1):
+                per_turn.setdefault(k, []).append(float(value))
+        for k, values in sorted(per_turn.items()):
+            metrics[f"reward/turn_{k}/mean"] = sum(values) / len(values)
     for key in batch.keys():
         # Extra keys a reward function returned (see RewardWorker): logged as means when numeric;
         # each function's own score (several functions) as reward/<name>/mean.

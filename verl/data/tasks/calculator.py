@@ -1,0 +1,71 @@
+"""Multiplication with a calculator: ``123*45=`` -> ``5535``. The built-in agentic task.
+
+A 3-digit times a 2-digit number is beyond the tiny model, but not with the ``calculator`` tool
+(:mod:`verl.tools.builtin`): the model calls it, reads the result and answers. Its warm start is a
+few tool-use conversations (:func:`sft_messages`); RL then makes the calls and the copied answers
+reliable. Every pair (a, b) is either a training or a held-out pair, by a fixed hash of the pair.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+DATA_SOURCE = "builtin/calculator"
+HELD_OUT_FRACTION = 0.1
+TRAIN_ROWS, TEST_ROWS = 4000, 200  # of 81,000 pairs: plenty for training; a quick validation
+
+
+def _is_held_out(a: int, b: int) -> bool:
+    return ((a * 7919 + b * 104729) % 1000) < HELD_OUT_FRACTION * 1000
+
+
+def pairs(split: str) -> list[tuple[int, int]]:
+    """The (a, b) pairs of ``split`` (a fixed sample of them, in a fixed order)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    want_test = split == "test"
+    chosen = [(a, b) for a in range(100, 1000) for b in range(10, 100) if _is_held_out(a, b) == want_test]
+    return random.Random(0).sample(chosen, TEST_ROWS if want_test else TRAIN_ROWS)
+
+
+def tool_call(a: int, b: int) -> str:
+    """The call the model learns to write (Hermes format)."""
+    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}) + "</tool_call>"
+
+
+def make_rows(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
+    chosen = pairs(split)
+    if n is not None:
+        chosen = random.Random(seed).sample(chosen, min(n, len(chosen)))
+    return [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": f"{a}*{b}="}],
+            "ability": "arithmetic",
+            "reward_model": {"style": "rule", "ground_truth": str(a * b)},
+            "extra_info": {"split": split, "index": i, "a": a, "b": b},
+        }
+        for i, (a, b) in enumerate(chosen)
+    ]
+
+
+def sft_messages(row: dict) -> list[dict]:
+    """The worked conversation after the prompt: the call, the tool's result, the answer."""
+    a, b = row["extra_info"]["a"], row["extra_info"]["b"]
+    product = str(a * b)
+    return [{"role": "assistant", "content": tool_call(a, b)}, {"role": "tool", "content": product},
+            {"role": "assistant", "content": product}]
+
+
+def final_answer(solution_str: str) -> str:
+    """The last line of the response, without an ``A:`` marker: the answer after any tool results."""
+    lines = solution_str.strip().splitlines()
+    last = lines[-1].strip() if lines else ""
+    return last[2:].strip() if last.startswith("A:") else last
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None) -> float:
+    """1.0 when the final answer is exactly the product, else 0.0 (a call alone earns nothing)."""
+    answer = final_answer(solution_str)
+    return 1.0 if "<tool_call>" not in answer and answer == str(ground_truth).strip() else 0.0
