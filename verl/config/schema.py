@@ -71,12 +71,16 @@ class DataConfig(Section):
                                         "refuses another value.")
     use_shm: bool = verl_option(False, help="Copy the data files to /dev/shm first.", why="files are read "
                                 "where they are", warn_if=bool, when="to true")
-    tool_config_path: str | None = verl_option(None, help="Tools of multi-turn rollouts.", inert=False,
-                                               why="multi-turn / tool rollouts are not implemented",
-                                               refuse_if=lambda v: v is not None, when="unless null")
-    function_tool_path: str | None = verl_option(None, help="Function tools of multi-turn rollouts.", inert=False,
-                                                 why="multi-turn / tool rollouts are not implemented",
-                                                 refuse_if=lambda v: v is not None, when="unless null")
+    tool_config_path: str | None = verl_option(None, help="verl's copy of the rollout's tool YAML (it follows "
+                                               "actor_rollout_ref.rollout.multi_turn.tool_config_path there).",
+                                               inert=False, why="the tools are read from the rollout's key only",
+                                               refuse_if=lambda v: v is not None, when="unless null",
+                                               instead="set actor_rollout_ref.rollout.multi_turn.tool_config_path")
+    function_tool_path: str | None = verl_option(None, help="verl's copy of the rollout's tool functions file (it "
+                                                 "follows actor_rollout_ref.rollout.multi_turn.function_tool_path).",
+                                                 inert=False, why="the tools are read from the rollout's key only",
+                                                 refuse_if=lambda v: v is not None, when="unless null",
+                                                 instead="set actor_rollout_ref.rollout.multi_turn.function_tool_path")
     return_raw_input_ids: bool = verl_option(False, help="Also return untemplated input ids.",
                                              why="used by verl's reward-model path only")
     return_raw_chat: bool = verl_option(True, help="Also return the chat messages.",
