@@ -22,23 +22,28 @@ def demo_rollout_engine() -> str:
     return "native"
 
 
-DEMO_PRESET = [
-    "data.train_batch_size=32",
-    "data.max_prompt_length=16",
-    "data.max_response_length=6",
+# What both demos share: GRPO with a small KL loss to the reference, 8 samples per prompt, the
+# fastest engine installed, sampled validation next to greedy.
+_GRPO_DEMO = [
     "actor_rollout_ref.rollout.n=8",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=32",
     "actor_rollout_ref.actor.optim.lr=1e-4",
     "actor_rollout_ref.actor.optim.weight_decay=0.0",
     "actor_rollout_ref.actor.use_kl_loss=true",
     "actor_rollout_ref.actor.kl_loss_coef=0.001",
     "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
     "algorithm.adv_estimator=grpo",
-    "trainer.total_training_steps=200",
     "trainer.val_sampled=true",
+    f"actor_rollout_ref.rollout.name={demo_rollout_engine()}",
+]
+
+DEMO_PRESET = _GRPO_DEMO + [
+    "data.train_batch_size=32",
+    "data.max_prompt_length=16",
+    "data.max_response_length=6",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+    "trainer.total_training_steps=200",
     "trainer.experiment_name=demo",
     "trainer.default_local_dir=outputs/demo",
-    f"actor_rollout_ref.rollout.name={demo_rollout_engine()}",
 ]
 
 
@@ -52,25 +57,16 @@ def _builtin_tools_file() -> str:
 # tiny model can only do by calling the calculator tool: a warm start on worked tool-use
 # conversations, then multi-turn GRPO. A response is the call (~85 tokens in Hermes JSON), the
 # result and the answer.
-CALCULATOR_PRESET = [
+CALCULATOR_PRESET = _GRPO_DEMO + [
     "data.train_batch_size=16",
     "data.max_prompt_length=32",
     "data.max_response_length=112",
-    "actor_rollout_ref.rollout.n=8",
     "actor_rollout_ref.actor.ppo_mini_batch_size=16",
-    "actor_rollout_ref.actor.optim.lr=1e-4",
-    "actor_rollout_ref.actor.optim.weight_decay=0.0",
-    "actor_rollout_ref.actor.use_kl_loss=true",
-    "actor_rollout_ref.actor.kl_loss_coef=0.001",
-    "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
-    "algorithm.adv_estimator=grpo",
     "trainer.total_training_steps=60",
-    "trainer.val_sampled=true",
     "trainer.experiment_name=calculator",
     "trainer.default_local_dir=outputs/calculator",
     "actor_rollout_ref.rollout.multi_turn.enable=true",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-    f"actor_rollout_ref.rollout.name={demo_rollout_engine()}",
     # The warm start learns the call's fixed JSON first (a plateau), then the copying all at once;
     # a multi-turn accuracy check costs ~100 generated tokens per sample, so check fewer, less often.
     "sft_warmstart.lr=3e-3",

@@ -12,17 +12,22 @@ DATA_SOURCE = "builtin/addition"
 HELD_OUT_FRACTION = 0.1
 
 
-def _is_held_out(a: int, b: int) -> bool:
+def is_held_out_pair(a: int, b: int, fraction: float = HELD_OUT_FRACTION) -> bool:
     # A fixed multiplicative hash: the split never depends on the seed or on Python's hash salt.
-    return ((a * 7919 + b * 104729) % 1000) < HELD_OUT_FRACTION * 1000
+    return ((a * 7919 + b * 104729) % 1000) < fraction * 1000
+
+
+def split_pairs(split: str, a_range: range, b_range: range) -> list[tuple[int, int]]:
+    """All (a, b) pairs of ``split`` ("train" or "test") over the two ranges, in a fixed order."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    want_test = split == "test"
+    return [(a, b) for a in a_range for b in b_range if is_held_out_pair(a, b) == want_test]
 
 
 def pairs(split: str) -> list[tuple[int, int]]:
     """All (a, b) pairs of ``split`` ("train" or "test"), in a fixed order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    want_test = split == "test"
-    return [(a, b) for a in range(10, 100) for b in range(10, 100) if _is_held_out(a, b) == want_test]
+    return split_pairs(split, range(10, 100), range(10, 100))
 
 
 def prompt_text(a: int, b: int) -> str:
