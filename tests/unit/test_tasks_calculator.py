@@ -49,7 +49,7 @@ def test_the_warm_start_trains_on_the_models_turns_only():
     tok = build_char_tokenizer()
     row = {"data_source": calculator.DATA_SOURCE, "prompt": [{"role": "user", "content": "123*45="}],
            "reward_model": {"ground_truth": "5535"}, "extra_info": {"a": 123, "b": 45}}
-    ((prompt_ids, ids, trained),) = _encode_examples([row], tok)
+    ((prompt_ids, ids, trained),) = _encode_examples([row], tok, calculator)
     assert tok.decode(prompt_ids) == "Q: 123*45=\nA: "
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "123*45"}}</tool_call>'
     assert tok.decode(ids) == f"Q: 123*45=\nA: {call}</s>5535\nA: 5535</s>"

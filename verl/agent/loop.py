@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from verl.agent.parsers import tool_parser
+from verl.agent.parsers import ParsedTurn, tool_parser
+from verl.data.collate import left_pad
 from verl.protocol import Batch
-from verl.rollout.base import RolloutEngine, SamplingParams
-from verl.rollout.seeding import mix, random_seeds, sample_seeds
+from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
+from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
 from verl.tools.schemas import OpenAIFunctionCallSchema
@@ -69,6 +70,14 @@ class Trajectory:
         self.tokens += ids
         self.mask += [1 if trained else 0] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+    def splice(self, ids: list[int], max_new_tokens: int) -> None:
+        """Append a tool result or a reply (not trained on), cut at the response budget; a trajectory
+        whose budget ends inside it has nothing left to generate."""
+        room = max_new_tokens - len(self.tokens)
+        self.extend(ids[:room], trained=False)
+        if len(ids) >= room:
+            self.done = True
 
 
 def truncate_text(text: str, limit: int, side: str) -> str:
@@ -133,10 +142,8 @@ class AgentLoop:
     # ------------------------------------------------------------------ the loop
     def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
         """``prompts`` (left-padded, as for :meth:`RolloutEngine.generate`) -> ``n`` trajectories each."""
-        base = prompts["rollout_seed"] if "rollout_seed" in prompts else random_seeds(len(prompts),
-                                                                                       self.engine.seed_generator)
-        seeds = sample_seeds(base.cpu(), params.n).tolist()
-        batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
+        batch, seeds = self.engine.sample_rows(prompts, params)
+        seeds = seeds.tolist()
         ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu().bool()
         trajectories = [Trajectory(ids[i][mask[i]].tolist(), seeds[i], i) for i in range(len(batch))]
         tools_kwargs = _tools_kwargs(batch)
@@ -149,16 +156,15 @@ class AgentLoop:
                 active = [t for t in trajectories if not t.done]
                 if not active:
                     break
-                self._assistant_turn(active, params)
                 calling, answered = [], []
-                for trajectory, turn in zip(active, self._last_turns):
+                for trajectory, (text, turn) in zip(active, self._assistant_turn(active, params)):
                     room = params.max_new_tokens - len(trajectory.tokens)
                     if room <= 0 or (limit is not None and trajectory.assistant_turns >= limit):
                         trajectory.done = True
                     elif turn.calls or turn.errors:
                         calling.append((trajectory, turn))
                     elif trajectory.env is not None:
-                        answered.append((trajectory, turn))
+                        answered.append((trajectory, text))
                     else:
                         trajectory.done = True  # an answer without a call, and nobody to reply: the end
                 if calling:
@@ -197,37 +203,29 @@ class AgentLoop:
         from verl.agent.env import maybe_await
 
         user_limit = self.settings.max_user_turns
-        for trajectory, turn in answered:
-            text = self.tokenizer.decode(self._last_ids[id(trajectory)], skip_special_tokens=True)
+        for trajectory, text in answered:
             reply, reward, done = await maybe_await(trajectory.env.step(text))
             trajectory.turn_rewards.append(float(reward or 0.0))
             if done or reply is None or (user_limit is not None and trajectory.user_turns >= user_limit):
                 trajectory.done = True
                 continue
             trajectory.user_turns += 1
-            ids = self.message_ids([{"role": "user", "content": str(reply)}])
-            room = max_new_tokens - len(trajectory.tokens)
-            trajectory.extend(ids[:room], trained=False)
-            if len(ids) >= room:
-                trajectory.done = True
+            trajectory.splice(self.message_ids([{"role": "user", "content": str(reply)}]), max_new_tokens)
 
-    def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> None:
-        """One generation for every active trajectory, from its tokens so far; appends what it drew."""
-        contexts = [t.prompt_ids + t.tokens for t in active]
-        width = max(len(c) for c in contexts)
-        pad = self.engine.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts])
-        attention = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts])
+    def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> list[tuple[str, ParsedTurn]]:
+        """One generation for every active trajectory, from its tokens so far; appends what it drew and
+        returns each turn's text and the calls found in it."""
+        input_ids, attention = left_pad([t.prompt_ids + t.tokens for t in active], self.engine.pad_token_id)
         budget = max(params.max_new_tokens - len(t.tokens) for t in active)
         # Each assistant turn of a sample draws with its own seed: (sample seed, turn).
-        seeds = torch.tensor([int(mix(torch.tensor([t.seed]), t.assistant_turns)[0]) for t in active])
+        seeds = mix(torch.tensor([t.seed for t in active]), torch.tensor([t.assistant_turns for t in active]))
         turn_params = dataclasses.replace(params, max_new_tokens=budget, n=1)
         if self.device is not None:
             input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
         responses = responses.cpu()
         eos = set(self.engine.eos_token_ids)
-        self._last_turns, self._last_ids = [], {}
+        turns = []
         for i, trajectory in enumerate(active):
             room = params.max_new_tokens - len(trajectory.tokens)
             drawn = responses[i].tolist()[:room]
@@ -236,19 +234,15 @@ class AgentLoop:
             logprobs = log_probs[i, :end].float().cpu().tolist() if log_probs is not None else None
             trajectory.extend(drawn, trained=True, logprobs=logprobs)
             trajectory.assistant_turns += 1
-            self._last_ids[id(trajectory)] = drawn
             text = self.tokenizer.decode(drawn, skip_special_tokens=True)
-            self._last_turns.append(self.parser.parse(text))
+            turns.append((text, self.parser.parse(text)))
+        return turns
 
     async def _run_tools(self, calling: list, max_new_tokens: int) -> None:
         """Every trajectory's calls of this turn, concurrently across the batch; results appended."""
         results = await asyncio.gather(*(self._calls_of(t, turn) for t, turn in calling))
         for (trajectory, _), messages in zip(calling, results):
-            ids = self.message_ids(messages)
-            room = max_new_tokens - len(trajectory.tokens)
-            trajectory.extend(ids[:room], trained=False)
-            if len(ids) >= room:
-                trajectory.done = True  # the budget ends inside the tool result: nothing left to generate
+            trajectory.splice(self.message_ids(messages), max_new_tokens)
 
     async def _calls_of(self, trajectory: Trajectory, turn) -> list[dict]:
         calls = turn.calls[:max(self.settings.max_parallel_calls, 1)]
@@ -317,20 +311,9 @@ class AgentLoop:
             log_probs[i, :n] = torch.tensor(t.logprobs, dtype=torch.float32) * response_mask[i, :n]
         prompt_ids, prompt_mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu()
         if self.environment is not None:  # a first message may have lengthened the prompts
-            width_p = max(len(t.prompt_ids) for t in trajectories)
-            prompt_ids = torch.tensor([[pad] * (width_p - len(t.prompt_ids)) + t.prompt_ids for t in trajectories])
-            prompt_mask = torch.tensor([[0] * (width_p - len(t.prompt_ids)) + [1] * len(t.prompt_ids)
-                                        for t in trajectories])
-        out = batch.select(*[k for k in batch.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
-        attention_mask = torch.cat([prompt_mask, seen], dim=1)
-        out["prompts"] = prompt_ids
-        out["responses"] = responses
-        out["response_mask"] = response_mask
-        out["input_ids"] = torch.cat([prompt_ids, responses], dim=1)
-        out["attention_mask"] = attention_mask
-        out["position_ids"] = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        if params.logprobs:
-            out["rollout_log_probs"] = log_probs
+            prompt_ids, prompt_mask = left_pad([t.prompt_ids for t in trajectories], pad)
+        out = rollout_batch(batch, prompt_ids, prompt_mask, responses, response_mask, response_attention=seen,
+                            log_probs=log_probs if params.logprobs else None)
         out["agent_turns"] = torch.tensor([t.assistant_turns for t in trajectories], dtype=torch.float32)
         out["agent_tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.float32)
         out["agent_tool_errors"] = torch.tensor([t.tool_errors for t in trajectories], dtype=torch.float32)

@@ -44,6 +44,10 @@ RAY_INSTALL = "pip install 'verl[ray]' (or pip install 'ray[default]>=2.10')"
 _PASSED_ENV_PREFIXES = ("HF_", "VERL_", "TRANSFORMERS_", "TOKENIZERS_", "PYTORCH_", "NCCL_", "GLOO_", "TORCH_")
 
 
+class ActorLost(VerlError):
+    """A Ray actor of a pool died (killed, out of memory, crashed): the root cause of a failed step."""
+
+
 def import_ray():
     """The ``ray`` module, or a VerlError saying how to install it."""
     try:
@@ -176,6 +180,7 @@ class RayResourcePool:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.spec, self.timeout_s = spec, timeout_s
+        self.pids: list[int] | None = None  # known once the pool's process group is up
         bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
         self.placement_group = placement_group([dict(bundle) for _ in range(spec.world_size)], strategy="PACK",
                                                name=f"verl-{spec.name}")
@@ -228,9 +233,8 @@ class RayResourcePool:
         for ref in ready:
             try:
                 self._get(ray, ref, role, pending[ref], stage)
-            except VerlError as lost:
-                if "was lost" in str(lost):
-                    return lost
+            except ActorLost as lost:
+                return lost
             except Exception:  # noqa: BLE001 - another consequence of the same failure
                 continue
         return None
@@ -246,13 +250,12 @@ class RayResourcePool:
             raise RuntimeError(f"{where} failed: {type(cause).__name__ if cause else 'error'}: "
                                f"{cause if cause else e}") from e
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError) as e:
-            raise VerlError(f"{where} was lost: the actor process died ({type(e).__name__}). Its log is in the Ray "
+            raise ActorLost(f"{where} was lost: the actor process died ({type(e).__name__}). Its log is in the Ray "
                             f"session folder (/tmp/ray/session_latest/logs); a killed process is often out of "
                             f"memory") from None
 
     def _pid(self, rank: int):
-        pids = getattr(self, "pids", None)
-        return pids[rank] if pids else "?"
+        return self.pids[rank] if self.pids else "?"
 
     def build(self, role: str, config, **kwargs) -> RayWorkerGroup:
         """Build ``role`` on every actor of the pool (collectively: FSDP shards over the pool)."""
@@ -332,4 +335,3 @@ class RayWorkerGroup(WorkerGroup):
         self.bytes_received += received
         self.bytes_to_workers += sent
         self.bytes_from_workers += received
-        self.bytes_moved += sent + received

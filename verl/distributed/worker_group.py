@@ -87,15 +87,18 @@ class WorkerGroup(ABC):
         """Tensor bytes handed to this process's worker (its share of every batch)."""
         self.bytes_received = 0
         """Tensor bytes of the results, as the controller holds them (the whole gathered batch)."""
-        self.bytes_moved = 0
-        """Tensor bytes that crossed between processes to get there (0 in one process)."""
         self.bytes_to_workers = 0
-        """Of those, the bytes sent from the controller's process to other processes (Ray: the shares
+        """Tensor bytes sent from the controller's process to other processes (Ray: the shares
         and arguments shipped to the actors; 0 in one process and under torchrun, where every rank
         already holds the batch)."""
         self.bytes_from_workers = 0
-        """Of those, the bytes of results that came back from other processes (Ray: from the actors;
+        """Tensor bytes of results that came back from other processes (Ray: from the actors;
         torchrun: the other ranks' shares of each all-gather)."""
+
+    @property
+    def bytes_moved(self) -> int:
+        """Tensor bytes that crossed between processes, both ways (0 in one process)."""
+        return self.bytes_to_workers + self.bytes_from_workers
 
     keeps_columns = False
     """Whether ``run(..., keep=...)`` really leaves columns on the workers (Ray); elsewhere the
@@ -189,9 +192,7 @@ class SPMDWorkerGroup(WorkerGroup):
         device = result.device if isinstance(result, torch.Tensor) else None
         local = result.to("cpu")  # pickled CUDA tensors would land on the sender's device index
         shares = process_group.all_gather_objects(local)
-        from_others = sum(_nbytes(s) for r, s in enumerate(shares) if r != self.rank)
-        self.bytes_moved += from_others
-        self.bytes_from_workers += from_others
+        self.bytes_from_workers += sum(_nbytes(s) for r, s in enumerate(shares) if r != self.rank)
         gathered = merge_shares(shares, rows, num_rows, self.name)
         if isinstance(result, torch.Tensor):
             return gathered.to(device)

@@ -71,14 +71,19 @@ class RolloutEngine(ABC):
         of a prompt is drawn with ``sample_seeds(prompts["rollout_seed"], n)``; prompts without a
         ``rollout_seed`` column get seeds from the engine's own generator (seeded by its ``seed``).
         """
-        base = prompts["rollout_seed"] if "rollout_seed" in prompts else random_seeds(len(prompts), self.seed_generator)
-        seeds = sample_seeds(base.cpu(), params.n)
-        batch = prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts
+        batch, seeds = self.sample_rows(prompts, params)
         responses, log_probs = self.generate_responses(batch["input_ids"], batch["attention_mask"], params, seeds)
         out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                                log_probs=log_probs)
         out.meta["temperature"] = params.logprob_temperature
         return out
+
+    def sample_rows(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, torch.Tensor]:
+        """``prompts`` repeated ``params.n`` times (interleaved) and each row's sampling seed ``[B * n]``
+        (see :meth:`generate`); a multi-turn loop draws its samples from the same rows and seeds."""
+        base = prompts["rollout_seed"] if "rollout_seed" in prompts else random_seeds(len(prompts), self.seed_generator)
+        seeds = sample_seeds(base.cpu(), params.n)
+        return (prompts.repeat(params.n, interleave=True) if params.n > 1 else prompts), seeds
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Make the engine generate with ``weights``: the actor's full state dict (parameter name ->
@@ -114,10 +119,24 @@ def assemble_rollout(prompts: Batch, responses: torch.Tensor, max_new_tokens: in
         log_probs = F.pad(log_probs.to(prompt_ids.device).float(), (0, responses.shape[1] - log_probs.shape[1]))
         # torch.where, not a product: a filtered-out pad token after EOS has log-prob -inf.
         log_probs = torch.where(response_mask.bool(), log_probs, torch.zeros_like(log_probs))
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    return rollout_batch(prompts, prompt_ids, prompt_mask, responses, response_mask, log_probs=log_probs)
+
+
+def rollout_batch(rows: Batch, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
+                  response_mask: torch.Tensor, *, response_attention: torch.Tensor | None = None,
+                  log_probs: torch.Tensor | None = None) -> Batch:
+    """The standard rollout layout of :data:`verl.protocol.FIELDS` from left-padded prompts and
+    right-padded responses with their masks; ``rows``' other columns are kept.
+
+    ``response_attention``: the response tokens the model read, where they differ from those it is
+    trained on (``response_mask``): a multi-turn trajectory's tool results. ``log_probs``: the
+    engine's, already 0 off ``response_mask``.
+    """
+    attention_mask = torch.cat([prompt_mask, response_mask if response_attention is None else response_attention],
+                               dim=1)
     # Padding after the response continues from the last real position, like the prompt's pads.
-    out = prompts.select(*[k for k in prompts.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    out = rows.select(*[k for k in rows.keys() if k not in ("input_ids", "attention_mask", "position_ids")])
     out["prompts"] = prompt_ids
     out["responses"] = responses
     out["response_mask"] = response_mask

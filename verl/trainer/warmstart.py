@@ -55,26 +55,20 @@ def _cache_key(config) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _encode_examples(rows, tokenizer):
-    """(prompt ids, whole example ids, trained mask) for each row: the answer and eos after the prompt,
-    or, for an agentic task, its worked conversation (see :func:`_conversation_ids`)."""
+def _encode_examples(rows, tokenizer, task):
+    """(prompt ids, whole example ids, trained mask) for each row of ``task``: the answer and eos after
+    the prompt, or, for an agentic task, its worked conversation (see :func:`_conversation_ids`)."""
     out = []
     for row in rows:
         prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        task = TASKS.get(_task_of(row))
-        if task is not None and hasattr(task, "sft_messages"):
+        if hasattr(task, "sft_messages"):
             ids, trained = _conversation_ids(row["prompt"], task.sft_messages(row), prompt, tokenizer)
         else:
             ids = tokenizer(str(row["reward_model"]["ground_truth"]), add_special_tokens=False)["input_ids"]
             ids, trained = ids + [tokenizer.eos_token_id], [1] * (len(ids) + 1)
         out.append((prompt_ids, prompt_ids + ids, [0] * len(prompt_ids) + trained))
     return out
-
-
-def _task_of(row) -> str | None:
-    source = row.get("data_source", "")
-    return next((name for name, task in TASKS.items() if task.DATA_SOURCE == source), None)
 
 
 def _conversation_ids(prompt_messages, messages, prompt_text: str, tokenizer) -> tuple[list[int], list[int]]:
@@ -159,12 +153,12 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     engine = TrainingEngine(model, OptimConfig(lr=cfg.lr, weight_decay=0.0), FSDPConfig(), device,
                             grad_clip=math.inf, total_steps=cfg.max_steps, seed=config.trainer.seed,
                             metric_prefix="train", data_parallel=False)
-    train = _encode_examples(task.make_rows("train"), tokenizer)
+    train = _encode_examples(task.make_rows("train"), tokenizer, task)
     eval_rows = task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
     eval_prompts = collate_prompts([{"input_ids": p, "raw_prompt": r["prompt"], "data_source": r["data_source"],
                                      "ground_truth": r["reward_model"]["ground_truth"], "extra_info": {},
                                      "index": i} for i, ((p, _, _), r) in
-                                    enumerate(zip(_encode_examples(eval_rows, tokenizer), eval_rows))],
+                                    enumerate(zip(_encode_examples(eval_rows, tokenizer, task), eval_rows))],
                                    tokenizer.pad_token_id).to(device)
     rollout = task_rollout(task, model, tokenizer)
     accuracy, step = 0.0, 0

@@ -7,6 +7,7 @@ fixed hash of the pair, so held-out accuracy measures generalisation to sums nev
 from __future__ import annotations
 
 import random
+from typing import Callable
 
 DATA_SOURCE = "builtin/addition"
 HELD_OUT_FRACTION = 0.1
@@ -36,15 +37,21 @@ def prompt_text(a: int, b: int) -> str:
 
 def make_rows(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
     """Rows in verl's layout. ``n`` rows sampled without replacement (all pairs when None)."""
-    chosen = pairs(split)
+    return pair_rows(pairs(split), split, n, seed, DATA_SOURCE, prompt_text, lambda a, b: a + b)
+
+
+def pair_rows(chosen: list[tuple[int, int]], split: str, n: int | None, seed: int, data_source: str,
+              prompt: Callable[[int, int], str], answer: Callable[[int, int], int]) -> list[dict]:
+    """verl-layout rows of arithmetic on pairs (a, b): ``n`` of ``chosen`` sampled without replacement
+    (all when None), each asking ``prompt(a, b)`` with ground truth ``answer(a, b)``."""
     if n is not None:
         chosen = random.Random(seed).sample(chosen, min(n, len(chosen)))
     return [
         {
-            "data_source": DATA_SOURCE,
-            "prompt": [{"role": "user", "content": prompt_text(a, b)}],
+            "data_source": data_source,
+            "prompt": [{"role": "user", "content": prompt(a, b)}],
             "ability": "arithmetic",
-            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "reward_model": {"style": "rule", "ground_truth": str(answer(a, b))},
             "extra_info": {"split": split, "index": i, "a": a, "b": b},
         }
         for i, (a, b) in enumerate(chosen)

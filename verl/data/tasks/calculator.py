@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 
-from verl.data.tasks.addition import split_pairs
+from verl.data.tasks.addition import pair_rows, split_pairs
 
 DATA_SOURCE = "builtin/calculator"
 TRAIN_ROWS, TEST_ROWS = 4000, 200  # of 81,000 pairs: plenty for training; a quick validation
@@ -30,19 +30,7 @@ def tool_call(a: int, b: int) -> str:
 
 
 def make_rows(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
-    chosen = pairs(split)
-    if n is not None:
-        chosen = random.Random(seed).sample(chosen, min(n, len(chosen)))
-    return [
-        {
-            "data_source": DATA_SOURCE,
-            "prompt": [{"role": "user", "content": f"{a}*{b}="}],
-            "ability": "arithmetic",
-            "reward_model": {"style": "rule", "ground_truth": str(a * b)},
-            "extra_info": {"split": split, "index": i, "a": a, "b": b},
-        }
-        for i, (a, b) in enumerate(chosen)
-    ]
+    return pair_rows(pairs(split), split, n, seed, DATA_SOURCE, lambda a, b: f"{a}*{b}=", lambda a, b: a * b)
 
 
 def sft_messages(row: dict) -> list[dict]:

@@ -102,7 +102,6 @@ class RLTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         algo = self.config.algorithm
-        moved_before = self._bytes_moved()
         to_before, from_before = self._bytes_moved("bytes_to_workers"), self._bytes_moved("bytes_from_workers")
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
@@ -146,9 +145,9 @@ class RLTrainer:
         metrics["perf/total_num_tokens"] = n_tokens
         metrics["perf/time_per_step"] = timing["timing_s/step"]
         metrics["perf/throughput"] = n_tokens / max(timing["timing_s/step"], 1e-9)
-        metrics["perf/bytes_moved"] = self._bytes_moved() - moved_before
         metrics["perf/bytes_to_workers"] = self._bytes_moved("bytes_to_workers") - to_before
         metrics["perf/bytes_from_workers"] = self._bytes_moved("bytes_from_workers") - from_before
+        metrics["perf/bytes_moved"] = metrics["perf/bytes_to_workers"] + metrics["perf/bytes_from_workers"]
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
@@ -191,9 +190,9 @@ class RLTrainer:
             batch = batch.union(Batch({"old_log_probs": batch["rollout_log_probs"]}))
         return batch
 
-    def _bytes_moved(self, counter: str = "bytes_moved") -> int:
-        """Tensor bytes the worker groups moved between processes so far (0 in one process): all of
-        them, or those of one direction (``bytes_to_workers`` / ``bytes_from_workers``)."""
+    def _bytes_moved(self, counter: str) -> int:
+        """Tensor bytes the worker groups moved between processes so far in one direction
+        (``bytes_to_workers`` / ``bytes_from_workers``; 0 in one process)."""
         groups = (self.actor_rollout_ref, self.critic, self.reward, self.teacher)
         return sum(getattr(group, counter) for group in groups if group is not None)
 
