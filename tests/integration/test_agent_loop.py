@@ -7,58 +7,19 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agent_models import CALL, TOOL_CONVERSATION, memorize, tool_task_args, write_tool_task
 from verl.agent.loop import AgentLoop, AgentSettings
 from verl.data import collate_prompts
 from verl.models.logprob import compute_response_logprobs
-from verl.models.tiny import make_tiny_model_folder
 from verl.rollout import HFRollout, SamplingParams
 from verl.tools.function_tool import tools_from_functions
-
-CALL = '<tool_call>{"name": "multiply", "arguments": {"a": 12, "b": 34}}</tool_call>'
-
-
-def multiply(a: int, b: int) -> int:
-    """Multiply two whole numbers.
-
-    Args:
-        a: The first factor.
-        b: The second factor.
-    """
-    return a * b
-
-
-def _memorize(tmp_path_factory, name: str, conversations: list[list[dict]]):
-    """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text)."""
-    torch.manual_seed(0)
-    path = make_tiny_model_folder(tmp_path_factory.mktemp(name), num_layers=2, hidden_size=64, intermediate_size=128)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path)
-    texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
-    batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
-    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(400):
-        loss = model(**batch, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
-    model.eval()
-    folder = tmp_path_factory.mktemp(f"{name}-trained")
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return model, tok, folder
 
 
 @pytest.fixture(scope="module")
 def tool_model(tmp_path_factory):
     """Question, tool call, tool result (not trained on at RL time), answer."""
-    return _memorize(tmp_path_factory, "tool-model", [[
-        {"role": "user", "content": "12*34="}, {"role": "assistant", "content": CALL},
-        {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]])
+    return memorize(tmp_path_factory, "tool-model", [TOOL_CONVERSATION])
 
 
 def _prompts(tok, n_rows=2):
@@ -130,45 +91,15 @@ def test_a_call_to_an_unknown_tool_and_the_turn_limit_end_the_trajectory_with_fe
     assert json.loads(CALL[len("<tool_call>"):-len("</tool_call>")])["name"] == "multiply"
 
 
-TOOLS_FILE = '''
-def multiply(a: int, b: int) -> int:
-    """Multiply two whole numbers.
-
-    Args:
-        a: The first factor.
-        b: The second factor.
-    """
-    return a * b
-'''
-REWARD_FILE = '''
-def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    # The whole trajectory's text: the call, the tool's result, the answer after it.
-    return 1.0 if solution_str.count(ground_truth) >= 2 and solution_str.rstrip().endswith(ground_truth) else 0.0
-'''
-
-
 @pytest.mark.parametrize("engine", ["hf", "native"])
 def test_main_ppo_trains_on_multi_turn_rollouts_with_a_file_of_tool_functions(tool_model, tmp_path, engine):
-    from verl.data import write_parquet
     from verl.trainer.main_ppo import main
 
-    _, _, model_dir = tool_model
-    (tmp_path / "tools.py").write_text(TOOLS_FILE)
-    (tmp_path / "reward.py").write_text(REWARD_FILE)
-    rows = [{"prompt": [{"role": "user", "content": "12*34="}], "data_source": "calc",
-             "reward_model": {"style": "rule", "ground_truth": "408"}} for _ in range(8)]
-    write_parquet(rows, tmp_path / "train.parquet")
+    write_tool_task(tmp_path)
     out = tmp_path / "out"
-    assert main([f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
-                 f"data.val_files={tmp_path / 'train.parquet'}", f"custom_reward_function.path={tmp_path / 'reward.py'}",
-                 "actor_rollout_ref.rollout.multi_turn.enable=true",
-                 f"actor_rollout_ref.rollout.multi_turn.tool_functions={tmp_path / 'tools.py'}",
-                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3", "data.train_batch_size=4",
-                 "data.max_prompt_length=32", "data.max_response_length=100", "actor_rollout_ref.rollout.n=2",
-                 "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=1e-4",
-                 "actor_rollout_ref.rollout.temperature=0.5", "trainer.total_training_steps=2",
-                 f"actor_rollout_ref.rollout.name={engine}", f"trainer.default_local_dir={out}",
-                 "trainer.progress_bar=false"]) == 0
+    assert main(tool_task_args(tool_model[2], tmp_path, out, "actor_rollout_ref.actor.optim.lr=1e-4",
+                               "actor_rollout_ref.rollout.temperature=0.5", "trainer.total_training_steps=2",
+                               f"actor_rollout_ref.rollout.name={engine}")) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "agent/num_turns/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
@@ -177,6 +108,30 @@ def test_main_ppo_trains_on_multi_turn_rollouts_with_a_file_of_tool_functions(to
         assert r["critic/score/mean"] == 1.0
         assert "actor/pg_loss" in r
     assert rows[0]["val-core/calc/reward/mean@1"] == 1.0  # greedy validation runs the loop too
+
+
+# Every estimator but gdpo (which needs a reward function with named components) on multi-turn
+# trajectories: tool results are out of the loss, so every estimator sees the model's tokens only.
+ESTIMATORS = ["gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg",
+              "optimal_token_baseline"]
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_every_estimator_trains_on_multi_turn_rollouts(tool_model, tmp_path, estimator):
+    from verl.trainer.main_ppo import main
+
+    write_tool_task(tmp_path)
+    out = tmp_path / "out"
+    critic = ["critic.ppo_micro_batch_size_per_gpu=1"] if estimator == "gae" else []
+    assert main(tool_task_args(tool_model[2], tmp_path, out, f"algorithm.adv_estimator={estimator}", *critic,
+                               "actor_rollout_ref.rollout.temperature=1.0", "trainer.total_training_steps=1",
+                               "trainer.val_before_train=false", "actor_rollout_ref.actor.optim.lr=1e-3")) == 0
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert 0 < row["agent/tool_calls/mean"] < 1  # some trajectories called the tool, some did not
+    # a learning signal: rewards differ (remax's greedy baseline, itself a multi-turn rollout, earns 1)
+    assert row["critic/advantages/max"] > row["critic/advantages/min"]
+    assert row["actor/grad_norm"] > 0
+    assert ("critic/vf_loss" in row) == (estimator == "gae")  # the estimator asked for is the one that ran
 
 
 class ThreeRounds:
@@ -195,7 +150,7 @@ class ThreeRounds:
 @pytest.fixture(scope="module")
 def chatty_model(tmp_path_factory):
     """Answers "ok" to every message of the game below."""
-    return _memorize(tmp_path_factory, "chatty-model", [[
+    return memorize(tmp_path_factory, "chatty-model", [[
         {"role": "user", "content": "Play."}, {"role": "user", "content": f"Round one, target {t}."},
         {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Round 2."},
         {"role": "assistant", "content": "ok"}, {"role": "user", "content": "Round 3."},

@@ -107,3 +107,25 @@ def test_lora_adapters_reach_the_vllm_engine_as_merged_weights(setup):
     for m in steps:
         assert m["actor/rollout_log_prob_diff"] < 1e-4, m["actor/rollout_log_prob_diff"]
     assert (out / "huggingface" / "lora_adapter").is_dir()
+
+
+def test_multi_turn_rollouts_with_tool_calls_on_the_vllm_engine(tmp_path_factory):
+    # The agent loop drives vLLM turn by turn from token ids: the memorized model calls the tool,
+    # reads the spliced result and answers; vLLM's log-probs of the model's tokens are the actor's.
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    from agent_models import TOOL_CONVERSATION, memorize, tool_task_args, write_tool_task
+
+    # hidden 128: vLLM's CPU attention wants a head size of 32 or more
+    _, _, model = memorize(tmp_path_factory, "tool-model", [TOOL_CONVERSATION], hidden_size=128)
+    task = tmp_path_factory.mktemp("tool-task")
+    write_tool_task(task)
+    out = task / "out"
+    metrics = _run([sys.executable, "-m", "verl.trainer.main_ppo", *tool_task_args(
+        model, task, out, "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "trainer.total_training_steps=2")], out)
+    assert metrics[0]["val-core/calc/reward/mean@1"] == 1.0  # greedy: call, result, answer
+    for step in (1, 2):
+        m = metrics[step]
+        assert m["agent/tool_calls/mean"] > 0 and m["agent/num_turns/max"] == 2 and m["agent/tool_errors"] == 0
+        assert m["actor/rollout_log_prob_diff"] < 1e-4, m["actor/rollout_log_prob_diff"]

@@ -1,0 +1,76 @@
+"""Tiny models that have memorized a tool-use conversation, and the tool and reward files that go
+with them: shared by the multi-turn tests here and in tests/with_vllm (which import this file by path)."""
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from verl.models.tiny import make_tiny_model_folder
+
+CALL = '<tool_call>{"name": "multiply", "arguments": {"a": 12, "b": 34}}</tool_call>'
+TOOL_CONVERSATION = [{"role": "user", "content": "12*34="}, {"role": "assistant", "content": CALL},
+                     {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]
+
+
+def memorize(tmp_path_factory, name: str, conversations: list[list[dict]], hidden_size: int = 64):
+    """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text)."""
+    torch.manual_seed(0)
+    path = make_tiny_model_folder(tmp_path_factory.mktemp(name), num_layers=2, hidden_size=hidden_size,
+                                  intermediate_size=2 * hidden_size)
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
+    batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(400):
+        loss = model(**batch, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    folder = tmp_path_factory.mktemp(f"{name}-trained")
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return model, tok, folder
+
+
+TOOLS_FILE = '''
+def multiply(a: int, b: int) -> int:
+    """Multiply two whole numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    return a * b
+'''
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    # The whole trajectory's text: the call, the tool's result, the answer after it.
+    return 1.0 if solution_str.count(ground_truth) >= 2 and solution_str.rstrip().endswith(ground_truth) else 0.0
+'''
+
+
+def write_tool_task(folder, n_rows: int = 8) -> None:
+    """``tools.py``, ``reward.py`` and ``train.parquet`` (the question of TOOL_CONVERSATION) in ``folder``."""
+    from verl.data import write_parquet
+
+    (folder / "tools.py").write_text(TOOLS_FILE)
+    (folder / "reward.py").write_text(REWARD_FILE)
+    rows = [{"prompt": [{"role": "user", "content": "12*34="}], "data_source": "calc",
+             "reward_model": {"style": "rule", "ground_truth": "408"}} for _ in range(n_rows)]
+    write_parquet(rows, folder / "train.parquet")
+
+
+def tool_task_args(model_dir, folder, out, *extra) -> list[str]:
+    """``main_ppo`` keys for multi-turn GRPO on ``write_tool_task(folder)``: 4 prompts x 2 samples a step."""
+    return [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={folder / 'train.parquet'}",
+            f"data.val_files={folder / 'train.parquet'}", f"custom_reward_function.path={folder / 'reward.py'}",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"actor_rollout_ref.rollout.multi_turn.tool_functions={folder / 'tools.py'}",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3", "data.train_batch_size=4",
+            "data.max_prompt_length=32", "data.max_response_length=100", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.adv_estimator=grpo",
+            f"trainer.default_local_dir={out}", "trainer.progress_bar=false", *extra]
