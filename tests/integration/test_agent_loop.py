@@ -110,6 +110,24 @@ def test_main_ppo_trains_on_multi_turn_rollouts_with_a_file_of_tool_functions(to
     assert rows[0]["val-core/calc/reward/mean@1"] == 1.0  # greedy validation runs the loop too
 
 
+PYTHON_CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(12*34)"}}</tool_call>'
+
+
+def test_the_built_in_python_tool_runs_the_models_code_in_the_sandbox(tmp_path_factory, tmp_path):
+    from verl.tools.registry import load_tools
+
+    model, tok, _ = memorize(tmp_path_factory, "python-model", [[
+        {"role": "user", "content": "12*34="}, {"role": "assistant", "content": PYTHON_CALL},
+        {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]])
+    (tmp_path / "tools.yaml").write_text("tools:\n  - class_name: verl.tools.python_tool.PythonTool\n")
+    loop = AgentLoop(HFRollout(model, tok), tok, load_tools(tmp_path / "tools.yaml"), AgentSettings())
+    out = loop.generate(_prompts(tok, 1), SamplingParams(max_new_tokens=120, do_sample=False))
+    seen = out["attention_mask"][0, out["prompts"].shape[1]:].bool()
+    # the program ran in the sandbox and its output is the spliced tool message; the model answers
+    assert tok.decode(out["responses"][0][seen]) == f"{PYTHON_CALL}</s>408\nA: 408</s>"
+    assert out["agent_tool_calls"].tolist() == [1.0] and out["agent_tool_errors"].tolist() == [0.0]
+
+
 # Every estimator but gdpo (which needs a reward function with named components) on multi-turn
 # trajectories: tool results are out of the loss, so every estimator sees the model's tokens only.
 ESTIMATORS = ["gae", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg",
