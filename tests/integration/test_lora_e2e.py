@@ -68,13 +68,12 @@ def test_upstream_lora_launch_trains_the_adapters_and_exports_a_merged_model(tin
     assert all(r["actor/grad_norm"] > 0 for r in steps) and "actor/kl_loss" in steps[0]
     assert steps[1]["actor/ref_kl"] != 0  # after one update the adapters move the policy off the base
 
-    # The checkpoint's model state: only adapter tensors differ from the base weights.
+    # The checkpoint holds the adapters alone (the base weights are the model path's), with a
+    # fingerprint of the base weights it was trained on.
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
     state = torch.load(out / "global_step_2" / "state.pt", weights_only=False)
-    for name, tensor in state["actor"]["model"].items():
-        if ".lora_" not in name:
-            plain = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-            assert torch.equal(tensor, base[plain]), name
+    assert state["actor"]["model"] and all(".lora_" in name for name in state["actor"]["model"])
+    assert len(state["actor"]["frozen_fingerprint"]) == len(base)  # lm_head: the tied embedding's second name
 
     # The export is a plain Hugging Face model (merged weights), the adapter beside it.
     exported = AutoModelForCausalLM.from_pretrained(out / "huggingface").state_dict()
@@ -103,6 +102,20 @@ def test_resumed_lora_run_equals_uninterrupted_run(tiny_model_dir, tmp_path):
     for key in straight:
         torch.testing.assert_close(resumed[key], straight[key], rtol=0, atol=0)
     assert [r["step"] for r in _steps(tmp_path / "b" / "out")] == [1, 2, 3]
+
+
+def test_a_lora_checkpoint_refuses_to_resume_on_other_base_weights(tiny_model_dir, tmp_path, capsys):
+    from verl.models.tiny import make_tiny_model_folder
+
+    assert main(_args(tiny_model_dir, tmp_path, "trainer.save_freq=1", steps=1)) == 0
+    other = make_tiny_model_folder(tmp_path / "other", seed=1, num_layers=2, hidden_size=64,
+                                   intermediate_size=128)  # the architecture of tiny_model_dir, other weights
+    args = [a if not a.startswith("actor_rollout_ref.model.path=") else f"actor_rollout_ref.model.path={other}"
+            for a in _args(tiny_model_dir, tmp_path, "trainer.save_freq=1", steps=2)]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "holds its trained weights (LoRA adapters) but not its frozen base weights" in err
+    assert "resume with the model.path the run was started with" in err
 
 
 def test_sft_with_lora_trains_the_adapters_only(tiny_model_dir, tmp_path):
@@ -136,3 +149,45 @@ def test_two_torchrun_ranks_train_the_same_adapters_as_one_process(tiny_model_di
     # (about lr * sign(g) per element) magnify where a gradient element is near zero.
     for key in one:
         torch.testing.assert_close(two[key], one[key], atol=1e-3, rtol=0)
+
+
+CRITIC_LORA = ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1", "critic.optim.lr=1e-2",
+               "critic.model.lora_rank=8", "critic.model.lora_alpha=16"]
+
+
+def test_a_lora_critic_trains_its_adapters_and_value_head_and_resumes_exactly(tiny_model_dir, tmp_path):
+    assert main(_args(tiny_model_dir, tmp_path / "a", *CRITIC_LORA, "trainer.save_freq=3", steps=3,
+                      reward_file=GRADED_REWARD_FILE)) == 0
+    steps = _steps(tmp_path / "a" / "out")
+    assert all(r["critic/grad_norm"] > 0 for r in steps) and steps[0]["critic/vf_loss"] > 0
+    straight = torch.load(tmp_path / "a" / "out" / "global_step_3" / "state.pt", weights_only=False)["critic"]
+
+    # The checkpoint holds what trains: the adapters and the new value head (moved off its zero start).
+    head = {k for k in straight["model"] if k.endswith(("lm_head.weight", "lm_head.bias"))}
+    assert len(head) == 2 and all(straight["model"][k].abs().max() > 0 for k in head)
+    adapters = {k for k in straight["model"] if ".lora_" in k}
+    assert adapters and set(straight["model"]) == adapters | head
+    assert len(straight["optimizer"]["state"]) == len(adapters) + len(head)
+
+    resumed_args = _args(tiny_model_dir, tmp_path / "b", *CRITIC_LORA, "trainer.save_freq=1", steps=3,
+                         reward_file=GRADED_REWARD_FILE)
+    assert main(resumed_args + ["trainer.total_training_steps=1"]) == 0
+    assert main(resumed_args) == 0
+    resumed = torch.load(tmp_path / "b" / "out" / "global_step_3" / "state.pt", weights_only=False)["critic"]
+    for name, tensor in straight["model"].items():
+        torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_a_lora_checkpoint_of_one_process_resumes_on_two_torchrun_ranks(tiny_model_dir, tmp_path):
+    # The checkpoint holds the adapters alone; each rank takes its shards of them and keeps the base
+    # weights it loaded, and the run goes on as the uninterrupted one-process run does.
+    assert main(_args(tiny_model_dir, tmp_path / "one", reward_file=GRADED_REWARD_FILE)) == 0
+    args = _args(tiny_model_dir, tmp_path / "split", "trainer.save_freq=1", reward_file=GRADED_REWARD_FILE)
+    assert main(args + ["trainer.total_training_steps=1"]) == 0
+    done = run_torchrun_module("verl.trainer.main_ppo", args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "Resumed from" in done.stdout
+    one = AutoModelForCausalLM.from_pretrained(tmp_path / "one" / "out" / "huggingface").state_dict()
+    split = AutoModelForCausalLM.from_pretrained(tmp_path / "split" / "out" / "huggingface").state_dict()
+    for key in one:
+        torch.testing.assert_close(split[key], one[key], atol=1e-3, rtol=0)

@@ -210,8 +210,8 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("critic.strategy=veomni", "VeOmni backend"),
     ("model_engine=megatron", "Megatron-LM backend"),
     ("actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2", "Megatron"),
-    ("critic.model.lora_rank=32", "not for the critic"),
-    ("critic.model.lora_adapter_path=/ckpt/adapter", "merge the adapter"),
+    ("critic.model.lora_adapter_path=/ckpt/adapter", "does not hold the value head"),
+    ("critic.model.lora.rank=32", "set critic.model.lora_rank"),
     ("actor_rollout_ref.model.lora.rank=32", "set lora_rank"),
     ("critic.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "AdamW"),
@@ -247,8 +247,8 @@ def test_combinations_that_cannot_be_honoured_are_refused_by_validate(args, name
 
 
 def test_refusals_hold_in_python_and_yaml_too():
-    with pytest.raises(ConfigError, match="lora_rank=8 is not supported here"):
-        TrainerConfig(critic=dict(model=dict(lora_rank=8)))
+    with pytest.raises(ConfigError, match="lora_adapter_path=/a is not supported here"):
+        TrainerConfig(critic=dict(model=dict(lora_adapter_path="/a")))
     cfg = TrainerConfig()
     with pytest.raises(ConfigError, match="strategy=megatron"):
         cfg.actor_rollout_ref.actor.strategy = "megatron"

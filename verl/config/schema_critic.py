@@ -28,27 +28,29 @@ class _CriticModel(Section):
 
 @dataclass
 class CriticLoraKeys(Section):
-    """verl's LoRA keys of the critic model: refused above rank 0 (LoRA is done for the policy only)."""
+    """verl's LoRA keys of the critic model: adapters on the value model's backbone (PEFT), the new
+    value head trained in full."""
 
-    lora_rank: int = verl_option(0, help="LoRA rank of the value model; 0 = train all weights.", inert=False,
-                                 why="LoRA is implemented for the policy (actor_rollout_ref.model.lora_rank), "
-                                 "not for the critic", refuse_if=lambda v: v > 0, when="above 0",
-                                 instead="train all critic weights (critic.model.lora_rank=0)")
-    lora_alpha: int = verl_option(16, help="LoRA alpha of the value model.",
-                                  why="critic LoRA is not implemented (lora_rank > 0 is refused)")
-    target_modules: str | list[str] = verl_option("all-linear", help="Modules critic LoRA adapts.",
-                                                  why="critic LoRA is not implemented (lora_rank > 0 is refused)")
-    exclude_modules: str | list[str] | None = verl_option(
-        None, help="Modules critic LoRA leaves alone.", why="critic LoRA is not implemented (lora_rank > 0 is refused)")
+    lora_rank: int = option(0, bounds=">= 0", help="LoRA rank of the value model: above 0, adapters of this rank "
+                            "go on target_modules and only they and the value head train; 0 = train all weights.")
+    lora_alpha: int = option(16, bounds="> 0", help="LoRA alpha of the value model: the adapters' output is "
+                             "scaled by lora_alpha / lora_rank.")
+    target_modules: str | list[str] = option("all-linear", help="Modules of the value model that get adapters: "
+                                             "'all-linear' (every linear layer but the value head) or a list of "
+                                             "names such as [q_proj, v_proj]; linear layers only.")
+    exclude_modules: str | list[str] | None = option(None, help="Modules of the value model left without "
+                                                     "adapters: a regex over full module names or a list of names.")
     lora_adapter_path: str | None = verl_option(None, help="A trained LoRA adapter for the value model.",
-                                                inert=False, why="critic LoRA is not implemented",
-                                                refuse_if=lambda v: v is not None, when="unless null",
-                                                instead="merge the adapter into the model (peft's merge_and_unload) "
-                                                "and give that folder as critic.model.path")
+                                                inert=False, why="a PEFT adapter does not hold the value head, "
+                                                "which the critic needs", refuse_if=lambda v: v is not None,
+                                                when="unless null", instead="resume the run from its checkpoint "
+                                                "(it holds adapters and head), or set critic.model.lora_rank to "
+                                                "start new adapters")
     lora: dict = verl_option(compat.lora_defaults(), help="The Megatron-Bridge form of the LoRA settings.",
-                             inert=False, why="critic LoRA is not implemented",
-                             refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
-                             when="with a rank above 0 or an adapter_path", instead="train all critic weights",
+                             inert=False, why="critic LoRA is set by lora_rank, lora_alpha, target_modules and "
+                             "exclude_modules here", refuse_if=lambda v: bool(v.get("rank")) or
+                             v.get("adapter_path") is not None,
+                             when="with a rank above 0 or an adapter_path", instead="set critic.model.lora_rank",
                              keys=("rank", "adapter_path"))
 
 

@@ -50,6 +50,15 @@ class ValueModel(nn.Module):
         values = self(input_ids, attention_mask, position_ids)
         return values[:, -response_length - 1:-1]
 
+    def use_lora(self, model_cfg, config_key: str = "critic.model") -> None:
+        """LoRA adapters on the backbone (``model_cfg.lora_rank``, ``lora_alpha``, ``target_modules``,
+        ``exclude_modules``): the base weights freeze, the adapters and the new value head train."""
+        from verl.models.lora import apply_lora
+
+        self.model = apply_lora(self.model, model_cfg, config_key=config_key)
+        # PEFT froze every base parameter, the head too; the head is new and must learn.
+        self.model.get_output_embeddings().requires_grad_(True)
+
     def check_packing(self, device, key: str) -> None:
         """Raise a VerlError naming ``key`` unless packed sequences stay apart in this model (checked on
         the hidden states: the zero-initialised head would hide any difference)."""

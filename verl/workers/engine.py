@@ -123,18 +123,56 @@ class TrainingEngine:
     def state_dict(self) -> dict:
         """Everything needed to resume exactly, as full (unsharded) tensors keyed by parameter name:
         loads at any world size. A collective under FSDP; rank 0 gets the tensors, the others empty
-        dicts (only rank 0 writes checkpoints). Refuses (on every rank) weights holding NaN or inf."""
+        dicts (only rank 0 writes checkpoints). Refuses (on every rank) weights holding NaN or inf.
+
+        Frozen parameters (a LoRA model's base weights) are not saved: they are the weights the
+        model was loaded with, and loading it again gives them back. ``frozen_fingerprint`` (sums
+        per frozen tensor) lets :meth:`load_state_dict` refuse a model whose frozen weights differ."""
         model = full_state_dict(self.model)
         check_finite_weights(model, self.metric_prefix)
-        return {"model": model, "optimizer": full_optimizer_state_dict(self.model, self.optimizer),
-                "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+        state = {"optimizer": full_optimizer_state_dict(self.model, self.optimizer),
+                 "lr_scheduler": self.lr_scheduler.state_dict(), "generator": self.generator.get_state()}
+        frozen = self._frozen_names()
+        if frozen:
+            state["frozen_fingerprint"] = fingerprint({name: model[name] for name in frozen if name in model})
+            model = {name: tensor for name, tensor in model.items() if name not in frozen}
+        return {"model": model, **state}
 
     def load_state_dict(self, state: dict) -> None:
         """Every rank loads the whole :meth:`state_dict` and keeps its own shards."""
-        load_full_state_dict(self.model, state["model"])
+        weights = state["model"]
+        if "frozen_fingerprint" in state:  # the trainable weights only: the frozen ones are the model's
+            current = full_state_dict(self.model)  # a collective; rank 0's is what loads
+            changed = [name for name, expected in state["frozen_fingerprint"].items()
+                       if current and not _same_fingerprint(fingerprint({name: current[name]})[name], expected)]
+            changed = [name for names in all_gather_objects(changed) for name in names]
+            if changed:
+                raise VerlError(f"this checkpoint of the {self.metric_prefix} holds its trained weights (LoRA adapters) "
+                                f"but not its frozen base weights, and the model loaded now has other base weights "
+                                f"({len(changed)} tensors differ, first: {changed[0]}): resume with the model.path "
+                                f"the run was started with")
+            current.update(weights)
+            weights = current
+        load_full_state_dict(self.model, weights)
         load_full_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.generator.set_state(state["generator"])
+
+    def _frozen_names(self) -> set[str]:
+        # remove_duplicate=False: a tied output layer is the embedding under a second name
+        return {name for name, param in self.model.named_parameters(remove_duplicate=False) if not param.requires_grad}
+
+
+def fingerprint(weights: dict[str, torch.Tensor]) -> dict[str, tuple]:
+    """Per tensor: its shape, sum and sum of squares (float64): equal weights give equal prints."""
+    with torch.no_grad():
+        return {name: (tuple(t.shape), t.double().sum().item(), t.double().square().sum().item())
+                for name, t in weights.items()}
+
+
+def _same_fingerprint(a: tuple, b: tuple) -> bool:
+    return tuple(a[0]) == tuple(b[0]) and all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+                                              for x, y in zip(a[1:], b[1:]))
 
 
 # ---------------------------------------------------------------------------- counts

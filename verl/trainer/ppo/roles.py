@@ -15,6 +15,7 @@ from verl.algorithms.rollout_correction import rollout_correction_of
 from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.lora import lora_requested
 from verl.models.tiny import builtin_model_path
 from verl.models.value_model import ValueModel
 from verl.rewards.manager import RuleRewardManager, build_reward_functions
@@ -64,6 +65,8 @@ def critic_worker(config, *, total_steps: int, device: torch.device | str | None
                                             config_key="critic.model.path"))
     if critic_cfg.model.enable_gradient_checkpointing:
         value_model.model.gradient_checkpointing_enable()
+    if lora_requested(critic_cfg.model):
+        value_model.use_lora(critic_cfg.model)
     sizes = config.derived_sizes(dp_size=world_size(), role="critic")
     value_model = parallelize(value_model, critic_cfg.fsdp_config, device=device)
     return Critic(value_model, critic_cfg, device, samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
