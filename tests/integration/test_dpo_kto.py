@@ -134,6 +134,26 @@ def test_a_separate_reference_model_gives_nonzero_rewards_from_the_start(tiny_mo
     assert trainer.evaluate_pairs(HELD_OUT[:16])["rewards/chosen"] != 0.0
 
 
+@pytest.mark.parametrize("trainer_cls, kind, pairs", [(DPOTrainer, "preference", 640), (KTOTrainer, "kto", 320)])
+def test_lora_preference_training_scores_against_the_base_without_a_copy(tiny_model_dir, tmp_path, trainer_cls,
+                                                                        kind, pairs):
+    trainer = trainer_cls(config(tiny_model_dir, tmp_path, kind, pairs, model={"lora_rank": 8, "lora_alpha": 16},
+                                 optim={"lr": 2e-2}, trainer={"total_training_steps": 20}))
+    # The reference is the policy with its adapters off: no weights of its own, and at the start
+    # (B = 0) exactly the policy, so every implicit reward is 0.
+    assert sum(p.numel() for p in trainer.ref_model.parameters()) == 0
+    before = trainer.evaluate_pairs(HELD_OUT)
+    assert before["rewards/accuracies"] == 0.0 and before["rewards/margins"] == 0.0
+    trainer.fit()
+    after = trainer.evaluate_pairs(HELD_OUT)
+    # Measured: held-out accuracy 0 -> 0.70 (DPO) / 0.75 (KTO), margin 0 -> 0.02.
+    assert after["rewards/margins"] > 0.005 and after["rewards/accuracies"] > 0.6
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface").state_dict()
+    changed = {k for k in base if not torch.equal(base[k], exported[k])}
+    assert changed and all(k.endswith("proj.weight") for k in changed)  # only the adapted layers moved
+
+
 @pytest.mark.parametrize("main, args, expected", [
     (dpo_main, ["data.train_files={bad}"], ["'chosen'", "'rejected'", "columns found: prompt, answer",
                                             "data.chosen_key", "data.rejected_key"]),

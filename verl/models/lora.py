@@ -95,6 +95,20 @@ def adapters_disabled(model: nn.Module):
     return model.disable_adapter() if is_lora_model(model) else contextlib.nullcontext()
 
 
+class BaseView(nn.Module):
+    """The base model of LoRA ``model``, without a copy of its weights: every call runs ``model``
+    with its adapters disabled, without gradients. The frozen reference of DPO and KTO with new
+    adapters (whose zero-initialised B makes the base exactly the initial policy)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self._lora = [model]  # in a list: not a submodule, so its parameters are not counted twice
+
+    def forward(self, *args, **kwargs):
+        with torch.no_grad(), adapters_disabled(self._lora[0]):
+            return self._lora[0](*args, **kwargs)
+
+
 def plain_model(model: nn.Module) -> nn.Module:
     """The Hugging Face model inside a LoRA model (its adapted layers still wrapped); any other as is."""
     return model.get_base_model() if is_lora_model(model) else model

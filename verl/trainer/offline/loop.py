@@ -33,6 +33,7 @@ from verl.distributed.process_group import (barrier, ensure_process_group, is_ma
                                             world_size)
 from verl.distributed.watchdog import Watchdog
 from verl.models.loading import resolve_device
+from verl.models.lora import BaseView, lora_requested
 from verl.protocol import Batch
 from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
@@ -70,9 +71,15 @@ class OfflineTrainer:
         self.train_loader = BatchLoader(self.train_set, data_cfg.train_batch_size, self.collate,
                                         shuffle=data_cfg.shuffle, seed=data_cfg.seed)
         self.total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(self.train_loader)
-        # The reference is copied from the initial weights, before the policy wraps (and trains) them.
-        self.ref_model = frozen_reference(model, config.ref, config.model, self.device) if with_reference else None
+        # The reference is copied from the initial weights, before the policy wraps (and trains) them;
+        # with new LoRA adapters it is the policy with its adapters off (the same weights, no copy).
+        base_is_reference = with_reference and not config.ref.path and lora_requested(config.model) and \
+            config.model.lora_adapter_path is None
+        self.ref_model = frozen_reference(model, config.ref, config.model, self.device) \
+            if with_reference and not base_is_reference else None
         self.policy = trainable_policy(model, config, self.device, self.total_steps)
+        if base_is_reference:
+            self.ref_model = BaseView(self.policy.model)
         self.micro_batch_size = data_cfg.micro_batch_size_per_gpu
         self.out_dir = Path(trainer_cfg.default_local_dir)
         self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep, main=self.is_main)
