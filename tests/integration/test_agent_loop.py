@@ -248,3 +248,107 @@ def test_a_verl_tool_class_gets_each_rows_create_kwargs_from_extra_info(tool_mod
     assert results == ["408\nA: ", "1408\nA: "]  # each row's own instance, created with its kwargs
     assert out["agent_reward"].tolist() == [0.75, 0.75]  # execute's 0.5 + calc_reward's 0.25
     assert sorted(tools["multiply"].released) == ["i0", "i1"]
+
+
+ROUNDS_INTERACTION = '''
+from verl.interactions.base import BaseInteraction
+
+
+class RoundsInteraction(BaseInteraction):
+    """A verl interaction: asks for rounds 2 and 3, ends after the third answer."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.state, self.finalized, self.seen = {}, [], []
+
+    async def start_interaction(self, instance_id=None, target=None, **kwargs):
+        self.state[instance_id] = {"round": 1, "target": target}
+        return instance_id
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        self.seen.append([m["role"] for m in messages])
+        state = self.state[instance_id]
+        state["round"] += 1
+        if state["round"] > 3:
+            return True, "Done.", 0.5, {}
+        return False, f"Round {state['round']}.", 0.25, {}
+
+    async def finalize_interaction(self, instance_id, **kwargs):
+        self.finalized.append(self.state.pop(instance_id)["target"])
+'''
+
+
+def _write_interaction(folder, monkeypatch):
+    (folder / "rounds_mod.py").write_text(ROUNDS_INTERACTION)
+    (folder / "interaction.yaml").write_text("interaction:\n  - class_name: rounds_mod.RoundsInteraction\n"
+                                             "    config: {}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    return folder / "interaction.yaml"
+
+
+def test_a_verl_interaction_yaml_answers_each_turn_and_its_scores_reach_extra_info(chatty_model, tmp_path,
+                                                                                  monkeypatch):
+    from verl.agent.interactions import interaction_environment
+
+    model, tok, _ = chatty_model
+    environment = interaction_environment(_write_interaction(tmp_path, monkeypatch))
+    rows = []
+    for i in range(2):
+        messages = [{"role": "user", "content": "Play."}, {"role": "user", "content": f"Round one, target {7 + i}."}]
+        ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                  add_special_tokens=False)["input_ids"]
+        rows.append({"input_ids": torch.tensor(ids), "raw_prompt": messages, "data_source": "game", "index": i,
+                     "ground_truth": str(7 + i), "extra_info": {"interaction_kwargs": {"name": "rounds",
+                                                                                       "target": 7 + i}}})
+    loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(), environment=environment)
+    out = loop.generate(collate_prompts(rows, tok.pad_token_id), SamplingParams(max_new_tokens=60, do_sample=False))
+
+    for i in range(2):
+        seen = out["attention_mask"][i, out["prompts"].shape[1]:].bool()
+        trained = out["response_mask"][i].bool()
+        assert tok.decode(out["responses"][i][seen & ~trained]) == "Q: Round 2.\nA: Q: Round 3.\nA: "
+        assert tok.decode(out["responses"][i][trained]) == "ok</s>" * 3
+        # verl's fields for the reward function: 3 assistant + 2 user turns + the prompt
+        info = out["extra_info"][i]
+        assert info["num_turns"] == 6 and info["turn_scores"] == [0.25, 0.25, 0.5] and info["tool_rewards"] == []
+        assert info["interaction_kwargs"]["target"] == 7 + i  # the row's own extra_info is kept
+    assert out["agent_reward"].tolist() == [1.0, 1.0]
+    rounds = environment.interactions["rounds"]  # one instance for all trajectories, as in verl
+    assert sorted(rounds.finalized) == [7, 8] and not rounds.state  # every trajectory finalized
+    # it read the conversation: the prompt's messages, then each assistant turn and its own replies
+    assert sorted(rounds.seen)[-1] == ["user", "user", "assistant", "user", "assistant", "user", "assistant"]
+
+
+def test_verl_interactions_through_main_ppo_score_by_the_reward_function_alone_when_asked(chatty_model, tmp_path,
+                                                                                         monkeypatch):
+    from verl.data import write_parquet
+    from verl.trainer.main_ppo import main
+
+    _, _, model_dir = chatty_model
+    yaml_path = _write_interaction(tmp_path, monkeypatch)
+    (tmp_path / "reward.py").write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    # verl's way: the reward function reads the interaction's last turn score\n"
+        "    return extra_info['turn_scores'][-1] if extra_info['turn_scores'] else 0.0\n")
+    rows = [{"prompt": [{"role": "user", "content": "Play."}, {"role": "user", "content": f"Round one, target {t}."}],
+             "data_source": "game", "reward_model": {"style": "rule", "ground_truth": str(t)},
+             "extra_info": {"interaction_kwargs": {"name": "rounds", "target": t}}} for t in (7, 8, 7, 8)]
+    write_parquet(rows, tmp_path / "train.parquet")
+    scores = {}
+    for add in (True, False):
+        out = tmp_path / f"out-{add}"
+        assert main([f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={tmp_path / 'train.parquet'}",
+                     f"data.val_files={tmp_path / 'train.parquet'}", f"custom_reward_function.path={tmp_path / 'reward.py'}",
+                     "actor_rollout_ref.rollout.multi_turn.enable=true",
+                     f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={yaml_path}",
+                     f"actor_rollout_ref.rollout.multi_turn.add_agent_rewards={add}", "data.train_batch_size=2",
+                     "data.max_prompt_length=40", "data.max_response_length=60", "actor_rollout_ref.rollout.n=2",
+                     "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.optim.lr=1e-5",
+                     "actor_rollout_ref.rollout.temperature=0.1", "trainer.total_training_steps=1",
+                     "trainer.val_before_train=false", f"trainer.default_local_dir={out}",
+                     "trainer.progress_bar=false"]) == 0
+        row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+        assert row["reward/turn_3/mean"] == 0.5 and row["agent/num_turns/mean"] == 3
+        scores[add] = row["critic/score/mean"]
+    # the function's 0.5, plus the turns' 0.25 + 0.25 + 0.5 unless add_agent_rewards=false
+    assert scores == {True: 1.5, False: 0.5}

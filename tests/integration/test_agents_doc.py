@@ -17,6 +17,7 @@ def test_every_code_block_of_the_agents_guide_runs(tmp_path, monkeypatch):
     assert sorted(namespace["tools"]) == ["calculator", "count"]
     assert namespace["turn"].calls[0].name == "calculator"
     assert namespace["response"].text.endswith("ZeroDivisionError: division by zero")  # the python tool's answer
+    assert sorted(namespace["interactions"]) == ["echo"]  # verl's interaction YAML
     rows = [json.loads(line) for line in (tmp_path / "outputs/guess/metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "agent/num_turns/mean" in r]
     assert [r["step"] for r in steps] == [1, 2] and all(r["agent/num_turns/mean"] >= 1 for r in steps)

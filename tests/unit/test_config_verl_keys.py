@@ -216,7 +216,6 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("critic.model.custom_chat_template='{{ messages }}'", "tokenizer_path"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "AdamW"),
     ("actor_rollout_ref.rollout.ignore_eos=True", "generation stops at EOS"),
-    ("actor_rollout_ref.rollout.multi_turn.interaction_config_path=interaction.yaml", "environment class"),
     ("actor_rollout_ref.rollout.agent.default_agent_loop=my_agent", "multi_turn.enable=true"),
     ("algorithm.rollout_correction.loss_type=gspo", "the bypass losses are ppo_clip and reinforce"),
     ("distillation.distillation_loss.loss_mode=forward_kl_topk", "full logits"),

@@ -60,6 +60,7 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_reward: float = 0.0
+    tool_rewards: list[float] = field(default_factory=list)  # each call's execute reward
     user_turns: int = 0
     turn_rewards: list[float] = field(default_factory=list)
     done: bool = False
@@ -275,6 +276,7 @@ class AgentLoop:
             trajectory.tool_errors += 1
             return f"Error: {type(e).__name__}: {e}"
         trajectory.tool_reward += reward
+        trajectory.tool_rewards.append(float(reward or 0.0))
         return response.text or ""
 
     async def _create_instances(self, trajectories: list[Trajectory], tools_kwargs) -> None:
@@ -289,11 +291,16 @@ class AgentLoop:
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
 
     async def _finish_instances(self, trajectories: list[Trajectory]) -> None:
+        from verl.agent.env import maybe_await
+
         async def finish(trajectory):
             for name, instance in trajectory.instances.items():
                 trajectory.tool_reward += float(await self.tools[name].calc_reward(instance) or 0.0)
                 await self.tools[name].release(instance)
-        await asyncio.gather(*(finish(t) for t in trajectories if t.instances))
+            close = getattr(trajectory.env, "close", None)
+            if callable(close):
+                await maybe_await(close())
+        await asyncio.gather(*(finish(t) for t in trajectories if t.instances or t.env is not None))
 
     # ------------------------------------------------------------------ output
     def _assemble(self, batch: Batch, trajectories: list[Trajectory], params: SamplingParams) -> Batch:
@@ -321,6 +328,11 @@ class AgentLoop:
                                                 dtype=torch.float32)
         if self.environment is not None:
             out["agent_turn_rewards"] = [list(t.turn_rewards) for t in trajectories]
+        # What verl's reward functions read about a trajectory, beside the row's own extra_info.
+        infos = batch["extra_info"] if "extra_info" in batch else [None] * len(trajectories)
+        out["extra_info"] = [{**_as_dict(info), "num_turns": t.assistant_turns + t.user_turns + 1,
+                              "turn_scores": list(t.turn_rewards), "tool_rewards": list(t.tool_rewards)}
+                             for info, t in zip(infos, trajectories)]
         out.meta["temperature"] = params.logprob_temperature
         return out
 

@@ -52,11 +52,15 @@ class MultiTurnConfig(Section):
                                      "reset(sample) and step(message) -> (reply, reward, done); docs/agents.md).")
     max_user_turns: int | None = option(None, bounds=">= 0", help="Replies of the environment per trajectory at most; "
                                         "null = until it says done.")
-    interaction_config_path: str | None = verl_option(None, inert=False, help="verl's interaction (simulated "
-                                                      "user) config.", why="verl's interactions are not read here",
-                                                      refuse_if=lambda v: v is not None, when="unless null",
-                                                      instead="write the other side as an environment class "
-                                                      "(multi_turn.environment; docs/agents.md)")
+    interaction_config_path: str | None = option(None, help="verl's interaction YAML (simulated users): classes "
+                                                 "with start_interaction, generate_response, calculate_score and "
+                                                 "finalize_interaction, picked per row by extra_info."
+                                                 "interaction_kwargs.name; they answer like an environment "
+                                                 "(docs/agents.md).")
+    add_agent_rewards: bool = option(True, help="Add the rewards given along a trajectory (tools' execute and "
+                                     "calc_reward, an environment's or interaction's turns) to the reward "
+                                     "function's score. false: as in verl, only the reward function scores; it "
+                                     "reads them in extra_info (num_turns, turn_scores, tool_rewards).")
     use_inference_chat_template: bool = verl_option(False, help="Re-render earlier turns with the chat template.",
                                                     why="trajectories always keep the token ids the model drew "
                                                     "(token in, token out)")

@@ -221,9 +221,6 @@ def agent_loop_of(multi_turn, engine, tokenizer, device):
                              tool_response_truncate_side=multi_turn.tool_response_truncate_side,
                              format=multi_turn.format, tool_timeout_s=multi_turn.tool_timeout_s,
                              max_user_turns=multi_turn.max_user_turns)
-    environment = None
-    if multi_turn.environment:
-        from verl.agent.env import load_environment_class
+    from verl.agent.env import environment_of
 
-        environment = load_environment_class(multi_turn.environment)
-    return AgentLoop(engine, tokenizer, tools, settings, device=device, environment=environment)
+    return AgentLoop(engine, tokenizer, tools, settings, device=device, environment=environment_of(multi_turn))

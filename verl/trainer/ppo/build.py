@@ -122,11 +122,10 @@ def agent_tool_schemas(multi_turn) -> list[dict] | None:
     from verl.tools.registry import load_tools
 
     tools = load_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
-    if multi_turn.environment:
-        from verl.agent.env import load_environment_class
+    from verl.agent.env import environment_of
 
-        load_environment_class(multi_turn.environment)  # checked here, before any model loads
-    if not tools and not multi_turn.environment:
+    answered = environment_of(multi_turn) is not None  # checked here, before any model loads
+    if not tools and not answered:
         logger.warning("actor_rollout_ref.rollout.multi_turn.enable=true without tools (tool_config_path, "
                        "function_tool_path): a call the model writes is answered with an error")
     return [tool.tool_schema.model_dump(exclude_none=True) for tool in tools.values()] or None

@@ -81,7 +81,7 @@ class StepSampler:
                                        overlong_buffer_len(self.config), buffer.penalty_factor)
             scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"], mask, penalty)
             scored["reward_extra/overlong_penalty"] = penalty.tolist()
-        if "agent_reward" in batch:
+        if "agent_reward" in batch and self.config.actor_rollout_ref.rollout.multi_turn.add_agent_rewards:
             # Multi-turn: the rewards given along the trajectory (tools' execute and calc_reward, the
             # environment's steps) add to the reward function's score, at the last trained token.
             tool_reward = batch["agent_reward"].to(scored["token_level_scores"].device)

@@ -1,0 +1,118 @@
+"""verl's interactions (simulated users), run as environments.
+
+verl's interaction YAML (``actor_rollout_ref.rollout.multi_turn.interaction_config_path``)::
+
+    interaction:
+      - name: gsm8k                                   # optional: else the class name without "Interaction"
+        class_name: my_package.my_interaction.Gsm8kInteraction
+        config: {}                                    # passed to the class, with "name" added
+
+Each dataset row picks its interaction with ``extra_info.interaction_kwargs`` (``{"name": "gsm8k",
+...}``; all of it is passed to the interaction's calls). The class is verl's interface:
+``start_interaction(instance_id, **interaction_kwargs)`` when a trajectory starts,
+``generate_response(instance_id, messages, **interaction_kwargs) -> (should_terminate, reply,
+turn_score, extra)`` after each assistant turn that calls no tool (``messages``: the conversation
+so far, as chat messages), and ``finalize_interaction(instance_id)`` at the end. The reply goes into
+the trajectory as a user message (out of the loss) unless the interaction ends; the turn scores are
+logged as ``reward/turn_<k>/mean`` and reach the reward function in ``extra_info["turn_scores"]``.
+
+Here one instance of each class serves all trajectories, told apart by ``instance_id``, as in
+verl. A reply on the turn that ends the interaction is not added (verl adds it; nothing is trained
+after it either way).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+from uuid import uuid4
+
+import yaml
+
+from verl.agent.env import maybe_await
+from verl.errors import VerlError
+
+INTERACTION_KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
+
+
+def load_interactions(path: str | Path) -> dict[str, object]:
+    """Interaction name -> the instance of its class, from verl's interaction YAML."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise VerlError(f"{INTERACTION_KEY}={path}: no such file")
+    try:
+        spec = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise VerlError(f"{INTERACTION_KEY}={path}: not valid YAML: {e}") from None
+    entries = spec.get("interaction") if isinstance(spec, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise VerlError(f"{INTERACTION_KEY}={path}: expected a top-level 'interaction:' list of entries with "
+                        f"class_name (and name, config)")
+    interactions = {}
+    for i, entry in enumerate(entries):
+        where = f"{INTERACTION_KEY}={path}, interaction[{i}]"
+        if not isinstance(entry, dict) or not entry.get("class_name"):
+            raise VerlError(f"{where}: each entry needs a class_name")
+        dotted = str(entry["class_name"])
+        module_name, _, class_name = dotted.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError, ValueError) as e:
+            raise VerlError(f"{where}: class_name={dotted} cannot be imported ({e}); make its module importable "
+                            f"(install it, or add its folder to PYTHONPATH)") from None
+        missing = [m for m in ("start_interaction", "generate_response") if not callable(getattr(cls, m, None))]
+        if missing:
+            raise VerlError(f"{where}: {dotted} has no {', '.join(missing)}: not an interaction class (verl's "
+                            f"BaseInteraction interface)")
+        simple = class_name[:-len("Interaction")] if class_name.endswith("Interaction") else class_name
+        name = str(entry.get("name") or simple.lower())
+        if name in interactions:
+            raise VerlError(f"{where}: the name {name!r} is used twice")
+        interactions[name] = cls(config={**dict(entry.get("config") or {}), "name": name})
+    return interactions
+
+
+def interaction_environment(path: str | Path) -> type:
+    """An environment class (:mod:`verl.agent.env`) over the interactions of ``path``, loaded once."""
+    interactions = load_interactions(path)
+
+    class VerlInteraction:
+        """One trajectory's side of the interaction its row names (``interactions``: name -> instance)."""
+
+        async def reset(self, sample: dict) -> None:
+            kwargs = _interaction_kwargs(sample.get("extra_info"))
+            name = kwargs.get("name")
+            if name is None and len(interactions) == 1:
+                name = next(iter(interactions))
+            if name not in interactions:
+                raise VerlError(f"{INTERACTION_KEY}: the row's extra_info.interaction_kwargs.name={name!r} names no "
+                                f"interaction of the file; it has {sorted(interactions)}")
+            self.interaction, self.kwargs = interactions[name], kwargs
+            prompt = sample.get("raw_prompt")
+            self.messages = [dict(m) for m in (prompt.tolist() if hasattr(prompt, "tolist") else prompt or [])]
+            self.instance_id = await maybe_await(self.interaction.start_interaction(uuid4().hex, **kwargs))
+            return None
+
+        async def step(self, message: str):
+            self.messages.append({"role": "assistant", "content": message})
+            done, reply, score, _ = await maybe_await(self.interaction.generate_response(
+                self.instance_id, self.messages, **self.kwargs))
+            if not done and reply is not None:
+                self.messages.append({"role": "user", "content": str(reply)})
+            return (None if done else reply), float(score or 0.0), bool(done)
+
+        async def close(self) -> None:
+            finalize = getattr(getattr(self, "interaction", None), "finalize_interaction", None)
+            if callable(finalize):  # verl's base class takes no instance id, its examples do
+                takes_id = len(inspect.signature(finalize).parameters) > 0
+                await maybe_await(finalize(self.instance_id) if takes_id else finalize())
+
+    VerlInteraction.interactions = interactions
+    return VerlInteraction
+
+
+def _interaction_kwargs(extra_info) -> dict:
+    info = extra_info if isinstance(extra_info, dict) else {}
+    kwargs = info.get("interaction_kwargs") or {}
+    return dict(kwargs) if isinstance(kwargs, dict) else {}

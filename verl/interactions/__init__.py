@@ -1,0 +1,1 @@
+"""verl's interaction interface (simulated users): ``verl.interactions.base.BaseInteraction``."""
