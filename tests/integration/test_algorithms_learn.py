@@ -22,11 +22,18 @@ STEPS = 30
 MIN_GAIN = 0.15
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus"])
-def test_estimator_raises_held_out_greedy_reward(estimator, tmp_path):
+# LoRA GRPO: rank-16 adapters on every linear layer of the warm-started model, a larger step size.
+LORA = ["actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+        "actor_rollout_ref.actor.optim.lr=LORA_LR"]
+
+
+@pytest.mark.parametrize("estimator, keys", [("grpo", []), ("rloo", []), ("reinforce_plus_plus", []),
+                                             ("grpo", LORA)], ids=["grpo", "rloo", "reinforce_plus_plus", "grpo_lora"])
+def test_estimator_raises_held_out_greedy_reward(estimator, keys, tmp_path):
     out = tmp_path / estimator
     assert main([f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={STEPS}", "trainer.seed=1",
-                 "trainer.val_sampled=false", f"trainer.default_local_dir={out}", "trainer.progress_bar=false"]) == 0
+                 "trainer.val_sampled=false", f"trainer.default_local_dir={out}", "trainer.progress_bar=false",
+                 *keys]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     validations = [(r["step"], r[GREEDY]) for r in rows if GREEDY in r]
     (first_step, before), (last_step, after) = validations[0], validations[-1]

@@ -23,44 +23,28 @@ after it either way).
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from pathlib import Path
 from uuid import uuid4
 
-import yaml
-
 from verl.agent.env import maybe_await
 from verl.errors import VerlError
+from verl.tools.registry import import_class, yaml_entries
 
 INTERACTION_KEY = "actor_rollout_ref.rollout.multi_turn.interaction_config_path"
 
 
 def load_interactions(path: str | Path) -> dict[str, object]:
     """Interaction name -> the instance of its class, from verl's interaction YAML."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise VerlError(f"{INTERACTION_KEY}={path}: no such file")
-    try:
-        spec = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise VerlError(f"{INTERACTION_KEY}={path}: not valid YAML: {e}") from None
-    entries = spec.get("interaction") if isinstance(spec, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise VerlError(f"{INTERACTION_KEY}={path}: expected a top-level 'interaction:' list of entries with "
-                        f"class_name (and name, config)")
+    entries = yaml_entries(path, INTERACTION_KEY, "interaction", "class_name (and name, config)")
     interactions = {}
     for i, entry in enumerate(entries):
         where = f"{INTERACTION_KEY}={path}, interaction[{i}]"
         if not isinstance(entry, dict) or not entry.get("class_name"):
             raise VerlError(f"{where}: each entry needs a class_name")
         dotted = str(entry["class_name"])
-        module_name, _, class_name = dotted.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError, ValueError) as e:
-            raise VerlError(f"{where}: class_name={dotted} cannot be imported ({e}); make its module importable "
-                            f"(install it, or add its folder to PYTHONPATH)") from None
+        cls = import_class(dotted, where)
+        class_name = dotted.rpartition(".")[2]
         missing = [m for m in ("start_interaction", "generate_response") if not callable(getattr(cls, m, None))]
         if missing:
             raise VerlError(f"{where}: {dotted} has no {', '.join(missing)}: not an interaction class (verl's "

@@ -28,7 +28,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema
 TOOL_CONFIG_KEY = "actor_rollout_ref.rollout.multi_turn.tool_config_path"
 
 
-def _import_class(dotted: str, where: str):
+def import_class(dotted: str, where: str):
     module_name, _, class_name = dotted.rpartition(".")
     if not module_name:
         raise VerlError(f"{where}: class_name={dotted!r} must be a dotted path, e.g. my_package.tools.MyTool")
@@ -42,19 +42,24 @@ def _import_class(dotted: str, where: str):
     return getattr(module, class_name)
 
 
-def load_tool_config(path: str | Path) -> list[BaseTool]:
-    """The tools of verl's tool YAML."""
+def yaml_entries(path: str | Path, config_key: str, top: str, fields: str) -> list:
+    """The ``top:`` list of the YAML file ``path`` (given as ``config_key``), not empty."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise VerlError(f"{TOOL_CONFIG_KEY}={path}: no such file")
+        raise VerlError(f"{config_key}={path}: no such file")
     try:
         spec = yaml.safe_load(file.read_text()) or {}
     except yaml.YAMLError as e:
-        raise VerlError(f"{TOOL_CONFIG_KEY}={path}: not valid YAML: {e}") from None
-    entries = spec.get("tools") if isinstance(spec, dict) else None
+        raise VerlError(f"{config_key}={path}: not valid YAML: {e}") from None
+    entries = spec.get(top) if isinstance(spec, dict) else None
     if not isinstance(entries, list) or not entries:
-        raise VerlError(f"{TOOL_CONFIG_KEY}={path}: expected a top-level 'tools:' list of entries with class_name, "
-                        f"config and tool_schema")
+        raise VerlError(f"{config_key}={path}: expected a top-level '{top}:' list of entries with {fields}")
+    return entries
+
+
+def load_tool_config(path: str | Path) -> list[BaseTool]:
+    """The tools of verl's tool YAML."""
+    entries = yaml_entries(path, TOOL_CONFIG_KEY, "tools", "class_name, config and tool_schema")
     tools = []
     for i, entry in enumerate(entries):
         where = f"{TOOL_CONFIG_KEY}={path}, tools[{i}]"
@@ -65,7 +70,7 @@ def load_tool_config(path: str | Path) -> list[BaseTool]:
         if kind != "native":
             raise VerlError(f"{where}: config.type={kind!r}: only native tools (Python classes) are supported here; MCP "
                             f"tools are not")
-        cls = _import_class(str(entry["class_name"]), where)
+        cls = import_class(str(entry["class_name"]), where)
         if not (isinstance(cls, type) and issubclass(cls, BaseTool)) and not all(
                 hasattr(cls, m) for m in ("create", "execute", "release")):
             raise VerlError(f"{where}: {entry['class_name']} is not a tool class (a BaseTool subclass with create, "
