@@ -6,7 +6,8 @@ steps. Measured on seed 1 (greedy reward, 799 held-out prompts), step 0 -> step 
 chat template had its ``Q: ``/``A: `` markers: GRPO 0.534 -> 0.844, RLOO 0.534 -> 0.844, REINFORCE++
 0.534 -> 0.841; on seed 2 each rose by 0.25. With the markers the warm start ends higher (0.703 on
 seed 1) and GRPO reaches 0.917 after 3 steps. The assertion asks for half the smallest gain
-measured before.
+measured before. LoRA GRPO (rank 16 on every linear layer, lr 1e-3) on the same warm start:
+0.703 -> 0.967 on seed 1 (full fine-tuning: 0.703 -> 0.967), 0.587 -> 0.890 on seed 2.
 """
 
 import json
@@ -24,7 +25,7 @@ MIN_GAIN = 0.15
 
 # LoRA GRPO: rank-16 adapters on every linear layer of the warm-started model, a larger step size.
 LORA = ["actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
-        "actor_rollout_ref.actor.optim.lr=LORA_LR"]
+        "actor_rollout_ref.actor.optim.lr=1e-3"]
 
 
 @pytest.mark.parametrize("estimator, keys", [("grpo", []), ("rloo", []), ("reinforce_plus_plus", []),
