@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from verl.agent.env import maybe_await
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.data.collate import left_pad
 from verl.protocol import Batch
@@ -179,8 +180,6 @@ class AgentLoop:
     async def _reset_environments(self, trajectories: list[Trajectory], batch: Batch) -> None:
         """One environment per trajectory; a first message it gives joins the prompt (rendered after the
         row's chat messages: the prompt was never generated, so rendering it again changes nothing)."""
-        from verl.agent.env import maybe_await
-
         columns = {key: batch[key] if key in batch else [None] * len(batch)
                    for key in ("raw_prompt", "ground_truth", "extra_info", "data_source", "index")}
         for t in trajectories:
@@ -201,8 +200,6 @@ class AgentLoop:
     async def _environment_replies(self, answered: list, max_new_tokens: int) -> None:
         """Each answered trajectory's environment step: a reward for the turn, and a reply that goes on
         the conversation (out of the loss) unless the episode is over."""
-        from verl.agent.env import maybe_await
-
         user_limit = self.settings.max_user_turns
         for trajectory, text in answered:
             reply, reward, done = await maybe_await(trajectory.env.step(text))
@@ -291,8 +288,6 @@ class AgentLoop:
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
 
     async def _finish_instances(self, trajectories: list[Trajectory]) -> None:
-        from verl.agent.env import maybe_await
-
         async def finish(trajectory):
             for name, instance in trajectory.instances.items():
                 trajectory.tool_reward += float(await self.tools[name].calc_reward(instance) or 0.0)

@@ -53,7 +53,7 @@ class MultiTurnConfig(Section):
     max_user_turns: int | None = option(None, bounds=">= 0", help="Replies of the environment per trajectory at most; "
                                         "null = until it says done.")
     interaction_config_path: str | None = option(None, help="verl's interaction YAML (simulated users): classes "
-                                                 "with start_interaction, generate_response, calculate_score and "
+                                                 "with start_interaction, generate_response and "
                                                  "finalize_interaction, picked per row by extra_info."
                                                  "interaction_kwargs.name; they answer like an environment "
                                                  "(docs/agents.md).")

@@ -17,14 +17,11 @@ in threads, ``num_workers`` at a time across the batch.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from verl.errors import VerlError
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
-
-logger = logging.getLogger(__name__)
 
 PYTHON_SCHEMA = {
     "type": "function",
