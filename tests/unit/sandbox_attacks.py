@@ -24,16 +24,22 @@ The weak modes (namespaces switched off, as on a system that refuses them) check
 even then: the trainer stays unreadable, the verdict cannot be gamed, and a warning is logged once.
 """
 
+import base64
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
+
+from verl.rewards.sandbox_seccomp import _ARCHES, _NUMBERS
+
+_COLUMN = _ARCHES.get(os.uname().machine, (0,))[0]
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3.11"
@@ -177,6 +183,189 @@ def environ():
 attempt(environ)
 '''
 
+# Issue 22, class 1: the program answers the expected side of the assert itself. Every builtin
+# and global it does not define resolves to a callable 0, stdlib modules included.
+HIJACK_EXPECTED = r"""
+import builtins, sys
+class Zero(int):
+    def __call__(self, *a, **k):
+        return self
+    def __getattr__(self, name):
+        return self
+    def __iter__(self):
+        return iter(())
+class Missing(dict):
+    def __missing__(self, key):
+        return Zero(0)
+for name in ("sorted", "set", "float", "len", "abs", "list", "tuple", "str", "dict", "sum", "range"):
+    setattr(builtins, name, Zero(0))
+for name in ("math", "collections", "string", "sys", "Counter", "sqrt", "pi", "OrderedDict"):
+    globals()[name] = Zero(0)
+    sys.modules[name] = Zero(0)
+def root(x):
+    return Zero(0)
+__builtins__ = Missing()
+"""
+SHADOW_EXPECTED = ("import math as _m\nclass math:\n    sqrt = staticmethod(lambda x: 0)\n    pi = 0\n"
+                   "def sqrt(x):\n    return 0\ndef Counter(*a):\n    return 0\ndef root(x):\n    return 0\n")
+CORRECT_ROOT = "import math\ndef root(x):\n    return math.sqrt(x)\n"
+EXPECTED_SIDE_TESTS = {  # suite -> (asserts, a correct program)
+    "stdlib_names": (["assert root(16) == math.sqrt(16)", "assert root(math.pi ** 1) == math.sqrt(math.pi)",
+                      "assert root(float('inf')) == float('inf')",
+                      "assert root(16) == len(string.digits) - 6 < sys.maxsize"], CORRECT_ROOT),
+    "declared_imports": ({"imports": ["from math import sqrt"], "assert": ["assert root(16) == sqrt(16)"]}, CORRECT_ROOT),
+    "bare_names": (["assert root(9) - sqrt(9) == 0", "assert abs(root(2) - sqrt(2)) < 1e-12"], CORRECT_ROOT),
+    "containers": (["import collections", "assert collections.Counter([root(4)]) == Counter([2.0])",
+                    "assert sorted([root(16), root(9)]) == sorted({3.0, 4.0})", "assert len(str(root(4))) == 3"],
+                   CORRECT_ROOT),
+}
+# (Building the set is quadratic in the sandbox too: 5,000 stay well inside its time limit.)
+DOS_COLLIDING = ("P = 2**61 - 1\ndef rev(s):\n    return {P * (k + 1) for k in range(5000)}\n")
+DOS_COLLIDING_LIST = ("P = 2**61 - 1\ndef rev(s):\n    return [(P * (k + 1),) for k in range(20000)]\n")
+FAKE_MEMORY_ERROR = "class MemoryError(Exception):\n    pass\ndef rev(s):\n    raise MemoryError('fake')\n"
+SHM_READ = r"""
+import os
+found = ""
+for path in (__SHM__, "/run/shm/" + os.path.basename(__SHM__)):
+    try:
+        found += open(path).read()
+    except OSError:
+        pass
+print(found or "not found")
+"""
+PTS_READ = r"""
+import os, select
+try:
+    fd = os.open(__PTS__, os.O_RDWR | os.O_NOCTTY)
+    if select.select([fd], [], [], 0.5)[0]:
+        print(os.read(fd, 100).decode().strip())
+except OSError:
+    print("not found")
+"""
+
+# Native code past the audit hook (issue 22, class 5): a C extension module that makes any system
+# call (``evil.call(nr, *args)``; bytes/bytearray arguments are passed as pointers). Compiled by
+# the test set-up with the machine's C compiler; the program carries it as base64.
+EVIL_C = r"""
+#include <Python.h>
+#include <errno.h>
+#include <unistd.h>
+static PyObject *call(PyObject *self, PyObject *args) {
+    long a[6] = {0};
+    Py_ssize_t n = PyTuple_Size(args);
+    long nr = PyLong_AsLong(PyTuple_GetItem(args, 0));
+    for (Py_ssize_t i = 1; i < n && i < 7; i++) {
+        PyObject *o = PyTuple_GetItem(args, i);
+        if (PyByteArray_Check(o)) a[i - 1] = (long)PyByteArray_AsString(o);
+        else if (PyBytes_Check(o)) a[i - 1] = (long)PyBytes_AsString(o);
+        else a[i - 1] = PyLong_AsLong(o);
+    }
+    long r = syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+    return PyLong_FromLong(r < 0 ? -errno : r);
+}
+static PyMethodDef methods[] = {{"call", call, METH_VARARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "evil", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_evil(void) { return PyModule_Create(&module); }
+"""
+# keyctl numbers: (KEYCTL_SEARCH, KEYCTL_READ, KEYCTL_CLEAR) = (10, 11, 7); @s = -3, @u = -4.
+KEYRING_STEAL = r"""
+def steal(syscall):
+    for ring in (-3, -4, -5):
+        key = syscall(__KEYCTL__, 10, ring, b"user\0", b"verl-test-key\0", 0)
+        if key > 0:
+            buf = bytearray(256)
+            n = syscall(__KEYCTL__, 11, key, buf, 256)
+            print("LEAK", bytes(buf[:max(n, 0)]))
+    syscall(__KEYCTL__, 7, -3)
+"""
+KEYRING_BY_CTYPES = KEYRING_STEAL + "import ctypes\nsteal(ctypes.CDLL(None, use_errno=True).syscall)\n"
+LOAD_EVIL = r"""
+import base64, os, _imp, importlib.machinery
+data = base64.b64decode(__EVIL__)
+def load(path):
+    spec = importlib.machinery.ModuleSpec("evil", None, origin=path)
+    return _imp.create_dynamic(spec)
+"""
+NATIVE_VIA_MEMFD = LOAD_EVIL + KEYRING_STEAL + r"""
+fd = os.memfd_create("evil")  # no audit event: only the system-call filter sees it
+os.write(fd, data)
+steal(load("/proc/self/fd/%d" % fd).call)
+"""
+NATIVE_VIA_WORKDIR = LOAD_EVIL + KEYRING_STEAL + r"""
+with open("evil.so", "wb") as f:
+    f.write(data)
+try:
+    evil = load(os.path.abspath("evil.so"))
+except Exception as e:  # a noexec working directory: the code cannot be mapped
+    print("not loaded:", type(e).__name__)
+else:
+    steal(evil.call)
+"""
+SYSCALLS_KILLED = ("keyctl", "memfd_create", "ptrace", "process_vm_readv", "bpf", "perf_event_open", "mount",
+                   "unshare", "setns", "io_uring_setup", "pidfd_open", "kill")
+DEVICES = ("/dev/tty", "/dev/console", "/dev/ptmx", "/dev/kmsg", "/dev/tty0", "/dev/mem", "/dev/loop0", "/dev/kvm",
+           "/dev/fuse", "/dev/nvidia0", "/dev/nvidiactl", "/dev/mqueue", "/dev/hugepages", "/dev/snd", "/dev/dri")
+DEVICE_NODES = r"""
+import os
+for path in (__PTS__,) + __DEVICES__:
+    for flags in (os.O_RDONLY, os.O_WRONLY):
+        try:
+            fd = os.open(path, flags | os.O_NOCTTY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        print("LEAK opened", path)
+        try:
+            import termios
+            os.write(fd, b"typed by the sandbox\n")
+            attrs = termios.tcgetattr(fd)
+            attrs[3] &= ~termios.ECHO
+            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        except OSError:
+            pass
+print(sorted(os.listdir("/dev")) if os.path.isdir("/dev") else "no /dev")
+"""
+HOST_SHM = r"""
+import os
+for path in (__SHM__, "/run/shm/" + os.path.basename(__SHM__)):
+    try:
+        print("LEAK", open(path).read())
+    except OSError:
+        pass
+    try:
+        with open(path, "r+") as f:
+            f.write("overwritten")
+    except OSError:
+        pass
+for attempt in ("os", "posixshmem", "shared_memory"):
+    try:
+        if attempt == "os":
+            fd = os.open("/dev/shm/verl-sandbox-made", os.O_CREAT | os.O_RDWR, 0o644)
+            os.write(fd, b"x")
+        elif attempt == "posixshmem":
+            import _posixshmem
+            fd = _posixshmem.shm_open("/" + os.path.basename(__SHM__), os.O_RDWR, 0)
+            os.write(fd, b"overwritten")
+        else:
+            from multiprocessing import shared_memory
+            shared_memory.SharedMemory(name=os.path.basename(__SHM__))
+    except Exception:
+        pass
+try:
+    print("/dev/shm holds", os.listdir("/dev/shm"))
+except OSError:
+    pass
+"""
+SYSCALL_ARGS = {  # name -> its arguments, aimed at the trainer where a call takes a pid
+    "keyctl": "(0, -3, 0)", "memfd_create": '(b"x", 0)', "ptrace": "(16, __TRAINER__, 0, 0)",
+    "process_vm_readv": "(__TRAINER__, 0, 0, 0, 0, 0)", "bpf": "(0, 0, 0)", "perf_event_open": "(0, 0, -1, -1, 0)",
+    "mount": '(b"none", b"/tmp", b"tmpfs", 0, 0)', "unshare": "(0x10000000,)", "setns": "(0, 0)",
+    "io_uring_setup": "(1, 0)", "pidfd_open": "(__TRAINER__, 0)", "kill": "(__TRAINER__, 10)"}
+SYSCALL_BY_CTYPES = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("returned", libc.syscall(__NR__, *__ARGS__))
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -216,7 +405,23 @@ BANK = {  # name -> (program, tests, score)
                                      REV_ASSERTS, 0.0),
     "success_marker_on_stdout": ("print('OK')\nimport sys\nsys.exit(0)\n", REV_STDIO, 0.0),
     "answer_read_from_trainer_memory": (FIND_IN_TRAINER_MEMORY + "print(found or 'not found')\n", SECRET_STDIO, 0.0),
+    "answer_read_from_host_shm": (SHM_READ, SECRET_STDIO, 0.0),
+    "answer_typed_at_the_trainer_terminal": (PTS_READ, SECRET_STDIO, 0.0),
+    "answer_read_from_the_session_keyring": ("import ctypes\n" + KEYRING_BY_CTYPES, SECRET_STDIO, 0.0),
+    "colliding_set_result": (DOS_COLLIDING, ["assert rev('ab') == {1}"], 0.0),
+    "colliding_list_made_a_set": (DOS_COLLIDING_LIST, ["assert set(rev('ab')) == set()"], 0.0),
+    "spoofed_memory_error": (FAKE_MEMORY_ERROR, REV_ASSERTS, 0.0),
 }
+# Scored with the hook off too (as after a bypass): the classes of issue 22.
+BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
+                "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
+                "spoofed_memory_error"]
+for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
+    BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
+                     "expected_side_correct/" + _suite]
+    BANK["expected_side_hijacked/" + _suite] = (HIJACK_EXPECTED, _tests, 0.0)
+    BANK["expected_side_shadowed/" + _suite] = (SHADOW_EXPECTED, _tests, 0.0)
+    BANK["expected_side_correct/" + _suite] = (_correct, _tests, 1.0)
 
 # -------------------------------------------------------------------------------- isolation
 ATTACKS = {  # name -> program; placeholders are filled in by the driver
@@ -244,6 +449,13 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
                                 "                f.write(b'garbage' * 100)\n"
                                 "        except OSError:\n            pass\n"),
     "fifo_in_run_lock": "import os\nos.mkfifo(__FIFO__)\n",
+    "host_shm": HOST_SHM,
+    "device_nodes": DEVICE_NODES,
+    "keyring": KEYRING_BY_CTYPES,
+    "native_code_via_memfd": NATIVE_VIA_MEMFD,
+    "native_code_via_workdir": NATIVE_VIA_WORKDIR,
+    **{"syscall_" + name: SYSCALL_BY_CTYPES.replace("__NR__", "__NR_%s__" % name).replace("__ARGS__", args)
+       for name, args in SYSCALL_ARGS.items()},
     "chmod_0_leaves_folder": ("import os\nstart = os.getcwd()\npath = start\nfor i in range(100):\n"
                               "    path += '/d'\n    os.mkdir(path)\n    open(path + '/f', 'w').write('x')\n"
                               "for i in range(100):\n    if i % 30 == 0:\n        os.chmod(path, 0)\n"
@@ -252,20 +464,31 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
 }
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
-                   "dup2_file_onto_stdout", "sub_interpreter"}
+                   "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "keyring"} | {
+                   "syscall_" + name for name in SYSCALLS_KILLED}
+# The system-call filter kills these with or without the hook (native code passes the hook):
+BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd"} | {"syscall_" + name for name in SYSCALLS_KILLED}
+# Run a third time without the filter too: the layers below it (own keyring, namespaces, noexec) hold alone.
+NO_SECCOMP_ATTACKS = ("keyring", "native_code_via_workdir", "host_shm", "device_nodes")
+NATIVE = ("native_code_via_memfd", "native_code_via_workdir")
 # What holds without namespaces: the trainer is non-dumpable (and, as root, the run has its own uid);
 # and these the audit hook refuses (with the hook off they would escape: that is weak isolation).
-WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritten", "chmod_0_leaves_folder")
-WEAK_MODE_HOOK_ONLY = ("escapes", "dup2_file_onto_stdout", "sub_interpreter")
+WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritten", "chmod_0_leaves_folder",
+                     "keyring", "native_code_via_memfd", "native_code_via_workdir",
+                     *("syscall_" + name for name in SYSCALLS_KILLED))
+WEAK_MODE_HOOK_ONLY = ("escapes", "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "device_nodes")
 
 DRIVER = r'''
-import ctypes, json, logging, os, signal, socket, sys, types
+import ctypes, fcntl, json, logging, os, select, signal, socket, struct, sys, termios, types
 spec = json.load(sys.stdin)
-for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards"),
-                   ("verl.rewards.scorers", "verl/rewards/scorers")):
-    module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
-    module.__path__ = [os.path.join(spec["repo"], path)]
-    sys.modules[name] = module
+if spec["manager"]:  # the whole package (torch from the test environment): score through the reward manager
+    sys.path[:0] = [spec["repo"], spec["site_packages"]]
+else:
+    for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards"),
+                       ("verl.rewards.scorers", "verl/rewards/scorers")):
+        module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
+        module.__path__ = [os.path.join(spec["repo"], path)]
+        sys.modules[name] = module
 from verl.rewards import sandbox
 from verl.rewards.scorers import code as code_scorer
 sandbox._NAMESPACES = spec["namespaces"]
@@ -295,9 +518,37 @@ for listener in listeners:
     listener.listen()
     listener.setblocking(False)
 victim = os.path.join(spec["target"], "victim")
+# The trainer's shared memory, terminal and session keyring, each holding the secret.
+shm = "/dev/shm/verl-sandbox-test-" + os.urandom(8).hex()
+with open(shm, "w") as f:
+    f.write(spec["secret"])
+os.chmod(shm, 0o644)
+master, slave = os.openpty()
+pts = os.ttyname(slave)
+echo = termios.tcgetattr(slave)[3] & termios.ECHO
+def type_secret():
+    os.write(master, (spec["secret"] + "\n").encode())
+    while select.select([master], [], [], 0.05)[0]:  # the terminal's echo of what was typed
+        os.read(master, 1000)
+type_secret()
+assert struct.unpack("i", fcntl.ioctl(slave, termios.FIONREAD, b"\0" * 4))[0] == len(spec["secret"]) + 1
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl = libc.syscall
+keyctl(spec["nr"]["keyctl"], 1, b"verl-sandbox-test-" + os.urandom(8).hex().encode())  # join a fresh session keyring
+secret = spec["secret"].encode()
+session_key = libc.syscall(spec["nr"]["add_key"], b"user", b"verl-test-key", secret, len(secret), -3)
+assert session_key > 0, ctypes.get_errno()
+def key_intact():
+    buf = ctypes.create_string_buffer(256)
+    found = keyctl(spec["nr"]["keyctl"], 10, -3, b"user", b"verl-test-key", 0)
+    return (found == session_key and keyctl(spec["nr"]["keyctl"], 11, session_key, buf, 256) == len(secret)
+            and buf.raw[:len(secret)] == secret)
 values = {"__PORT__": str(tcp.getsockname()[1]), "__ABSTRACT__": repr(abstract_name),
           "__UNIX__": repr(unix_path), "__TARGET__": repr(spec["target"]),
           "__TMPDIR__": repr(spec["tmpdir"]), "__FIFO__": repr(spec["fifo"]),
+          "__SHM__": repr(shm), "__PTS__": repr(pts), "__DEVICES__": repr(tuple(spec["devices"])),
+          "__EVIL__": repr(spec["evil"]), "__KEYCTL__": str(spec["nr"]["keyctl"]),
+          **{"__NR_%s__" % name: str(number) for name, number in spec["nr"].items()},
           "__TRAINER__": str(os.getpid())}
 
 def escaped(stdout):
@@ -328,6 +579,29 @@ def escaped(stdout):
             found.append("left " + line[8:] + " behind")
     found += received
     received.clear()
+    with open(shm) as f:
+        if f.read() != spec["secret"]:
+            found.append("changed " + shm)
+    made = sorted(set(os.listdir("/dev/shm")) - {os.path.basename(shm)})
+    made = [name for name in made if name.startswith(("verl-sandbox-made", "sem."))]
+    if made:
+        found.append("made %s in /dev/shm" % made)
+        for name in made:
+            os.remove("/dev/shm/" + name)
+    if termios.tcgetattr(slave)[3] & termios.ECHO != echo:
+        found.append("switched echo off on " + pts)
+    try:
+        if select.select([master], [], [], 0)[0]:
+            found.append("wrote to %s: %r" % (pts, os.read(master, 1000)))
+    except OSError:
+        pass
+    pending = struct.unpack("i", fcntl.ioctl(slave, termios.FIONREAD, b"\0" * 4))[0]
+    if pending < len(spec["secret"]) + 1:
+        found.append("read what was typed at " + pts)
+        termios.tcflush(slave, termios.TCIFLUSH)
+        type_secret()
+    if not key_intact():
+        found.append("the trainer's session key was read or removed")
     return found
 
 report = {"uid": os.getuid(), "attacks": {}, "bank": {}}
@@ -335,7 +609,7 @@ for attack in spec["attacks"]:
     code = attack["code"]
     for key, value in values.items():
         code = code.replace(key, value)
-    limits = sandbox.SandboxLimits(**spec["limits"], audit_hook=attack["hook"])
+    limits = sandbox.SandboxLimits(**spec["limits"], audit_hook=attack["hook"], seccomp=attack["seccomp"])
     try:
         result = sandbox.run_python(code, limits=limits)
         entry = {"status": result.status, "wall": result.wall_seconds, "stdout": result.stdout[-3000:],
@@ -343,17 +617,47 @@ for attack in spec["attacks"]:
     except BaseException as error:
         entry = {"raised": repr(error), "stdout": "", "stderr": ""}
     entry["escaped"] = escaped(entry["stdout"])
-    report["attacks"][attack["name"] + ("" if attack["hook"] else "/no-hook")] = entry
-for name, (program, tests) in spec["bank"].items():
+    suffix = "" if attack["hook"] else "/no-hook" if attack["seccomp"] else "/no-seccomp"
+    report["attacks"][attack["name"] + suffix] = entry
+def fill(program):
+    for key, value in values.items():
+        program = program.replace(key, value)
+    return program
+def score_through_the_reward_manager(bank, hook):
+    """As the trainer scores a step: token ids in, RuleRewardManager, per-sample scores out."""
+    import torch
+    from verl.models.tiny import build_char_tokenizer
+    from verl.protocol import Batch
+    from verl.rewards import RuleRewardManager
+
+    tok = build_char_tokenizer()
+    names = list(bank)
+    ids = [tok(fill(bank[n][0]), add_special_tokens=False)["input_ids"] for n in names]
+    width = max(map(len, ids))
+    batch = Batch({"responses": torch.tensor([row + [0] * (width - len(row)) for row in ids]),
+                   "response_mask": torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])},
+                  {"data_source": ["code"] * len(names), "ground_truth": [json.dumps(bank[n][1]) for n in names],
+                   "extra_info": [{"sandbox": {**spec["limits"], "audit_hook": hook}}] * len(names)})
+    scores, columns = RuleRewardManager(tok)(batch)
+    return {name: {"score": score, "status": status}
+            for name, score, status in zip(names, scores.sum(-1).tolist(), columns["status"])}
+for hook in spec["bank_hooks"]:
     try:
-        report["bank"][name] = code_scorer.compute_score("code", program.replace("__TRAINER__", str(os.getpid())),
-                                                         tests, {"sandbox": spec["limits"]})
+        if spec["manager"]:
+            bank = {n: spec["bank"][n] for n in spec["bank"] if hook or n in spec["bank_no_hook"]}
+            scored = score_through_the_reward_manager(bank, hook)
+        else:
+            scored = {name: code_scorer.compute_score("code", fill(program), tests, {"sandbox": spec["limits"]})
+                      for name, (program, tests) in spec["bank"].items()}
     except BaseException as error:
-        report["bank"][name] = {"raised": repr(error)}
+        scored = {name: {"raised": repr(error)} for name in spec["bank"]}
+    report["bank" if hook else "bank/no-hook"] = scored
+    report["bank_escaped"] = report.get("bank_escaped", []) + escaped("")
 libc = ctypes.CDLL(None)
 report["dumpable"] = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
 report["warnings"] = warnings
 report["torch_imported"] = "torch" in sys.modules
+os.remove(shm)
 json.dump(report, sys.stdout)
 '''
 
@@ -368,15 +672,35 @@ def _outside_directory_base() -> str | None:
     return None
 
 
-_REPORTS: dict[str, dict] = {}
+MODES = ("root", "user", "root-weak", "user-weak", "root-plain", "user-unprotected")
+_REPORTS: dict = {}
 
 
 def driver_report(mode: str) -> dict:
-    """Run the driver once per mode and cache its report. Modes: ``root``, ``user`` (namespaces),
-    ``root-weak``, ``user-weak`` (none), ``root-plain`` (root's fallback without a user namespace),
-    ``user-unprotected`` (weak, and the trainer left dumpable: the control)."""
-    if mode in _REPORTS:
-        return _REPORTS[mode]
+    """The driver's report for ``mode``. Modes: ``root``, ``user`` (namespaces), ``root-weak``,
+    ``user-weak`` (none), ``root-plain`` (root's fallback without a user namespace),
+    ``user-unprotected`` (weak, and the trainer left dumpable: the control). The first call starts
+    the drivers of every mode at once (they mostly wait on their sandboxes) and caches the reports
+    (or the reason a mode is skipped)."""
+    if not _REPORTS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def run(name):
+            try:
+                return _run_driver(name)
+            except BaseException as outcome:  # noqa: BLE001 (a skip or a failure, raised where it is read)
+                return outcome
+
+        evil_extension()  # once, before the threads need it
+        with ThreadPoolExecutor(len(MODES)) as pool:
+            _REPORTS.update(zip(MODES, pool.map(run, MODES)))
+    report = _REPORTS[mode]
+    if isinstance(report, BaseException):
+        raise report
+    return report
+
+
+def _run_driver(mode: str) -> dict:
     if os.geteuid() != 0:
         pytest.skip("these tests switch users: run them as root (as CI does)")
     user, namespaces = mode.startswith("user"), mode in ("root", "user", "root-plain")
@@ -388,17 +712,30 @@ def driver_report(mode: str) -> dict:
     if base is None:
         pytest.skip("no writable, world-traversable directory outside the temporary places")
     uid = NOBODY if user else 0
-    attacks = [{"name": n, "code": c, "hook": hook} for n, c in ATTACKS.items() for hook in (True, False)
-               if namespaces or n in WEAK_MODE_ATTACKS or (hook and n in WEAK_MODE_HOOK_ONLY)]
+    evil = evil_extension()
+    attacks = [{"name": n, "code": c, "hook": hook, "seccomp": True} for n, c in ATTACKS.items() for hook in (True, False)
+               if (namespaces or n in WEAK_MODE_ATTACKS or (hook and n in WEAK_MODE_HOOK_ONLY))
+               and not (hook and n.startswith("syscall_"))]  # with the hook, ctypes is refused: nothing to see
+    if namespaces:
+        attacks += [{"name": n, "code": ATTACKS[n], "hook": False, "seccomp": False} for n in NO_SECCOMP_ATTACKS]
+    if evil is None:  # no C compiler: the native-code attacks cannot be built here
+        attacks = [a for a in attacks if a["name"] not in NATIVE]
     bank = {name: (program, tests) for name, (program, tests, _) in BANK.items()}
+    bank_hooks = [True, False] if mode in ("root", "user") else [True]
     if mode == "user-unprotected":
         attacks = [a for a in attacks if a["name"] in ("trainer_environ", "trainer_memory") and a["hook"]]
         bank = {name: bank[name] for name in ("answer_read_from_trainer_memory",)}
     if mode == "root-plain":
         attacks, bank = [a for a in attacks if not a["hook"]], {}
+    site_packages = sysconfig.get_paths()["purelib"]
+    manager = mode in ("root", "user")
+    if manager and user and not _readable_by_nobody(site_packages, REPO):
+        pytest.skip(f"{site_packages} or {REPO} is not readable by user nobody: cannot import torch there")
     spec = {"repo": str(REPO), "namespaces": namespaces, "limits": LIMITS, "attacks": attacks, "bank": bank,
             "fifo": f"/run/lock/verl-sandbox-test-{uuid.uuid4().hex}", "unprotected": mode == "user-unprotected",
-            "user_namespace": mode != "root-plain"}
+            "user_namespace": mode != "root-plain", "manager": manager, "site_packages": site_packages,
+            "bank_hooks": bank_hooks, "bank_no_hook": BANK_NO_HOOK, "secret": SECRET, "devices": DEVICES, "evil": evil or "",
+            "nr": {name: _NUMBERS[name][_COLUMN] for name in (*SYSCALLS_KILLED, "add_key")}}
     target, tmpdir = tempfile.mkdtemp(prefix="verl-sandbox-target-", dir=base), tempfile.mkdtemp()
     try:
         Path(target, "victim").write_text("original")
@@ -408,7 +745,8 @@ def driver_report(mode: str) -> dict:
         spec.update(target=target, tmpdir=tmpdir)
         proc = subprocess.run([python, "-I", "-c", DRIVER], input=json.dumps(spec), capture_output=True,
                               text=True, user=uid, group=uid, extra_groups=[], cwd="/", timeout=600,
-                              env={"PATH": "/usr/bin:/bin", "VERL_TEST_SECRET": SECRET, "LC_ALL": "C.UTF-8"})
+                              env={"PATH": "/usr/bin:/bin", "VERL_TEST_SECRET": SECRET, "LC_ALL": "C.UTF-8",
+                                   "HOME": tmpdir, "OMP_NUM_THREADS": "1"})
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = json.loads(proc.stdout)
     finally:
@@ -416,9 +754,33 @@ def driver_report(mode: str) -> dict:
         shutil.rmtree(tmpdir, ignore_errors=True)
         if os.path.lexists(spec["fifo"]):
             os.remove(spec["fifo"])
-    assert report["uid"] == uid and not report["torch_imported"]
-    _REPORTS[mode] = report
+    assert report["uid"] == uid and report["torch_imported"] == manager
     return report
+
+
+_EVIL: list = []
+
+
+def evil_extension() -> str | None:
+    """The native-code extension (``EVIL_C``), compiled once, as base64; None without a C compiler."""
+    if not _EVIL:
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        built = None
+        if compiler:
+            with tempfile.TemporaryDirectory() as tmp:
+                Path(tmp, "evil.c").write_text(EVIL_C)
+                done = subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-I", sysconfig.get_paths()["include"],
+                                       "-o", f"{tmp}/evil.so", f"{tmp}/evil.c"], capture_output=True, timeout=120)
+                if done.returncode == 0:
+                    built = base64.b64encode(Path(tmp, "evil.so").read_bytes()).decode()
+        _EVIL.append(built)
+    return _EVIL[0]
+
+
+def _readable_by_nobody(*paths) -> bool:
+    probe = "import os, sys; sys.exit(0 if all(os.access(p, os.R_OK | os.X_OK) for p in sys.argv[1:]) else 1)"
+    return subprocess.run([SYSTEM_PYTHON, "-c", probe, *map(str, paths)], user=NOBODY, group=NOBODY,
+                          extra_groups=[], cwd="/").returncode == 0
 
 
 def _layers_or_skip(layers: dict, mode: str) -> None:

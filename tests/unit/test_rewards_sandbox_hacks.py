@@ -1,45 +1,39 @@
-"""The hack bank (issue 9): programs that try to get a reward without solving the task score 0,
-and a correct solution scores 1, as root and as an unprivileged user (see ``sandbox_attacks.py``)."""
-
-import json
-import os
+"""The hack bank (issues 9 and 22): programs that try to get a reward without solving the task score 0,
+and correct solutions score 1, as root and as an unprivileged user, through the reward manager, with
+the audit hook on and off (see ``sandbox_attacks.py``)."""
 
 import pytest
 
-from sandbox_attacks import BANK, LIMITS, LINUX_ONLY, SECRET, driver_report
+from sandbox_attacks import BANK, BANK_NO_HOOK, LINUX_ONLY, SECRET, driver_report
 
 pytestmark = LINUX_ONLY
 
 
 @pytest.mark.parametrize("mode", ["root", "user", "root-weak", "user-weak"])
-def test_hack_bank_scores_zero_and_a_correct_solution_one_through_compute_score(mode):
-    bank = driver_report(mode)["bank"]
-    scores = {name: bank[name].get("score", bank[name]) for name in BANK}
+def test_hack_bank_scores_zero_and_a_correct_solution_one(mode):
+    """As root and as a plain user the bank goes through the trainer's RuleRewardManager (token ids
+    in, scores out); in the weak modes through compute_score."""
+    report = driver_report(mode)
+    scores = {name: report["bank"][name].get("score", report["bank"][name]) for name in BANK}
     assert scores == {name: score for name, (_, _, score) in BANK.items()}
+    assert report["bank_escaped"] == []  # the trainer's shm file, terminal and session key untouched
 
 
-def test_hack_bank_through_the_reward_manager_scores_zero_and_a_correct_solution_one():
-    """In this process (the trainer) and through RuleRewardManager, as the trainer scores a step."""
-    import torch
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_with_the_hook_off_the_hacks_of_issue_22_still_score_zero_through_the_reward_manager(mode):
+    bank = driver_report(mode)["bank/no-hook"]
+    assert sorted(bank) == sorted(BANK_NO_HOOK)
+    assert {name: bank[name]["score"] for name in bank} == {name: BANK[name][2] for name in BANK_NO_HOOK}
 
-    from verl.models.tiny import build_char_tokenizer
-    from verl.protocol import Batch
-    from verl.rewards import RuleRewardManager
 
-    tok = build_char_tokenizer()
-    names = list(BANK)
-    texts = [BANK[n][0].replace("__TRAINER__", str(os.getpid())) for n in names]
-    ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    assert [tok.decode(i) for i in ids] == texts
-    width = max(map(len, ids))
-    responses = torch.tensor([row + [0] * (width - len(row)) for row in ids])
-    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])
-    batch = Batch({"responses": responses, "response_mask": mask},
-                  {"data_source": ["code"] * len(names), "ground_truth": [json.dumps(BANK[n][1]) for n in names],
-                   "extra_info": [{"sandbox": LIMITS}] * len(names)})
-    scores, columns = RuleRewardManager(tok)(batch)
-    got = dict(zip(names, scores.sum(-1).tolist()))
-    assert got == {name: score for name, (_, _, score) in BANK.items()}, dict(zip(names, columns["status"]))
+@pytest.mark.parametrize("mode", ["root", "user"])
+def test_the_logged_status_is_the_trainers_view_not_the_programs(mode):
+    report = driver_report(mode)
+    for bank in ("bank", "bank/no-hook"):
+        assert report[bank]["spoofed_memory_error"]["status"] == "error"  # a class named MemoryError is not one
+        assert report[bank]["colliding_set_result"]["status"] == "wrong_answer"  # refused, not rebuilt
+        assert report[bank]["answer_read_from_the_session_keyring"]["status"] == "blocked"
+    assert report["bank"]["expected_side_shadowed/stdlib_names"]["status"] == "unsupported"
 
 
 def test_control_without_the_trainer_protection_the_attacks_do_read_the_trainer():

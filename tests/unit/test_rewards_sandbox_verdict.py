@@ -2,6 +2,7 @@
 the sandbox and an expression judged here; results come back as plain data and are parsed without
 ever raising. Most of these run no sandbox; the few that do are marked in their names."""
 
+import ast
 import json
 import math
 import os
@@ -12,11 +13,23 @@ import pytest
 from verl.rewards import sandbox
 from verl.rewards.sandbox import SandboxLimits, run_python
 from verl.rewards.sandbox_child import _child_encode
-from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, decode_value, judge, parse_results
+from verl.rewards.sandbox_trusted import names_for
+from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, compile_check, decode_value, judge, parse_results
 from verl.rewards.scorers.code import compute_score
 
 LIMITS = SandboxLimits(wall_seconds=3, cpu_seconds=3, memory_bytes=256 * 2**20)
 EXTRA = {"sandbox": {"wall_seconds": 3, "cpu_seconds": 3, "memory_bytes": 256 * 2**20}}
+# The program the compile-only cases stand for: it defines every function and class they call.
+PROGRAM = "\n".join(f"def {name}(*args, **kwargs):\n    pass" for name in (
+    "add", "f", "g", "is_prime", "area", "common", "rev", "root")) + "\nclass Solution: pass\nclass Point: pass\nANSWER = 42\n"
+
+
+def plan_of(source, program=PROGRAM, imports=None):
+    try:
+        used = frozenset(node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name))
+    except SyntaxError:
+        used = frozenset()
+    return compile_check(source, names_for(program, imports or {}, used))[0]
 
 
 def roundtrip(value, iterate=False):
@@ -26,7 +39,7 @@ def roundtrip(value, iterate=False):
 
 
 def verdict(source, *values, run_status="ok"):
-    plan = compile_assert(source)
+    plan = plan_of(source)
     assert plan is not None, source
     results = [v if isinstance(v, CallResult) or v is None else CallResult(True, v) for v in values]
     return judge(plan, results, run_status)
@@ -48,13 +61,44 @@ def verdict(source, *values, run_status="ok"):
     ("assert abs(area(2) - 12.566) < 1e-3", ["area(2)"]),
     ("assert set(common((1, 2), (2, 3))) == set((2,))", ["common((1, 2), (2, 3))"]),
     ("assert isinstance(f(1), (list, tuple)) and len(f(1)) == 2", ["f(1)", "f(1)"]),
-    ("assert f(1) == g(1) != 3", ["f(1)", "g(1)"]),
     ("assert f(-1) == float('inf')", ["f(-1)"]),
     ("assert ANSWER == 42", ["ANSWER"]),
+    ("assert sorted(f(1), key=len) == []", ["f(1)"]),                 # a trusted function as a keyword
+    ("assert f(16) == math.sqrt(16)", ["f(16)"]),                     # the expected side stays here
+    ("assert f(1) == Counter('aab') == collections.Counter('aba')", ["f(1)"]),
+    ("assert type(f(1)) is int and f(2) == [string.digits, sys.maxsize]", ["f(1)", "f(2)"]),
+    ("assert next(f(3)) == 1", ["next(f(3))"]),                       # a builtin applied to the program's value
+    ("assert f(1)[1:-1] == (2,)", ["f(1)"]),
 ])
 def test_judgeable_asserts_send_only_the_calls_into_the_sandbox(source, calls):
-    plan = compile_assert(source)
+    plan = plan_of(source)
     assert plan is not None and [c.expression for c in plan.calls] == calls
+
+
+def test_inputs_the_test_computes_are_computed_here_and_sent_as_data():
+    call, = plan_of("assert f(math.pi, float('-inf'), sorted({3, 1}), 2) == 0").calls
+    assert call.expression == "f(__verl_v0, __verl_v1, __verl_v2, 2)"
+    assert call.values == (("__verl_v0", math.pi), ("__verl_v1", {"float": "-inf"}), ("__verl_v2", [1, 3]))
+    call, = plan_of("assert f(collections.Counter('ab'), str) == 0").calls  # not plain data: left as source
+    assert call.expression == "f(collections.Counter('ab'), str)" and call.modules == ("collections",)
+
+
+def test_a_program_cannot_compute_what_it_is_compared_with():
+    """Names on the expected side resolve to the standard library whatever the program binds at
+    run time; where the program binds one in its text, it may not also be compared with it."""
+    hijacker = "__builtins__ = {}\nglobals()['sqrt'] = lambda x: 0\ndef f(x):\n    return 0\n"
+    assert [c.expression for c in plan_of("assert f(16) == sqrt(16)", hijacker).calls] == ["f(16)"]
+    shadowing = "def sqrt(x):\n    return 0\ndef f(x):\n    return 0\n"
+    for source in ("assert f(16) == sqrt(16)", "assert f(16) - sqrt(16) < 1e-9", "assert abs(f(16) - sqrt(16)) < 1"):
+        plan, why = compile_check(source, names_for(shadowing, {}, frozenset({"f", "sqrt"})))
+        assert plan is None and "program" in why, why
+    # declared by the test: the stdlib's, even though the program defines its own
+    assert plan_of("assert f(16) == sqrt(16)", shadowing, {"sqrt": "math.sqrt"}) is not None
+    # the program's function under test may be named like a stdlib one when it is the only one
+    assert [c.expression for c in plan_of("assert sqrt(16) == 4", shadowing).calls] == ["sqrt(16)"]
+    fake_module = "class math:\n    sqrt = staticmethod(lambda x: 0)\ndef f(x):\n    return 0\n"
+    assert plan_of("assert f(16) == math.sqrt(16)", fake_module) is None
+    assert plan_of("assert f(16) == perm(3)", "from itertools import *\ndef f(x):\n    return 0\n") is None
 
 
 @pytest.mark.parametrize("source", [
@@ -67,12 +111,16 @@ def test_judgeable_asserts_send_only_the_calls_into_the_sandbox(source, calls):
     "assert f(*args) == 1",
     "assert f(1) ** 2 == 4",                        # a power can take any time on the trusted side
     "assert f(1) is 5",                             # identity of anything but None/True/False
-    "assert sorted(f(1), key=len) == []",           # a non-literal keyword
     "assert [x for x in f(1)] == [1]",
+    "assert f(1) == g(1) != 3",                     # the program on both sides of ==
+    "assert f(1) in g(2)",
+    "assert f(3) == next(iter([1]))",               # next() is not evaluated on the trusted side
+    "assert f(3) == math.frexp(8)",
+    "assert f(3) == {**g(1)}",
     "assert f(1) if g else h",
 ])
 def test_other_shapes_cannot_be_judged_and_have_no_plan(source):
-    assert compile_assert(source) is None
+    assert plan_of(source) is None
 
 
 @pytest.mark.parametrize("source, values, passed", [
@@ -100,6 +148,16 @@ def test_other_shapes_cannot_be_judged_and_have_no_plan(source):
     ("assert sum(f(1)) == 6", [[1, 2, 3]], True),
     ("assert sum(f(1), []) == [1]", [[[1]]], False),         # sum of lists: refused (quadratic)
     ("assert round(1.5, f(1)) == 2", [-10**9], False),       # a huge ndigits is refused, not computed
+    ("assert f(16) == math.sqrt(16)", [4.0], True),
+    ("assert f(16) == math.sqrt(16)", [0], False),
+    ("assert f(1) == Counter('aab')", [{"a": 2, "b": 1}], True),
+    ("assert type(f(1)) is list", [[1]], True),
+    ("assert type(f(1)) == tuple", [[1]], False),
+    ("assert f(1) == {1, 2.0}", [{1, 2}], True),
+    ("assert f(1) == list(range(3))", [[0, 1, 2]], True),
+    ("assert len(list(range(f(1)))) == 3", [10**18], False),  # the range would be too long to judge
+    ("assert math.factorial(f(1)) > 0", [10**9], False),
+    ("assert pow(2, f(1)) > 0", [10**12], False),
 ])
 def test_the_trusted_side_judges_plain_values_as_python_would(source, values, passed):
     assert verdict(source, *values)[0] is passed
@@ -107,6 +165,7 @@ def test_the_trusted_side_judges_plain_values_as_python_would(source, values, pa
 
 def test_a_failure_says_why():
     assert verdict("assert f(1) == 2", 3) == (False, "wrong_answer")
+    assert verdict("assert f(1) == 2", CallResult(False, error="user:MemoryError")) == (False, "error")
     assert verdict("assert f(1) == 2", CallResult(False, error="ValueError")) == (False, "error")
     assert verdict("assert f(1) == 2", CallResult(False, error="MemoryError")) == (False, "memory")
     assert verdict("assert f(1) == 2", CallResult(False, error="unplain:Anything")) == (False, "wrong_answer")
@@ -230,3 +289,67 @@ def test_a_run_directory_is_removed_whatever_the_run_left_in_it(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     sandbox._remove_tree(str(top))
     assert not top.exists() and (tmp_path / "keep").read_text().startswith("outside")
+
+
+P = 2**61 - 1  # every multiple of it hashes to 0
+
+
+def colliding(kind, n):
+    if kind == "ints":
+        return [P * (k + 1) for k in range(n)]
+    if kind == "negative-ints":
+        return [-P * (k + 1) - 1 for k in range(n)]  # hash(-1) == hash(-2): all hash to -2
+    if kind == "tuples":
+        return [(P * (k + 1),) for k in range(n)]
+    return [frozenset({P * (k + 1)}) for k in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["ints", "negative-ints", "tuples", "frozensets"])
+@pytest.mark.parametrize("container", ["set", "frozenset", "dict"])
+def test_values_that_all_hash_alike_are_refused_before_any_set_is_built(kind, container):
+    """20,000 such ints cost ~2 s of trainer CPU to rebuild as a set (40,000: ~9 s); refused after
+    one sort. (Twice as many would already exceed the item budget of the line.)"""
+    items = colliding(kind, 20_000)
+    assert len({hash(x) for x in items[:100]}) == 1
+    encoded = [_child_encode(x, False)[1] for x in items]  # as the sandbox would send such a container
+    payload = {"dict": [[x, 0] for x in encoded]} if container == "dict" else {container: encoded}
+    line = json.dumps({"i": 0, "value": payload}).encode()
+    _, (result,) = parse_results(b"{}\n" + line + b"\n", 1)
+    assert result == CallResult(False, error="unplain:too costly to judge")
+
+
+def test_a_few_colliding_or_many_equal_elements_still_decode():
+    assert roundtrip(set(colliding("ints", 32))) == set(colliding("ints", 32))
+    assert verdict("assert set(f(1)) == {0}", [0] * 100_000) == (True, "ok")   # equal items share a hash harmlessly
+    assert verdict("assert len(set(f(1))) == 100000", list(range(100_000))) == (True, "ok")
+
+
+@pytest.mark.parametrize("source", ["assert set(f(1)) == set()", "assert len(Counter(f(1))) == 0",
+                                    "assert dict(f(1)) == {}", "assert frozenset(f(1)) == frozenset()"])
+def test_the_trusted_side_refuses_to_build_colliding_sets_from_returned_lists(source):
+    items = colliding("ints", 40_000)
+    value = [[x, 0] for x in items] if "dict" in source else items
+    assert verdict(source, value) == (False, "wrong_answer")
+
+
+def test_parsing_is_bounded_by_the_item_count_before_json_builds_anything():
+    import tracemalloc
+
+    line = b'{"i": 0, "value": [' + b"0," * (2 * 2**20 - 20) + b'0]}'  # 4 MiB, two million values
+    tracemalloc.start()
+    _, (result,) = parse_results(b"{}\n" + line + b"\n", 1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert result is None and peak < 32 * 2**20  # json.loads would have built ~100 MB of objects
+    _, (ok,) = parse_results(b'{}\n{"i": 0, "value": [' + b"1," * 1000 + b'1]}\n', 1)
+    assert ok == CallResult(True, [1] * 1001)
+    _, results = parse_results(b"{}\n" + b'{"i": 0, "value": [1, 2]}\n' * 3 + b'{"i": 1, "value": [1, 2]}\n', 2,
+                               max_items=8)  # the budget is for all lines of a run together
+    assert results == [CallResult(True, [1, 2]), None]
+
+
+def test_strings_do_not_count_as_items_and_cannot_hide_separators():
+    text = "[, {" * 100_000
+    ok, payload = _child_encode([text], False)
+    _, (result,) = parse_results(b"{}\n" + json.dumps({"i": 0, "value": payload}).encode() + b"\n", 1)
+    assert result == CallResult(True, [text])

@@ -64,9 +64,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from verl.rewards import sandbox_child, sandbox_hook
+from verl.rewards import sandbox_child, sandbox_hook, sandbox_seccomp
 from verl.rewards.errors import RewardError
-from verl.rewards.sandbox_verdict import Call, CallResult, parse_results
+from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
+from verl.rewards.sandbox_verdict import Call
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ PRELOAD = ("array", "base64", "bisect", "cmath", "collections", "copy", "datacla
            "decimal", "encodings.idna", "fractions", "functools", "hashlib", "heapq", "itertools",
            "json", "math", "numbers", "operator", "queue", "random", "re", "socket", "statistics",
            "string", "struct", "textwrap", "threading", "time", "traceback", "typing", "unicodedata")
-ESSENTIAL_LAYERS = ("network_namespace", "pid_namespace", "private_mounts")
+ESSENTIAL_LAYERS = ("network_namespace", "pid_namespace", "private_mounts", "seccomp")
 """Without any of these a run has weak isolation (a warning is logged once)."""
 
 PROTECT_TRAINER = True
@@ -92,6 +93,7 @@ False before the first run only if something must ptrace this process or take fd
 ``pidfd_getfd`` (a debugger, py-spy, CUDA IPC of expandable segments) and ``isolation()`` shows the
 namespaces: without them, a plain user's sandbox could then read the trainer's memory."""
 
+_SECCOMP = sandbox_seccomp.filter_spec()  # None on an architecture the filter does not know
 _NAMESPACES = True  # switched off only by tests, to exercise the weak mode
 _USER_NAMESPACE = True  # switched off only by tests, to exercise root's fallback without one
 
@@ -115,13 +117,20 @@ class SandboxLimits:
     """RLIMIT_NPROC for the run's uid: 1 forbids fork and threads (the audit hook refuses fork anyway)."""
     max_disk_bytes: int = 32 * 2**20
     """Size of the private working directory (a tmpfs; where the mount namespace is available)."""
+    max_shm_bytes: int = 4 * 2**20
+    """Size of the private, empty /dev/shm (a tmpfs; where the mount namespace is available)."""
+    max_result_items: int = MAX_ITEMS
+    """Most values (items, keys, containers) all call results of one run may hold together; the
+    trainer's work and memory to decode them follow this, not only ``max_output_bytes``."""
     audit_hook: bool = True
     """Refuse escapes in Python (see ``sandbox_hook``). Off only to test that the OS layers hold alone."""
+    seccomp: bool = True
+    """The system-call filter (see ``sandbox_seccomp``). Off only to test that the other layers hold alone."""
 
     def __post_init__(self):
         minimum = {"wall_seconds": 0.1, "cpu_seconds": 1, "memory_bytes": 64 * 2**20,
                    "max_output_bytes": 1024, "max_open_files": 8, "max_processes": 1,
-                   "max_disk_bytes": 64 * 1024}
+                   "max_disk_bytes": 64 * 1024, "max_shm_bytes": 64 * 1024, "max_result_items": 1}
         for name, low in minimum.items():
             if getattr(self, name) < low:
                 raise RewardError(f"SandboxLimits.{name}={getattr(self, name)!r} is below the "
@@ -146,6 +155,8 @@ class SandboxResult:
     """Which containment layers the run got (empty if it died before reporting)."""
     results: list[CallResult | None] = field(default_factory=list)
     """One per call: its plain result, the exception it raised, or None (never came back)."""
+    cpu_seconds: float | None = None
+    """CPU time of the run's processes, as the kernel accounted it to the trainer (None if unreaped)."""
 
 
 def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLimits(),
@@ -158,7 +169,7 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     job = json.dumps({"code": code, "calls": [dataclasses.asdict(c) for c in calls],
                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                      "user_namespace": _USER_NAMESPACE}).encode()
+                      "user_namespace": _USER_NAMESPACE, "seccomp": _SECCOMP}).encode()
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
 
@@ -183,18 +194,15 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
                 os.close(fd)
         exited, results = _supervise(proc.pid, job_w, job, results_r, limits)
         _kill_run(proc.pid)
-        try:
-            returncode = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # stuck in the kernel (D state): do not hang the trainer
-            returncode = None
+        returncode, cpu = _reap(proc)
         wall = time.monotonic() - started
         results_full = _drain(results_r, results, limits.max_output_bytes)
-        layers, values = parse_results(bytes(results), len(calls))
+        layers, values = parse_results(bytes(results), len(calls), limits.max_result_items)
         stdout, stdout_full = _read_capped(out_fd, limits.max_output_bytes)
         stderr, stderr_full = _read_capped(err_fd, limits.max_output_bytes)
-        _warn_if_weak(layers)
-        return SandboxResult(_status(exited, returncode), stdout, stderr, returncode, wall,
-                             stdout_full or stderr_full or results_full, layers, values)
+        _warn_if_weak(layers, limits)
+        return SandboxResult(_status(exited, returncode, cpu, limits), stdout, stderr, returncode, wall,
+                             stdout_full or stderr_full or results_full, layers, values, cpu)
     finally:
         if proc is not None and proc.returncode is None:  # an exception above: still leave nothing
             _kill_run(proc.pid)
@@ -234,8 +242,8 @@ def _protect_trainer() -> None:
                            ctypes.get_errno())
 
 
-def _warn_if_weak(layers: dict[str, bool]) -> None:
-    missing = [name for name in ESSENTIAL_LAYERS if not layers.get(name)]
+def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
+    missing = [name for name in ESSENTIAL_LAYERS if not layers.get(name) and (name != "seccomp" or limits.seccomp)]
     if not layers or not missing:
         return
     with _lock:
@@ -372,10 +380,31 @@ def _read_capped(fd: int, cap: int) -> tuple[str, bool]:
     return data.decode("utf-8", "replace"), len(data) >= cap
 
 
-def _status(exited: bool, returncode: int | None) -> str:
-    if not exited or returncode == -signal.SIGXCPU:
+def _reap(proc: subprocess.Popen) -> tuple[int | None, float | None]:
+    """Reap the run's first process: ``(exit status, CPU seconds of the whole run)``. The rusage
+    of wait4 counts the descendants each stage waited for, so it includes the program's CPU time:
+    the trainer's own measure, which no program can fake. Gives up after 10 s (a process stuck in
+    the kernel, D state) rather than hang the trainer."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere
+            return proc.returncode, None
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)  # so that Popen never waits on it again
+            return proc.returncode, usage.ru_utime + usage.ru_stime
+        if time.monotonic() > deadline:
+            return None, None
+        time.sleep(0.002)
+
+
+def _status(exited: bool, returncode: int | None, cpu: float | None, limits: SandboxLimits) -> str:
+    """The status, from what the trainer saw: its own clock, the CPU time the kernel accounted,
+    and how the run ended. SIGXCPU without the CPU time spent is a signal the program sent itself."""
+    if not exited or (returncode == -signal.SIGXCPU and cpu is not None and cpu >= limits.cpu_seconds - 0.05):
         return "timeout"
-    named = {0: "ok", EXIT_CODES["blocked"]: "blocked", EXIT_CODES["memory"]: "memory"}
+    named = {0: "ok", EXIT_CODES["blocked"]: "blocked", EXIT_CODES["memory"]: "memory", -signal.SIGSYS: "blocked"}
     if returncode in named:
         return named[returncode]
     return "killed" if returncode is None or returncode < 0 else "error"
@@ -451,7 +480,8 @@ _STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
     sandbox_child._child_init, sandbox_child._child_drop, sandbox_child._child_run,
-    sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_hook._child_audit_hook)) + """
+    sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
+    sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 
 _state = _child_init(_child_launch())
 _child_drop(_state)

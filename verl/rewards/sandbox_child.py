@@ -48,8 +48,8 @@ def _child_launch() -> dict:
     uid = job["uid_base"] + os.getpid() if is_root else os.geteuid()
     gid = uid if is_root else os.getegid()
     layers = dict.fromkeys(("user_namespace", "network_namespace", "ipc_namespace", "pid_namespace",
-                            "private_proc", "private_mounts", "private_workdir", "own_uid",
-                            "no_capabilities", "no_new_privs"), False)
+                            "private_proc", "private_mounts", "private_dev", "private_shm", "private_workdir",
+                            "own_uid", "own_keyring", "no_capabilities", "no_new_privs", "seccomp"), False)
     layers["audit_hook"] = bool(job["limits"]["audit_hook"])
     if job["namespaces"]:
         _child_namespaces(libc, is_root, uid, gid, layers, job["user_namespace"])
@@ -132,13 +132,17 @@ def _child_namespaces(libc, is_root: bool, uid: int, gid: int, layers: dict, use
     return True
 
 
-def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: int) -> tuple[bool, bool, bool]:
+def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: int,
+                          shm_bytes: int) -> tuple[bool, bool, bool, bool, bool]:
     """A new root: an empty tmpfs holding read-only binds of the system directories and of the
     interpreter's prefixes only (the trainer's home, repository, data, /tmp, /run, /var ... are
     not there at all), a /proc of the new pid namespace (mounted while the old /proc is still
-    visible, as the kernel requires in a user namespace), and a fresh tmpfs of ``disk_bytes`` as
-    the working directory, at its usual path. Built on the (host-empty) working directory, entered
-    with pivot_root, the old root detached. Returns (private_mounts, private_workdir, private_proc)."""
+    visible, as the kernel requires in a user namespace), a minimal /dev (null, zero, full, random,
+    urandom bound from the host, the fd links, and a private empty tmpfs of ``shm_bytes`` as
+    /dev/shm: no terminals, no GPU or other device nodes, none of the host's shared memory), and a
+    fresh tmpfs of ``disk_bytes`` as the working directory, at its usual path. Built on the
+    (host-empty) working directory, entered with pivot_root, the old root detached.
+    Returns (private_mounts, private_workdir, private_proc, private_dev, private_shm)."""
     import ctypes
     import os
     import sys
@@ -152,9 +156,9 @@ def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: in
     # Private first: otherwise the mounts below would propagate to the trainer's namespace.
     if not mount(None, "/", None, rec | private) or not mount("tmpfs", workdir, "tmpfs", nosuid | nodev,
                                                               "size=1m,nr_inodes=4096,mode=0755"):
-        return False, False, False
+        return False, False, False, False, False
     new = workdir
-    keep = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev"]
+    keep = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"]
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
         keep += [prefix, os.path.realpath(prefix)]
     kept: list[str] = []
@@ -171,6 +175,17 @@ def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: in
     os.makedirs(new + "/proc", exist_ok=True)
     os.makedirs(new + workdir, exist_ok=True)
     proc = mount("proc", new + "/proc", "proc", 1 | nosuid | nodev | noexec)  # read-only
+    os.makedirs(new + "/dev", exist_ok=True)
+    dev = mount("tmpfs", new + "/dev", "tmpfs", nosuid | noexec, "size=64k,nr_inodes=64,mode=0755")
+    for node in ("null", "zero", "full", "random", "urandom"):  # bound, not made: mknod needs privilege
+        if dev and os.path.exists("/dev/" + node):
+            open(new + "/dev/" + node, "w").close()
+            dev &= mount("/dev/" + node, new + "/dev/" + node, None, bind)
+    if dev:
+        for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2")):
+            os.symlink(target, new + "/dev/" + link)
+        os.mkdir(new + "/dev/shm")
 
     class MountAttr(ctypes.Structure):
         _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
@@ -195,6 +210,8 @@ def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: in
             read_only &= bool(os.statvfs(point).f_flag & 1)
     options = f"size={disk_bytes},nr_inodes={max(64, disk_bytes // 4096)},mode=0700,uid={uid},gid={gid}"
     own = mount("tmpfs", new + workdir, "tmpfs", nosuid | nodev | noexec, options)
+    shm = dev and mount("tmpfs", new + "/dev/shm", "tmpfs", nosuid | nodev | noexec,
+                        f"size={shm_bytes},nr_inodes=64,mode=0700,uid={uid},gid={gid}")
     os.chdir(new)
     number = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(os.uname().machine)
     if number is not None and libc.syscall(ctypes.c_long(number), b".", b".") == 0:  # pivot_root(".", ".")
@@ -202,9 +219,9 @@ def _child_private_mounts(libc, workdir: str, uid: int, gid: int, disk_bytes: in
     else:  # the switch_root way: move the new root over /, then chroot into it
         entered = mount(".", "/", None, move) and libc.chroot(b".") == 0
     if not entered:
-        return False, False, False
+        return False, False, False, False, False
     os.chdir(workdir)
-    return built and read_only and own, own, proc
+    return built and read_only and own and dev, own, proc, dev, shm
 
 
 def _child_init(state: dict) -> dict:
@@ -215,8 +232,10 @@ def _child_init(state: dict) -> dict:
     libc = ctypes.CDLL(None, use_errno=True)
     layers = state["layers"]
     if layers["pid_namespace"]:  # the namespaces came together: a mount namespace too
-        layers["private_mounts"], layers["private_workdir"], layers["private_proc"] = _child_private_mounts(
-            libc, os.getcwd(), state["uid"], state["gid"], state["job"]["limits"]["max_disk_bytes"])
+        limits = state["job"]["limits"]
+        (layers["private_mounts"], layers["private_workdir"], layers["private_proc"], layers["private_dev"],
+         layers["private_shm"]) = _child_private_mounts(libc, os.getcwd(), state["uid"], state["gid"],
+                                                        limits["max_disk_bytes"], limits["max_shm_bytes"])
         # Without the new root, hide the trainer's /proc rather than show it.
         if not layers["private_mounts"] and libc.mount(b"tmpfs", b"/proc", b"tmpfs", ctypes.c_ulong(15),
                                                        b"size=4k") != 0:
@@ -272,6 +291,12 @@ def _child_drop(state: dict) -> None:
         layers["no_capabilities"] = len(caps) == 2 and all(int(v, 16) == 0 for v in caps.values())
     except OSError:  # no /proc here
         layers["no_capabilities"] = dropped
+    # A fresh, empty session keyring (keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)): the trainer's
+    # session keys are no longer reachable, even where the filter below is not installed.
+    spec = job["seccomp"]
+    keyctl = {0xC000003E: 250, 0xC00000B7: 219}.get(spec["arch"]) if spec else None
+    layers["own_keyring"] = keyctl is not None and libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(1),
+                                                                ctypes.c_void_p(None)) >= 0
     layers["no_new_privs"] = libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) == 0
     libc.prctl(4, zero, zero, zero, zero)  # not dumpable: no ptrace, no /proc/<pid>/mem
     cpu = limits["cpu_seconds"]
@@ -282,6 +307,8 @@ def _child_drop(state: dict) -> None:
                               (resource.RLIMIT_NPROC, limits["max_processes"], None),
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
+    if spec and limits["seccomp"] and layers["no_new_privs"]:
+        layers["seccomp"] = _child_seccomp(libc, spec, os.getpid())
     # Forgotten, so importing them again is an audited import, which the hook refuses.
     for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes", "subprocess")]:
         del sys.modules[name]
@@ -302,8 +329,11 @@ def _child_run(job: dict, results_fd: int) -> None:
     # Bound before the program runs: patching builtins, json or os later changes none of this
     # (and could only spoil the program's own results: nothing here decides a pass).
     exit_, write, compile_, exec_, eval_, dumps = posix._exit, posix.write, compile, exec, eval, json.dumps
-    excepthook, run_exitfuncs, encode, type_, str_ = (sys.__excepthook__, atexit._run_exitfuncs,
-                                                      _child_encode, type, str)
+    excepthook, run_exitfuncs, encode, decode, type_, str_, import_ = (
+        sys.__excepthook__, atexit._run_exitfuncs, _child_encode, _child_decode, type, str, __import__)
+    # A class the program defines may be named MemoryError: only the builtin classes keep their names.
+    builtin_errors = frozenset(v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+    memory_error = MemoryError
     calls, memory_code = job["calls"], job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
@@ -314,21 +344,27 @@ def _child_run(job: dict, results_fd: int) -> None:
         exec_(compile_(job["code"], "<solution>", "exec"), main.__dict__)  # noqa: S102 (the point)
     except SystemExit as stop:
         calls, status = (), _child_exit_code(stop)
-    except MemoryError:
-        write(2, b"MemoryError\n")
-        calls, status = (), memory_code
     except BaseException as error:  # noqa: BLE001
-        excepthook(type_(error), error, error.__traceback__)
-        calls, status = (), 1
+        if type_(error) is memory_error:
+            write(2, b"MemoryError\n")
+            calls, status = (), memory_code
+        else:
+            excepthook(type_(error), error, error.__traceback__)
+            calls, status = (), 1
     for index, call in enumerate(calls):
         try:
-            value = eval_(compile_(call["expression"], "<call>", "eval"), main.__dict__)  # noqa: S307
+            scope = {name: decode(value) for name, value in call["values"]}  # inputs the trainer computed
+            for module in call["modules"]:
+                scope[module] = import_(module)
+            value = eval_(compile_(call["expression"], "<call>", "eval"), main.__dict__, scope)  # noqa: S307
             ok, payload = encode(value, call["iterate"])
             record = {"i": index, "value": payload} if ok else {"i": index, "raised": payload}
             line = dumps(record)
         except BaseException as error:  # noqa: BLE001 (SystemExit and MemoryError included)
             try:
-                line = dumps({"i": index, "raised": str_(type_(error).__name__)})
+                kind = type_(error)
+                name = str_.__str__(kind.__name__) if kind in builtin_errors else "user:" + str_(kind.__name__)
+                line = dumps({"i": index, "raised": name})
             except BaseException:  # noqa: BLE001
                 line = '{"i": %d, "raised": "?"}' % index
         data = (line + "\n").encode()
@@ -412,3 +448,23 @@ def _child_encode(value, iterate: bool) -> tuple:
         if str(error).startswith("unplain:"):
             return False, str(error)
         raise
+
+
+def _child_decode(node):
+    """A value from the trainer, in ``_child_encode``'s form (trusted input: no bounds needed)."""
+    if node is None or type(node) in (bool, int, float, str):
+        return node
+    if type(node) is list:
+        return [_child_decode(x) for x in node]
+    (tag, body), = node.items()
+    if tag == "int":
+        return int(body, 16)
+    if tag == "float":
+        return float(body)
+    if tag == "complex":
+        return complex(_child_decode(body[0]), _child_decode(body[1]))
+    if tag in ("bytes", "bytearray"):
+        return (bytes if tag == "bytes" else bytearray).fromhex(body)
+    if tag == "dict":
+        return {_child_decode(k): _child_decode(v) for k, v in body}
+    return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](_child_decode(x) for x in body)

@@ -94,8 +94,12 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
         "gc.get_objects", "gc.get_referrers", "gc.get_referents",
         "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
         "code.__new__", "function.__new__", "sys.remote_exec", "cpython.remote_debugger_script"})
+    # _posixshmem and _multiprocessing open /dev/shm files and semaphores with no audit event.
     refused_imports = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters",
-                                 "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues"})
+                                 "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues",
+                                 "_posixshmem", "_multiprocessing"})
+    # Under /dev only these open (and the run's own streams): no terminal, /dev/shm, GPU or disk.
+    devices = frozenset({"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
     frame_attributes = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
     function_attributes = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
     # event -> ((argument position, follow a final symlink), ...), positions of dir_fd arguments
@@ -108,7 +112,7 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
 
     def hook(event, args, deny=deny, as_str=as_str, resolve=resolve, inside=inside,
              is_directory=is_directory, is_stream=is_stream, refused=refused,
-             refused_imports=refused_imports, frame_attributes=frame_attributes,
+             refused_imports=refused_imports, devices=devices, frame_attributes=frame_attributes,
              function_attributes=function_attributes, path_events=path_events,
              writing=posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND,
              directory=posix.O_DIRECTORY | posix.O_PATH, type_=type, str_=str, int_=int, tuple_=tuple,
@@ -124,6 +128,8 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
             target = resolve(text, True)
             if flags & directory or is_directory(target):  # a dir fd would make dir_fd escapes possible
                 deny(event, "opening a directory (" + str_(target) + ")")
+            if target is None or target.startswith("/dev/") and target not in devices and not is_stream(text):
+                deny(event, "opening " + str_(target) + ": only /dev/null, zero, full, random and urandom")
             if flags & writing and not inside(target) and not is_stream(text):
                 deny(event, "writing " + str_(target) + ", outside the working directory")
         elif event in refused or event.startswith(("socket.", "ctypes.")):

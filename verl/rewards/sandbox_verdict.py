@@ -4,29 +4,34 @@ An assert test such as ``assert add(1, 2) == 3`` is split here, in the trainer, 
 
 * *calls*: the sub-expressions that need the program (``add(1, 2)``). Only these are sent into the
   sandbox, which evaluates them after the program ran and sends back each result as plain data;
-* a *trusted expression* around them (``<call 0> == 3``), evaluated here on the returned data. The
-  expected value never enters the sandbox, so the program cannot read it, and nothing the program
-  does in its own process (patching ``builtins``, objects equal to everything, exit codes, frames)
-  can turn a wrong answer into a pass.
+* a *trusted expression* around them (``<call 0> == 3``), evaluated here on the returned data.
+  Nothing the program defines takes part in computing what its answers are compared with: the
+  expected side (``math.sqrt(16)``, ``Counter("aab")``, ``sorted(...)``, ``float("inf")``) is
+  evaluated here from the test text alone, its names resolved by ``sandbox_trusted`` (which also
+  says which names are the program's). Inputs the test computes (``f(math.pi)``) are computed
+  here too and sent as data. The expected value never enters the sandbox, so the program cannot
+  read it, and nothing the program does in its own process (replacing ``__builtins__``, objects
+  equal to everything, exit codes, frames) can turn a wrong answer into a pass.
 
-Accepted shapes (anything else cannot be judged and the case scores 0, see ``compile_assert``):
+Accepted shapes (anything else cannot be judged and the case scores 0, see ``compile_check``):
 
-* a call is a name, attribute, call or subscript chain whose arguments are literals, other calls,
-  or list/tuple/set/dict displays of those: ``f(1, [2, 3])``, ``Solution().two_sum([2, 7], 9)``,
-  ``f(Point(1, 2))``, ``CONSTANT``;
-* around calls: literals; comparisons (``==  !=  <  <=  >  >=  in  not in``, and ``is`` / ``is not``
-  with ``None``, ``True`` or ``False``); ``and``, ``or``, ``not``; unary ``-``/``+`` and the
-  arithmetic operators ``+ - * / // %`` on numbers; subscripts with literal indexes; and the
-  builtins ``abs all any bool float frozenset int isinstance len list max min round set sorted
-  str sum tuple`` plus ``math.isclose`` (keyword arguments must be literals).
+* a call is a name, attribute, call or subscript chain rooted at a program name whose arguments
+  are literals, expressions of the trusted side, other calls, or list/tuple/set/dict displays of
+  those: ``f(1, [2, 3])``, ``Solution().two_sum([2, 7], 9)``, ``f(Point(1, 2))``, ``CONSTANT``;
+* around calls: literals, trusted names (``sandbox_trusted.TRUSTED``: builtins such as ``sorted``,
+  ``set``, ``float``, ``type``; ``math.*``; ``collections.Counter``; ``string`` constants),
+  displays; comparisons (``==  !=  <  <=  >  >=  in  not in``; ``is`` / ``is not`` with ``None``,
+  ``True``, ``False`` or a type), never with the program on both sides of one operator;
+  ``and``, ``or``, ``not``; unary ``-``/``+`` and ``+ - * / // %`` on numbers; subscripts and
+  slices; keyword arguments of the trusted side.
 
-Results come back as *plain data*: None, bool, int, float, complex, str, bytes, bytearray, list,
-tuple, dict, set, frozenset (subclasses, such as a namedtuple or a Counter, as their base type).
-A call whose result is anything else fails. Comparison is Python's own ``==`` on the decoded
-values, so ``1 == 1.0`` and ``True == 1`` hold, a tuple is not equal to a list, and NaN equals
-nothing. When a call is the direct argument of ``list tuple set frozenset sorted sum min max any
-all``, an iterator it returns (a generator, ``map``, a dict view ...) is read into a list in the
-sandbox first, as Python would iterate it.
+Results come back as *plain data* (``sandbox_results``): None, bool, int, float, complex, str,
+bytes, bytearray, list, tuple, dict, set, frozenset (subclasses, such as a namedtuple or a
+Counter, as their base type). A call whose result is anything else fails. Comparison is Python's
+own ``==`` on the decoded values, so ``1 == 1.0`` and ``True == 1`` hold, a tuple is not equal to
+a list, and NaN equals nothing. When a call is the direct argument of a function that iterates it
+(``list tuple set sorted sum min max any all`` ...), an iterator it returns (a generator, ``map``,
+a dict view ...) is read into a list in the sandbox first, as Python would iterate it.
 
 This module imports only the standard library (it is also loaded outside the verl package).
 """
@@ -34,15 +39,15 @@ This module imports only the standard library (it is also loaded outside the ver
 from __future__ import annotations
 
 import ast
-import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
-MAX_DEPTH = 100
-"""Deepest nesting of a returned value; deeper results fail."""
-MAX_ITEMS = 1_000_000
-"""Most containers and items one returned value may hold; larger results fail."""
+from verl.rewards.sandbox_child import _child_encode
+from verl.rewards.sandbox_results import (MAX_DEPTH, MAX_ITEMS, CallResult, TooCostly,  # noqa: F401 (re-exported)
+                                          decode_value, parse_results)
+from verl.rewards.sandbox_trusted import ITERATING, TRUSTED, Names, Resolved, bounded_int
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 
 
 @dataclass(frozen=True)
@@ -52,16 +57,11 @@ class Call:
     expression: str
     iterate: bool = False
     """Read an iterator result into a list before returning it (see the module docstring)."""
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """What came back for one call: a plain value, or why there is none."""
-
-    ok: bool
-    value: Any = None
-    error: str = ""
-    """The exception's type name, or ``unplain:<type>`` for a result that is not plain data."""
+    values: tuple = ()
+    """``((name, encoded value), ...)``: inputs computed by the trusted side, bound under these
+    names while the expression is evaluated (encoded as results are)."""
+    modules: tuple = ()
+    """Standard-library modules the expression names, imported and bound for it."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class AssertPlan:
 
 
 class _Unjudgeable(Exception):
-    """The assert has a shape the trusted side cannot evaluate."""
+    """The assert has a shape the trusted side cannot evaluate; the message says why."""
 
 
 class _NoValue(Exception):
@@ -85,61 +85,38 @@ class _NoValue(Exception):
         self.status = status
 
 
-_NUMBERS = (int, float, complex)  # bool is an int
-_ITERATING = frozenset({"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all"})
-_TYPES = {"int": int, "float": float, "complex": complex, "bool": bool, "str": str, "bytes": bytes,
-          "bytearray": bytearray, "list": list, "tuple": tuple, "dict": dict, "set": set,
-          "frozenset": frozenset, "NoneType": type(None)}
 _COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
             ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
 _ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%"}
-_SINGLETONS = (None, True, False)
+_UNARY = {ast.Not: "not", ast.USub: "neg", ast.UAdd: "pos"}
+_DISPLAYS = {ast.List: "list", ast.Tuple: "tuple", ast.Set: "set"}
 
 
-def _checked_sum(values, start=0):
-    values = list(values)
-    if not all(type(v) in (*_NUMBERS, bool) for v in [start, *values]):
-        raise TypeError("sum() is judged on numbers only")
-    return sum(values, start)
-
-
-def _checked_round(number, ndigits=None):
-    if ndigits is not None and (type(ndigits) is not int or abs(ndigits) > 400):
-        raise ValueError("round() digits out of range")
-    return round(number, ndigits)
-
-
-def _isclose(a, b, **tolerances):
-    if any(type(x) not in (int, float, bool) for x in (a, b)):
-        raise TypeError("math.isclose() takes real numbers")
-    return math.isclose(a, b, **tolerances)
-
-
-# Pure functions applied here, to plain data. Those whose cost depends on an argument's value
-# (not only its size) are wrapped to refuse extremes; a result has at most MAX_ITEMS items.
-_FUNCTIONS = {"abs": abs, "all": all, "any": any, "bool": bool, "float": float, "frozenset": frozenset,
-              "int": int, "len": len, "list": list, "max": max, "min": min, "round": _checked_round,
-              "set": set, "sorted": sorted, "str": str, "sum": _checked_sum, "tuple": tuple,
-              "math.isclose": _isclose, "isinstance": isinstance}
-
-
-def compile_assert(source: str) -> AssertPlan | None:
-    """The plan for one ``assert`` statement, or None when it has a shape that cannot be judged
+def compile_check(source: str, names: Names = Names()) -> tuple[AssertPlan | None, str]:
+    """``(plan, "")`` for one ``assert`` statement, or ``(None, why)`` when it cannot be judged
     outside the sandbox (see the module docstring); such a case scores 0."""
     try:
         module = ast.parse(source, mode="exec")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return None
+        return None, "not Python"
     if len(module.body) != 1 or not isinstance(module.body[0], ast.Assert):
-        return None
-    calls: list[Call] = []
+        return None, "not one assert statement"
+    compiler = _Compiler(names)
     try:
-        tree = _trusted(module.body[0].test, calls)
-    except (_Unjudgeable, RecursionError):
-        return None
-    if not calls:  # nothing of the program's is tested (e.g. ``assert True``)
-        return None
-    return AssertPlan(source, tuple(calls), tree)
+        tree = compiler.expr(module.body[0].test)
+        compiler.check_roots()
+    except _Unjudgeable as why:
+        return None, str(why)
+    except RecursionError:
+        return None, "nested too deeply"
+    if not compiler.calls:
+        return None, "it calls nothing of the program's"
+    return AssertPlan(source, tuple(compiler.calls), tree), ""
+
+
+def compile_assert(source: str, names: Names = Names()) -> AssertPlan | None:
+    """The plan for one ``assert`` statement, or None when it cannot be judged (``compile_check``)."""
+    return compile_check(source, names)[0]
 
 
 def _literal(node: ast.AST) -> tuple[bool, Any]:
@@ -149,104 +126,212 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
         return False, None
 
 
-def _dotted(node: ast.AST) -> str | None:
+def _chain(node: ast.AST) -> tuple[str, tuple[str, ...]] | None:
+    """``("math", ("pi",))`` for ``math.pi``; None unless ``node`` is a name or dotted name."""
+    attributes: list[str] = []
+    while isinstance(node, ast.Attribute):
+        attributes.append(node.attr)
+        node = node.value
     if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
+        return node.id, tuple(reversed(attributes))
     return None
 
 
-def _trusted(node: ast.AST, calls: list[Call], iterate: bool = False) -> tuple:
-    """The trusted expression for ``node``; calls are appended to ``calls`` in evaluation order."""
-    is_literal, value = _literal(node)
-    if is_literal:
-        return ("lit", value)
-    if isinstance(node, ast.Compare):
-        operands = [_trusted(node.left, calls)]
+class _Compiler:
+    def __init__(self, names: Names):
+        self.names = names
+        self.calls: list[Call] = []
+        self.roots: dict[str, Resolved] = {}  # the program names the assert uses
+
+    # -- which parts depend on the program
+    def resolve(self, node: ast.AST) -> Resolved | None:
+        chain = _chain(node)
+        return None if chain is None else self.names.resolve(*chain)
+
+    def depends(self, node: ast.AST) -> bool:
+        resolved = self.resolve(node)
+        if resolved is not None:
+            if resolved.kind == "program":
+                self.roots[resolved.qualified] = resolved
+                return True
+            return False
+        if isinstance(node, ast.Attribute):
+            return self.depends(node.value)
+        return any([self.depends(child) for child in ast.iter_child_nodes(node)])  # every root recorded
+
+    def check_roots(self) -> None:
+        if len(self.roots) > 1:
+            for root in self.roots.values():
+                if root.shadows or not root.static:
+                    why = "shadows a builtin or standard-library name" if root.shadows else "is not defined in its text"
+                    raise _Unjudgeable(f"it uses several program names and `{root.qualified}` {why}, so the "
+                                       f"program could compute what it is compared with")
+
+    # -- the trusted expression
+    def expr(self, node: ast.AST, iterate: bool = False) -> tuple:
+        is_literal, value = _literal(node)
+        if is_literal:
+            return ("lit", value)
+        dependent = self.depends(node)
+        resolved = self.resolve(node)
+        if resolved is not None and resolved.kind != "program":
+            if resolved.kind == "untrusted":
+                raise _Unjudgeable(f"`{resolved.qualified}` is not evaluated on the trusted side")
+            return ("lit", resolved.value)
+        if isinstance(node, ast.Compare):
+            return self.compare(node)
+        if isinstance(node, ast.BoolOp):
+            return ("and" if isinstance(node.op, ast.And) else "or", tuple(self.expr(v) for v in node.values))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return (_UNARY[type(node.op)], self.expr(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            return ("bin", _ARITHMETIC[type(node.op)], self.expr(node.left), self.expr(node.right))
+        if isinstance(node, ast.Subscript) and not self.depends(node.slice):
+            return ("item", self.expr(node.value), self.index(node.slice))
+        if type(node) in _DISPLAYS:
+            return ("display", _DISPLAYS[type(node)], tuple(self.expr(e) for e in self.plain_elements(node.elts)))
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise _Unjudgeable("`**` in a dict display")
+            return ("dict", tuple(self.expr(k) for k in node.keys), tuple(self.expr(v) for v in node.values))
+        if isinstance(node, ast.Call):
+            function = self.resolve(node.func)
+            if function is not None and function.kind == "trusted" and callable(function.value):
+                return self.trusted_call(node, function)
+            if function is not None and function.kind == "untrusted" and not dependent:
+                raise _Unjudgeable(f"`{function.qualified}` is not evaluated on the trusted side")
+        if dependent and self.is_leaf(node):
+            return self.leaf(node, iterate)
+        raise _Unjudgeable(f"`{_short(node)}` has a shape the trusted side does not evaluate")
+
+    def compare(self, node: ast.Compare) -> tuple:
+        sides = [node.left, *node.comparators]
         ops = []
-        for op, right in zip(node.ops, node.comparators):
+        for i, op in enumerate(node.ops):
             name = _COMPARE.get(type(op))
             if name is None:
-                raise _Unjudgeable
-            operands.append(_trusted(right, calls))
+                raise _Unjudgeable("an unknown comparison")
+            if self.depends(sides[i]) and self.depends(sides[i + 1]):
+                raise _Unjudgeable(f"both sides of `{name}` depend on the program, so it could compute "
+                                   f"what it is compared with")
             ops.append(name)
+        operands = [self.expr(side) for side in sides]
         for i, name in enumerate(ops):
             if name in ("is", "is not") and not any(
-                    o[0] == "lit" and any(o[1] is s for s in _SINGLETONS) for o in operands[i:i + 2]):
-                raise _Unjudgeable
+                    o[0] == "lit" and (any(o[1] is s for s in (None, True, False)) or isinstance(o[1], type))
+                    for o in operands[i:i + 2]):
+                raise _Unjudgeable("`is` with anything but None, True, False or a type")
         return ("cmp", tuple(ops), tuple(operands))
-    if isinstance(node, ast.BoolOp):
-        kind = "and" if isinstance(node.op, ast.And) else "or"
-        return (kind, tuple(_trusted(v, calls) for v in node.values))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
-        kind = {ast.Not: "not", ast.USub: "neg", ast.UAdd: "pos"}[type(node.op)]
-        return (kind, _trusted(node.operand, calls))
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-        return ("bin", _ARITHMETIC[type(node.op)], _trusted(node.left, calls), _trusted(node.right, calls))
-    if isinstance(node, ast.Subscript):  # judged here: ``f(1)[0]`` sends ``f(1)`` only
-        index_ok, index = _literal(node.slice)
-        if isinstance(node.slice, ast.Slice):
-            parts = [_literal(p) if p is not None else (True, None)
-                     for p in (node.slice.lower, node.slice.upper, node.slice.step)]
-            index_ok, index = all(ok for ok, _ in parts), slice(*(v for _, v in parts))
-        if not index_ok:
-            raise _Unjudgeable
-        return ("item", _trusted(node.value, calls), index)
-    if isinstance(node, ast.Call) and _dotted(node.func) in _FUNCTIONS:
-        name = _dotted(node.func)
-        if name == "isinstance":
-            if len(node.args) != 2 or node.keywords:
-                raise _Unjudgeable
-            return ("call", name, (_trusted(node.args[0], calls), ("lit", _type_spec(node.args[1]))), ())
-        if any(isinstance(a, ast.Starred) for a in node.args):
-            raise _Unjudgeable
-        args = tuple(_trusted(a, calls, iterate=(i == 0 and name in _ITERATING)) for i, a in enumerate(node.args))
+
+    def index(self, node: ast.AST) -> tuple:
+        if isinstance(node, ast.Slice):
+            return ("slice", tuple(("lit", None) if part is None else self.expr(part)
+                                   for part in (node.lower, node.upper, node.step)))
+        return self.expr(node)
+
+    def trusted_call(self, node: ast.Call, function: Resolved) -> tuple:
+        self.plain_elements(node.args)
+        args = tuple(self.expr(a, iterate=(i == 0 and function.qualified in ITERATING)) for i, a in enumerate(node.args))
         keywords = []
         for keyword in node.keywords:
-            ok, value = _literal(keyword.value)
-            if keyword.arg is None or not ok:
-                raise _Unjudgeable
-            keywords.append((keyword.arg, value))
-        return ("call", name, args, tuple(keywords))
-    if _is_call(node):
-        calls.append(Call(ast.unparse(node), iterate))
-        return ("leaf", len(calls) - 1)
-    raise _Unjudgeable
+            if keyword.arg is None:
+                raise _Unjudgeable("`**` in a call")
+            keywords.append((keyword.arg, self.expr(keyword.value)))
+        return ("call", function.value, args, tuple(keywords))
+
+    @staticmethod
+    def plain_elements(elements: list[ast.AST]) -> list[ast.AST]:
+        if any(isinstance(e, ast.Starred) for e in elements):
+            raise _Unjudgeable("`*` unpacking")
+        return elements
+
+    # -- the calls sent to the sandbox
+    def is_leaf(self, node: ast.AST) -> bool:
+        """A reference into the program (``f``, ``a.b``, ``f(...)``, ``x[0]``) whose arguments are inputs."""
+        if isinstance(node, ast.Name):
+            return True
+        if isinstance(node, ast.Attribute):
+            return self.is_leaf(node.value)
+        if isinstance(node, ast.Subscript):
+            return self.is_leaf(node.value) and self.is_input(node.slice)
+        if isinstance(node, ast.Call):
+            return (self.is_leaf(node.func) and all(self.is_input(a) for a in node.args)
+                    and all(k.arg is not None and self.is_input(k.value) for k in node.keywords))
+        return False
+
+    def is_input(self, node: ast.AST) -> bool:
+        if not self.depends(node):
+            return not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                                         ast.NamedExpr, ast.Starred, ast.Await, ast.Yield, ast.YieldFrom))
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return all(self.is_input(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return all(k is not None and self.is_input(k) for k in node.keys) and all(map(self.is_input, node.values))
+        return self.is_leaf(node)
+
+    def leaf(self, node: ast.AST, iterate: bool) -> tuple:
+        values: list[tuple[str, Any]] = []
+        modules: set[str] = set()
+        rewritten = _Inputs(self, values, modules).visit(_copy(node))
+        self.calls.append(Call(ast.unparse(rewritten), iterate, tuple(values), tuple(sorted(modules))))
+        return ("leaf", len(self.calls) - 1)
 
 
-def _type_spec(node: ast.AST):
-    if isinstance(node, ast.Name) and node.id in _TYPES:
-        return _TYPES[node.id]
-    if isinstance(node, ast.Tuple) and node.elts:
-        return tuple(_type_spec(e) for e in node.elts)
-    raise _Unjudgeable
+class _Inputs(ast.NodeTransformer):
+    """Replaces each input of a call that the trusted side can compute by a bound name holding its
+    value; the rest stays as source (stdlib module roots in it are bound for the call)."""
+
+    def __init__(self, compiler: _Compiler, values: list, modules: set):
+        self.compiler, self.values, self.modules = compiler, values, modules
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        if isinstance(node, ast.expr) and not _literal(node)[0] and not self.compiler.depends(node):
+            value = self.value_of(node)
+            if value is not None:
+                name = f"__verl_v{len(self.values)}"
+                self.values.append((name, value))
+                return ast.copy_location(ast.Name(name, ast.Load()), node)
+            for child in ast.walk(node):
+                chain = _chain(child)
+                if chain is not None:
+                    resolved = self.compiler.names.resolve(*chain)
+                    if resolved.qualified.split(".")[0] == chain[0] != resolved.qualified and resolved.kind != "program":
+                        self.modules.add(chain[0])
+            return node
+        return super().generic_visit(node)
+
+    def value_of(self, node: ast.AST) -> Any:
+        """The encoded value of a trusted input, or None when it is not exactly plain data."""
+        try:
+            value = _evaluate(self.compiler.expr(node), [], "ok")
+        except Exception:  # noqa: BLE001 (it raises as Python would: leave it to the sandbox)
+            return None
+        if not _exactly_plain(value, 0):
+            return None
+        ok, encoded = _child_encode(value, False)
+        return encoded if ok else None
 
 
-def _is_call(node: ast.AST) -> bool:
-    """A reference into the program (``f``, ``a.b``, ``f(...)``, ``x[0]``) whose arguments are inputs."""
-    if isinstance(node, ast.Name):
-        return True
-    if isinstance(node, ast.Attribute):
-        return _is_call(node.value)
-    if isinstance(node, ast.Subscript):
-        return _is_call(node.value) and _literal(node.slice)[0]
-    if isinstance(node, ast.Call):
-        return (_is_call(node.func) and all(_is_input(a) for a in node.args)
-                and all(k.arg is not None and _is_input(k.value) for k in node.keywords))
-    return False
+def _copy(node: ast.AST) -> ast.AST:
+    return ast.parse(ast.unparse(node), mode="eval").body
 
 
-def _is_input(node: ast.AST) -> bool:
-    if _literal(node)[0] or _is_call(node):
-        return True
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return all(_is_input(e) for e in node.elts)
-    if isinstance(node, ast.Dict):
-        return all(k is not None and _is_input(k) for k in node.keys) and all(map(_is_input, node.values))
-    return False
+def _exactly_plain(value: Any, depth: int) -> bool:
+    if type(value) not in _PLAIN or depth > MAX_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(_exactly_plain(k, depth + 1) and _exactly_plain(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_exactly_plain(v, depth + 1) for v in value)
+    return True
 
 
+def _short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ----------------------------------------------------------------------------------- judging
 def judge(plan: AssertPlan, results: list[CallResult | None], run_status: str) -> tuple[bool, str]:
     """``(passed, status)`` of one assert from its calls' results. ``status`` is ``ok`` when it
     passed, else why not: ``wrong_answer``, ``error`` (a call raised), ``memory``, or the run's
@@ -299,25 +384,31 @@ def _evaluate(tree: tuple, results: list[CallResult | None], run_status: str) ->
     if kind == "bin":
         a = _number(_evaluate(tree[2], results, run_status))
         b = _number(_evaluate(tree[3], results, run_status))
-        return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-                "//": lambda: a // b, "%": lambda: a % b}[tree[1]]()
+        return bounded_int({"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+                            "//": lambda: a // b, "%": lambda: a % b}[tree[1]]())
     if kind == "item":
-        return _evaluate(tree[1], results, run_status)[tree[2]]
+        return _evaluate(tree[1], results, run_status)[_evaluate(tree[2], results, run_status)]
+    if kind == "slice":
+        return slice(*(_evaluate(part, results, run_status) for part in tree[1]))
+    if kind == "display":
+        items = [_evaluate(item, results, run_status) for item in tree[2]]
+        return {"list": list, "tuple": tuple, "set": TRUSTED["set"]}[tree[1]](items)
+    if kind == "dict":
+        keys = [_evaluate(k, results, run_status) for k in tree[1]]
+        return TRUSTED["dict"](list(zip(keys, [_evaluate(v, results, run_status) for v in tree[2]])))
     if kind == "call":
         args = [_evaluate(a, results, run_status) for a in tree[2]]
-        value = _FUNCTIONS[tree[1]](*args, **dict(tree[3]))
+        value = tree[1](*args, **{k: _evaluate(v, results, run_status) for k, v in tree[3]})
         if isinstance(value, (list, tuple, set, frozenset, str)) and len(value) > MAX_ITEMS:
-            raise ValueError("result too large")
+            raise TooCostly("result too large")
         return value
     raise AssertionError(f"unknown node {kind!r}")
 
 
 def _number(value: Any) -> Any:
-    if type(value) not in (*_NUMBERS, bool):
+    if type(value) not in (int, float, complex, bool):
         raise TypeError("arithmetic is judged on numbers only")
-    if type(value) is int and value.bit_length() > 100_000:
-        raise ValueError("number too large")
-    return value
+    return bounded_int(value)
 
 
 def _compare(op: str, left: Any, right: Any) -> bool:
@@ -340,74 +431,3 @@ def _compare(op: str, left: Any, right: Any) -> bool:
     if op == "is":
         return left is right
     return left is not right
-
-
-# ----------------------------------------------------------------------------- the results channel
-def decode_value(encoded: Any) -> Any:
-    """A plain value from its JSON form (``sandbox_child._child_encode``); ValueError if malformed."""
-    budget = [MAX_ITEMS]
-
-    def walk(node: Any, depth: int) -> Any:
-        budget[0] -= 1
-        if depth > MAX_DEPTH or budget[0] < 0:
-            raise ValueError("result too deep or too large")
-        if node is None or type(node) in (bool, int, float, str):
-            return node
-        if type(node) is list:
-            return [walk(x, depth + 1) for x in node]
-        if type(node) is not dict or len(node) != 1:
-            raise ValueError("malformed result")
-        (tag, body), = node.items()
-        if tag == "int" and type(body) is str:
-            return int(body, 16)
-        if tag == "float" and body in ("nan", "inf", "-inf"):
-            return float(body)
-        if tag == "complex" and type(body) is list and len(body) == 2:
-            real, imag = (walk(x, depth + 1) for x in body)
-            if type(real) is not float or type(imag) is not float:
-                raise ValueError("malformed complex")
-            return complex(real, imag)
-        if tag in ("bytes", "bytearray") and type(body) is str:
-            return (bytes if tag == "bytes" else bytearray).fromhex(body)
-        if tag in ("tuple", "set", "frozenset") and type(body) is list:
-            return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](walk(x, depth + 1) for x in body)
-        if tag == "dict" and type(body) is list:
-            pairs = [walk(x, depth + 1) for x in body]
-            if not all(type(p) is list and len(p) == 2 for p in pairs):
-                raise ValueError("malformed dict")
-            return {k: v for k, v in pairs}
-        raise ValueError(f"unknown tag {tag!r}")
-
-    return walk(encoded, 0)
-
-
-def parse_results(data: bytes, num_calls: int) -> tuple[dict, list[CallResult | None]]:
-    """``(layers, results)`` from what the sandbox wrote to its results pipe.
-
-    The first line is the set-up report, written before the program started; each further line
-    is one call's result. The program can write to the pipe too: anything malformed is ignored
-    (that call then has no result), and only the first result of each call counts. Never raises.
-    """
-    lines = data.split(b"\n")
-    layers: dict = {}
-    try:
-        head = json.loads(lines[0])
-        if type(head) is dict and type(head.get("layers")) is dict:
-            layers = {str(k): v is True for k, v in head["layers"].items()}
-    except Exception:  # noqa: BLE001 (set-up died before reporting)
-        pass
-    results: list[CallResult | None] = [None] * num_calls
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-            index = record["i"]
-            if type(index) is not int or not 0 <= index < num_calls or results[index] is not None:
-                continue
-            if "value" in record:
-                results[index] = CallResult(True, decode_value(record["value"]))
-            elif type(record.get("raised")) is str:
-                results[index] = CallResult(False, error=record["raised"][:200])
-        except Exception:  # noqa: BLE001 (garbage: that call has no result)
-            continue
-    return layers, results
-

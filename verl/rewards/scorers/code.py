@@ -9,11 +9,14 @@ object itself, in one of two forms:
   expected output, both with trailing whitespace stripped from every line and trailing blank
   lines dropped. The expected output stays here: it never enters the sandbox.
 * asserts: ``{"assert": "assert add(1, 2) == 3"}``, ``{"assert": [...]}`` or a bare list of
-  strings. Each assert is compiled here (``sandbox_verdict.compile_assert``) into the calls the
-  program must answer (``add(1, 2)``) and a trusted expression around them (``== 3``). One sandbox
-  run executes the code, then every call, and returns the results as plain data, which are judged
-  here. An assert of a shape that cannot be judged this way scores 0 for that case (status
-  ``unsupported``; a warning names the first one).
+  strings. Each assert is compiled here (``sandbox_verdict.compile_check``) into the calls the
+  program must answer (``add(1, 2)``) and a trusted expression around them (``== 3``), which is
+  evaluated here: nothing the program defines computes what it is compared with. The test's own
+  imports (``import math``, ``from collections import Counter``) may stand among the asserts or
+  under ``"imports"``; they are not cases, and the names they bind are the standard library's
+  whatever the program does. One sandbox run executes the code, then every call, and returns
+  the results as plain data, which are judged here. An assert of a shape that cannot be judged
+  this way scores 0 for that case (status ``unsupported``; a warning names the first one and why).
 
 The score is ``passed / total``. Two exceptions keep a bad sample cheap and unrewarded: a run that
 the sandbox *blocks* (an attempted escape: socket, fork, write outside its directory ...) makes the
@@ -29,6 +32,7 @@ Limits: ``DEFAULT_LIMITS``, overridden per sample by ``extra_info["sandbox"]``, 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 import json
@@ -41,7 +45,8 @@ from typing import Any
 
 from verl.rewards.errors import RewardError
 from verl.rewards.sandbox import SandboxLimits, run_python
-from verl.rewards.sandbox_verdict import AssertPlan, compile_assert, judge
+from verl.rewards.sandbox_trusted import Names, imports_of, names_for
+from verl.rewards.sandbox_verdict import AssertPlan, compile_check, judge
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +54,8 @@ DEFAULT_LIMITS = SandboxLimits(wall_seconds=5.0, cpu_seconds=5, memory_bytes=512
 
 _PYTHON_TAGS = ("", "python", "py", "python3")
 _FORMATS = ('{"inputs": [stdin, ...], "outputs": [expected stdout, ...]}, '
-            '{"assert": "assert f(1) == 2"} or {"assert": [...]}, or a list of assert strings '
-            '(as the object or its JSON string)')
+            '{"assert": "assert f(1) == 2"} or {"assert": [...]} (optionally with "imports": '
+            '["import math", ...]), or a list of assert strings (as the object or its JSON string)')
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,15 @@ def extract_code(response: str) -> str:
 
 def parse_tests(ground_truth: Any) -> list[TestCase]:
     """The test cases ``ground_truth`` describes; RewardError naming the problem otherwise."""
+    return _parse(ground_truth)[0]
+
+
+def test_imports(ground_truth: Any) -> dict[str, str]:
+    """``name -> qualified stdlib name`` for the imports the tests declare (``sandbox_trusted``)."""
+    return _parse(ground_truth)[1]
+
+
+def _parse(ground_truth: Any) -> tuple[list[TestCase], dict[str, str]]:
     tests = ground_truth
     if isinstance(tests, (str, bytes)):
         try:
@@ -91,24 +105,50 @@ def parse_tests(ground_truth: Any) -> list[TestCase]:
         except json.JSONDecodeError as e:
             raise RewardError(f"code ground_truth is not valid JSON ({e}): {ground_truth!r:.200}; "
                               f"expected {_FORMATS}") from None
+    imports: list[str] = []
     if isinstance(tests, dict) and "assert" in tests:
         checks = tests["assert"]
         checks = [checks] if isinstance(checks, str) else checks
-        cases = [TestCase(check=c) for c in _strings(checks, "assert")]
+        declared = tests.get("imports", [])
+        imports = _strings([declared] if isinstance(declared, str) else declared, "imports")
+        checks = _strings(checks, "assert")
     elif isinstance(tests, dict) and {"inputs", "outputs"} <= tests.keys():
         inputs, outputs = _strings(tests["inputs"], "inputs"), _strings(tests["outputs"], "outputs")
         if len(inputs) != len(outputs):
             raise RewardError(f"code ground_truth has {len(inputs)} inputs but {len(outputs)} outputs; "
                               f"give one expected output per input")
+        checks = None
         cases = [TestCase(stdin=i, expected_stdout=o) for i, o in zip(inputs, outputs)]
     elif isinstance(tests, dict):
         raise RewardError(f"code ground_truth has keys {sorted(tests)}; expected {_FORMATS}")
     else:
-        cases = [TestCase(check=c) for c in _strings(tests, "assert")]
+        checks = _strings(tests, "assert")
+    if checks is not None:
+        imports += [c for c in checks if _import_statements(c) is not None]
+        cases = [TestCase(check=c) for c in checks if _import_statements(c) is None]
     if not cases:
         raise RewardError(f"code ground_truth holds no test cases: {ground_truth!r:.200}; "
                           f"expected {_FORMATS}")
-    return cases
+    declared: dict[str, str] = {}
+    for text in imports:
+        statements = _import_statements(text)
+        if statements is None:
+            raise RewardError(f"code ground_truth 'imports' holds {text!r:.100}, which is not import statements; "
+                              f"write e.g. 'import math' or 'from collections import Counter'")
+        declared.update(imports_of(statements))
+    return cases, declared
+
+
+@functools.lru_cache(maxsize=4096)
+def _import_statements(text: str) -> list[ast.stmt] | None:
+    """The statements of ``text`` when it is nothing but imports, else None."""
+    if "import" not in text:
+        return None
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    return body if body and all(isinstance(node, (ast.Import, ast.ImportFrom)) for node in body) else None
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -143,29 +183,37 @@ def _same_output(actual: str, expected: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(check: str) -> AssertPlan | None:
-    return compile_assert(check)
+def _plan(check: str, names: Names) -> tuple[AssertPlan | None, str]:
+    return compile_check(check, names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_in(check: str) -> frozenset[str]:
+    try:
+        return frozenset(node.id for node in ast.walk(ast.parse(check)) if isinstance(node, ast.Name))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset()
 
 
 _warned = threading.Event()
 
 
-def _warn_unsupported(check: str) -> None:
+def _warn_unsupported(check: str, why: str) -> None:
     if not _warned.is_set():
         _warned.set()
         logger.warning("code reward: an assert cannot be judged outside the sandbox and scores 0: "
-                       "%.200r. Write asserts as `assert f(<literals>) == <literal>` (see "
-                       "docs/code_reward.md for every accepted shape). Warned once.", check)
+                       "%.200r (%s). Write asserts as `assert f(<literals>) == <expected>` (see "
+                       "docs/code_reward.md for every accepted shape). Warned once.", check, why)
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any,
                   extra_info: dict | None = None) -> dict:
     """``{"score": passed / total, "passed", "total", "status"}`` (see the module docstring)."""
-    cases = parse_tests(ground_truth)
+    cases, declared = _parse(ground_truth)
     limits = limits_for(extra_info)
     code = extract_code(solution_str)
     if cases[0].check is not None:
-        passed, status = _score_asserts(code, [case.check for case in cases], limits)
+        passed, status = _score_asserts(code, [case.check for case in cases], declared, limits)
     else:
         passed, status = _score_stdio(code, cases, limits)
     return {"score": passed / len(cases), "passed": passed, "total": len(cases), "status": status}
@@ -187,8 +235,11 @@ def _score_stdio(code: str, cases: list[TestCase], limits: SandboxLimits) -> tup
     return passed, status
 
 
-def _score_asserts(code: str, checks: list[str], limits: SandboxLimits) -> tuple[int, str]:
-    plans = [_plan(check) for check in checks]
+def _score_asserts(code: str, checks: list[str], declared: dict[str, str],
+                   limits: SandboxLimits) -> tuple[int, str]:
+    names = names_for(code, declared, frozenset().union(*map(_names_in, checks)))
+    compiled = [_plan(check, names) for check in checks]
+    plans = [plan for plan, _ in compiled]
     calls, offsets = [], []
     for plan in plans:
         offsets.append(len(calls))
@@ -197,9 +248,9 @@ def _score_asserts(code: str, checks: list[str], limits: SandboxLimits) -> tuple
     if result is not None and result.status == "blocked":
         return 0, "blocked"
     passed, status = 0, "ok"
-    for check, plan, offset in zip(checks, plans, offsets):
+    for check, (plan, why), offset in zip(checks, compiled, offsets):
         if plan is None:
-            _warn_unsupported(check)
+            _warn_unsupported(check, why)
             verdict = (False, "unsupported")
         else:
             verdict = judge(plan, result.results[offset:offset + len(plan.calls)], result.status)

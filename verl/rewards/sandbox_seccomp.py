@@ -1,0 +1,134 @@
+"""The sandbox's system-call filter (seccomp), a layer below the audit hook that native code cannot pass.
+
+A program that loads native code (a C extension written to a memfd or its working directory and
+loaded with ``_imp.create_dynamic``, which no audit event sees) is past the audit hook. What it
+can then do is bounded by the kernel: the namespaces, its uid, its rlimits, and this filter, which
+the sandboxed process installs on itself (after no-new-privileges, before the program runs) and
+can never remove. The filter applies to the exact architecture of the trainer (x86_64 or
+aarch64; x86's 32-bit and x32 entry points are refused outright):
+
+* ``KILL``: the process dies of SIGSYS (status ``blocked``), for calls no solution makes and that
+  reach what the sandbox hides: the kernel keyrings (keyctl, add_key, request_key), anonymous
+  memory files that escape RLIMIT_AS and carry native code (memfd_create, memfd_secret), other
+  processes (ptrace, process_vm_readv/writev, pidfd_open, pidfd_getfd, pidfd_send_signal, kcmp,
+  process_madvise), the kernel's attack surface (bpf, perf_event_open, io_uring_*, userfaultfd,
+  open_by_handle_at, name_to_handle_at, kexec_*, *_module, syslog, personality, lookup_dcookie,
+  modify_ldt, uselib, iopl, ioperm), namespaces and mounts (mount, umount2, unshare, setns,
+  pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr,
+  and clone with any CLONE_NEW* flag), SysV IPC segments outside RLIMIT_AS (shmget, shmat,
+  shmctl, msgget, semget), and administration (acct, swapon, swapoff, reboot, quotactl, vhangup);
+* signals and limits only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
+  must name the process's own pid, prlimit64 its own pid or 0; anything else is ``KILL``;
+* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
+* ``EACCES``: socket (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly);
+* ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above).
+
+This module's ``_child_seccomp`` runs in the sandbox (shipped as source, stdlib only); the table
+is read in the trainer and sent in the job.
+"""
+
+from __future__ import annotations
+
+import os
+
+# name: (x86_64, aarch64); aarch64 uses the kernel's generic table.
+_NUMBERS = {
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
+    "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "memfd_create": (319, 279), "memfd_secret": (447, 447), "bpf": (321, 280), "perf_event_open": (298, 241),
+    "mount": (165, 40), "umount2": (166, 39), "unshare": (272, 97), "setns": (308, 268),
+    "pivot_root": (155, 41), "chroot": (161, 51), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427), "userfaultfd": (323, 282), "open_by_handle_at": (304, 265),
+    "name_to_handle_at": (303, 264), "kexec_load": (246, 104), "kexec_file_load": (320, 294),
+    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "move_mount": (429, 429), "open_tree": (428, 428), "mount_setattr": (442, 442),
+    "pidfd_open": (434, 434), "pidfd_getfd": (438, 438), "pidfd_send_signal": (424, 424),
+    "kcmp": (312, 272), "process_madvise": (440, 440), "shmget": (29, 194), "shmat": (30, 196),
+    "shmctl": (31, 195), "msgget": (68, 186), "semget": (64, 190), "acct": (163, 89), "swapon": (167, 224),
+    "swapoff": (168, 225), "reboot": (169, 142), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
+    "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116),
+    "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None),
+    # handled by the rules below, not killed outright
+    "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
+    "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
+    "prlimit64": (302, 261), "ioctl": (16, 29),
+}
+_ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # AUDIT_ARCH_*
+_RULES = frozenset({"socket", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                    "prlimit64", "ioctl"})
+DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
+"""The calls that kill the process outright (the rules above cover the others)."""
+CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+
+
+def filter_spec(machine: str | None = None) -> dict | None:
+    """The filter for ``machine`` (default: this one's architecture), as the job carries it; None
+    where the architecture is unknown."""
+    arch = _ARCHES.get(machine or os.uname().machine)
+    if arch is None:
+        return None
+    column, audit_arch = arch
+
+    def number(name):
+        return _NUMBERS[name][column]
+
+    return {"arch": audit_arch, "x32": column == 0,
+            "kill": [number(n) for n in DENIED if number(n) is not None],
+            "self": [[number(n), 0] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")],
+            "self_or_zero": [[number("prlimit64"), 0]],
+            "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
+            "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
+            "errno": [[number("socket"), 13], [number("clone3"), 38]]}  # EACCES, ENOSYS
+
+
+def _child_seccomp_program(spec: dict, pid: int) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF program for ``spec`` (``filter_spec``): ``(code, jt, jf, k)`` instructions.
+    Each rule tests the call number and ends in its own returns, so jumps stay short."""
+    kill, allow = 0x80000000, 0x7FFF0000  # SECCOMP_RET_KILL_PROCESS, SECCOMP_RET_ALLOW
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
+
+    def arg(i):
+        return 16 + 8 * i  # the low 32 bits of seccomp_data.args[i] (little-endian)
+
+    code = [(ld, 0, 0, 4), (jeq, 1, 0, spec["arch"]), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if spec["x32"]:
+        code += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]
+    for number in spec["kill"]:
+        code += [(jeq, 0, 1, number), (ret, 0, 0, kill)]
+    for number, error in spec["errno"]:
+        code += [(jeq, 0, 1, number), (ret, 0, 0, 0x00050000 | error)]  # SECCOMP_RET_ERRNO
+    for number, index in spec["self"]:  # the block ends in a return: nr need not be reloaded
+        code += [(jeq, 0, 4, number), (ld, 0, 0, arg(index)), (jeq, 0, 1, pid), (ret, 0, 0, allow), (ret, 0, 0, kill)]
+    for number, index in spec["self_or_zero"]:
+        code += [(jeq, 0, 5, number), (ld, 0, 0, arg(index)), (jeq, 2, 0, 0), (jeq, 1, 0, pid), (ret, 0, 0, kill),
+                 (ret, 0, 0, allow)]
+    code += [(jeq, 0, 4, spec["clone"]), (ld, 0, 0, arg(0)), (jset, 0, 1, spec["clone_mask"]), (ret, 0, 0, kill),
+             (ret, 0, 0, allow)]
+    denied = spec["ioctl_denied"]  # a match jumps to the kill after the allow
+    code += [(jeq, 0, len(denied) + 3, spec["ioctl"]), (ld, 0, 0, arg(1))]
+    code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, kill)]
+    code += [(ret, 0, 0, allow)]  # every other call
+    return code
+
+
+def _child_seccomp(libc, spec: dict, pid: int) -> bool:
+    """Install the filter for ``spec`` on this process (and its future children); True if it took.
+    Needs no-new-privileges first."""
+    import ctypes
+
+    code = _child_seccomp_program(spec, pid)
+
+    class Instruction(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Instruction))]
+
+    instructions = (Instruction * len(code))(*[Instruction(*i) for i in code])
+    program = Program(len(code), instructions)
+    zero = ctypes.c_ulong(0)
+    # prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program)
+    return libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(program), zero, zero) == 0
