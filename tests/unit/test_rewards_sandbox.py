@@ -258,6 +258,15 @@ def test_example_script_scores_as_documented(capsys):
     assert "correct      score=1.00 passed=3/3 status=ok" in capsys.readouterr().out
 
 
+def test_assert_example_scores_as_documented(capsys):
+    results = runpy.run_path(str(REPO / "examples" / "rewards" / "code_asserts.py"))["main"]()
+    assert {name: r["score"] for name, r in results.items()} == pytest.approx(
+        {"correct": 1.0, "rounded": 2 / 3, "answers_itself": 0.0})
+    out = capsys.readouterr().out
+    assert "answers_itself  score=0.00 passed=0/3 status=wrong_answer" in out
+    assert out in (REPO / "docs" / "code_reward.md").read_text()
+
+
 def test_the_reward_manager_runs_a_batch_of_sandboxes_concurrently_and_returns():
     """data_source "code" through the trainer's reward path: hostile samples score 0, the good one 1,
     and the step returns (a generous bound, not a timing claim: four 2 s limits run side by side)."""

@@ -353,3 +353,36 @@ def test_strings_do_not_count_as_items_and_cannot_hide_separators():
     ok, payload = _child_encode([text], False)
     _, (result,) = parse_results(b"{}\n" + json.dumps({"i": 0, "value": payload}).encode() + b"\n", 1)
     assert result == CallResult(True, [text])
+
+
+@pytest.mark.parametrize("source, value, passed", [
+    ("assert type(f(1)) == set", {1}, True),
+    ("assert type(f(1)) is dict", {1: 2}, True),
+    ("assert isinstance(f(1), (set, frozenset))", frozenset({1}), True),
+    ("assert isinstance(f(1), dict) and type(f(1)) is not bytes", {1: 2}, True),
+    ("assert isinstance(f(1), range)", [0], False),
+    ("assert str(f(1)) == '1'", 1, True),
+    ("assert len(str(f(1))) > 0", "2**90_000", False),          # int -> str of 27,000 digits: refused
+])
+def test_trusted_types_are_the_real_types_and_their_calls_are_bounded(source, value, passed):
+    value = 2**90_000 if value == "2**90_000" else value
+    results = [CallResult(True, value)] * 2
+    plan = plan_of(source)
+    assert judge(plan, results[:len(plan.calls)], "ok")[0] is passed
+
+
+@pytest.mark.parametrize("line", [
+    b'{"i": 0, "value": ' + b"7" * 5000 + b"}",                    # decimal: quadratic to parse
+    b'{"i": 0, "value": {"int": "0x' + b"f" * 30_000 + b'"}}',     # 120,000 bits
+])
+def test_numbers_too_large_to_judge_cheaply_are_no_result(line):
+    _, (result,) = parse_results(b"{}\n" + line + b"\n", 1)
+    assert result in (None, CallResult(False, error="unplain:too costly to judge"))
+    just_under = b'{"i": 0, "value": [' + (b"7" * 4299 + b",") * 900 + b"1]}"  # the scan is a substring search
+    _, (result,) = parse_results(b"{}\n" + just_under + b"\n", 1)
+    assert result.ok and len(result.value) == 901
+
+
+def test_a_program_that_does_not_parse_fails_as_an_error_not_as_an_unjudgeable_test():
+    result = compute_score("code", "def f(p:\n    return 3\n", ["assert f(Point(1, 2)) == 3"], EXTRA)
+    assert result["score"] == 0.0 and result["status"] == "error"

@@ -24,9 +24,11 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   Pid: the sandbox sees only its own processes, so it cannot name the trainer to signal, trace or
   read it; when the namespace's first process ends, the kernel kills the rest. Root falls back to
   the other namespaces without a user namespace where one is refused.
-* filesystem (``private_mounts``, ``private_workdir``, ``private_proc``): a new root holding only
-  the system directories (/usr, /bin, /lib*, /sbin, /etc, /dev) and the interpreter's prefixes,
-  all read-only (checked mount by mount); a /proc of the sandbox's own; and as the
+* filesystem (``private_mounts``, ``private_workdir``, ``private_proc``, ``private_dev``,
+  ``private_shm``): a new root holding only the system directories (/usr, /bin, /lib*, /sbin, /etc)
+  and the interpreter's prefixes, all read-only (checked mount by mount); a /proc of the sandbox's
+  own; a minimal /dev (null, zero, full, random, urandom, the fd links, an empty private /dev/shm:
+  no terminal, GPU or disk nodes, none of the trainer's shared memory); and as the
   working directory, at its usual path, a private tmpfs of ``max_disk_bytes``. The trainer's home,
   repository, data sets, /tmp, /run, /var ... are not there at all.
 * own uid (root): the run drops to uid = gid = ``UID_BASE + pid``, no groups, after the
@@ -35,6 +37,9 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   process of it. A plain user's run keeps the trainer's uid (inside its namespaces).
 * rlimits (any user): CPU, address space (MemoryError -> ``memory``), file size, open files,
   processes, no core dumps; no-new-privileges.
+* keyring and system calls (any user): a fresh, empty session keyring (``own_keyring``), and a
+  seccomp filter (``seccomp``, see ``sandbox_seccomp``) that kills keyring, memfd, ptrace, bpf,
+  io_uring, mount and namespace calls and signals to other processes, even from native code.
 * audit hook (on by default): a second layer in Python, see ``sandbox_hook``.
 
 Where the namespaces cannot be had (a plain user on a system that refuses unprivileged user
@@ -251,15 +256,15 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
             return
         _state["warned"] = True
     mode = "root" if os.geteuid() == 0 else "a plain user (unprivileged user namespaces refused?)"
+    exposed = ("a program that loads native code may read and write what this uid may" if layers.get("seccomp") else
+               "it may reach the network, write what this uid may write, and signal this uid's processes")
     logger.warning(
         "verl code-reward sandbox runs with WEAK ISOLATION as %s: %s could not be set up. Only "
-        "rlimits, %sthe audit hook%s contain a hostile program: "
-        "it may reach the network, write what this uid may write, and signal this uid's "
-        "processes. Rewards stay correct (they are judged outside the sandbox). See "
-        "docs/code_reward.md, 'Isolation modes'.", mode, ", ".join(missing),
-        "its own uid, " if layers.get("own_uid") else "",
+        "rlimits, %s%sthe audit hook%s contain a hostile program: %s. Rewards stay correct (they are "
+        "judged outside the sandbox). See docs/code_reward.md, 'Isolation modes'.", mode, ", ".join(missing),
+        "its own uid, " if layers.get("own_uid") else "", "the system-call filter, " if layers.get("seccomp") else "",
         " and the trainer's non-dumpable flag" if _state["protected"] else " (the trainer is NOT protected: "
-        "PROTECT_TRAINER is False)")
+        "PROTECT_TRAINER is False)", exposed)
 
 
 def _memfd(name: str, data: bytes | None = None) -> int:

@@ -8,7 +8,8 @@ little whatever it holds, not only few bytes:
   ``max_items`` values is dropped unparsed, so parsing memory and time follow the item count
   (``SandboxLimits.max_result_items``) and not only the byte cap;
 * nesting deeper than ``MAX_DEPTH`` is refused (``json.loads`` itself stops at the interpreter's
-  recursion limit, long before memory matters);
+  recursion limit, long before memory matters), and so are integers of more than 100,000 bits
+  and decimal numbers of 4300 digits or more (converting them costs quadratic time);
 * hashed containers (set, frozenset, dict keys, and the trusted ``set``/``dict``/``Counter`` the
   verdict applies to returned lists) are built only when no more than ``MAX_SAME_HASH`` distinct
   elements share one hash value. Integers that all hash alike (multiples of 2**61 - 1), floats and
@@ -33,8 +34,13 @@ MAX_ITEMS = 200_000
 hold together (each list item, dict key and value, and container counts one)."""
 MAX_SAME_HASH = 32
 """Most distinct elements of one set, frozenset or dict that may share a hash value."""
+MAX_HEX_DIGITS = 25_002
+"""Largest integer a result may hold (``0x`` and 100,000 bits): the trusted side computes with
+nothing larger."""
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # the two branches never overlap: linear time
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_NUMBER = b"0" * 4300  # int() of a decimal number this long is quadratic; Python refuses it by default
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ def _scan(line: bytes, budget: int) -> int:
     count = bare.count(b",") + bare.count(b"[") + bare.count(b"{") + bare.count(b":") + 1
     if count > budget:
         raise TooCostly(f"a result line of ~{count} values, over the budget of {budget}")
+    if _LONG_NUMBER in bare.translate(_DIGITS_AS_ZERO):  # a substring search: linear, unlike a regex here
+        raise TooCostly("a number of 4300 digits or more")
     return count
 
 
@@ -106,6 +114,8 @@ def decode_value(encoded: Any, budget: list[int] | None = None) -> Any:
             raise ValueError("malformed result")
         (tag, body), = node.items()
         if tag == "int" and type(body) is str:
+            if len(body) > MAX_HEX_DIGITS:
+                raise TooCostly("integer too large")
             return int(body, 16)
         if tag == "float" and body in ("nan", "inf", "-inf"):
             return float(body)

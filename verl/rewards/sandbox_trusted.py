@@ -129,22 +129,22 @@ def _checked_prod(values, start=1):
 
 
 def _type(value):
-    return type(value)
+    return type(value)  # one argument only: type(name, bases, dict) would build a class
 
 
-_FUNCTIONS = {
-    "abs": abs, "all": all, "any": any, "bin": bin, "bool": bool, "bytes": _checked_bytes(bytes),
-    "bytearray": _checked_bytes(bytearray), "chr": chr, "complex": complex, "divmod": divmod,
-    "enumerate": enumerate, "float": float, "hex": hex, "int": int, "isinstance": isinstance, "len": len,
-    "list": list, "max": max, "min": min, "oct": oct, "ord": ord, "pow": _checked_pow, "range": _checked_range,
-    "reversed": reversed, "round": _checked_round, "sorted": sorted, "str": str, "sum": _checked_sum,
-    "tuple": tuple, "type": _type, "zip": zip,
-    "set": _hashed(set, "set"), "frozenset": _hashed(frozenset, "frozenset"), "dict": _hashed(dict, "dict"),
-    "collections.Counter": _hashed(collections.Counter, "Counter"),
-    "collections.OrderedDict": _hashed(collections.OrderedDict, "OrderedDict"),
-    "math.isclose": _isclose, "math.prod": _checked_prod, "math.factorial": _small(math.factorial, "factorial"),
-    "math.comb": _small(math.comb, "comb"), "math.perm": _small(math.perm, "perm"),
-}
+def _checked_str(*args):
+    if args and type(args[0]) is int:
+        bounded_int(args[0])  # int -> str is quadratic in the digits
+    return str(*args)
+
+
+_FUNCTIONS = {name: getattr(builtins, name) for name in (
+    "abs", "all", "any", "bin", "bool", "bytes", "bytearray", "chr", "complex", "dict", "divmod", "enumerate", "float",
+    "frozenset", "hex", "int", "isinstance", "len", "list", "max", "min", "oct", "ord", "pow", "range", "reversed",
+    "round", "set", "sorted", "str", "sum", "tuple", "type", "zip")}
+_FUNCTIONS.update({"collections.Counter": collections.Counter, "collections.OrderedDict": collections.OrderedDict,
+                   "math.isclose": math.isclose, "math.prod": math.prod, "math.factorial": math.factorial,
+                   "math.comb": math.comb, "math.perm": math.perm})
 _FUNCTIONS.update({f"math.{name}": getattr(math, name) for name in (
     "acos", "asin", "atan", "atan2", "ceil", "copysign", "cos", "degrees", "dist", "exp", "fabs", "floor", "fmod",
     "fsum", "gcd", "hypot", "isfinite", "isinf", "isnan", "isqrt", "lcm", "log", "log10", "log1p", "log2", "modf",
@@ -154,9 +154,19 @@ _CONSTANTS.update({f"string.{name}": getattr(string, name) for name in (
     "ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits", "octdigits", "punctuation",
     "printable", "whitespace")})
 _CONSTANTS["sys.maxsize"] = sys.maxsize
-# Functions are trusted objects too; the types among them (int, str, list ...) compare with type().
+# Functions are trusted objects too; the types among them (int, set, dict ...) are the real types,
+# so that type() and isinstance() compare with them. Calls go through BOUNDED where it has an entry.
 TRUSTED: dict[str, Any] = {**_FUNCTIONS, **_CONSTANTS}
 """Qualified name -> the object the trusted side uses for it."""
+BOUNDED: dict[Any, Any] = {
+    set: _hashed(set, "set"), frozenset: _hashed(frozenset, "frozenset"), dict: _hashed(dict, "dict"),
+    collections.Counter: _hashed(collections.Counter, "Counter"),
+    collections.OrderedDict: _hashed(collections.OrderedDict, "OrderedDict"),
+    bytes: _checked_bytes(bytes), bytearray: _checked_bytes(bytearray), range: _checked_range, pow: _checked_pow,
+    round: _checked_round, sum: _checked_sum, type: _type, str: _checked_str, math.isclose: _isclose,
+    math.prod: _checked_prod, math.factorial: _small(math.factorial, "factorial"), math.comb: _small(math.comb, "comb"),
+    math.perm: _small(math.perm, "perm")}
+"""Trusted callable -> the version whose cost is bounded whatever the program returned."""
 ITERATING = frozenset({"list", "tuple", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all",
                        "enumerate", "reversed", "zip", "collections.Counter", "math.fsum", "math.prod"})
 """Functions that iterate their first argument (a generator result is then read into a list)."""
@@ -247,14 +257,14 @@ def imports_of(statements: list[ast.stmt]) -> dict[str, str]:
     return names
 
 
-def program_bindings(code: str) -> dict[str, str]:
+def program_bindings(code: str) -> dict[str, str] | None:
     """The names the program's text binds at module level: ``""`` for those it defines itself,
-    the stdlib name for those it only imports. Found without running anything; a program that
-    does not parse binds nothing (it fails in the sandbox anyway)."""
+    the stdlib name for those it only imports. Found without running anything; None for a
+    program that does not parse."""
     try:
         module = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return {}
+        return None
     imported: dict[str, str] = {}
     defined: set[str] = set()
     todo: list[ast.AST] = list(module.body)
@@ -290,5 +300,7 @@ def names_for(code: str, declared: dict[str, str], used: frozenset[str]) -> Name
     """The resolver for a program, restricted to the names the asserts ``used`` (so that plans
     can be cached across programs that bind those names alike)."""
     bound = program_bindings(code)
+    if bound is None:  # it cannot run, so it cannot answer anything: its failure is the program's, not the test's
+        bound = {n: "" for n in used if n not in _BUILTINS and n not in BARE and n not in _STDLIB}
     return Names(tuple(sorted((n, q) for n, q in declared.items() if n in used)),
                  tuple(sorted((n, q) for n, q in bound.items() if n in used)))

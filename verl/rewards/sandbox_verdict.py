@@ -45,7 +45,7 @@ from typing import Any
 from verl.rewards.sandbox_child import _child_encode
 from verl.rewards.sandbox_results import (MAX_DEPTH, MAX_ITEMS, CallResult, TooCostly,  # noqa: F401 (re-exported)
                                           decode_value, parse_results)
-from verl.rewards.sandbox_trusted import ITERATING, TRUSTED, Names, Resolved, bounded_int
+from verl.rewards.sandbox_trusted import BOUNDED, ITERATING, Names, Resolved, bounded_int
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 
@@ -237,7 +237,7 @@ class _Compiler:
             if keyword.arg is None:
                 raise _Unjudgeable("`**` in a call")
             keywords.append((keyword.arg, self.expr(keyword.value)))
-        return ("call", function.value, args, tuple(keywords))
+        return ("call", BOUNDED.get(function.value, function.value), args, tuple(keywords))
 
     @staticmethod
     def plain_elements(elements: list[ast.AST]) -> list[ast.AST]:
@@ -392,10 +392,10 @@ def _evaluate(tree: tuple, results: list[CallResult | None], run_status: str) ->
         return slice(*(_evaluate(part, results, run_status) for part in tree[1]))
     if kind == "display":
         items = [_evaluate(item, results, run_status) for item in tree[2]]
-        return {"list": list, "tuple": tuple, "set": TRUSTED["set"]}[tree[1]](items)
+        return {"list": list, "tuple": tuple, "set": BOUNDED[set]}[tree[1]](items)
     if kind == "dict":
         keys = [_evaluate(k, results, run_status) for k in tree[1]]
-        return TRUSTED["dict"](list(zip(keys, [_evaluate(v, results, run_status) for v in tree[2]])))
+        return BOUNDED[dict](list(zip(keys, [_evaluate(v, results, run_status) for v in tree[2]])))
     if kind == "call":
         args = [_evaluate(a, results, run_status) for a in tree[2]]
         value = tree[1](*args, **{k: _evaluate(v, results, run_status) for k, v in tree[3]})
