@@ -1,5 +1,7 @@
 """Every code block of the tutorials runs, in order, as written (so the docs cannot rot)."""
 
+import json
+import math
 import re
 
 import pytest
@@ -15,7 +17,17 @@ def test_every_code_block_runs(doc, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     # The README's set-up line is idempotent and runs in the repository; everything else in tmp_path.
-    run_document(REPO / doc, tmp_path, bash_cwd=lambda block: REPO if "scripts/setup.sh" in block else tmp_path)
+    ns = run_document(REPO / doc, tmp_path, bash_cwd=lambda block: REPO if "scripts/setup.sh" in block else tmp_path)
+    # What the tutorial promises, beyond "it ran": finite PPO losses, the model in the dtype asked
+    # for, a generated string, the run folders, and the launch's metrics for every step.
+    assert {"policy_loss", "value_loss"} <= set(ns["loss_dict"])
+    assert all(math.isfinite(float(v)) for v in ns["loss_dict"].values()), ns["loss_dict"]
+    assert next(ns["actor_model"].parameters()).dtype == ns["torch"].bfloat16
+    assert isinstance(ns["response"], str)
+    assert (tmp_path / "checkpoints" / "custom").is_dir() and (tmp_path / "runs" / "ppo").is_dir()
+    rows = [json.loads(line) for line in (tmp_path / "outputs/quickstart/metrics.jsonl").read_text().splitlines()]
+    steps = {int(row["step"]) for row in rows}  # (step 0: the held-out scores before training)
+    assert set(range(1, 21)) <= steps and max(steps) == 20, sorted(steps)
 
 
 def _code_without_comments(doc: str) -> list[str]:

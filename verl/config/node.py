@@ -395,13 +395,6 @@ class ConfigNode(metaclass=_NodeMeta):
                 object.__setattr__(self, spec.name, self._check(spec, value))
 
     # ---------------------------------------------------------------- overrides
-    def apply_overrides(self, args: Iterable[str]) -> None:
-        """Apply `a.b.c=value` / `+a.dict.key=value` strings in order (see verl.config.overrides);
-        `${...}` values are resolved after all of them."""
-        new = type(self)._from_text(self, None, list(args))
-        for name, spec in field_specs(type(self)).items():
-            object.__setattr__(self, name, self._check(spec, raw_value(new, name)))
-
     def to_overrides(self) -> list[str]:
         """`a.b.c=value` strings for every value that differs from a fresh default instance."""
         defaults = _flatten(type(self)())

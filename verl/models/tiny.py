@@ -109,11 +109,6 @@ def build_tiny_config(vocab_size: int, arch: str = "qwen2", *, hidden_size: int 
     raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHITECTURES}")
 
 
-def build_tiny_qwen2_config(vocab_size: int, **kwargs):
-    """The built-in model's architecture: a tiny Qwen2."""
-    return build_tiny_config(vocab_size, "qwen2", **kwargs)
-
-
 def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int = 0, **config_kwargs) -> Path:
     """Write a randomly initialised tiny model (``arch``: qwen2, llama, phi3, opt) and the byte-level
     tokenizer to ``path``.
