@@ -177,3 +177,20 @@ def test_zero_training_steps_validates_and_stops(tiny_model_dir, tmp_path):
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface")
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert all(torch.equal(a, b) for a, b in zip(exported.state_dict().values(), original.state_dict().values()))
+
+
+def test_log_val_generations_logs_the_same_prompts_with_their_responses_and_scores(tiny_model_dir, tmp_path, capsys):
+    """verl's trainer.log_val_generations: N greedy validation samples at every validation."""
+    import re
+
+    args = _common(tiny_model_dir, tmp_path, steps=2) + ["trainer.log_val_generations=3", "trainer.test_freq=2",
+                                                          "trainer.logger=[console]"]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "val_generations.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 0, 0, 2, 2, 2]
+    assert [r["prompt"] for r in rows[:3]] == [r["prompt"] for r in rows[3:]]  # the same prompts each time
+    assert len({r["prompt"] for r in rows}) == 3
+    for row in rows:  # the score is the reward function's for that response
+        digit = re.search(r"say (\d):", row["prompt"]).group(1)
+        assert row["score"] == (1.0 if row["response"].strip().startswith(digit) else 0.0), row
+    assert capsys.readouterr().out.count("validation generations at step") == 2

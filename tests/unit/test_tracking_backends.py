@@ -96,3 +96,50 @@ def test_a_logger_whose_package_is_missing_raises_with_the_install_command(tmp_p
         Tracker(["console", name], tmp_path)
     assert f"pip install 'verl[{name}]'" in str(err.value)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+ROWS = [{"prompt": "Q: 1+2=\nA: ", "response": "3", "score": 1.0}, {"prompt": "Q: 9|9=", "response": "x", "score": 0.0}]
+
+
+def test_validation_generations_reach_every_backend(tmp_path, monkeypatch, capsys):
+    """trainer.log_val_generations: printed, appended to val_generations.jsonl (rewound with the
+    metrics on resume), a text table in TensorBoard and a wandb table."""
+    import json
+
+    import wandb
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    for var, sub in (("WANDB_DIR", "wandb-dir"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
+                     ("WANDB_DATA_DIR", "data")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracker = Tracker(["console", "tensorboard", "wandb"], tmp_path / "out")
+    tracker.log_generations(ROWS, step=2)
+    tracker.log_generations(ROWS[:1], step=4)
+    tracker.close()
+    wandb.teardown()
+    out = capsys.readouterr().out
+    assert "validation generations at step 2:" in out and "score 1.000 | prompt Q: 1+2=\\nA:  | response 3" in out
+    rows = [json.loads(line) for line in (tmp_path / "out" / "val_generations.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 2, **ROWS[0]}, {"step": 2, **ROWS[1]}, {"step": 4, **ROWS[0]}]
+    events = EventAccumulator(str(tmp_path / "out" / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = [e.tensor_proto.string_val[0].decode() for e in events.Tensors("val/generations/text_summary")]
+    assert len(texts) == 2 and "| Q: 1+2=\\nA:  | 3 | 1 |" in texts[0] and "9\\|9" in texts[0]
+    records = next((tmp_path / "wandb-dir" / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()
+    assert b"val/generations" in records and b"table-file" in records
+
+    resumed = Tracker([], tmp_path / "out")
+    resumed.rewind(3)  # a run resumed at step 3 forgets what an earlier attempt logged after it
+    resumed.close()
+    assert [json.loads(line)["step"] for line in (tmp_path / "out" / "val_generations.jsonl").read_text().splitlines()] == [2, 2]
+
+
+def test_the_same_prompts_are_chosen_at_every_validation():
+    from verl.trainer.ppo.validation import select_generations
+
+    rows = [{"prompt": f"p{i}", "response": "r", "score": float(i)} for i in range(20)]
+    first = select_generations(rows, 3)
+    assert len(first) == 3 and select_generations(list(reversed(rows)), 3) == first
+    assert select_generations(rows, 50) == select_generations(rows, 20) and len(select_generations(rows, 50)) == 20

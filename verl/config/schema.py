@@ -229,7 +229,8 @@ class TrainerSectionConfig(Section):
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
     log_val_generations: int = option(0, bounds=">= 0", help="Validation samples (prompt, response, score) to log "
-                                      "each validation.")
+                                      "each validation, the same prompts every time: printed, written to "
+                                      "val_generations.jsonl, and a table in TensorBoard and wandb.")
     nnodes: int = option(1, bounds=">= 1", help="Machines in the job.")
     n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices (GPUs, or CPU ranks) per machine.")
     device: str = option("auto", help="cuda, cpu, or auto (cuda when available). Under torchrun each "

@@ -3,7 +3,8 @@
 ``metrics.jsonl`` (one JSON object per step) is always written to the run's output folder, so
 every run can be plotted and compared without any optional package. A run that resumes from step N
 first drops the rows after step N (all rows when it starts from step 0), so the file holds each
-step once, however often the run was interrupted.
+step once, however often the run was interrupted. ``val_generations.jsonl`` (the validation
+samples of ``trainer.log_val_generations``) is rewound with it.
 """
 
 from __future__ import annotations
@@ -26,27 +27,37 @@ def _jsonable(value):
     return value if math.isfinite(value) else None
 
 
+def _rewind_jsonl(path: Path, step: int) -> None:
+    """Keep the rows of ``path`` of steps up to ``step`` (none for 0), rewritten atomically; a row
+    cut short by a crash is dropped too."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if step > 0 else []:
+        try:
+            row_step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if row_step <= step and line.endswith("\n"):
+            kept.append(line)
+    tmp = path.with_name(f".tmp-{path.name}")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class _Jsonl:
+    """``metrics.jsonl``, one row per step; and ``val_generations.jsonl``, one row per logged
+    validation sample, opened at the first one."""
+
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.generations_path = path.with_name("val_generations.jsonl")
         self.file = open(path, "a", encoding="utf-8")
 
     def rewind(self, step: int) -> None:
-        """Keep the rows of steps up to ``step`` (none for 0), rewritten atomically; a row cut short
-        by a crash is dropped too."""
         self.file.close()
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True) if step > 0 else []:
-            try:
-                row_step = json.loads(line)["step"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if row_step <= step and line.endswith("\n"):
-                kept.append(line)
-        tmp = self.path.with_name(f".tmp-{self.path.name}")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        _rewind_jsonl(self.path, step)
+        if self.generations_path.exists():
+            _rewind_jsonl(self.generations_path, step)
         self.file = open(self.path, "a", encoding="utf-8")
 
     def log(self, metrics: dict, step: int) -> None:
@@ -54,8 +65,17 @@ class _Jsonl:
         self.file.write(json.dumps(row) + "\n")
         self.file.flush()
 
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        with open(self.generations_path, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps({"step": step, **row}) + "\n" for row in rows)
+
     def close(self, failed: bool = False) -> None:
         self.file.close()
+
+
+def _clip(text: str, width: int) -> str:
+    text = repr(text)[1:-1]
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class _Console:
@@ -68,6 +88,12 @@ class _Console:
         if not self.quiet:
             body = " ".join(f"{k}:{v:.4g}" for k, v in sorted(metrics.items()))
             print(f"step:{step} - {body}", flush=True)
+
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        lines = [f"validation generations at step {step}:"]
+        lines += [f"  score {row['score']:.3f} | prompt {_clip(row['prompt'], 60)} | response {_clip(row['response'], 60)}"
+                  for row in rows]
+        print("\n".join(lines), flush=True)
 
     def rewind(self, step: int) -> None:
         pass
@@ -89,6 +115,13 @@ class _TensorBoard:
     def log(self, metrics: dict, step: int) -> None:
         for key, value in metrics.items():
             self.writer.add_scalar(key, value, step)
+
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        def cell(text: str) -> str:
+            return _clip(text, 500).replace("|", "\\|")
+        table = ["| prompt | response | score |", "| --- | --- | --- |"]
+        table += [f"| {cell(row['prompt'])} | {cell(row['response'])} | {row['score']:.4g} |" for row in rows]
+        self.writer.add_text("val/generations", "\n".join(table), step)
 
     def rewind(self, step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -117,6 +150,13 @@ class _Wandb:
 
     def log(self, metrics: dict, step: int) -> None:
         self.run.log(metrics, step=step)
+
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        import wandb
+
+        table = wandb.Table(columns=["step", "prompt", "response", "score"],
+                            data=[[step, row["prompt"], row["response"], row["score"]] for row in rows])
+        self.run.log({"val/generations": table}, step=step)
 
     def rewind(self, step: int) -> None:
         pass  # a wandb run is a new run each time: its history starts at the resumed step
@@ -165,6 +205,12 @@ class Tracker:
     def log(self, metrics: dict, step: int) -> None:
         for backend in self.backends:
             backend.log(metrics, step)
+
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        """Validation samples (``{"prompt", "response", "score"}``): printed, appended to
+        ``val_generations.jsonl``, and a table in TensorBoard (text) and wandb."""
+        for backend in self.backends:
+            backend.log_generations(rows, step)
 
     def rewind(self, step: int) -> None:
         """A run (re)starting at ``step`` (0 = from scratch): forget what earlier attempts logged

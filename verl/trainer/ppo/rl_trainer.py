@@ -22,7 +22,7 @@ from verl.protocol import Batch
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
-from verl.trainer.ppo.validation import run_validation
+from verl.trainer.ppo.validation import run_validation, select_generations
 from verl.trainer.loop import run_loop
 from verl.trainer.progress import rl_postfix
 from verl.trainer.timing import timer
@@ -222,17 +222,21 @@ class RLTrainer:
         self.actor_rollout_ref.call("export_hf", self.out_dir / "huggingface")
 
     # ------------------------------------------------------------------ validation
-    def validate(self) -> dict[str, float]:
+    def validate(self, generations: list[dict] | None = None) -> dict[str, float]:
         """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config)
+        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config, generations)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 
     def log_validation(self) -> None:
-        metrics = self.validate()
+        wanted = self.config.trainer.log_val_generations
+        generations: list[dict] | None = [] if wanted else None
+        metrics = self.validate(generations)
         self.val_history.append((self.global_step, metrics))
         self.tracker.log(metrics, self.global_step)
+        if generations:
+            self.tracker.log_generations(select_generations(generations, wanted), self.global_step)
         if self.is_main:
             logger.info("validation at step %d: %s", self.global_step,
                         ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))

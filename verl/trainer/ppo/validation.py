@@ -15,11 +15,15 @@ Passes, each over every validation batch:
     functions, the first that returned one), else its text
     with surrounding whitespace stripped. Ties go to the answer seen first; when responses
     with the same answer scored differently, their mean is taken.
+
+``trainer.log_val_generations: N`` also logs N greedy samples (prompt, response, score) at each
+validation, the same prompts every time (``select_generations``), through every logger.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections import defaultdict
 from typing import Sequence
 
@@ -71,8 +75,19 @@ def validation_passes(actor_rollout_ref, config) -> list[tuple[str, object]]:
     return passes
 
 
-def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, float]:
-    """All validation metrics (names in the module doc)."""
+def select_generations(rows: list[dict], n: int) -> list[dict]:
+    """``n`` of the greedy validation samples, the same prompts at every validation (as verl: the
+    rows sorted by prompt, shuffled with seed 42)."""
+    rows = sorted(rows, key=lambda row: row["prompt"])
+    random.Random(42).shuffle(rows)
+    return rows[:n]
+
+
+def run_validation(actor_rollout_ref, reward, val_batches, config,
+                   generations: list[dict] | None = None) -> dict[str, float]:
+    """All validation metrics (names in the module doc). With a ``generations`` list, each greedy
+    sample is appended to it as ``{"prompt", "response", "score"}`` (texts decoded, special tokens
+    dropped)."""
     metrics: dict[str, float] = {}
     for kind, params in validation_passes(actor_rollout_ref, config):
         rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
@@ -84,6 +99,11 @@ def run_validation(actor_rollout_ref, reward, val_batches, config) -> dict[str, 
             out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
             scored = reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
+            if kind == "greedy" and generations is not None:
+                prompt_texts = actor_rollout_ref.call("decode", out["prompts"])
+                response_texts = actor_rollout_ref.call("decode", out["responses"])
+                generations += [{"prompt": p, "response": r, "score": s}
+                                for p, r, s in zip(prompt_texts, response_texts, scores)]
             # Answers are only voted on by maj@N; the response text stands in where no pred came back.
             answers = _answers(scored, len(out)) if kind == "sampled" and n > 1 else [""] * len(out)
             unanswered = [i for i, a in enumerate(answers) if a is None]
