@@ -15,3 +15,7 @@ class ModelLoadError(VerlError):
 
 class DeviceError(VerlError):
     """The requested device is not on this machine (``trainer.device=cuda`` without CUDA, ...)."""
+
+
+class DataError(VerlError):
+    """A dataset that cannot be used as configured; the message names the setting to change."""

@@ -7,7 +7,7 @@ import torch
 from verl.config import ConfigError, TrainerConfig
 from verl.trainer.ppo.distillation import check_tokenizers, loss_settings, resolve_teachers
 from verl.workers.actor import ADDITIVE_METRICS
-from verl.workers.teacher import distillation_loss
+from verl.algorithms.distillation import distillation_loss
 
 # Two response tokens: the student's log-probs and the teacher's.
 STUDENT = [[-1.0, -2.0]]

@@ -75,18 +75,3 @@ def load_environment_class(spec: str):
         raise VerlError(f"{ENV_KEY}={spec}: {name} is not an environment class (a class with reset(sample) and "
                         f"step(message) methods)")
     return cls
-
-
-def environment_of(multi_turn):
-    """The environment class of a run's ``multi_turn`` section: its ``environment``, or an adapter over
-    verl's ``interaction_config_path`` (:mod:`verl.agent.interactions`), or None."""
-    if multi_turn.environment and multi_turn.interaction_config_path:
-        raise VerlError(f"{ENV_KEY} and actor_rollout_ref.rollout.multi_turn.interaction_config_path are both set: "
-                        f"one side answers the model; keep one of them")
-    if multi_turn.environment:
-        return load_environment_class(multi_turn.environment)
-    if multi_turn.interaction_config_path:
-        from verl.agent.interactions import interaction_environment
-
-        return interaction_environment(multi_turn.interaction_config_path)
-    return None

@@ -27,7 +27,7 @@ import inspect
 from pathlib import Path
 from uuid import uuid4
 
-from verl.agent.env import maybe_await
+from verl.agent.env import ENV_KEY, load_environment_class, maybe_await
 from verl.errors import VerlError
 from verl.tools.registry import import_class, yaml_entries
 
@@ -100,3 +100,16 @@ def _interaction_kwargs(extra_info) -> dict:
     info = extra_info if isinstance(extra_info, dict) else {}
     kwargs = info.get("interaction_kwargs") or {}
     return dict(kwargs) if isinstance(kwargs, dict) else {}
+
+
+def environment_of(multi_turn):
+    """The environment class of a run's ``multi_turn`` section: its ``environment``, or an adapter over
+    verl's ``interaction_config_path`` (this module), or None."""
+    if multi_turn.environment and multi_turn.interaction_config_path:
+        raise VerlError(f"{ENV_KEY} and actor_rollout_ref.rollout.multi_turn.interaction_config_path are both set: "
+                        f"one side answers the model; keep one of them")
+    if multi_turn.environment:
+        return load_environment_class(multi_turn.environment)
+    if multi_turn.interaction_config_path:
+        return interaction_environment(multi_turn.interaction_config_path)
+    return None

@@ -19,24 +19,10 @@ from __future__ import annotations
 
 import torch
 
+from verl.algorithms.clipping import _LOG_RATIO_CLAMP, _clip_bounds, _clipped_surrogate
 from verl.algorithms.kl import kl_penalty
+from verl.algorithms.losses_extra import EXTRA_POLICY_LOSSES
 from verl.algorithms.utils import _as_bool, agg_loss, masked_mean
-
-_LOG_RATIO_CLAMP = 20.0
-
-
-def _clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high):
-    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
-    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
-    return low, high
-
-
-def _clipped_surrogate(ratio, advantages, low, high):
-    """Per-token max(-A r, -A clip(r, 1-low, 1+high)) and where the clipped branch wins."""
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
-    return torch.maximum(unclipped, clipped), clipped > unclipped
-
 
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
@@ -129,9 +115,7 @@ def compute_policy_loss_gspo(
     return loss, metrics
 
 
-# The other losses live in losses_extra, which builds on the helpers above (imported late on purpose).
-from verl.algorithms.losses_extra import EXTRA_POLICY_LOSSES  # noqa: E402
-
+# The other losses live in losses_extra; both build on the clipped surrogate of verl.algorithms.clipping.
 POLICY_LOSSES = {"vanilla": compute_policy_loss, "gspo": compute_policy_loss_gspo, **EXTRA_POLICY_LOSSES}
 # Policy losses verl has and this project does not (yet): named as such when asked for, never
 # "corrected" into a loss that only looks alike.

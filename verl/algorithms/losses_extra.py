@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.algorithms.losses import _LOG_RATIO_CLAMP, _clip_bounds, _clipped_surrogate
+from verl.algorithms.clipping import _LOG_RATIO_CLAMP, _clip_bounds, _clipped_surrogate
 from verl.algorithms.utils import _as_bool, _safe_div, agg_loss, masked_mean
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from verl.data.io import DataError
+from verl.errors import DataError
 
 # owner/name or name, optional :config and @split; what a local file path rarely looks like.
 _HUB_NAME = re.compile(r"^(?P<name>[A-Za-z0-9][\w.-]*(?:/[\w.-]+)?)(?::(?P<config>[\w.-]+))?(?:@(?P<split>[\w.-]+))?$")

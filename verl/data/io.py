@@ -13,13 +13,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from verl.errors import VerlError
+from verl.errors import DataError
 
 SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
-
-
-class DataError(VerlError):
-    """A dataset that cannot be used as configured; the message names the setting to change."""
 
 
 def is_messages(value: Any) -> bool:

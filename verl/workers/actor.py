@@ -14,7 +14,7 @@ from verl.config.errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
-from verl.workers.teacher import distillation_loss
+from verl.algorithms.distillation import distillation_loss
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss",

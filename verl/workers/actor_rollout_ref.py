@@ -221,6 +221,6 @@ def agent_loop_of(multi_turn, engine, tokenizer, device):
                              tool_response_truncate_side=multi_turn.tool_response_truncate_side,
                              format=multi_turn.format, tool_timeout_s=multi_turn.tool_timeout_s,
                              max_user_turns=multi_turn.max_user_turns)
-    from verl.agent.env import environment_of
+    from verl.agent.interactions import environment_of
 
     return AgentLoop(engine, tokenizer, tools, settings, device=device, environment=environment_of(multi_turn))

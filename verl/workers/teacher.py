@@ -1,5 +1,5 @@
-"""On-policy distillation: frozen teachers score the student's rollouts, and the loss term that
-pulls the student toward them.
+"""On-policy distillation: frozen teachers score the student's rollouts (the loss term that pulls
+the student toward them is :func:`verl.algorithms.distillation.distillation_loss`).
 
 verl's on-policy distillation (``distillation.*``; docs/distillation.md). Papers: Agarwal et al.
 2023, "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes" (GKD: the
@@ -27,51 +27,13 @@ import logging
 import numpy as np
 import torch
 
-from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
 from verl.distributed.fsdp import parallelize
 from verl.errors import VerlError
 from verl.models.loading import load_causal_lm
 from verl.protocol import Batch
+from verl.workers.actor import PolicyModel
 
 logger = logging.getLogger(__name__)
-
-# verl's dual-clip constant, which its distillation loss does not let one set.
-CLIP_RATIO_C = 3.0
-
-
-def distillation_loss(task_loss: torch.Tensor, metrics: dict, *, settings: dict, log_prob: torch.Tensor,
-                      old_log_prob: torch.Tensor, teacher_log_prob: torch.Tensor, mask: torch.Tensor,
-                      loss_agg_mode: str, counts: dict, rollout_is_weights: torch.Tensor | None = None):
-    """The actor's loss with distillation: ``(loss, metrics)``.
-
-    ``settings`` holds the ``distillation.distillation_loss`` keys (a plain dict). Per token,
-    d = kl_penalty(log_prob, teacher_log_prob, loss_mode), clamped to [-loss_max_clamp,
-    loss_max_clamp] when that is set. ``use_policy_gradient``: the distillation loss is the clipped
-    policy loss with advantages -d (detached) and the section's clip ratios; else d aggregated with
-    ``loss_agg_mode``, gradients flowing through ``log_prob``. ``use_task_rewards``: the result is
-    ``task_loss + distillation_loss_coef * distillation``; else the distillation loss alone.
-    ``counts`` are the mini-batch's global counts (see ``Actor.ppo_loss``).
-    """
-    per_token = kl_penalty(log_prob, teacher_log_prob, settings["loss_mode"])
-    out = dict(metrics)
-    # k1 can be negative: its magnitude says more about how far apart the two are.
-    out["actor/distillation/abs_loss"] = agg_loss(per_token.detach().abs(), mask, "token-mean", **counts)
-    clamp = settings["loss_max_clamp"]
-    if clamp is not None:
-        per_token = per_token.clamp(min=-clamp, max=clamp)
-    if settings["use_policy_gradient"]:
-        distill, pg_metrics = POLICY_LOSSES[settings["policy_loss_mode"]](
-            old_log_prob, log_prob, -per_token.detach(), mask, clip_ratio=settings["clip_ratio"],
-            clip_ratio_low=settings["clip_ratio_low"], clip_ratio_high=settings["clip_ratio_high"],
-            clip_ratio_c=CLIP_RATIO_C, loss_agg_mode=loss_agg_mode, rollout_is_weights=rollout_is_weights, **counts)
-        out.update({f"actor/distillation/{key.split('/', 1)[1]}": value for key, value in pg_metrics.items()})
-    else:
-        distill = agg_loss(per_token, mask, loss_agg_mode, **counts)
-    out["actor/distillation/loss"] = distill.detach()
-    if settings["use_task_rewards"]:
-        return task_loss + settings["distillation_loss_coef"] * distill, out
-    return distill, out
-
 
 class TeacherWorker:
     """Frozen teacher models that score responses: :meth:`compute_teacher_log_prob`.
@@ -87,8 +49,6 @@ class TeacherWorker:
                  dtype: str, micro_batch_size: int | None = None, max_token_len: int | None = None,
                  remove_padding: bool = False, trust_remote_code: bool = False,
                  attn_implementation: str | None = None, config_keys: dict[str, str] | None = None):
-        from verl.workers.actor import PolicyModel  # here: the actor imports this module's loss
-
         self.teacher_key = teacher_key
         self.models: dict[str, PolicyModel] = {}
         for key, path in teachers.items():

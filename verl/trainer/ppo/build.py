@@ -122,7 +122,7 @@ def agent_tool_schemas(multi_turn) -> list[dict] | None:
     from verl.tools.registry import load_tools
 
     tools = load_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)
-    from verl.agent.env import environment_of
+    from verl.agent.interactions import environment_of
 
     answered = environment_of(multi_turn) is not None  # checked here, before any model loads
     if not tools and not answered:
