@@ -294,9 +294,8 @@ def _child_drop(state: dict) -> None:
     # A fresh, empty session keyring (keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)): the trainer's
     # session keys are no longer reachable, even where the filter below is not installed.
     spec = job["seccomp"]
-    keyctl = {0xC000003E: 250, 0xC00000B7: 219}.get(spec["arch"]) if spec else None
-    layers["own_keyring"] = keyctl is not None and libc.syscall(ctypes.c_long(keyctl), ctypes.c_long(1),
-                                                                ctypes.c_void_p(None)) >= 0
+    layers["own_keyring"] = bool(spec) and libc.syscall(ctypes.c_long(spec["keyctl"]), ctypes.c_long(1),
+                                                        ctypes.c_void_p(None)) >= 0
     layers["no_new_privs"] = libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) == 0
     libc.prctl(4, zero, zero, zero, zero)  # not dumpable: no ptrace, no /proc/<pid>/mem
     cpu = limits["cpu_seconds"]

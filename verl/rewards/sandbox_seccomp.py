@@ -74,7 +74,7 @@ def filter_spec(machine: str | None = None) -> dict | None:
     def number(name):
         return _NUMBERS[name][column]
 
-    return {"arch": audit_arch, "x32": column == 0,
+    return {"arch": audit_arch, "x32": column == 0, "keyctl": number("keyctl"),  # also to join a fresh keyring
             "kill": [number(n) for n in DENIED if number(n) is not None],
             "self": [[number(n), 0] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")],
             "self_or_zero": [[number("prlimit64"), 0]],
