@@ -18,6 +18,20 @@ except ValueError:
     collect_ignore_glob = ["with_vllm/*"]
 
 
+# Files whose tests start Ray: one group, so they never run side by side (docs/distributed.md ends
+# with `ray stop`, which stops every Ray of this user).
+RAY_FILES = {"test_ray_rl.py", "test_distributed_doc.py", "test_agent_scale_out.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``): each file runs on one worker, so its module
+    fixtures (shared reference runs, trained models) are built once; the Ray files share one worker."""
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else str(item.path)))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A randomly initialised tiny Qwen2 model + byte-level tokenizer, as a Hugging Face folder."""

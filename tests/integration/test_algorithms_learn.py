@@ -1,13 +1,20 @@
 """GRPO, RLOO and REINFORCE++ each learn the built-in task: held-out greedy reward rises clearly.
 
 The runs are the built-in demo (its preset, its cached SFT warm start: seed 1 and default
-``sft_warmstart`` settings, shared with test_demo.py) with the estimator swapped, for 30 RL
-steps. Measured on seed 1 (greedy reward, 799 held-out prompts), step 0 -> step 30, before the tiny
-chat template had its ``Q: ``/``A: `` markers: GRPO 0.534 -> 0.844, RLOO 0.534 -> 0.844, REINFORCE++
-0.534 -> 0.841; on seed 2 each rose by 0.25. With the markers the warm start ends higher (0.703 on
-seed 1) and GRPO reaches 0.917 after 3 steps. The assertion asks for half the smallest gain
-measured before. LoRA GRPO (rank 16 on every linear layer, lr 1e-3) on the same warm start:
-0.703 -> 0.967 on seed 1 (full fine-tuning: 0.703 -> 0.967), 0.587 -> 0.890 on seed 2.
+``sft_warmstart`` settings, shared with test_demo.py) with the estimator swapped, for 8 RL steps.
+Measured on seed 1 (greedy reward on the 799 held-out prompts; the test's keys with 12 steps and
+trainer.test_freq=2), from the warm start's 0.703:
+
+    step        2      4      6      8      10     12
+    grpo        0.874  0.934  0.919  0.932  0.939  0.954
+    rloo        0.874  0.937  0.924  0.934  0.941  0.951
+    reinforce++ 0.881  0.932  0.934  0.945  0.945  0.964
+    grpo_lora   0.906  0.912  0.939  0.944  0.946  0.941
+
+(LoRA: rank 16 on every linear layer, lr 1e-3.) Before the tiny chat template had its ``Q: ``/``A: ``
+markers, 30 steps took each from 0.534 to about 0.84, and on seed 2 each rose by 0.25. The
+assertion asks for 0.15, two thirds of the smallest gain measured at step 8; an estimator whose
+advantages were zero or of the wrong sign would stay at 0.703 or fall.
 """
 
 import json
@@ -19,7 +26,7 @@ from verl.trainer.main_ppo import main
 pytestmark = pytest.mark.slow
 
 GREEDY = "val-core/builtin/addition/reward/mean@1"
-STEPS = 30
+STEPS = 8
 MIN_GAIN = 0.15
 
 

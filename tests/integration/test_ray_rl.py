@@ -10,10 +10,12 @@ actor. Without Ray installed, everything else runs and backend=ray says how to i
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,26 @@ RAY2 = ["trainer.backend=ray", "trainer.n_gpus_per_node=2"]
 # A local Ray on a 2-core machine without network or accounts: no auth token, no usage stats.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster(tmp_path_factory):
+    """One Ray for the module's runs: ``ray start --head``, which every driver joins through
+    RAY_ADDRESS (a Ray of its own takes ~13 s to start and stop). Runs that start a local Ray
+    themselves are in tests/integration/test_distributed_doc.py and test_agent_scale_out.py."""
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    env = {**os.environ, **RAY_ENV}
+    temp = tmp_path_factory.mktemp("ray-session")
+    started = subprocess.run([ray_cli, "start", "--head", "--num-cpus=4", "--include-dashboard=false",
+                              "--disable-usage-stats", "--port=0", f"--temp-dir={temp}"],
+                             capture_output=True, text=True, timeout=180, env=env)
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+    address = re.search(r"ray start --address='([^']+)'", started.stdout)
+    assert address, started.stdout[-2000:]
+    RAY_ENV["RAY_ADDRESS"] = address.group(1)
+    yield address.group(1)
+    del RAY_ENV["RAY_ADDRESS"]
+    subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +121,7 @@ def test_ray_trains_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path,
     for step in (1, 2, 3):
         assert ray_rows[step]["perf/bytes_to_workers"] > 0 and ray_rows[step]["perf/bytes_from_workers"] > 0
         assert metrics[step]["perf/bytes_to_workers"] == 0 == metrics[step]["perf/bytes_from_workers"]
-    assert not _hosts()  # the actors ended with the run
+    _assert_no_hosts_left()  # the actors ended with the run
 
 
 def test_a_reward_model_on_its_own_pool_scores_as_in_one_process(tiny_model_dir, data_dir, tmp_path):
@@ -127,15 +149,24 @@ def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_d
                           [(ray_run, run_plain, "ray_then_one"), (run_plain, ray_run, "one_then_ray")])
 
 
-def _wait_for_hosts(proc: subprocess.Popen, n: int, timeout: float = 120) -> list[int]:
+def _wait_for_hosts(proc: subprocess.Popen, n: int, before: set[int], timeout: float = 120) -> list[int]:
+    """The pids of ``proc``'s RoleHost actors: the ones not alive before it started (``before``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        hosts = _hosts()
+        hosts = [pid for pid in _hosts() if pid not in before]
         if len(hosts) >= n:
             return hosts
         time.sleep(0.5)
     raise AssertionError("the Ray actors did not start")
+
+
+def _assert_no_hosts_left(within: float = 30) -> None:
+    """Every RoleHost ends with its run: the cluster kills a finished job's actors within seconds."""
+    deadline = time.monotonic() + within
+    while _hosts() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _hosts(), "RoleHost actors outlived their run"
 
 
 def _long_run(tiny_model_dir, data_dir, out, *extra):
@@ -146,9 +177,10 @@ def _long_run(tiny_model_dir, data_dir, out, *extra):
 @pytest.mark.parametrize("how", ["killed", "hung"])
 def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data_dir, tmp_path, how):
     timeout_s = 20
+    before = set(_hosts())
     proc = _driver(_long_run(tiny_model_dir, data_dir, tmp_path / how, f"trainer.dist_timeout_s={timeout_s}"))
     try:
-        hosts = _wait_for_hosts(proc, 2)
+        hosts = _wait_for_hosts(proc, 2, before)
         time.sleep(8)  # into the training steps
         victim = max(hosts)
         os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
@@ -160,7 +192,10 @@ def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data
             proc.kill()
         if how == "hung":
             for pid in _hosts():
-                os.kill(pid, signal.SIGKILL)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     assert proc.returncode == 2, err[-3000:]
     error = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(error) == 1, err[-3000:]
@@ -171,15 +206,15 @@ def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data
         assert f"trainer.dist_timeout_s={timeout_s}" in error[0] and "did not finish" in error[0]
     assert "Traceback" not in err
     assert took < timeout_s + 45  # bounded by the timeout, not a hang (generous: a busy machine)
-    time.sleep(2)
-    assert not _hosts()
+    _assert_no_hosts_left()
 
 
 def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_dir, tmp_path):
     out = tmp_path / "interrupted"
+    before = set(_hosts())
     proc = _driver(_long_run(tiny_model_dir, data_dir, out, "trainer.save_freq=1000"), start_new_session=True)
     try:
-        _wait_for_hosts(proc, 2)
+        _wait_for_hosts(proc, 2, before)
         time.sleep(8)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the driver's whole process group
         _, err = proc.communicate(timeout=120)
@@ -189,8 +224,7 @@ def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_d
     assert proc.returncode == 130, err[-3000:]
     saved = sorted(out.glob("global_step_*"))
     assert len(saved) == 1 and (saved[0] / "state.pt").exists()  # the step it stopped at, saved
-    time.sleep(2)
-    assert not _hosts()
+    _assert_no_hosts_left()
 
 
 def test_without_ray_backend_ray_names_the_install_and_plain_runs_work(tiny_model_dir, data_dir, tmp_path):

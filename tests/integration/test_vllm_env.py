@@ -37,7 +37,7 @@ def test_vllm_file_passes_in_its_environment(name):
             pytest.fail(message)  # CI's set-up makes it: its absence is a failure there
         pytest.skip(message)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    run = subprocess.run([str(VLLM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/with_vllm/{name}"],
+    run = subprocess.run([str(VLLM_PYTHON), "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", f"tests/with_vllm/{name}"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     out = run.stdout + run.stderr
     summary = re.findall(r"^=*\s*(\d+ passed.*|.*failed.*|.*error.*)$", run.stdout, re.M)

@@ -30,7 +30,7 @@ from verl.protocol import Batch
 from verl.rollout import HFRollout, SamplingParams
 from verl.trainer.progress import Progress
 from verl.trainer.sft_loss import sft_counts, sft_loss
-from verl.utils.cache import cache_dir
+from verl.utils.cache import cache_dir, cache_lock
 from verl.version import __version__
 from verl.workers.engine import TrainingEngine
 
@@ -133,14 +133,27 @@ def task_rollout(task, model, tokenizer):
 
 def warm_start(config, *, progress: bool = True) -> WarmStart:
     """Return the warm-started model folder, training it first unless the cache has it."""
+    folder = cache_dir("warmstart") / f"{config.data.builtin_task}-{_cache_key(config)}"
+    cached = _cached(folder)
+    if cached is not None:
+        return cached
+    # Another run training the same warm start: wait for it and use its result.
+    with cache_lock(folder, waiting=f"Another process is training this warm start ({folder}); waiting for it"):
+        return _cached(folder) or _train(config, folder, progress)
+
+
+def _cached(folder: Path) -> WarmStart | None:
+    done = folder / "warmstart.json"
+    if not done.exists():
+        return None
+    stats = json.loads(done.read_text())
+    return WarmStart(folder / "model", stats["steps"], stats["accuracy"], stats["seconds"], cached=True)
+
+
+def _train(config, folder: Path, progress: bool) -> WarmStart:
     cfg = config.sft_warmstart
     task = TASKS[config.data.builtin_task]
-    folder = cache_dir("warmstart") / f"{config.data.builtin_task}-{_cache_key(config)}"
     done = folder / "warmstart.json"
-    if done.exists():
-        stats = json.loads(done.read_text())
-        return WarmStart(folder / "model", stats["steps"], stats["accuracy"], stats["seconds"], cached=True)
-
     start = time.perf_counter()
     rng = random.Random(config.trainer.seed)
     torch.manual_seed(config.trainer.seed)

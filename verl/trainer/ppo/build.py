@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 
@@ -42,8 +43,8 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     paths = []
     for split in ("train", "test"):
         path = folder / f"{split}.parquet"
-        if not path.exists():
-            tmp = folder / f".{split}.parquet.tmp"
+        if not path.exists():  # a name of its own per writer: two runs may build the cache together
+            tmp = folder / f".{split}.parquet.{os.getpid()}.tmp"
             write_parquet(task.make_rows(split), tmp)
             tmp.replace(path)
         paths.append(str(path))
