@@ -20,7 +20,7 @@ Method
      ``check_algorithm_names(cfg)`` (what main_ppo checks before loading anything: consistency and
      names only, never that data/model files exist), and classified as
      ``parsed+validated`` / ``parsed, validate error`` / ``refused backend`` (a ConfigError naming
-     a backend of verl/config/errors.py BACKENDS) / ``parse error`` / ``crash`` (non-ConfigError).
+     a backend of verl/config/key_errors.py BACKENDS) / ``parse error`` / ``crash`` (non-ConfigError).
      A separate heuristic flags launches that obviously use Megatron/VeOmni/another backend.
   4. Every distinct ``key=value`` override key of the non-refused launches is applied alone
      (first occurrence) with ``TrainerConfig.from_cli([override])``: OK vs error per key.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verl.config import ConfigError, TrainerConfig  # noqa: E402
-from verl.config.errors import BACKENDS  # noqa: E402
+from verl.config.key_errors import BACKENDS  # noqa: E402
 from verl.trainer.ppo.build import check_algorithm_names  # noqa: E402
 
 MODULE = "verl.trainer.main_ppo"

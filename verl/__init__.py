@@ -6,7 +6,7 @@ without importing torch) and nothing more. The names below load their module on 
     from verl import TrainerConfig, ActorRolloutRefWorker
 """
 
-from verl.utils.checks import check_torch_version, installed_torch_version
+from verl.utils.preflight import check_torch_version, installed_torch_version
 from verl.version import __version__
 
 check_torch_version(installed_torch_version())

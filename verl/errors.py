@@ -1,4 +1,4 @@
-"""The one base class of every error that a user's input can cause.
+"""The errors a user's input can cause: one base class and a type per area.
 
 Entry points catch :class:`VerlError` and print its message alone: the message names the
 problem and the fix, so a traceback would only hide it.
@@ -19,3 +19,11 @@ class DeviceError(VerlError):
 
 class DataError(VerlError):
     """A dataset that cannot be used as configured; the message names the setting to change."""
+
+
+class ConfigError(VerlError):
+    """A config key or value is wrong. The message names the key, the problem and the fix."""
+
+
+class RewardError(VerlError):
+    """A reward function that cannot be loaded or returned an unusable value; the message says why."""

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from agent_models import CALL, TOOL_CONVERSATION, memorize, tool_task_args, write_tool_task
-from verl.agent.loop import AgentLoop, AgentSettings
+from verl.agent.agent_loop import AgentLoop, AgentSettings
 from verl.data import collate_prompts
 from verl.models.logprob import compute_response_logprobs
 from verl.rollout import HFRollout, SamplingParams

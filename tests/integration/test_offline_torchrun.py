@@ -101,7 +101,7 @@ def test_sft_on_two_ranks_equals_one_process_and_resumes_in_one(tiny_model_dir, 
     data = write_data("sft", 64, tmp_path)
     two = torchrun("verl.trainer.main_sft", args(tiny_model_dir, data, tmp_path / "two", "trainer.save_freq=2"))
     assert two.stdout.count("SFT: 3 steps") == 1  # the summary, from rank 0 only
-    caplog.set_level(logging.DEBUG, logger="verl.trainer.offline.loop")
+    caplog.set_level(logging.DEBUG, logger="verl.trainer.offline.trainer")
     assert sft_main(args(tiny_model_dir, data, tmp_path / "one")) == 0
     assert_same_run(tmp_path / "one", tmp_path / "two")
     assert_ranks_split_the_batch(two.stderr, shares(caplog.text))
@@ -121,7 +121,7 @@ def test_preference_training_on_two_ranks_equals_one_process(tiny_model_dir, tmp
     n = 64 if kind == "preference" else 32  # KTO has two rows per prompt
     data = write_data(kind, n, tmp_path)
     two = torchrun(module, args(tiny_model_dir, data, tmp_path / "two"))
-    caplog.set_level(logging.DEBUG, logger="verl.trainer.offline.loop")
+    caplog.set_level(logging.DEBUG, logger="verl.trainer.offline.trainer")
     assert main(args(tiny_model_dir, data, tmp_path / "one")) == 0
     assert_same_run(tmp_path / "one", tmp_path / "two")
     assert_ranks_split_the_batch(two.stderr, shares(caplog.text))

@@ -1,4 +1,4 @@
-"""verl.utils.checks: the tutorial's troubleshooting table as clear errors or automatic fixes."""
+"""verl.utils.preflight: the tutorial's troubleshooting table as clear errors or automatic fixes."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ from transformers import AutoConfig, GPT2Config, PretrainedConfig
 from verl.distributed.worker_group import LocalWorkerGroup
 from verl.errors import VerlError
 from verl.protocol import Batch
-from verl.utils.checks import (
+from verl.utils.preflight import (
     check_context_length,
     check_torch_version,
     explain_oom,

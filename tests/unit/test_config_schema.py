@@ -65,6 +65,24 @@ def test_mini_batch_must_divide_the_step_and_the_message_shows_the_arithmetic():
         "(32 / 12 = 2.67); choose a mini-batch size that divides it, e.g. 8 or 16")
 
 
+def test_seq_len_is_a_ceiling_on_prompt_plus_response():
+    # The tutorial's TrainerConfig sets data.seq_len=64 and builds a worker: that needs no RL checks.
+    cfg = TrainerConfig(data=dict(batch_size=2, seq_len=64))
+    assert cfg.data.seq_len == 64
+    with pytest.raises(ConfigError) as err:
+        _valid(data=dict(seq_len=64, max_prompt_length=48, max_response_length=32)).validate()
+    assert str(err.value) == (
+        "data.seq_len=64 is the most tokens a sample may hold, but data.max_prompt_length=48 + "
+        "data.max_response_length=32 = 80: lower those two so that they sum to at most 64, or raise "
+        "data.seq_len (null = no ceiling)")
+    _valid(data=dict(seq_len=80, max_prompt_length=48, max_response_length=32)).validate()  # fits exactly
+    _valid(data=dict(seq_len=None, max_prompt_length=4096, max_response_length=4096)).validate()  # no ceiling
+    from verl.trainer.main_ppo import load_config  # the command line: refused before anything loads
+
+    with pytest.raises(ConfigError, match=r"data.seq_len=10 is the most tokens"):
+        load_config(["data.seq_len=10", "data.max_prompt_length=8", "data.max_response_length=8"]).validate()
+
+
 def test_micro_batch_must_divide_the_mini_batch_in_samples():
     cfg = _valid(actor_rollout_ref=dict(actor=dict(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=3)))
     with pytest.raises(ConfigError) as err:

@@ -15,10 +15,10 @@ from verl.algorithms import (
     truncated_responses,
 )
 from verl.config import ConfigError, TrainerConfig
-from verl.config.errors import check_choice
+from verl.config.key_errors import check_choice
 from verl.data.collate import collate_prompts
-from verl.errors import VerlError
 from verl.distributed.worker_group import LocalWorkerGroup
+from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, assemble_rollout
 from verl.trainer.ppo.sampling import StepSampler

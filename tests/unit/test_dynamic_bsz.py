@@ -12,7 +12,7 @@ import torch
 
 from verl.algorithms.utils import AGG_MODES
 from verl.config import ConfigError, TrainerConfig
-from verl.config.checks import log_prob_token_budget
+from verl.config.cross_checks import log_prob_token_budget
 from verl.data.collate import collate_prompts
 from verl.distributed.fsdp import full_state_dict
 from verl.distributed.worker_group import shard_rows

@@ -3,7 +3,7 @@
 import pytest
 
 from verl.config import TrainerConfig
-from verl.config.errors import ConfigError
+from verl.errors import ConfigError
 from verl.trainer.ppo.placement import pool_specs, reward_in_driver, role_mapping
 
 

@@ -16,7 +16,7 @@ from verl.checkpoint.manager import POINTER
 from verl.config import TrainerConfig
 from verl.errors import VerlError
 from verl.tracking import Tracker
-from verl.trainer.loop import run_loop
+from verl.trainer.run_loop import run_loop
 from verl.trainer.stop import RunInterrupted, StopSignals
 
 

@@ -6,7 +6,6 @@
     TrainerConfig.describe("data.train_batch_size")   # the help text of any key
 """
 
-from verl.config.errors import ConfigError
 from verl.config.node import ConfigNode, option, section
 from verl.config.offline import DPOTrainerConfig, KTOTrainerConfig, SFTTrainerConfig
 from verl.config.overrides import parse_overrides
@@ -37,6 +36,7 @@ from verl.config.schema_actor import (
     RolloutConfig,
     ValKwargsConfig,
 )
+from verl.errors import ConfigError
 
 __all__ = [
     "ActorConfig",

@@ -13,7 +13,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
 
-from verl.config.errors import ConfigError
+from verl.errors import ConfigError
 
 NoneType = type(None)
 

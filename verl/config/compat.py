@@ -26,9 +26,10 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from verl.config.errors import BACKENDS, ConfigError  # noqa: F401  (BACKENDS re-exported)
+from verl.config.key_errors import BACKENDS  # noqa: F401  (re-exported)
 from verl.config.node import MISSING, ConfigNode, option
 from verl.config.omega import format_flow
+from verl.errors import ConfigError
 
 if TYPE_CHECKING:
     from verl.config.schema import TrainerConfig

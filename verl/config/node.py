@@ -24,9 +24,10 @@ from typing import Any
 
 from verl.config import omega
 from verl.config.coerce import coerce, is_dict_type, mismatch
-from verl.config.errors import ConfigError, unknown_key_error
+from verl.config.key_errors import unknown_key_error
 from verl.config.omega import format_flow
 from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
+from verl.errors import ConfigError
 
 MISSING = dataclasses.MISSING
 logger = logging.getLogger("verl.config")

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config.checks import check_fsdp_size
-from verl.config.errors import ConfigError
+from verl.config.cross_checks import check_fsdp_size
 from verl.config.node import ConfigNode, field_specs, option, section
 from verl.config.schema_actor import FSDPConfig, ModelConfig, OptimConfig
+from verl.errors import ConfigError
 
 Truncation = Literal["error", "left", "right"]
 SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)

@@ -24,7 +24,9 @@ from typing import Any, Literal, Union, get_args, get_origin
 from omegaconf import AnyNode, BooleanNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf, StringNode
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.config.errors import ConfigError, unknown_key_error
+from verl.errors import ConfigError
+
+from verl.config.key_errors import unknown_key_error
 
 NoneType = type(None)
 _SCALARS = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verl.config.errors import ConfigError
+from verl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def parse_override(arg: str) -> Override:
 def group_choice(override: Override) -> None:
     """``group@package=choice``: verl's config groups pick a backend. FSDP is the one that runs here."""
     choice = str(override.value)
-    from verl.config.errors import BACKENDS
+    from verl.config.key_errors import BACKENDS
 
     # verl's choices of the other backends carry its config name: megatron_actor, mlite_actor, ...
     backend = next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
@@ -112,7 +112,7 @@ def group_choice(override: Override) -> None:
 def backend_first(overrides: Sequence[Override]) -> None:
     """Refuse a launch of another backend on its backend, whatever key comes first: a Megatron script
     also sets keys unknown here, and "unknown key optim.min_lr" would hide the real reason."""
-    from verl.config.errors import BACKEND_SECTIONS, backend_key_error
+    from verl.config.key_errors import BACKEND_SECTIONS, backend_key_error
 
     for override in overrides:
         if override.package is not None:

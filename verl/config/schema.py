@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config import checks, compat
+from verl.config import compat, cross_checks
 from verl.config.compat import Section, verl_option
 from verl.config.node import option, section
 from verl.config.render import render_help, render_yaml
@@ -36,8 +36,9 @@ class DataConfig(Section):
     reward_fn_key: str = option("data_source", help="Dataset column that selects the reward function.")
     max_prompt_length: int = option(512, bounds=">= 1", help="Longest prompt in tokens (see truncation).")
     max_response_length: int = option(512, bounds=">= 1", help="Most tokens generated per response.")
-    seq_len: int | None = option(None, bounds=">= 1", help="Optional cap on prompt + response tokens; null = "
-                                 "max_prompt_length + max_response_length.")
+    seq_len: int | None = option(None, bounds=">= 1", help="Ceiling on a sample's tokens: a run whose "
+                                 "max_prompt_length + max_response_length exceeds it is refused at start; "
+                                 "null = no ceiling.")
     train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Prompts per RL step; the "
                                    "step trains on this x rollout.n samples.")
     val_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per validation batch; null = the whole "
@@ -440,11 +441,11 @@ class TrainerConfig(Section):
 
         `dp_size` is the number of data-parallel ranks; None = trainer.nnodes x trainer.n_gpus_per_node.
         """
-        checks.validate(self, dp_size)
+        cross_checks.validate(self, dp_size)
 
     def derived_sizes(self, dp_size: int | None = None, role: Literal["actor", "critic"] = "actor") -> dict[str, int]:
         """Batch sizes in prompts and samples for logging, e.g. `samples_per_mini_batch`."""
-        return checks.derived_sizes(self, dp_size, role)
+        return cross_checks.derived_sizes(self, dp_size, role)
 
     def resolved_logging(self) -> tuple[list[str], str, str]:
         """``(logger names, project, experiment)``: trainer.logger / project_name / experiment_name,

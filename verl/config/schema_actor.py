@@ -2,7 +2,7 @@
 
 Batch sizes carry their unit in the help text: *prompts* (before sampling n responses each) or
 *samples* (prompt-response pairs, i.e. prompts x rollout.n). They are checked together in
-`verl.config.checks`.
+`verl.config.cross_checks`.
 """
 
 from __future__ import annotations

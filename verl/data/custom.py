@@ -21,9 +21,9 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from verl.config.errors import ConfigError
 from verl.data.collate import ITEM_KEYS, item_problem
 from verl.data.dataset import RLDataset
+from verl.errors import ConfigError
 from verl.utils.user_file import import_user_file
 
 SETTING = "data.custom_cls"

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from verl.errors import VerlError
-from verl.utils.seed import seed_everything
-from verl.protocol import Batch
 from verl.distributed.worker_group import WorkerGroup, merge_shares, shard_rows, tensor_bytes
+from verl.errors import VerlError
+from verl.protocol import Batch
+from verl.utils.seed import seed_everything
 
 logger = logging.getLogger("verl.dataflow")
 
@@ -93,10 +93,10 @@ class RoleHost:
         ensure_process_group(timeout_s=timeout_s)
         return os.getpid()
 
-    def build(self, role: str, config, kwargs: dict) -> None:
-        from verl.trainer.ppo.roles import ROLE_FACTORIES
-
-        self.workers[role] = ROLE_FACTORIES[role](config, **kwargs)
+    def build(self, role: str, factory, config, kwargs: dict) -> None:
+        """``factory(config, **kwargs)`` is this rank of ``role``: a module-level function, which Ray
+        sends by name (the trainer passes it; this layer knows no roles)."""
+        self.workers[role] = factory(config, **kwargs)
 
     def execute(self, role: str, method: str, args: tuple, kwargs: dict, reply: bool = True,
                 keep: tuple[str, ...] = (), restore: tuple[str, ...] = ()):
@@ -106,7 +106,7 @@ class RoleHost:
         ``keep``: columns of the result that stay here instead of travelling to the driver (keyed by
         the share's ``sample_id``); ``restore``: columns kept earlier that this call's share needs
         back, assembled from every rank of the pool (the rows may now sit on another rank)."""
-        from verl.utils.checks import explain_oom
+        from verl.utils.preflight import explain_oom
 
         if restore:
             args = (self._restore(role, args[0], restore), *args[1:])
@@ -257,9 +257,10 @@ class RayResourcePool:
     def _pid(self, rank: int):
         return self.pids[rank] if self.pids else "?"
 
-    def build(self, role: str, config, **kwargs) -> RayWorkerGroup:
-        """Build ``role`` on every actor of the pool (collectively: FSDP shards over the pool)."""
-        self.wait([h.build.remote(role, config, kwargs) for h in self.hosts], "build", role)
+    def build(self, role: str, factory, config, **kwargs) -> RayWorkerGroup:
+        """Build ``role`` on every actor of the pool with ``factory(config, **kwargs)`` (collectively:
+        FSDP shards over the pool)."""
+        self.wait([h.build.remote(role, factory, config, kwargs) for h in self.hosts], "build", role)
         return RayWorkerGroup(role, self)
 
     def shutdown(self) -> None:

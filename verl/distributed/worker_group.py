@@ -20,7 +20,7 @@ rank of each role; "splitting" is each rank taking its share, "gathering" an all
 
 Both log the data flow at INFO level on ``verl.dataflow`` (method, rows, shapes, bytes, time)
 and turn an out-of-memory error inside a worker into a VerlError naming the role and the
-settings that lower its memory use (``verl.utils.checks.explain_oom``).
+settings that lower its memory use (``verl.utils.preflight.explain_oom``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 from verl.distributed import process_group
 from verl.distributed.watchdog import Watchdog
 from verl.protocol import Batch
-from verl.utils.checks import explain_oom
+from verl.utils.preflight import explain_oom
 
 logger = logging.getLogger("verl.dataflow")
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from verl.data.io import is_messages
-from verl.rewards.errors import RewardError
+from verl.errors import RewardError
 
 TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from verl.rewards.errors import RewardError
+from verl.errors import RewardError
 from verl.utils.user_file import import_user_file
 
 

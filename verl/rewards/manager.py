@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from verl.errors import RewardError
 from verl.protocol import Batch
-from verl.rewards.errors import RewardError
 from verl.rewards.functions import RewardFunction, run_all
 from verl.rewards.scorers import SCORERS, get_scorer
 

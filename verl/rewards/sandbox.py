@@ -69,8 +69,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from verl.errors import RewardError
 from verl.rewards import sandbox_child, sandbox_hook, sandbox_seccomp
-from verl.rewards.errors import RewardError
 from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
 

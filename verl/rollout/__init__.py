@@ -50,7 +50,7 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
         return VLLMRollout(model_path, tokenizer, eos_token_id=eos, model_config=model.config, config=rollout_config,
                            max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
                            actor_dtype=next(model.parameters()).dtype)
-    from verl.config.errors import check_choice
+    from verl.config.key_errors import check_choice
 
     check_choice("actor_rollout_ref.rollout.name", name, ROLLOUT_NAMES, "rollout engine", OTHER_ENGINES)
 

@@ -123,9 +123,9 @@ def task_rollout(task, model, tokenizer):
     rollout = HFRollout(model, tokenizer)
     if not hasattr(task, "sft_messages"):
         return rollout
-    from verl.agent.loop import AgentLoop, AgentSettings
-    from verl.tools.function_tool import load_function_tools
+    from verl.agent.agent_loop import AgentLoop, AgentSettings
     from verl.tools import builtin
+    from verl.tools.function_tool import load_function_tools
 
     tools = {tool.name: tool for tool in load_function_tools(builtin.__file__)}
     return AgentLoop(rollout, tokenizer, tools, AgentSettings(max_assistant_turns=2), device=rollout.device)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import NOT_IMPLEMENTED_LOSSES, POLICY_LOSSES, agg_loss, compute_kl_loss, truncated_is_weights
+from verl.algorithms.distillation import distillation_loss
 from verl.algorithms.rollout_correction import RolloutCorrection, rollout_correction_of
-from verl.config.errors import check_choice
+from verl.config.key_errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
-from verl.algorithms.distillation import distillation_loss
 
 
 ADDITIVE_METRICS = {"actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/loss",

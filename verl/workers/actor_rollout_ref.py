@@ -16,7 +16,7 @@ import logging
 import torch
 
 from verl.algorithms import truncated_responses
-from verl.config.checks import log_prob_token_budget
+from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
@@ -24,7 +24,7 @@ from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merg
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, build_rollout
-from verl.utils.checks import check_context_length
+from verl.utils.preflight import check_context_length
 from verl.workers.actor import Actor, PolicyModel
 
 logger = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def agent_loop_of(multi_turn, engine, tokenizer, device):
     single-turn rollouts. Tools load in every worker process: each rank runs its own samples' calls."""
     if not multi_turn.enable:
         return None
-    from verl.agent.loop import AgentLoop, AgentSettings
+    from verl.agent.agent_loop import AgentLoop, AgentSettings
     from verl.tools.registry import load_tools
 
     tools = load_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)

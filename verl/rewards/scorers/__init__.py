@@ -19,7 +19,7 @@ import inspect
 from typing import Any, Callable
 
 from verl.data.tasks import TASKS
-from verl.rewards.errors import RewardError
+from verl.errors import RewardError
 from verl.rewards.scorers import code, gsm8k, math_answers
 from verl.rewards.scorers.format import boxed_format, think_format
 

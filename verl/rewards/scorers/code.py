@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from verl.rewards.errors import RewardError
+from verl.errors import RewardError
 from verl.rewards.sandbox import SandboxLimits, run_python
 from verl.rewards.sandbox_trusted import Names, imports_of, names_for
 from verl.rewards.sandbox_verdict import AssertPlan, compile_check, judge

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 
-from verl.rewards.errors import RewardError
+from verl.errors import RewardError
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 

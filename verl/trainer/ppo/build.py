@@ -14,13 +14,13 @@ from pathlib import Path
 
 from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATORS, NOT_IMPLEMENTED_LOSSES,
                              POLICY_LOSSES)
-from verl.config.errors import ConfigError, check_choice
+from verl.config.key_errors import check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
 from verl.data.tasks import TASKS
+from verl.errors import ConfigError, VerlError
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size)
 from verl.distributed.watchdog import Watchdog
-from verl.errors import VerlError
 from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
 from verl.trainer.ppo import distillation, placement, roles

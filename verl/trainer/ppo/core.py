@@ -108,7 +108,7 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         kl = (batch["old_log_probs"] - batch["ref_log_prob"])[mask]
         metrics["actor/ref_kl"] = kl.mean().item() if kl.numel() else 0.0
     metrics["response_length/empty_ratio"] = 1.0 - seq_valid.float().mean().item()
-    if "agent_turns" in batch:  # multi-turn rollouts (verl.agent.loop)
+    if "agent_turns" in batch:  # multi-turn rollouts (verl.agent.agent_loop)
         metrics.update(_stats("agent/num_turns", batch["agent_turns"].float()))
         metrics["agent/tool_calls/mean"] = batch["agent_tool_calls"].float().mean().item()
         metrics["agent/tool_errors"] = batch["agent_tool_errors"].float().sum().item()

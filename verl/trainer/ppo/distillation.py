@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 
 from verl.config import compat
-from verl.config.checks import log_prob_token_budget
-from verl.config.errors import ConfigError
+from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.worker_group import make_worker_group
+from verl.errors import ConfigError
 from verl.models.loading import load_tokenizer
-from verl.utils.checks import check_context_length
+from verl.utils.preflight import check_context_length
 from verl.workers.teacher import TeacherWorker
 
 logger = logging.getLogger(__name__)

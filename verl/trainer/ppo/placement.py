@@ -18,9 +18,9 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from verl.config.errors import ConfigError
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import LocalWorkerGroup, WorkerGroup, make_worker_group
+from verl.errors import ConfigError
 from verl.trainer.ppo import roles
 
 logger = logging.getLogger(__name__)
@@ -181,15 +181,18 @@ def _place_on_ray(config, *, total_steps: int, reward_worker, teachers) -> Roles
                                           timeout_s=config.trainer.dist_timeout_s, threads=threads)
             result.pools.append(pools[name])
         # The order in which roles are built on a pool is the order a single process builds them in.
-        result.actor_rollout_ref = pools["global_pool"].build("actor_rollout_ref", config, total_steps=total_steps)
+        def build(role: str, **kwargs):
+            return pools[placed[role]].build(role, roles.ROLE_FACTORIES[role], config, **kwargs)
+
+        result.actor_rollout_ref = build("actor_rollout_ref", total_steps=total_steps)
         if "critic" in placed:
-            result.critic = pools[placed["critic"]].build("critic", config, total_steps=total_steps)
+            result.critic = build("critic", total_steps=total_steps)
         if "teacher" in placed:
-            result.teacher = pools[placed["teacher"]].build("teacher", config)
+            result.teacher = build("teacher")
         if placed["reward"] is None:
             result.reward = LocalWorkerGroup(reward_worker or roles.reward_worker(config), "reward")
         else:
-            result.reward = pools[placed["reward"]].build("reward", config)
+            result.reward = build("reward")
     except BaseException:
         result.shutdown()
         raise

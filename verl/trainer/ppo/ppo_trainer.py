@@ -31,7 +31,7 @@ from verl.models.value_model import ValueModel
 from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.step_batch import batch_from_dict
-from verl.utils.checks import check_context_length, explain_oom, normalize_reward
+from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
 
 

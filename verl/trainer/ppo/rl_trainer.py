@@ -23,8 +23,8 @@ from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation, select_generations
-from verl.trainer.loop import run_loop
 from verl.trainer.progress import rl_postfix
+from verl.trainer.run_loop import run_loop
 from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 

@@ -2,7 +2,8 @@
 
 One place builds each role, so that the three placements build the same thing: a plain process
 (every role here), each rank of a torchrun job, and each Ray actor of a resource pool
-(:mod:`verl.distributed.ray_pool`, which calls :data:`ROLE_FACTORIES` by name inside the actor).
+(:mod:`verl.distributed.ray_pool`, which gets the factory of :data:`ROLE_FACTORIES` from the placement
+and calls it inside the actor).
 Every factory takes the config plus plain keyword arguments, so the call can cross a process
 boundary as the config and a few numbers.
 """
@@ -19,7 +20,7 @@ from verl.models.lora import lora_requested
 from verl.models.tiny import builtin_model_path
 from verl.models.value_model import ValueModel
 from verl.rewards.manager import RuleRewardManager, build_reward_functions
-from verl.utils.checks import check_context_length
+from verl.utils.preflight import check_context_length
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
 from verl.workers.critic import Critic
 from verl.workers.reward import RewardWorker

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from verl.algorithms import add_to_last_token, groups_with_variance, overlong_penalty
-from verl.config.checks import overlong_buffer_len
+from verl.config.cross_checks import overlong_buffer_len
 from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout import concat_rollouts

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from verl.config import compat
-from verl.config.errors import ConfigError
+from verl.errors import ConfigError
 
 if TYPE_CHECKING:
     from verl.config.schema import TrainerConfig
@@ -158,6 +158,7 @@ def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
                           f"or choose an estimator without a critic (grpo, rloo, reinforce_plus_plus)")
     _check_role(cfg, dp, "actor")
     _check_token_budgets(cfg)
+    _check_seq_len(cfg.data)
     if critic_enabled(cfg):
         _check_role(cfg, dp, "critic")
         _at_least("critic.warmup_steps", cfg.critic.warmup_steps, 0, "critic-only steps before the actor trains")
@@ -212,6 +213,18 @@ def _check_token_budgets(cfg: TrainerConfig) -> None:
                   getattr(arr, role).log_prob_max_token_len_per_gpu, 1, meaning)
     _at_least("critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu, 1, meaning)
     _at_least("critic.forward_max_token_len_per_gpu", critic.forward_max_token_len_per_gpu, 1, meaning)
+
+
+def _check_seq_len(data) -> None:
+    """data.seq_len is a ceiling on a sample's tokens: the longest prompt plus the longest response fit."""
+    if data.seq_len is None:
+        return
+    total = data.max_prompt_length + data.max_response_length
+    if total > data.seq_len:
+        raise ConfigError(f"data.seq_len={data.seq_len} is the most tokens a sample may hold, but "
+                          f"data.max_prompt_length={data.max_prompt_length} + data.max_response_length="
+                          f"{data.max_response_length} = {total}: lower those two so that they sum to at most "
+                          f"{data.seq_len}, or raise data.seq_len (null = no ceiling)")
 
 
 def _check_dapo(cfg: TrainerConfig) -> None:

@@ -1,15 +1,11 @@
-"""`ConfigError` and the did-you-mean hints every unknown-key failure carries."""
+"""The errors of unknown keys and values, with the did-you-mean hints each one carries."""
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
 
-from verl.errors import VerlError
-
-
-class ConfigError(VerlError):
-    """A config key or value is wrong. The message names the key, the problem and the fix."""
+from verl.errors import ConfigError
 
 
 # Training backends of verl that this project does not have (it trains with FSDP), by config name.

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
-from verl.distributed.fsdp import export_hf
 from verl.data.offline import BatchLoader, Encoder
+from verl.distributed.fsdp import export_hf
 from verl.distributed.process_group import (barrier, ensure_process_group, is_main_process, launched_world_size, rank,
                                             world_size)
 from verl.distributed.watchdog import Watchdog
@@ -39,8 +39,8 @@ from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
+from verl.trainer.run_loop import run_loop
 from verl.utils.seed import seed_everything
-from verl.trainer.loop import run_loop
 
 logger = logging.getLogger(__name__)
 
