@@ -459,7 +459,7 @@ class TrainerConfig(Section):
 
     def critic_enabled(self) -> bool:
         """Whether a critic is trained: `critic.enable`, or when null, whether the estimator needs one."""
-        return checks.critic_enabled(self)
+        return cross_checks.critic_enabled(self)
 
 
 HEADER = """\
