@@ -107,3 +107,25 @@ def test_basic_config_at_info_prints_the_move_and_at_warning_prints_nothing():
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("INFO:verl.dataflow:Batch.to: cpu -> meta, 1 of 1 tensors, 8 bytes, ")
+
+
+class _Echo:
+    def echo(self, batch):
+        return batch
+
+
+def test_a_local_group_returns_private_columns_and_traffic_counts_only_what_crossed():
+    # One process: a private column comes back like any other (the controller holds every worker),
+    # and nothing crossed between processes; Traffic reports the counters' growth since its start.
+    from verl.distributed.worker_group import Traffic
+
+    group = LocalWorkerGroup(_Echo(), "echo")
+    group.bytes_to_workers, group.bytes_from_workers = 100, 40  # an earlier step's bytes
+    traffic = Traffic([group, None])
+    out = group.run("echo", small_batch(), private=("values",))
+    assert "values" in out and "sample_id" not in out
+    group.end_step()
+    assert traffic.metrics() == {"perf/bytes_to_workers": 0, "perf/bytes_from_workers": 0, "perf/bytes_moved": 0}
+    group.bytes_to_workers += 7
+    group.bytes_from_workers += 5
+    assert traffic.metrics() == {"perf/bytes_to_workers": 7, "perf/bytes_from_workers": 5, "perf/bytes_moved": 12}

@@ -275,28 +275,31 @@ class RayResourcePool:
 class RayWorkerGroup(WorkerGroup):
     """A role's ranks on a :class:`RayResourcePool` (see the module docstring)."""
 
-    keeps_columns = True
-
     def __init__(self, name: str, pool: RayResourcePool):
         super().__init__(name, pool.spec.world_size)
         self.pool = pool
         self.kept_columns: set[str] = set()
-        """Result columns that stayed on the workers (``run(..., keep=...)``) until :meth:`release_kept`."""
+        """Private result columns (``run(..., private=...)``) that stay on the workers until :meth:`end_step`."""
 
     def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
-            keep: tuple[str, ...] = (), **kwargs):
+            private: tuple[str, ...] = (), **kwargs):
         start = time.perf_counter()
         if batch is None:
             return self._everywhere(method, (), kwargs)
         restore = tuple(sorted(self.kept_columns))
-        if (keep or restore) and "sample_id" not in batch:
-            raise RuntimeError(f"{self.name}.{method}: columns kept on the workers ({', '.join(keep or restore)}) "
-                               f"are matched to rows by a sample_id column, and the batch has none")
+        ids = None
+        if private and "sample_id" not in batch:  # how the workers find their kept rows again
+            ids = torch.arange(len(batch))
+            batch = batch.union(Batch({"sample_id": ids}))
+        if restore and "sample_id" not in batch:
+            raise RuntimeError(f"{self.name}.{method}: columns kept on the workers ({', '.join(restore)}) are "
+                               f"matched to rows by the sample_id column that came back with them, and this "
+                               f"batch has none")
         rows = shard_rows(len(batch), self.world_size, block)
         shares = [batch.index(r) for r in rows]
-        refs = [host.execute.remote(self.name, method, (share,), kwargs, True, tuple(keep), restore)
+        refs = [host.execute.remote(self.name, method, (share,), kwargs, True, tuple(private), restore)
                 for host, share in zip(self.pool.hosts, shares)]
-        self.kept_columns.update(keep)
+        self.kept_columns.update(private)
         sent = sum(tensor_bytes(s) + tensor_bytes(kwargs) for s in shares)
         results = self.pool.wait(refs, method, self.name)
         received = sum(tensor_bytes(r) for r in results)
@@ -307,13 +310,15 @@ class RayWorkerGroup(WorkerGroup):
             result = merge_shares(results, rows, len(batch), self.name)
         else:
             result = results[0]  # metrics: the workers reduced them over the ranks already
+        if ids is not None:  # the controller's batch carries the ids from here on (reordered with its rows)
+            result = result.union(Batch({"sample_id": ids}))
         self._log(method, batch, result, start, f"ray x{self.world_size} ")
         return result
 
     def call(self, method: str, *args, **kwargs):
         return self._everywhere(method, args, kwargs)
 
-    def release_kept(self) -> None:
+    def end_step(self) -> None:
         if self.kept_columns:
             self.pool.wait([host.release.remote(self.name) for host in self.pool.hosts], "release", self.name)
             self.kept_columns.clear()

@@ -8,7 +8,10 @@ The controller (``fit()``) never touches a worker; it calls its role's group:
   workers already reduced over the ranks, comes back as it is). ``block=k`` splits every block
   of ``k`` rows over the ranks instead of the whole batch, so rank ``r``'s ``i``-th share is its
   part of block ``i``: an update whose mini-batches are blocks then trains on exactly the
-  mini-batches one process would.
+  mini-batches one process would. ``private=(columns...)`` names result columns that only later
+  calls of the same group read, never the controller: a group whose workers live in other
+  processes (Ray) keeps them there, matched to rows by a ``sample_id`` column it adds, until
+  ``group.end_step()``; the others return them like any column.
 * ``group.call(method, *args, **kwargs)``: every rank's worker runs ``method`` with the same
   arguments (state dicts, exports, settings); the result of rank 0's worker, which for these
   methods is the same everywhere, comes back.
@@ -53,6 +56,23 @@ def _describe(value) -> str:
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in value.tensors.items())
     devices = "+".join(sorted({str(t.device) for t in value.tensors.values()})) or "-"
     return f"{len(value)} rows [{shapes}] {value.nbytes()} bytes on {devices}"
+
+
+class Traffic:
+    """Tensor bytes that the groups moved between processes from its creation on, as the step's
+    ``perf/bytes_to_workers``, ``perf/bytes_from_workers`` and ``perf/bytes_moved`` (0 in one process)."""
+
+    def __init__(self, groups):
+        self.groups = [group for group in groups if group is not None]
+        self.start = self._totals()
+
+    def _totals(self) -> tuple[int, int]:
+        return (sum(g.bytes_to_workers for g in self.groups), sum(g.bytes_from_workers for g in self.groups))
+
+    def metrics(self) -> dict[str, int]:
+        (to_now, from_now), (to_start, from_start) = self._totals(), self.start
+        sent, received = to_now - to_start, from_now - from_start
+        return {"perf/bytes_to_workers": sent, "perf/bytes_from_workers": received, "perf/bytes_moved": sent + received}
 
 
 def shard_rows(num_rows: int, world: int, block: int | None = None) -> list[list[int]]:
@@ -100,19 +120,13 @@ class WorkerGroup(ABC):
         """Tensor bytes that crossed between processes, both ways (0 in one process)."""
         return self.bytes_to_workers + self.bytes_from_workers
 
-    keeps_columns = False
-    """Whether ``run(..., keep=...)`` really leaves columns on the workers (Ray); elsewhere the
-    workers share the controller's process or every rank holds the batch, and all columns return."""
-
     @abstractmethod
     def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
-            keep: tuple[str, ...] = (), **kwargs):
-        """Data-parallel ``method`` over ``batch`` (see the module docstring). ``keep``: result columns
-        the controller will not read, which may stay on the workers until :meth:`release_kept`
-        (later calls of this group get them back on their rows, matched by ``sample_id``)."""
+            private: tuple[str, ...] = (), **kwargs):
+        """Data-parallel ``method`` over ``batch`` (see the module docstring, ``private`` included)."""
 
-    def release_kept(self) -> None:
-        """Forget the columns kept on the workers (a no-op where none are kept)."""
+    def end_step(self) -> None:
+        """The step's data is done: forget the private columns the workers kept (a no-op where none are)."""
 
     @abstractmethod
     def call(self, method: str, *args, **kwargs):
@@ -137,7 +151,7 @@ class LocalWorkerGroup(WorkerGroup):
         self.worker = worker
 
     def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
-            keep: tuple[str, ...] = (), **kwargs):
+            private: tuple[str, ...] = (), **kwargs):
         start = time.perf_counter()
         result = self._invoke(self.worker, method, () if batch is None else (batch,), kwargs)
         self.bytes_sent += _nbytes(batch)
@@ -169,7 +183,7 @@ class SPMDWorkerGroup(WorkerGroup):
             return super()._invoke(worker, method, args, kwargs)
 
     def run(self, method: str, batch: Batch | None = None, *, block: int | None = None,
-            keep: tuple[str, ...] = (), **kwargs):
+            private: tuple[str, ...] = (), **kwargs):
         start = time.perf_counter()
         if batch is None:
             return self._invoke(self.worker, method, (), kwargs)

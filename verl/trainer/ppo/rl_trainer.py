@@ -11,13 +11,12 @@ import math
 import time
 from collections import defaultdict
 
-import torch
-
 from verl.algorithms import make_kl_controller
 from verl.algorithms.advantages import estimator_inputs
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
 from verl.distributed.process_group import barrier, is_main_process
 from verl.distributed.watchdog import Watchdog
+from verl.distributed.worker_group import Traffic
 from verl.protocol import Batch
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
@@ -102,7 +101,7 @@ class RLTrainer:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
         algo = self.config.algorithm
-        to_before, from_before = self._bytes_moved("bytes_to_workers"), self._bytes_moved("bytes_from_workers")
+        traffic = Traffic((self.actor_rollout_ref, self.critic, self.reward, self.teacher))
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
@@ -113,12 +112,10 @@ class RLTrainer:
             elif not self.on_policy_update(len(batch)):
                 with timer("old_log_prob", timing):
                     batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
-            stay = self.worker_side_columns(batch)
-            if stay:
-                batch["sample_id"] = torch.arange(len(batch))  # how the workers find their kept rows again
             if self.use_ref:
                 with timer("ref", timing):
-                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch, keep=stay))
+                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch,
+                                                                   private=self.read_by_the_actor_alone(batch)))
             if self.teacher is not None:
                 with timer("teacher", timing):
                     batch = batch.union(self.teacher.run("compute_teacher_log_prob", batch))
@@ -138,16 +135,15 @@ class RLTrainer:
                 with timer("update_actor", timing):
                     metrics.update(self.actor_rollout_ref.run("update_actor", batch,
                                                               block=self.samples_per_mini_batch("actor")))
-            self.actor_rollout_ref.release_kept()
+            for group in traffic.groups:
+                group.end_step()
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(timing)
         n_tokens = int(batch["attention_mask"].sum())
         metrics["perf/total_num_tokens"] = n_tokens
         metrics["perf/time_per_step"] = timing["timing_s/step"]
         metrics["perf/throughput"] = n_tokens / max(timing["timing_s/step"], 1e-9)
-        metrics["perf/bytes_to_workers"] = self._bytes_moved("bytes_to_workers") - to_before
-        metrics["perf/bytes_from_workers"] = self._bytes_moved("bytes_from_workers") - from_before
-        metrics["perf/bytes_moved"] = metrics["perf/bytes_to_workers"] + metrics["perf/bytes_from_workers"]
+        metrics.update(traffic.metrics())
         for key, seconds in timing.items():
             self.stage_seconds[key.split("/", 1)[1]] += seconds
         return metrics
@@ -163,13 +159,10 @@ class RLTrainer:
         return (actor.ppo_epochs == 1 and rows <= self.samples_per_mini_batch("actor")
                 and not algo.use_kl_in_reward and "old_log_probs" not in estimator_inputs(algo.adv_estimator))
 
-    def worker_side_columns(self, batch: Batch) -> tuple[str, ...]:
-        """Columns the actor's workers may keep instead of sending them to the controller, which never
-        reads them (only the actor's own loss does): the reference log-probs, unless the KL penalty of
-        the reward or the old-vs-reference KL metric needs them here (the latter only where the
-        old log-probs came back too). Only a group that places workers in other processes keeps any."""
-        if not (self.use_ref and self.actor_rollout_ref.keeps_columns):
-            return ()
+    def read_by_the_actor_alone(self, batch: Batch) -> tuple[str, ...]:
+        """Reference columns that only the actor's own loss reads, never this controller: the reference
+        log-probs, unless the KL penalty of the reward or the old-vs-reference KL metric reads them here
+        (the latter only where the old log-probs came back too). The group decides where they live."""
         if self.config.algorithm.use_kl_in_reward or "old_log_probs" in batch:
             return ()
         return ("ref_log_prob",)
@@ -189,12 +182,6 @@ class RLTrainer:
         if self.config.algorithm.use_kl_in_reward:
             batch = batch.union(Batch({"old_log_probs": batch["rollout_log_probs"]}))
         return batch
-
-    def _bytes_moved(self, counter: str) -> int:
-        """Tensor bytes the worker groups moved between processes so far in one direction
-        (``bytes_to_workers`` / ``bytes_from_workers``; 0 in one process)."""
-        groups = (self.actor_rollout_ref, self.critic, self.reward, self.teacher)
-        return sum(getattr(group, counter) for group in groups if group is not None)
 
     def _balanced(self, batch: Batch) -> Batch:
         """The step's samples reordered within every mini-batch (of the actor and the critic both) so
