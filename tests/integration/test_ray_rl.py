@@ -11,9 +11,11 @@ actor. Without Ray installed, everything else runs and backend=ray says how to i
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,13 +35,14 @@ RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     """One Ray for the module's runs: ``ray start --head``, which every driver joins through
     RAY_ADDRESS (a Ray of its own takes ~13 s to start and stop). Runs that start a local Ray
     themselves are in tests/integration/test_distributed_doc.py and test_agent_scale_out.py."""
     ray_cli = str(Path(sys.executable).with_name("ray"))
     env = {**os.environ, **RAY_ENV}
-    temp = tmp_path_factory.mktemp("ray-session")
+    # Short: Ray puts unix sockets under it, and a socket path has at most 107 bytes.
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     started = subprocess.run([ray_cli, "start", "--head", "--num-cpus=4", "--include-dashboard=false",
                               "--disable-usage-stats", "--port=0", f"--temp-dir={temp}"],
                              capture_output=True, text=True, timeout=180, env=env)
@@ -50,6 +53,7 @@ def ray_cluster(tmp_path_factory):
     yield address.group(1)
     del RAY_ENV["RAY_ADDRESS"]
     subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -85,7 +85,9 @@ def handler(signum, frame):  # a signal handler is handed the running frame: the
         frame = frame.f_back
 signal.signal(signal.SIGALRM, handler)
 signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
-for i in range(20000):
+for i in range(20000):  # until a few hook frames are caught (well inside the wall limit on a busy machine)
+    if len(stolen) >= 3:
+        break
     try:
         open("scratch%d" % (i % 5), "w").close()
     except OSError:
