@@ -1,4 +1,4 @@
-"""An epoch-aware, resumable iterator of prompt Batches.
+"""An epoch-aware, resumable iterator of Batches: the prompts of RL, the rows of SFT, DPO and KTO.
 
 The order of epoch ``e`` is a permutation drawn from ``torch.Generator().manual_seed(seed + e)``,
 so it depends only on (seed, epoch, dataset size): a loader restored from ``state_dict()`` yields
@@ -7,7 +7,8 @@ exactly the batches the original would have yielded next.
 
 from __future__ import annotations
 
-from typing import Iterator
+import functools
+from typing import Callable, Iterator
 
 import torch
 
@@ -28,21 +29,30 @@ class PromptLoader:
     """
 
     def __init__(self, dataset, batch_size: int, *, shuffle: bool = True, seed: int = 1,
-                 drop_last: bool = True, pad_token_id: int):
+                 drop_last: bool = True, pad_token_id: int | None = None,
+                 collate: Callable[[list[dict]], Batch] | None = None, unit: str = "prompts",
+                 size_key: str = "the prompt batch size (e.g. data.train_batch_size)"):
+        """``collate`` turns a list of dataset items into a Batch; by default the prompts are
+        left-padded with ``pad_token_id`` (:func:`~verl.data.collate.collate_prompts`). ``unit`` and
+        ``size_key`` name the rows and the setting in the errors."""
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
+        if collate is None:
+            if pad_token_id is None:
+                raise TypeError("PromptLoader needs pad_token_id (for collate_prompts) or a collate function")
+            collate = functools.partial(collate_prompts, pad_token_id=pad_token_id)
         self.dataset = dataset
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
-        self.pad_token_id = pad_token_id
+        self.collate = collate
+        self.unit = unit
         self.epoch = 0
         self.position = 0  # batches already handed out in the current epoch
         if len(self) == 0:
-            raise DataError(f"the dataset has {len(dataset)} prompts, fewer than one batch of {batch_size}; "
-                            f"lower the prompt batch size (e.g. data.train_batch_size) to at most "
-                            f"{len(dataset)}, or add data")
+            raise DataError(f"the dataset has {len(dataset)} {unit}, fewer than one batch of {batch_size}; "
+                            f"lower {size_key} to at most {len(dataset)}, or add data")
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -56,7 +66,7 @@ class PromptLoader:
 
     def _batch_at(self, order: torch.Tensor, position: int) -> Batch:
         rows = order[position * self.batch_size:(position + 1) * self.batch_size].tolist()
-        return collate_prompts([self.dataset[i] for i in rows], self.pad_token_id)
+        return self.collate([self.dataset[i] for i in rows])
 
     def _roll_over_if_done(self) -> None:
         if self.position >= len(self):
@@ -85,11 +95,13 @@ class PromptLoader:
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` left off. The order must be the same one, so the dataset size,
         batch size, seed and shuffle setting must match those of the saved run."""
-        saved = {k: state[k] for k in ("seed", "batch_size", "dataset_len", "shuffle")}
+        # (a checkpoint of an older version holds epoch and position alone)
+        saved = {k: state[k] for k in ("seed", "batch_size", "dataset_len", "shuffle") if k in state}
         now = {k: v for k, v in self.state_dict().items() if k in saved}
         if saved != now:
             changed = ", ".join(f"{k}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
-            raise DataError(f"cannot resume the prompt loader: {changed}; the resumed run would see a "
-                            f"different order of prompts. Use the saved settings and data to resume")
+            raise DataError(f"cannot resume the {'prompt' if self.unit == 'prompts' else 'data'} loader: {changed}; "
+                            f"the resumed run would see a different order of {self.unit}. Use the saved settings "
+                            f"and data to resume")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])

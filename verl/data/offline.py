@@ -27,6 +27,7 @@ import torch
 
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.io import DataError, is_messages
+from verl.data.loader import PromptLoader
 from verl.protocol import Batch
 
 Encoded = tuple[list[int], list[int]]  # (token ids, loss mask)
@@ -292,41 +293,12 @@ def collate_kto(items: list[dict], pad_token_id: int, encoder: Encoder) -> Batch
     return Batch(batch)
 
 
-class BatchLoader:
-    """Batches of a dataset, epoch after epoch, resumable.
-
-    Epoch e's order is a permutation drawn from ``torch.Generator().manual_seed(seed + e)``, so
-    ``state_dict()`` (epoch, position) restores exactly the batches the run would have seen next.
-    A last incomplete batch of an epoch is dropped.
-    """
-
-    def __init__(self, dataset, batch_size: int, collate: Callable[[list[dict]], Batch], *, shuffle: bool = True,
-                 seed: int = 1):
-        if len(dataset) < batch_size:
-            raise DataError(f"the dataset has {len(dataset)} rows, fewer than one batch of {batch_size}; lower "
-                            f"data.train_batch_size to at most {len(dataset)}, or add data")
-        self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
-        self.shuffle, self.seed = shuffle, seed
-        self.epoch, self.position = 0, 0
-
-    def __len__(self) -> int:
-        return len(self.dataset) // self.batch_size
-
-    def __next__(self) -> Batch:
-        if self.position >= len(self):
-            self.epoch, self.position = self.epoch + 1, 0
-        n = len(self.dataset)
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.epoch)) \
-            if self.shuffle else torch.arange(n)
-        rows = order[self.position * self.batch_size:(self.position + 1) * self.batch_size].tolist()
-        self.position += 1
-        return self.collate([self.dataset[i] for i in rows])
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+def BatchLoader(dataset, batch_size: int, collate: Callable[[list[dict]], Batch], *, shuffle: bool = True,
+                seed: int = 1) -> PromptLoader:
+    """The offline trainers' loader: :class:`~verl.data.loader.PromptLoader` over ``collate``'s batches
+    (epoch e's order drawn from ``seed + e``, resumable, a last incomplete batch dropped)."""
+    return PromptLoader(dataset, batch_size, collate=collate, shuffle=shuffle, seed=seed, unit="rows",
+                        size_key="data.train_batch_size")
 
 
 # ------------------------------------------------------------------------------ built-in data

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
-from verl.distributed.process_group import barrier, is_main_process
+from verl.distributed.process_group import is_main_process
 from verl.protocol import Batch
 from verl.tracking import Tracker
+from verl.trainer.run_loop import save_checkpoint
 
 
 class BaseTrainer:
@@ -59,12 +60,7 @@ class BaseTrainer:
     def save_checkpoint(self, directory: str) -> Path:
         """Write a resumable checkpoint (``directory/global_step_N``), crash-safe. Under torchrun every
         rank calls it (gathering the sharded state is a collective) and rank 0 writes."""
-        manager = CheckpointManager(directory)
-        state = self.state_dict()
-        if is_main_process():
-            manager.save(self.global_step, state)
-        barrier()
-        return manager.step_dir(self.global_step)
+        return save_checkpoint(CheckpointManager(directory, main=is_main_process()), self.global_step, self.state_dict())
 
     def load_checkpoint(self, directory: str) -> None:
         """Resume from the newest checkpoint under ``directory`` that loads (a damaged newer one is

@@ -13,16 +13,47 @@ What a trainer provides (plain attributes and methods, no base class):
 * ``global_step``, ``total_steps``, ``val_history`` (``[(step, metrics)]``), ``tracker``,
   ``watchdog`` and ``label`` (shown on the progress line);
 * ``has_validation()``: whether there is a validation set;
-* ``resume()``: load the checkpoint ``trainer.resume_mode`` points at, if any;
+* ``resume()``: load the checkpoint ``trainer.resume_mode`` points at, if any (most trainers:
+  :func:`resume_from_checkpoint` over their ``state_dict``/``load_state_dict``);
 * ``next_step()``: advance ``global_step`` by one and return that step's metrics;
 * ``log_validation()``: validate, append to ``val_history`` and log;
-* ``save_checkpoint()``, ``export()`` (the Hugging Face folder), ``postfix(metrics)``.
+* ``save_checkpoint()`` (most trainers: :func:`save_checkpoint`), ``export()`` (the Hugging Face
+  folder), ``postfix(metrics)``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from verl.checkpoint import CheckpointManager
+from verl.distributed.process_group import barrier
 from verl.trainer.progress import Progress
 from verl.trainer.stop import RunInterrupted, StopSignals
+
+
+def save_checkpoint(checkpoints: CheckpointManager, step: int, state: dict) -> Path:
+    """Write ``global_step_<step>`` of ``state`` (crash-safe: written aside, renamed into place).
+
+    Every rank calls it with the state it gathered (gathering sharded weights is a collective); the
+    manager's main process writes and every rank waits for it. A checkpoint holds full tensors, so it
+    resumes at any world size."""
+    if checkpoints.main:
+        checkpoints.save(step, state)
+    barrier()
+    return checkpoints.step_dir(step)
+
+
+def resume_from_checkpoint(trainer, checkpoints: CheckpointManager, trainer_cfg, *, announce: bool = True):
+    """Load the checkpoint ``trainer.resume_mode`` points at, if any, into ``trainer.load_state_dict``;
+    its folder, or None. ``announce``: the main process prints where it resumed from."""
+    found = checkpoints.resume_state(trainer_cfg)
+    if found is None:
+        return None
+    path, state = found
+    trainer.load_state_dict(state)
+    if announce and checkpoints.main:
+        print(f"Resumed from {path} at step {trainer.global_step}", flush=True)
+    return path
 
 
 def run_loop(trainer, cfg) -> None:

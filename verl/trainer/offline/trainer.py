@@ -29,9 +29,10 @@ import torch
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
 from verl.data.offline import BatchLoader, Encoder
 from verl.distributed.fsdp import export_hf
-from verl.distributed.process_group import (barrier, ensure_process_group, is_main_process, launched_world_size, rank,
+from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_world_size, rank,
                                             world_size)
 from verl.distributed.watchdog import Watchdog
+from verl.distributed.worker_group import shard_rows
 from verl.models.loading import resolve_device
 from verl.models.lora import BaseView, lora_requested
 from verl.protocol import Batch
@@ -39,7 +40,7 @@ from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
-from verl.trainer.run_loop import run_loop
+from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint
 from verl.utils.seed import seed_everything
 
 logger = logging.getLogger(__name__)
@@ -106,8 +107,9 @@ class OfflineTrainer:
     # ------------------------------------------------------------------ helpers for steps
     def shard(self, batch: Batch) -> Batch:
         """This rank's contiguous share of a step's batch (all of it in one process)."""
-        start, stop = self.rank * len(batch) // self.world, (self.rank + 1) * len(batch) // self.world
-        share = batch.index(slice(start, stop))
+        rows = shard_rows(len(batch), self.world, block=len(batch))[self.rank]  # one block: contiguous, unpadded
+        share = batch.index(rows)
+        start, stop = (rows[0], rows[-1] + 1) if rows else (0, 0)
         # Which rows each rank trains on; the checksums (sums of the integer columns) of the ranks'
         # shares add up to that of the whole batch.
         if logger.isEnabledFor(logging.DEBUG):
@@ -117,17 +119,18 @@ class OfflineTrainer:
         return share
 
     def val_batches(self):
-        """This rank's share of the validation set (rows ``rank``, ``rank + W``, ...) as ``(batch, n)``
-        in batches of the micro-batch size (the whole share when that is null), of which the first
-        ``n`` rows count. Every rank runs as many batches (FSDP's forward is a collective), so a
-        rank short of rows fills its last ones with copies of row 0, which do not count."""
+        """This rank's share of the validation set (:func:`shard_rows`: contiguous and equal) as
+        ``(batch, n)`` in batches of the micro-batch size (the whole share when that is null), of which
+        the first ``n`` rows count. Every rank runs as many batches (FSDP's forward is a collective), so
+        a rank short of rows ends with copies of the last row, which do not count."""
         total = len(self.val_set)
-        per_rank = -(-total // self.world)
-        size = self.micro_batch_size or per_rank
-        for start in range(0, per_rank, size):
-            rows = [self.rank + self.world * i for i in range(start, min(start + size, per_rank))]
-            items = [self.val_set[r if r < total else 0] for r in rows]
-            yield self.collate(items).to(self.device), sum(r < total for r in rows)
+        rows = shard_rows(total, self.world)[self.rank]
+        counted = max(0, min(len(rows), total - self.rank * len(rows)))  # the padding comes last
+        size = self.micro_batch_size or len(rows)
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            yield (self.collate([self.val_set[r] for r in chunk]).to(self.device),
+                   max(0, min(len(chunk), counted - start)))
 
     # ------------------------------------------------------------------ the run
     def step(self, batch: Batch) -> dict[str, float]:
@@ -194,24 +197,11 @@ class OfflineTrainer:
         self.val_history = state["val_history"]
 
     def save_checkpoint(self) -> Path:
-        """Write ``default_local_dir/global_step_N`` (crash-safe: written aside, renamed into place).
-
-        Every rank gathers the state; rank 0 writes it. A checkpoint holds full tensors, so it
-        resumes at any world size."""
-        state = self.state_dict()
-        if self.is_main:
-            self.checkpoints.save(self.global_step, state)
-        barrier()
-        return self.checkpoints.step_dir(self.global_step)
+        """Write ``default_local_dir/global_step_N`` (see :func:`verl.trainer.run_loop.save_checkpoint`)."""
+        return save_checkpoint(self.checkpoints, self.global_step, self.state_dict())
 
     def resume(self) -> None:
         """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
         cfg = self.config.trainer
-        found = self.checkpoints.resume_state(cfg)
-        if found is None:
-            return
-        path, state = found
-        self.load_state_dict(state)
-        if cfg.progress_bar and self.is_main:
-            print(f"Resumed from {path} at step {self.global_step}", flush=True)
+        resume_from_checkpoint(self, self.checkpoints, cfg, announce=cfg.progress_bar)
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from verl.algorithms import apply_kl_in_reward, compute_gae_advantage_return, compute_policy_loss
-from verl.config import TrainerConfig
+from verl.algorithms import compute_policy_loss, make_kl_controller
+from verl.algorithms.dapo import add_to_last_token
+from verl.config import AlgorithmConfig, CriticConfig
 from verl.config.node import ConfigNode, option
 from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import rank, world_size
@@ -30,6 +31,7 @@ from verl.models.loading import load_causal_lm
 from verl.models.value_model import ValueModel
 from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
+from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.step_batch import batch_from_dict
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
@@ -72,11 +74,16 @@ class PPOTrainer(BaseTrainer):
         super().__init__(actor_rollout_ref_worker, logger=logger, output_dir=output_dir)
         self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
         self.critic = critic or self._build_critic()
+        # The RL trainer's algorithm section for these settings: GAE, KL in the reward against the reference.
+        self.algorithm = AlgorithmConfig(adv_estimator="gae", gamma=self.config.gamma, lam=self.config.lam,
+                                         use_kl_in_reward=self.worker.ref is not None,
+                                         kl_penalty=self.config.kl_penalty)
+        self.kl_ctrl = make_kl_controller("fixed", self.config.kl_coef)
 
     def _build_critic(self) -> Critic:
         worker = self.worker
         model_cfg = worker.config.model
-        critic_cfg = TrainerConfig().critic
+        critic_cfg = CriticConfig()
         critic_cfg.optim.lr = self.config.critic_lr
         critic_cfg.cliprange_value = self.config.cliprange_value
         value_model = ValueModel(load_causal_lm(worker.model_path, dtype=model_cfg.dtype,
@@ -101,19 +108,11 @@ class PPOTrainer(BaseTrainer):
         batch = batch.union(self.worker.compute_ref_log_prob(batch)) if with_ref else batch
         batch["values"] = self.critic.compute_values(batch)
         mask = batch["response_mask"]
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        scores = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-        scores[torch.arange(len(batch)), last] = batch["reward"].to(scores)
-        batch["token_level_scores"] = scores * mask
-        if with_ref:
-            rewards, kl_metrics = apply_kl_in_reward(scores, batch["old_log_probs"], batch["ref_log_prob"], mask,
-                                                     self.config.kl_coef, self.config.kl_penalty)
-        else:
-            rewards, kl_metrics = scores, {}
-        batch["token_level_rewards"] = rewards
-        advantages, returns = compute_gae_advantage_return(rewards, batch["values"], mask, self.config.gamma,
-                                                           self.config.lam)
-        batch["advantages"], batch["returns"] = advantages, returns
+        # The RL path from here: the reward on the last response token, KL in the reward when there
+        # is a reference, GAE (verl.trainer.ppo.core.apply_kl_and_advantage).
+        batch["token_level_scores"] = add_to_last_token(torch.zeros(mask.shape, dtype=torch.float32,
+                                                                    device=mask.device), mask, batch["reward"])
+        batch, kl_metrics = apply_kl_and_advantage(batch, self.algorithm, self.kl_ctrl)
         batch.meta["kl_metrics"] = {k: float(v) for k, v in kl_metrics.items()}
         return batch
 

@@ -14,7 +14,7 @@ from collections import defaultdict
 from verl.algorithms import make_kl_controller
 from verl.algorithms.advantages import estimator_inputs
 from verl.checkpoint import CheckpointManager, restore_rng_state, rng_state
-from verl.distributed.process_group import barrier, is_main_process
+from verl.distributed.process_group import is_main_process
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import Traffic
 from verl.protocol import Batch
@@ -23,7 +23,7 @@ from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation, select_generations
 from verl.trainer.progress import rl_postfix
-from verl.trainer.run_loop import run_loop
+from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint
 from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 
@@ -229,7 +229,7 @@ class RLTrainer:
                         ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
 
     # ------------------------------------------------------------------ checkpoints
-    def _state(self) -> dict:
+    def state_dict(self) -> dict:
         # Full (unsharded) tensors: a checkpoint resumes at any number of ranks.
         state = {"global_step": self.global_step, "actor": self.actor_rollout_ref.call("state_dict"),
                  "loader": self.train_loader.state_dict(), "kl_coef": self.kl_ctrl.value, "rng": rng_state(),
@@ -238,20 +238,7 @@ class RLTrainer:
             state["critic"] = self.critic.call("state_dict")
         return state
 
-    def save_checkpoint(self) -> None:
-        start = time.perf_counter()
-        state = self._state()  # every rank gathers (a collective); rank 0 writes
-        if self.is_main:
-            self.checkpoints.save(self.global_step, state)
-        barrier()
-        self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
-
-    def resume(self) -> None:
-        """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
-        found = self.checkpoints.resume_state(self.config.trainer)
-        if found is None:
-            return
-        path, state = found
+    def load_state_dict(self, state: dict) -> None:
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
@@ -261,6 +248,13 @@ class RLTrainer:
         self.global_step = state["global_step"]
         self.val_history = state["val_history"]
         self.stage_seconds.update(state["stage_seconds"])
-        if self.is_main:
-            print(f"Resumed from {path} at step {self.global_step}", flush=True)
+
+    def save_checkpoint(self) -> None:
+        start = time.perf_counter()
+        save_checkpoint(self.checkpoints, self.global_step, self.state_dict())
+        self.stage_seconds["save_checkpoint"] += time.perf_counter() - start
+
+    def resume(self) -> None:
+        """Load the checkpoint ``trainer.resume_mode`` points at, if any."""
+        resume_from_checkpoint(self, self.checkpoints, self.config.trainer)
 
