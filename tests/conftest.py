@@ -18,18 +18,25 @@ except ValueError:
     collect_ignore_glob = ["with_vllm/*"]
 
 
-# Files whose tests start Ray: one group, so they never run side by side (docs/distributed.md ends
-# with `ray stop`, which stops every Ray of this user).
+# Files whose tests start Ray: one unit of scheduling, so they never run side by side (a test
+# there counts or kills the RoleHost processes it finds, and docs/distributed.md ends with
+# `ray stop`, which stops every Ray of this user).
 RAY_FILES = {"test_ray_rl.py", "test_distributed_doc.py", "test_agent_scale_out.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n``, ``--dist loadgroup``): each file runs on one worker, so its module
-    fixtures (shared reference runs, trained models) are built once; the Ray files share one worker."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else str(item.path)))
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``-n``): each file runs on one worker, so its module fixtures (shared
+    reference runs, trained models) are built once; the Ray files run on one worker, one after the
+    other. (xdist's own ``--dist loadgroup`` does not group with pytest 9; ``loadfile`` is this
+    without the Ray unit.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if os.path.basename(path) in RAY_FILES else path
+
+    return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,10 @@ actor. Without Ray installed, everything else runs and backend=ray says how to i
 
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -32,28 +28,6 @@ RAY2 = ["trainer.backend=ray", "trainer.n_gpus_per_node=2"]
 # A local Ray on a 2-core machine without network or accounts: no auth token, no usage stats.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_cluster():
-    """One Ray for the module's runs: ``ray start --head``, which every driver joins through
-    RAY_ADDRESS (a Ray of its own takes ~13 s to start and stop). Runs that start a local Ray
-    themselves are in tests/integration/test_distributed_doc.py and test_agent_scale_out.py."""
-    ray_cli = str(Path(sys.executable).with_name("ray"))
-    env = {**os.environ, **RAY_ENV}
-    # Short: Ray puts unix sockets under it, and a socket path has at most 107 bytes.
-    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
-    started = subprocess.run([ray_cli, "start", "--head", "--num-cpus=4", "--include-dashboard=false",
-                              "--disable-usage-stats", "--port=0", f"--temp-dir={temp}"],
-                             capture_output=True, text=True, timeout=180, env=env)
-    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-    address = re.search(r"ray start --address='([^']+)'", started.stdout)
-    assert address, started.stdout[-2000:]
-    RAY_ENV["RAY_ADDRESS"] = address.group(1)
-    yield address.group(1)
-    del RAY_ENV["RAY_ADDRESS"]
-    subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
-    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +139,18 @@ def _wait_for_hosts(proc: subprocess.Popen, n: int, before: set[int], timeout: f
     raise AssertionError("the Ray actors did not start")
 
 
+def _wait_for_first_step(proc: subprocess.Popen, out, timeout: float = 300) -> None:
+    """Until the run has logged its first training step (its models are built and it is training)."""
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        if metrics.exists() and any('"step": 1' in line for line in metrics.read_text().splitlines()):
+            return
+        time.sleep(0.5)
+    raise AssertionError("the run logged no training step")
+
+
 def _assert_no_hosts_left(within: float = 30) -> None:
     """Every RoleHost ends with its run: the cluster kills a finished job's actors within seconds."""
     deadline = time.monotonic() + within
@@ -185,7 +171,7 @@ def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data
     proc = _driver(_long_run(tiny_model_dir, data_dir, tmp_path / how, f"trainer.dist_timeout_s={timeout_s}"))
     try:
         hosts = _wait_for_hosts(proc, 2, before)
-        time.sleep(8)  # into the training steps
+        _wait_for_first_step(proc, tmp_path / how)  # into the training steps
         victim = max(hosts)
         os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
         start = time.monotonic()
@@ -219,7 +205,7 @@ def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_d
     proc = _driver(_long_run(tiny_model_dir, data_dir, out, "trainer.save_freq=1000"), start_new_session=True)
     try:
         _wait_for_hosts(proc, 2, before)
-        time.sleep(8)
+        _wait_for_first_step(proc, out)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the driver's whole process group
         _, err = proc.communicate(timeout=120)
     finally:
