@@ -24,17 +24,6 @@ except ValueError:
 RAY_FILES = {"test_ray_rl.py", "test_distributed_doc.py", "test_agent_scale_out.py"}
 
 
-# The files that take minutes, first (the rest keep their order): the two workers then finish together
-# instead of one running a long file alone at the end. (xdist would order files by test count.)
-FIRST = ("test_calculator_demo.py", *sorted(RAY_FILES), "test_vllm_env.py", "test_offline_docs.py", "test_docs.py",
-         "test_torchrun_rl.py", "test_algorithms_learn.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
-
-
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (``-n``): each file runs on one worker, so its module fixtures (shared
     reference runs, trained models) are built once; the Ray files run on one worker, one after the
