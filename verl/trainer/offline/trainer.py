@@ -109,10 +109,10 @@ class OfflineTrainer:
         """This rank's contiguous share of a step's batch (all of it in one process)."""
         rows = shard_rows(len(batch), self.world, block=len(batch))[self.rank]  # one block: contiguous, unpadded
         share = batch.index(rows)
-        start, stop = (rows[0], rows[-1] + 1) if rows else (0, 0)
         # Which rows each rank trains on; the checksums (sums of the integer columns) of the ranks'
         # shares add up to that of the whole batch.
         if logger.isEnabledFor(logging.DEBUG):
+            start, stop = (rows[0], rows[-1] + 1) if rows else (0, 0)
             checksum = sum(int(t.sum()) for t in share.tensors.values() if not t.is_floating_point())
             logger.debug("rank %d of %d, step %d: rows %d:%d of %d, checksum %d", self.rank, self.world,
                          self.global_step, start, stop, len(batch), checksum)
