@@ -188,11 +188,14 @@ class ActorRolloutRefWorker:
             log_prob, _ = self.ref.compute_log_prob(batch)
         return Batch({"ref_log_prob": log_prob})
 
-    def update_actor(self, batch: Batch) -> dict[str, float]:
+    def update_actor(self, batch: Batch, *, loss_fn=None, mini_batch_size: int | None = None,
+                     micro_batch_size: int | None = None, epochs: int | None = None) -> dict[str, float]:
         """PPO update of the actor on ``batch``, then the rollout sees the new weights.
 
         With ``actor.mask_truncated_responses`` (DAPO overlong filtering) responses cut off at
         the length limit are left out of the loss: their ``response_mask`` is 0 here.
+        ``loss_fn``, ``mini_batch_size``, ``micro_batch_size`` (else ``actor.ppo_micro_batch_size_per_gpu``)
+        and ``epochs`` override the configured values for this call (:meth:`Actor.update`).
         """
         metrics = {}
         if self.config.actor.mask_truncated_responses:
@@ -201,7 +204,9 @@ class ActorRolloutRefWorker:
             batch = Batch({**batch.tensors, "response_mask": batch["response_mask"] * keep}, batch.non_tensors,
                           batch.meta)
             metrics["actor/truncated_masked_ratio"] = truncated.float().mean().item()
-        metrics.update(self.actor.update(batch, micro_batch_size=self.config.actor.ppo_micro_batch_size_per_gpu))
+        metrics.update(self.actor.update(batch, loss_fn=loss_fn, mini_batch_size=mini_batch_size, epochs=epochs,
+                                         micro_batch_size=micro_batch_size or
+                                         self.config.actor.ppo_micro_batch_size_per_gpu))
         self.sync_rollout_weights()
         return metrics
 

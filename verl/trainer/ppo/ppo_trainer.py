@@ -10,6 +10,11 @@ RLHF PPO update (Ouyang et al. 2022; Ziegler et al. 2019):
 5. ``ppo_epochs`` passes over mini-batches, updating the critic (clipped value loss) and the
    actor (the objective of :meth:`compute_loss`, by default the clipped PPO loss).
 
+The step runs on the RL path of ``RLTrainer``: the actor-rollout-reference worker and the critic
+are role worker groups (:mod:`verl.distributed.worker_group`), which under torchrun split every
+batch over the ranks and gather the results; the advantages come from
+:func:`verl.trainer.ppo.core.apply_kl_and_advantage`, the critic from the role factory.
+
 For training from prompts with generation, rewards and validation, use ``RLTrainer`` through
 ``python -m verl.trainer.main_ppo``; this class is for driving single updates yourself.
 """
@@ -24,32 +29,15 @@ from verl.algorithms import compute_policy_loss, make_kl_controller
 from verl.algorithms.dapo import add_to_last_token
 from verl.config import AlgorithmConfig, CriticConfig
 from verl.config.node import ConfigNode, option
-from verl.distributed.fsdp import parallelize
-from verl.distributed.process_group import rank, world_size
-from verl.distributed.worker_group import shard_rows
-from verl.models.loading import load_causal_lm
-from verl.models.value_model import ValueModel
+from verl.distributed.watchdog import Watchdog
+from verl.distributed.worker_group import WorkerGroup, make_worker_group
 from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
+from verl.trainer.ppo.roles import value_critic
 from verl.trainer.ppo.step_batch import batch_from_dict
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
-
-
-def data_parallel_share(batch: Batch, mini_batch_size: int) -> tuple[Batch, int]:
-    """This rank's rows of ``batch`` for the updates, and its mini-batch size.
-
-    Under torchrun every rank runs the user's script and holds the same batch. Each rank then
-    trains on its part of every mini-batch; since losses are normalised by counts over all ranks
-    and gradients summed, that is the update of the whole batch. Where a mini-batch has fewer
-    rows than there are ranks (or does not split evenly), every rank trains on all of it instead:
-    each rank's loss is then half (a 1/W share) of the whole, and the sum is still exact.
-    """
-    world = world_size()
-    if world == 1 or mini_batch_size % world or len(batch) % mini_batch_size:
-        return batch, mini_batch_size
-    return batch.index(shard_rows(len(batch), world, block=mini_batch_size)[rank()]), mini_batch_size // world
 
 
 @dataclass
@@ -74,6 +62,11 @@ class PPOTrainer(BaseTrainer):
         super().__init__(actor_rollout_ref_worker, logger=logger, output_dir=output_dir)
         self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
         self.critic = critic or self._build_critic()
+        # The role groups of the RL path: these workers in this process, or this rank's under torchrun.
+        # No heartbeat: a script driving single steps has no run to report lost ranks of.
+        watchdog = Watchdog.inert()
+        self.actor_group = make_worker_group(self.worker, "actor_rollout_ref", watchdog)
+        self.critic_group = make_worker_group(self.critic, "critic", watchdog)
         # The RL trainer's algorithm section for these settings: GAE, KL in the reward against the reference.
         self.algorithm = AlgorithmConfig(adv_estimator="gae", gamma=self.config.gamma, lam=self.config.lam,
                                          use_kl_in_reward=self.worker.ref is not None,
@@ -81,18 +74,14 @@ class PPOTrainer(BaseTrainer):
         self.kl_ctrl = make_kl_controller("fixed", self.config.kl_coef)
 
     def _build_critic(self) -> Critic:
-        worker = self.worker
-        model_cfg = worker.config.model
-        critic_cfg = CriticConfig()
-        critic_cfg.optim.lr = self.config.critic_lr
-        critic_cfg.cliprange_value = self.config.cliprange_value
-        value_model = ValueModel(load_causal_lm(worker.model_path, dtype=model_cfg.dtype,
-                                                trust_remote_code=model_cfg.trust_remote_code,
-                                                override_config=dict(model_cfg.override_config),
-                                                disable_dropout=model_cfg.disable_dropout))
-        value_model = parallelize(value_model, critic_cfg.fsdp_config, device=worker.device)
-        return Critic(value_model, critic_cfg, worker.device, samples_per_mini_batch=1, ppo_epochs=1,
-                      total_steps=None)
+        """A value model on the policy's architecture and weights, with this step's critic settings."""
+        model_cfg = self.worker.config.model
+        critic_cfg = CriticConfig(optim=dict(lr=self.config.critic_lr), cliprange_value=self.config.cliprange_value,
+                                  model=dict(trust_remote_code=model_cfg.trust_remote_code,
+                                             override_config=dict(model_cfg.override_config)))
+        return value_critic(critic_cfg, self.worker.model_path, device=self.worker.device, dtype=model_cfg.dtype,
+                            disable_dropout=model_cfg.disable_dropout, samples_per_mini_batch=1, ppo_epochs=1,
+                            total_steps=None, config_key="actor_rollout_ref.model.path")
 
     def prepare(self, data: dict | Batch) -> Batch:
         """Log-probs, values, KL-penalised token rewards, advantages and returns for a batch."""
@@ -103,10 +92,10 @@ class PPOTrainer(BaseTrainer):
                              response_length, truncation_key="tokenizer(truncation=True)",
                              max_prompt_key="tokenizer(max_length=...)")
         batch = batch.to(self.worker.device)
-        batch = batch.union(self.worker.compute_log_prob(batch))
-        with_ref = self.worker.ref is not None
-        batch = batch.union(self.worker.compute_ref_log_prob(batch)) if with_ref else batch
-        batch["values"] = self.critic.compute_values(batch)
+        batch = batch.union(self.actor_group.run("compute_log_prob", batch))
+        if self.worker.ref is not None:
+            batch = batch.union(self.actor_group.run("compute_ref_log_prob", batch))
+        batch["values"] = self.critic_group.run("compute_values", batch)
         mask = batch["response_mask"]
         # The RL path from here: the reward on the last response token, KL in the reward when there
         # is a reference, GAE (verl.trainer.ppo.core.apply_kl_and_advantage).
@@ -125,12 +114,8 @@ class PPOTrainer(BaseTrainer):
         cfg = self.config
         batch = self.prepare(data)
         size = cfg.mini_batch_size or len(batch)
-        share, share_size = data_parallel_share(batch, size)
-        critic_metrics = self._update_critic(share, share_size)
-        actor = self.worker.actor
-        actor_metrics = actor.update(share, micro_batch_size=cfg.micro_batch_size, loss_fn=self.compute_loss,
-                                     mini_batch_size=share_size, epochs=cfg.ppo_epochs)
-        self.worker.sync_rollout_weights()
+        critic_metrics = self._update(self.critic_group, "update", batch, size)
+        actor_metrics = self._update(self.actor_group, "update_actor", batch, size, loss_fn=self.compute_loss)
         self.global_step += 1
         mask = batch["response_mask"].bool()
         out = {
@@ -158,9 +143,19 @@ class PPOTrainer(BaseTrainer):
         metrics["actor/pg_loss"] = loss.detach()
         return loss, metrics
 
-    def _update_critic(self, batch: Batch, size: int) -> dict:
-        return self.critic.update(batch, micro_batch_size=self.config.micro_batch_size, mini_batch_size=size,
-                                  epochs=self.config.ppo_epochs)
+    def _update(self, group: WorkerGroup, method: str, batch: Batch, size: int, **kwargs) -> dict:
+        """``ppo_epochs`` over mini-batches of ``size`` rows by ``group``'s ``method``: each rank trains
+        on its part of every mini-batch (losses are normalised by counts over all ranks and gradients
+        summed, so that is the update of the whole batch). Where a mini-batch does not split evenly
+        over the ranks (or the batch into mini-batches), every rank trains on all of it instead: each
+        rank's loss is then a 1/W share of the whole, and the sum is still exact."""
+        micro = self.config.micro_batch_size
+        if size % group.world_size or len(batch) % size:
+            return group.call(method, batch, mini_batch_size=size, micro_batch_size=micro or size,
+                              epochs=self.config.ppo_epochs, **kwargs)
+        share = size // group.world_size
+        return group.run(method, batch, block=size, mini_batch_size=share, micro_batch_size=micro or share,
+                         epochs=self.config.ppo_epochs, **kwargs)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "critic": self.critic.state_dict()}

@@ -57,22 +57,34 @@ def actor_rollout_ref_worker(config, *, total_steps: int, tokenizer=None) -> Act
 def critic_worker(config, *, total_steps: int, device: torch.device | str | None = None) -> Critic:
     """The value model (a causal LM with a zero-initialised value head), sharded over this group's ranks."""
     critic_cfg, arr_cfg = config.critic, config.actor_rollout_ref
-    device = resolve_device(device or config.trainer.device)
-    critic_path = str(critic_cfg.model.path) if critic_cfg.model.path else policy_path(config)
-    value_model = ValueModel(load_causal_lm(critic_path, dtype=arr_cfg.model.dtype,
-                                            trust_remote_code=critic_cfg.model.trust_remote_code,
+    sizes = config.derived_sizes(dp_size=world_size(), role="critic")
+    return value_critic(critic_cfg, str(critic_cfg.model.path) if critic_cfg.model.path else policy_path(config),
+                        device=resolve_device(device or config.trainer.device), dtype=arr_cfg.model.dtype,
+                        disable_dropout=arr_cfg.model.disable_dropout,
+                        samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
+                        ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps, seed=config.trainer.seed,
+                        norm_len=config.data.max_response_length, micro_batch_size=sizes["samples_per_micro_batch"])
+
+
+def value_critic(critic_cfg, path: str, *, device: torch.device, dtype: str, disable_dropout: bool,
+                 samples_per_mini_batch: int, ppo_epochs: int, total_steps: int | None, seed: int = 0,
+                 norm_len: int | None = None, micro_batch_size: int | None = None,
+                 config_key: str = "critic.model.path") -> Critic:
+    """A :class:`Critic` over the causal LM at ``path`` with a zero-initialised value head, as the
+    ``critic`` section ``critic_cfg`` describes it: the one place a critic is built (the RL run's
+    :func:`critic_worker` and the tutorial's ``PPOTrainer``). ``config_key`` names ``path``'s setting in
+    errors."""
+    value_model = ValueModel(load_causal_lm(path, dtype=dtype, trust_remote_code=critic_cfg.model.trust_remote_code,
                                             override_config=dict(critic_cfg.model.override_config),
-                                            disable_dropout=arr_cfg.model.disable_dropout,
-                                            config_key="critic.model.path"))
+                                            disable_dropout=disable_dropout, config_key=config_key))
     if critic_cfg.model.enable_gradient_checkpointing:
         value_model.model.gradient_checkpointing_enable()
     if lora_requested(critic_cfg.model):
         value_model.use_lora(critic_cfg.model)
-    sizes = config.derived_sizes(dp_size=world_size(), role="critic")
     value_model = parallelize(value_model, critic_cfg.fsdp_config, device=device)
-    return Critic(value_model, critic_cfg, device, samples_per_mini_batch=sizes["samples_per_mini_batch_per_rank"],
-                  ppo_epochs=sizes["ppo_epochs"], total_steps=total_steps, seed=config.trainer.seed,
-                  norm_len=config.data.max_response_length, micro_batch_size=sizes["samples_per_micro_batch"])
+    return Critic(value_model, critic_cfg, device, samples_per_mini_batch=samples_per_mini_batch,
+                  ppo_epochs=ppo_epochs, total_steps=total_steps, seed=seed, norm_len=norm_len,
+                  micro_batch_size=micro_batch_size)
 
 
 def reward_worker(config, *, tokenizer=None) -> RewardWorker:
