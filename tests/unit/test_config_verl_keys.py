@@ -10,7 +10,7 @@ import pytest
 
 from verl.config import ConfigError, TrainerConfig
 from verl.config.node import ConfigNode, field_specs
-from verl.config.omega import format_flow
+from verl.config.yaml_text import format_flow
 
 GRPO_FSDP = [
     "algorithm.adv_estimator=grpo",

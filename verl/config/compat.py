@@ -24,15 +24,15 @@ import dataclasses
 import logging
 import types
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from verl.config.key_errors import BACKENDS  # noqa: F401  (re-exported)
 from verl.config.node import MISSING, ConfigNode, option
-from verl.config.omega import format_flow
+from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
 
-if TYPE_CHECKING:
-    from verl.config.schema import TrainerConfig
+# The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
+# annotated as the ConfigNode it is, so that the import goes one way.
 
 logger = logging.getLogger("verl.config")
 
@@ -172,7 +172,7 @@ def _dtype(name: str | None) -> str | None:
     return _DTYPES.get(name, name) if name is not None else None
 
 
-def _move(cfg: TrainerConfig, src: str, dst: str, value: Any, unset: Any, dst_default: Any) -> None:
+def _move(cfg: ConfigNode, src: str, dst: str, value: Any, unset: Any, dst_default: Any) -> None:
     """Set `dst` to `value` (given under verl's key `src`) and reset `src` to `unset`; a `dst` that
     was set to something else is a conflict."""
     current = cfg.get(dst)
@@ -183,7 +183,7 @@ def _move(cfg: TrainerConfig, src: str, dst: str, value: Any, unset: Any, dst_de
     cfg.set(src, unset)
 
 
-def resolve(cfg: TrainerConfig, dp: int) -> None:
+def resolve(cfg: ConfigNode, dp: int) -> None:
     """Move values given under verl's other spellings to the keys this project reads, and refuse
     combinations that cannot be honoured. Idempotent: a moved key goes back to its default."""
     arr = cfg.actor_rollout_ref

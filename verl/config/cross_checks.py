@@ -10,13 +10,13 @@ in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulatio
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from verl.config import compat
+from verl.config.node import ConfigNode
 from verl.errors import ConfigError
 
-if TYPE_CHECKING:
-    from verl.config.schema import TrainerConfig
+# The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
+# annotated as the ConfigNode it is, so that the import goes one way.
 
 # Estimators whose baseline is the other responses to the same prompt: they need n >= 2.
 GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus_baseline")
@@ -30,17 +30,17 @@ logger = logging.getLogger("verl.config")
 _N_KEY = "actor_rollout_ref.rollout.n"
 
 
-def critic_enabled(cfg: TrainerConfig) -> bool:
+def critic_enabled(cfg: ConfigNode) -> bool:
     if cfg.critic.enable is not None:
         return cfg.critic.enable
     return cfg.algorithm.adv_estimator in CRITIC_ESTIMATORS
 
 
-def _dp(cfg: TrainerConfig, dp_size: int | None) -> int:
+def _dp(cfg: ConfigNode, dp_size: int | None) -> int:
     return dp_size if dp_size is not None else cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
 
 
-def _role_sizes(cfg: TrainerConfig, role: str) -> tuple[str, int, str, int | None, int]:
+def _role_sizes(cfg: ConfigNode, role: str) -> tuple[str, int, str, int | None, int]:
     """(mini-batch key, prompts per mini-batch, micro-batch key, samples per micro-batch, epochs);
     the critic's null fields resolve to the actor's, and the key named is the one that applies."""
     actor = cfg.actor_rollout_ref.actor
@@ -70,7 +70,7 @@ def log_prob_token_budget(arr_cfg, role: str) -> int | None:
     return budget if budget is not None else actor.ppo_max_token_len_per_gpu
 
 
-def derived_sizes(cfg: TrainerConfig, dp_size: int | None = None, role: str = "actor") -> dict[str, int]:
+def derived_sizes(cfg: ConfigNode, dp_size: int | None = None, role: str = "actor") -> dict[str, int]:
     """The batch sizes a step actually uses, each named with its unit (for logging)."""
     _, mini, _, micro, epochs = _role_sizes(cfg, role)
     dp = _dp(cfg, dp_size)
@@ -104,7 +104,7 @@ def _at_least(key: str, value: int | None, low: int, meaning: str) -> None:
         raise ConfigError(f"{key}={value} must be >= {low} ({meaning})")
 
 
-def _check_role(cfg: TrainerConfig, dp: int, role: str) -> None:
+def _check_role(cfg: ConfigNode, dp: int, role: str) -> None:
     mini_key, mini, micro_key, micro, epochs = _role_sizes(cfg, role)
     prompts = cfg.data.train_batch_size
     n = cfg.actor_rollout_ref.rollout.n
@@ -131,7 +131,7 @@ def _check_role(cfg: TrainerConfig, dp: int, role: str) -> None:
             f"e.g. {_divisor_hint(per_rank, micro)}")
 
 
-def validate(cfg: TrainerConfig, dp_size: int | None = None) -> None:
+def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic.
 
     First, values given under verl's other spellings move to the keys this project reads, and verl
@@ -190,7 +190,7 @@ def check_fsdp_size(key: str, value: int) -> None:
                           f"the world size")
 
 
-def _warn_if_greedy_groups(cfg: TrainerConfig) -> None:
+def _warn_if_greedy_groups(cfg: ConfigNode) -> None:
     """Greedy decoding (temperature 0 or do_sample=false) gives every sample of a prompt the same
     response, so a group baseline makes every advantage 0: the run would train on nothing."""
     rollout = cfg.actor_rollout_ref.rollout
@@ -204,7 +204,7 @@ def _warn_if_greedy_groups(cfg: TrainerConfig) -> None:
                        estimator, " and ".join(greedy), rollout.n)
 
 
-def _check_token_budgets(cfg: TrainerConfig) -> None:
+def _check_token_budgets(cfg: ConfigNode) -> None:
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     meaning = "tokens per micro-batch with dynamic batch size"
     _at_least(f"{_ACTOR}.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu, 1, meaning)
@@ -227,7 +227,7 @@ def _check_seq_len(data) -> None:
                           f"{data.seq_len}, or raise data.seq_len (null = no ceiling)")
 
 
-def _check_dapo(cfg: TrainerConfig) -> None:
+def _check_dapo(cfg: ConfigNode) -> None:
     """DAPO switches (dynamic sampling, overlong shaping) and the rollout importance ratio."""
     groups = cfg.algorithm.filter_groups
     if groups.enable:
@@ -250,7 +250,7 @@ def _check_dapo(cfg: TrainerConfig) -> None:
                           f"importance ratio); the usual value is 2.0")
 
 
-def overlong_buffer_len(cfg: TrainerConfig) -> int:
+def overlong_buffer_len(cfg: ConfigNode) -> int:
     """The penalty buffer in tokens: `reward_model.overlong_buffer.len`, or a fifth of the maximum length."""
     buffer = cfg.reward_model.overlong_buffer
     return buffer.len if buffer.len is not None else max(1, cfg.data.max_response_length // 5)

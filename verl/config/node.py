@@ -14,166 +14,22 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
-import functools
 import logging
 import os
-import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl.config import omega
 from verl.config.coerce import coerce, is_dict_type, mismatch
+from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
+                                field_specs, option, raw_value, section)
 from verl.config.key_errors import unknown_key_error
-from verl.config.omega import format_flow
+from verl.config.render import render_help
 from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
+from verl.config.yaml_text import format_flow, read_yaml, to_yaml
 from verl.errors import ConfigError
 
-MISSING = dataclasses.MISSING
 logger = logging.getLogger("verl.config")
-
-
-def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), link: str | None = None,
-           fallback: Any = None, choices: Iterable[str] | None = None, bounds: str | None = None) -> Any:
-    """Declare a leaf field: its default, its help text and other names that mean the same key.
-
-    Mutable defaults (lists, dicts) are copied per instance. ``link`` makes a field that is left
-    at None follow another key of the whole config, as verl's ``${oc.select:data.max_prompt_length,512}``
-    does: reading it gives that key's current value, or ``fallback`` when the section stands alone.
-    ``choices`` (the values a text key takes) and ``bounds`` (a number's range: ``"> 0"``, ``">= 1"``,
-    ``"[0, 1]"``, ``"(0, 1]"``) are checked whenever the key is set, and named in its help text.
-    """
-    notes = []
-    if choices is not None:
-        choices = tuple(choices)
-        notes.append(f"One of: {', '.join(choices)}.")
-    if bounds is not None:
-        parse_bounds(bounds)  # a malformed range fails where it is declared
-        notes.append(f"Range: {bounds}.")
-    if notes:
-        help = " ".join([help, *notes])
-    metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds}
-    if link is not None:
-        if default is not None:
-            raise TypeError(f"a linked option defaults to None (it follows {link}), got {default!r}")
-        metadata.update(link=link, fallback=fallback)
-    if isinstance(default, (list, dict)):
-        return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default),
-                                 metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
-
-
-def section(default: type[ConfigNode] | ConfigNode, *, help: str) -> Any:
-    """Declare a nested section; `default` is its class, or an instance whose values differ."""
-    factory = default.copy if isinstance(default, ConfigNode) else default
-    return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": ()})
-
-
-def parse_bounds(text: str) -> tuple[float, bool, float, bool]:
-    """``"> 0"`` / ``">= 1"`` / ``"<= 1"`` / ``"[0, 1]"`` / ``"(0, 1]"`` -> (low, low inclusive, high, high inclusive)."""
-    text = text.strip()
-    for op, inclusive in ((">=", True), (">", False), ("<=", True), ("<", False)):
-        if text.startswith(op):
-            value = float(text[len(op):])
-            return (value, inclusive, float("inf"), False) if op[0] == ">" else (float("-inf"), False, value, inclusive)
-    if text[:1] in "[(" and text[-1:] in "])" and "," in text:
-        low, high = (float(part) for part in text[1:-1].split(","))
-        return low, text[0] == "[", high, text[-1] == "]"
-    raise TypeError(f"bounds {text!r}: write '> 0', '>= 1', '<= 1', '[0, 1]' or '(0, 1]'")
-
-
-def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
-    """A value outside the key's declared choices or range: an error naming both (None passes: it is
-    the "not set" of an optional key)."""
-    if value is None:
-        return
-    if spec.choices is not None and value not in spec.choices:
-        close = difflib.get_close_matches(str(value), spec.choices, n=1, cutoff=0.6)
-        hint = f"; did you mean {key}={close[0]}?" if close else ""
-        raise ConfigError(f"{key}={value!r} is not one of {', '.join(spec.choices)}{hint}")
-    if spec.bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, low_in, high, high_in = parse_bounds(spec.bounds)
-        above = value >= low if low_in else value > low
-        below = value <= high if high_in else value < high
-        if not (above and below):  # NaN fails both
-            raise ConfigError(f"{key}={value} must be {_describe_bounds(spec.bounds)}")
-
-
-def _describe_bounds(text: str) -> str:
-    low, low_in, high, high_in = parse_bounds(text)
-    if high == float("inf"):
-        return f"{'>=' if low_in else '>'} {low:g}"
-    if low == float("-inf"):
-        return f"{'<=' if high_in else '<'} {high:g}"
-    return f"in {text}"
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldSpec:
-    """What the mechanism knows about one field of a section."""
-
-    name: str
-    type: Any
-    help: str
-    aliases: tuple[str, ...]
-    node_type: type[ConfigNode] | None  # set when the field is a nested section
-    default: Any  # the default value, or a fresh one for factory defaults
-    choices: tuple[str, ...] | None = None
-    bounds: str | None = None
-
-
-@functools.cache
-def field_specs(cls: type[ConfigNode]) -> dict[str, FieldSpec]:
-    """The fields of a section class by canonical name, in declaration order."""
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"{cls.__name__} must be decorated with @dataclass")
-    hints = typing.get_type_hints(cls)
-    specs = {}
-    for f in dataclasses.fields(cls):
-        help_text = f.metadata.get("help", "")
-        if not help_text:
-            raise TypeError(f"{cls.__name__}.{f.name} needs help text: declare it with option(..., help=...)")
-        tp = hints[f.name]
-        node_type = tp if isinstance(tp, type) and issubclass(tp, ConfigNode) else None
-        default = f.default_factory() if f.default_factory is not MISSING else f.default
-        specs[f.name] = FieldSpec(f.name, tp, help_text, f.metadata.get("aliases", ()), node_type, default,
-                                  f.metadata.get("choices"), f.metadata.get("bounds"))
-    return specs
-
-
-@functools.cache
-def alias_map(cls: type[ConfigNode]) -> dict[str, str]:
-    """Every accepted name (canonical and alias) -> canonical name."""
-    names = {}
-    for spec in field_specs(cls).values():
-        for name in (spec.name, *spec.aliases):
-            if name in names:
-                raise TypeError(f"{cls.__name__}: '{name}' names two fields")
-            names[name] = spec.name
-    return names
-
-
-@functools.cache
-def dotted_keys(cls: type[ConfigNode], prefix: str = "") -> tuple[str, ...]:
-    """Every dotted key of the tree below `cls` (sections, leaves and aliases), in order."""
-    keys = []
-    for spec in field_specs(cls).values():
-        for name in (spec.name, *spec.aliases):
-            key = f"{prefix}{name}"
-            keys.append(key)
-            if spec.node_type is not None:
-                keys.extend(dotted_keys(spec.node_type, key + "."))
-    return tuple(keys)
-
-
-def example_of(spec: FieldSpec) -> str:
-    """A good value of a leaf for error messages: its default, as typed on the command line."""
-    return "" if spec.default is None or spec.node_type else format_flow(spec.default)
-
-
-def raw_value(node: ConfigNode, name: str) -> Any:
-    """The stored value of field ``name``: None for a linked field that follows another key."""
-    return object.__getattribute__(node, name)
 
 
 def _follow_link(self, name: str) -> Any:
@@ -215,6 +71,7 @@ class _NodeMeta(type):
 class ConfigNode(metaclass=_NodeMeta):
     """Base class of config sections: validated attributes, dict/YAML/override round-trips."""
 
+    __config_section__ = True  # what verl.config.fields.is_section_type looks for
     _parent: ConfigNode | None = None
     _key: str | None = None
 
@@ -267,7 +124,7 @@ class ConfigNode(metaclass=_NodeMeta):
         schema, ``${...}`` resolved last against the final values; then back to the dataclasses."""
         tree = omega.typed_tree(base if base is not None else cls())
         if yaml_source is not None:
-            omega.merge_mapping(tree, cls, omega.read_yaml(yaml_source))
+            omega.merge_mapping(tree, cls, read_yaml(yaml_source))
         overrides = [parse_override(arg) for arg in args]
         backend_first(overrides)
         defaults = None
@@ -417,7 +274,7 @@ class ConfigNode(metaclass=_NodeMeta):
 
     def to_yaml(self) -> str:
         """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""
-        return omega.to_yaml(self.to_dict())
+        return to_yaml(self.to_dict())
 
     def copy(self):
         """A deep, detached copy (no parent)."""
@@ -450,8 +307,6 @@ class ConfigNode(metaclass=_NodeMeta):
     @classmethod
     def format_help(cls) -> str:
         """A `--help`-style listing: every dotted key with its type, default and help text."""
-        from verl.config.render import render_help  # render builds on this module
-
         return render_help(cls)
 
 

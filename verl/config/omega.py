@@ -15,8 +15,6 @@ within the section, the ``+`` form for free-form mappings).
 from __future__ import annotations
 
 import copy
-import functools
-import os
 import types
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
@@ -24,9 +22,10 @@ from typing import Any, Literal, Union, get_args, get_origin
 from omegaconf import AnyNode, BooleanNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf, StringNode
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.errors import ConfigError
-
+from verl.config.coerce import is_dict_type, mismatch
+from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, raw_value
 from verl.config.key_errors import unknown_key_error
+from verl.errors import ConfigError
 
 NoneType = type(None)
 _SCALARS = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
@@ -50,8 +49,6 @@ def _is_text(tp: Any) -> bool:
 
 def _typed(tp: Any, value: Any):
     """The OmegaConf node for a leaf of annotation ``tp`` holding ``value``."""
-    from verl.config.coerce import is_dict_type
-
     inner, optional = _members(tp)
     if _is_text(inner):
         return StringNode(value, is_optional=optional)
@@ -75,12 +72,10 @@ def _typed(tp: Any, value: Any):
 
 def typed_tree(node) -> DictConfig:
     """A struct DictConfig with ``node``'s values, each leaf typed by its annotation."""
-    from verl.config.node import ConfigNode, field_specs, raw_value
-
     content = {}
     for name, spec in field_specs(type(node)).items():
         value = raw_value(node, name)
-        content[name] = typed_tree(value) if isinstance(value, ConfigNode) else _typed(spec.type, value)
+        content[name] = typed_tree(value) if spec.node_type is not None else _typed(spec.type, value)
     tree = DictConfig(content)
     OmegaConf.set_struct(tree, True)
     return tree
@@ -104,9 +99,6 @@ class Target:
 def locate(cls, key: str, note: str = "") -> Target:
     """Walk ``key`` through the schema of ``cls``: aliases become canonical names; an unknown name is
     an error with a did-you-mean within its section."""
-    from verl.config.coerce import is_dict_type
-    from verl.config.node import alias_map, dotted_keys, field_specs
-
     parts = key.split(".")
     node_cls, canon = cls, []
     for i, part in enumerate(parts):
@@ -132,9 +124,6 @@ def locate(cls, key: str, note: str = "") -> Target:
 
 # ------------------------------------------------------------------ applying values
 def _mismatch(target: Target, value: Any) -> ConfigError:
-    from verl.config.coerce import mismatch
-    from verl.config.node import example_of
-
     if target.spec.node_type is not None and not target.tail:
         return mismatch(value, target.spec.node_type, target.key, "{key: value, ...}")
     return mismatch(value, target.spec.type if not target.tail else Any, target.key, example_of(target.spec))
@@ -243,51 +232,3 @@ def _raw_text(tree: DictConfig, key: str) -> str:
         return str((OmegaConf.select(tree, parent) if parent else tree)._get_node(leaf)._value())
     except Exception:  # the best we can do is the key alone
         return "?"
-
-
-# ------------------------------------------------------------------ YAML
-def read_yaml(source: str | os.PathLike) -> dict:
-    """A mapping from a YAML file path or YAML text (OmegaConf's loader: ``1e-4`` is a float);
-    ``${...}`` stays text, to resolve once everything is applied. An empty document is ``{}``."""
-    import yaml
-
-    text, where = source, "text"
-    if isinstance(source, os.PathLike) or ("\n" not in source and os.path.isfile(source)):
-        with open(source, encoding="utf-8") as f:
-            text, where = f.read(), f"file {os.fspath(source)}"
-    elif not any(c in source for c in "\n:{"):
-        raise ConfigError(f"config file '{source}' not found; pass an existing .yaml path or YAML text")
-    try:
-        data = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
-    except (yaml.YAMLError, OmegaConfBaseException) as e:
-        raise ConfigError(f"cannot parse YAML config {where}: {str(e).strip()}") from None
-    if not isinstance(data, DictConfig):
-        raise ConfigError("a YAML config must be a mapping of keys at the top level, got a list")
-    return OmegaConf.to_container(data, resolve=False)
-
-
-def to_yaml(data: dict) -> str:
-    """Block YAML of plain data (OmegaConf's writer: strings that would read back as something else
-    are quoted); `read_yaml` reads it back equal."""
-    return OmegaConf.to_yaml(data)
-
-
-def format_flow(value: Any) -> str:
-    """One-line YAML for ``value`` (an override's value side, a default in the commented YAML) that
-    OmegaConf's loader reads back as an equal value."""
-    import yaml
-
-    # A one-element flow list, brackets dropped: the scalar quoting without an end-of-document marker.
-    text = yaml.dump([value], Dumper=_flow_dumper(), default_flow_style=True, width=float("inf"),
-                     allow_unicode=True).strip()
-    return text[1:-1]
-
-
-@functools.cache
-def _flow_dumper():
-    """A dumper that quotes a string exactly when OmegaConf's loader would read it as something else
-    (``'1e-4'``, ``'yes'``, ``'null'``), and leaves keys such as ``n`` plain, as Hydra's grammar needs."""
-    import yaml
-    from omegaconf._utils import get_yaml_loader
-
-    return type("FlowDumper", (yaml.SafeDumper,), {"yaml_implicit_resolvers": get_yaml_loader().yaml_implicit_resolvers})
