@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from verl.config.key_errors import BACKENDS  # noqa: F401  (re-exported)
+from verl.config.fields import walk
 from verl.config.node import MISSING, ConfigNode, option
 from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
@@ -146,19 +147,18 @@ class Section(ConfigNode):
 
 
 # ------------------------------------------------------------------ checks at validate()
-def _walk(node: ConfigNode) -> Iterator[tuple[ConfigNode, str, Rule, Any]]:
-    for f in dataclasses.fields(node):
-        value = getattr(node, f.name)
-        if isinstance(value, ConfigNode):
-            yield from _walk(value)
-        elif "verl_rule" in f.metadata:
-            yield node, f.name, f.metadata["verl_rule"], value
+def _rules(cfg: ConfigNode) -> Iterator[tuple[ConfigNode, str, Rule, Any]]:
+    """(section, field name, rule, value) of every verl_option below ``cfg``."""
+    for entry in walk(cfg):
+        if not entry.is_section and "verl_rule" in entry.spec.metadata:
+            name = entry.spec.name
+            yield entry.owner, name, entry.spec.metadata["verl_rule"], getattr(entry.owner, name)
 
 
 def check(cfg: ConfigNode) -> None:
     """Refuse what a free-form value changed in place asks for, and log one warning per key whose
     value asks for something not done here. Called by `validate()`."""
-    for node, name, rule, value in _walk(cfg):
+    for node, name, rule, value in _rules(cfg):
         if rule.refuse_if is not None and rule.refuse_if(value):
             raise rule.refusal(node._path(name), value)
         if rule.warn_if is not None and rule.warn_if(value):

@@ -15,7 +15,7 @@ import dataclasses
 import difflib
 import functools
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from verl.config.yaml_text import format_flow
@@ -116,6 +116,7 @@ class FieldSpec:
     default: Any  # the default value, or a fresh one for factory defaults
     choices: tuple[str, ...] | None = None
     bounds: str | None = None
+    metadata: Any = dataclasses.field(default=None, compare=False)  # the dataclass field's (rules ride on it)
 
 
 @functools.cache
@@ -133,7 +134,7 @@ def field_specs(cls: type) -> dict[str, FieldSpec]:
         node_type = tp if is_section_type(tp) else None
         default = f.default_factory() if f.default_factory is not MISSING else f.default
         specs[f.name] = FieldSpec(f.name, tp, help_text, f.metadata.get("aliases", ()), node_type, default,
-                                  f.metadata.get("choices"), f.metadata.get("bounds"))
+                                  f.metadata.get("choices"), f.metadata.get("bounds"), f.metadata)
     return specs
 
 
@@ -149,17 +150,61 @@ def alias_map(cls: type) -> dict[str, str]:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One field met by :func:`walk`: its dotted canonical key, its depth (0 at the top), its spec,
+    the section that holds it (``owner``) and its stored value (a nested section's node; in a walk
+    over a class, the field's default)."""
+
+    key: str
+    depth: int
+    spec: FieldSpec
+    owner: Any
+    value: Any
+
+    @property
+    def is_section(self) -> bool:
+        return self.spec.node_type is not None
+
+
+def walk(node: Any, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
+    """Every field below ``node`` (a section, or a section class), depth first in declaration
+    order: a nested section's own entry, then its fields. The one walk over the schema: the typed
+    tree, the dicts, the renderings, the key listings and the compatibility rules all use it."""
+    for name, spec in field_specs(node if isinstance(node, type) else type(node)).items():
+        value = spec.default if isinstance(node, type) else raw_value(node, name)
+        yield Entry(prefix + name, depth, spec, node, value)
+        if spec.node_type is not None:
+            yield from walk(spec.node_type if isinstance(node, type) else value, f"{prefix}{name}.", depth + 1)
+
+
+def nest(entries: Iterable[Entry], leaf) -> dict:
+    """Nested dicts of :func:`walk`'s entries (of one walk from the top): a dict for each section,
+    ``leaf(entry)`` for each leaf."""
+    out: dict = {}
+    sections = {"": out}
+    for entry in entries:
+        parent, _, name = entry.key.rpartition(".")
+        if entry.is_section:
+            sections[parent][name] = sections[entry.key] = {}
+        else:
+            sections[parent][name] = leaf(entry)
+    return out
+
+
 @functools.cache
-def dotted_keys(cls: type, prefix: str = "") -> tuple[str, ...]:
-    """Every dotted key of the tree below `cls` (sections, leaves and aliases), in order."""
-    keys = []
-    for spec in field_specs(cls).values():
-        for name in (spec.name, *spec.aliases):
-            key = f"{prefix}{name}"
-            keys.append(key)
-            if spec.node_type is not None:
-                keys.extend(dotted_keys(spec.node_type, key + "."))
-    return tuple(keys)
+def dotted_keys(cls: type) -> tuple[str, ...]:
+    """Every dotted key of the tree below `cls` (sections, leaves and aliases, a section's keys under
+    each of its names), in order: each spelling of a field, then the keys below that spelling."""
+    spellings: dict[str, list[tuple[tuple, str]]] = {"": [((), "")]}
+    out = []
+    for n, entry in enumerate(walk(cls)):
+        mine = spellings.setdefault(entry.key, [])
+        for order, spelled in spellings[entry.key.rpartition(".")[0]]:
+            for j, name in enumerate((entry.spec.name, *entry.spec.aliases)):
+                mine.append((order + ((n, j),), f"{spelled}.{name}" if spelled else name))
+        out.extend(mine)
+    return tuple(key for _, key in sorted(out))
 
 
 def example_of(spec: FieldSpec) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 from verl.config import omega
 from verl.config.coerce import coerce, is_dict_type, mismatch
 from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
-                                field_specs, option, raw_value, section)
+                                field_specs, nest, option, raw_value, section, walk)
 from verl.config.key_errors import unknown_key_error
 from verl.config.render import render_help
 from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
@@ -266,11 +266,7 @@ class ConfigNode(metaclass=_NodeMeta):
     # ---------------------------------------------------------------- conversions
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dicts under canonical names (no aliases); values are copies."""
-        out = {}
-        for name in field_specs(type(self)):
-            value = raw_value(self, name)
-            out[name] = value.to_dict() if isinstance(value, ConfigNode) else copy.deepcopy(value)
-        return out
+        return nest(walk(self), lambda entry: copy.deepcopy(entry.value))
 
     def to_yaml(self) -> str:
         """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""
@@ -318,13 +314,6 @@ def _set_in_dict(container: dict, parts: list[str], value: Any) -> None:
     container[parts[-1]] = copy.deepcopy(value)
 
 
-def _flatten(node: ConfigNode, prefix: str = "") -> dict[str, Any]:
+def _flatten(node: ConfigNode) -> dict[str, Any]:
     """Leaf values by dotted key; a free-form dict field counts as one leaf."""
-    out = {}
-    for name in field_specs(type(node)):
-        value = raw_value(node, name)
-        if isinstance(value, ConfigNode):
-            out.update(_flatten(value, f"{prefix}{name}."))
-        else:
-            out[f"{prefix}{name}"] = value
-    return out
+    return {entry.key: entry.value for entry in walk(node) if not entry.is_section}

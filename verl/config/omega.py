@@ -23,7 +23,7 @@ from omegaconf import AnyNode, BooleanNode, DictConfig, FloatNode, IntegerNode, 
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.coerce import is_dict_type, mismatch
-from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, raw_value
+from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, nest, walk
 from verl.config.key_errors import unknown_key_error
 from verl.errors import ConfigError
 
@@ -72,11 +72,7 @@ def _typed(tp: Any, value: Any):
 
 def typed_tree(node) -> DictConfig:
     """A struct DictConfig with ``node``'s values, each leaf typed by its annotation."""
-    content = {}
-    for name, spec in field_specs(type(node)).items():
-        value = raw_value(node, name)
-        content[name] = typed_tree(value) if spec.node_type is not None else _typed(spec.type, value)
-    tree = DictConfig(content)
+    tree = DictConfig(nest(walk(node), lambda entry: _typed(entry.spec.type, entry.value)))
     OmegaConf.set_struct(tree, True)
     return tree
 

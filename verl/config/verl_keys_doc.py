@@ -4,26 +4,21 @@ the committed file is current), so the documentation cannot drift from what the 
 
 from __future__ import annotations
 
-import dataclasses
 from collections import defaultdict
 
 from verl.config.coerce import is_dict_type
 from verl.config.compat import Rule
-from verl.config.node import ConfigNode, field_specs, raw_value
+from verl.config.fields import walk
+from verl.config.node import ConfigNode
 
 _SHORT = {"actor_rollout_ref.": ""}  # actor, ref, rollout, model stand for actor_rollout_ref.*
 
 
-def _rules(node: ConfigNode, prefix: str = ""):
+def _rules(node: ConfigNode):
     """(dotted key, rule) for every verl_option of the tree, `.*` marking a free-form mapping."""
-    specs = field_specs(type(node))
-    for f in dataclasses.fields(node):
-        value = raw_value(node, f.name)
-        key = prefix + f.name
-        if isinstance(value, ConfigNode):
-            yield from _rules(value, key + ".")
-        elif "verl_rule" in f.metadata:
-            yield key + (".*" if is_dict_type(specs[f.name].type) else ""), f.metadata["verl_rule"]
+    for entry in walk(node):
+        if not entry.is_section and "verl_rule" in entry.spec.metadata:
+            yield entry.key + (".*" if is_dict_type(entry.spec.type) else ""), entry.spec.metadata["verl_rule"]
 
 
 def _short(key: str) -> str:
