@@ -2,11 +2,12 @@
 
 import pytest
 
+from verl.data.offline import Encoder, SFTDataset
 from verl.data.tasks import TASKS, calculator
 from verl.models.tiny import build_char_tokenizer
 from verl.rewards.scorers import default_compute_score
 from verl.tools.builtin import calculator as calc
-from verl.trainer.warmstart import _encode_examples
+from verl.trainer.warmstart import example_rows
 
 
 def test_the_tool_evaluates_arithmetic_exactly_and_nothing_else():
@@ -49,11 +50,12 @@ def test_the_warm_start_trains_on_the_models_turns_only():
     tok = build_char_tokenizer()
     row = {"data_source": calculator.DATA_SOURCE, "prompt": [{"role": "user", "content": "123*45="}],
            "reward_model": {"ground_truth": "5535"}, "extra_info": {"a": 123, "b": 45}}
-    ((prompt_ids, ids, trained),) = _encode_examples([row], tok, calculator)
-    assert tok.decode(prompt_ids) == "Q: 123*45=\nA: "
+    # The warm start's SFT row (the worked conversation) as the SFT trainer's dataset encodes it.
+    (example,) = SFTDataset(example_rows([row], calculator), Encoder(tok, max_length=1024), messages_key="messages")
+    ids, trained = example["input_ids"], example["loss_mask"]
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "123*45"}}</tool_call>'
     assert tok.decode(ids) == f"Q: 123*45=\nA: {call}</s>5535\nA: 5535</s>"
     # Trained: what the model writes in a rollout (the call and the answer, each with its eos); not
     # the prompt, the tool's result and the marker before the answer, which the loop splices in.
     assert tok.decode([t for t, m in zip(ids, trained) if m]) == f"{call}</s>5535</s>"
-    assert tok.decode([t for t, m in zip(ids[len(prompt_ids):], trained[len(prompt_ids):]) if not m]) == "5535\nA: "
+    assert tok.decode([t for t, m in zip(ids, trained) if not m]) == "Q: 123*45=\nA: 5535\nA: "

@@ -34,6 +34,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -221,8 +222,9 @@ def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> No
     """Load full tensors (from :func:`full_state_dict` or an unwrapped model) into ``model``, each
     rank keeping its own shards. Rank 0's dict is what loads (it is broadcast); the other ranks'
     may be the empty dicts :func:`full_state_dict` gave them."""
+    # Without a process group (a plain model trained alone) there is no rank 0 to broadcast from.
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=True,
-                                                                broadcast_from_rank0=True))
+                                                                broadcast_from_rank0=dist.is_initialized()))
 
 
 def full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
@@ -244,7 +246,8 @@ def load_full_optimizer_state_dict(model: nn.Module, optimizer: torch.optim.Opti
     """Load what :func:`full_optimizer_state_dict` returned (rank 0's is broadcast, as for the model)."""
     with _state_on_param_device(optimizer):
         set_optimizer_state_dict(model, optimizer, state,
-                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+                                 options=StateDictOptions(full_state_dict=True,
+                                                         broadcast_from_rank0=dist.is_initialized()))
 
 
 def export_hf(model: nn.Module, tokenizer, target) -> None:

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -27,6 +28,21 @@ COLLECTIVE_SLACK_S = 60.0
 
 _local_group = None  # the one-rank group this module started, if any
 _local_store_dir: str | None = None
+_alone = 0  # depth of alone() contexts
+
+
+@contextmanager
+def alone():
+    """Inside, this process is a world of one even in a multi-rank job: rank 0, world size 1, no
+    process group started, and every collective of this module free. For work one rank does by
+    itself while the others wait (the demo's warm start: rank 0 trains and caches it). A model
+    built inside must stay unsharded: FSDP needs a process group."""
+    global _alone
+    _alone += 1
+    try:
+        yield
+    finally:
+        _alone -= 1
 
 
 def collective_timeout(dist_timeout_s: float) -> timedelta:
@@ -47,7 +63,7 @@ def ensure_process_group(timeout_s: float | None = None) -> None:
     stalled rank before the backend's own timeout does.
     """
     global _local_group, _local_store_dir
-    if dist.is_initialized():
+    if dist.is_initialized() or _alone:
         return
     if "WORLD_SIZE" in os.environ:  # torchrun and friends: rank, size and rendezvous come from env://
         if timeout_s is None:
@@ -97,8 +113,8 @@ def destroy_local_process_group() -> None:
 
 def launched_world_size() -> int:
     """The job's number of ranks as the launcher set it (``WORLD_SIZE``; 1 in a plain process),
-    without starting a group."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    without starting a group; 1 inside :func:`alone`."""
+    return 1 if _alone else int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def launched_distributed() -> bool:
@@ -107,7 +123,10 @@ def launched_distributed() -> bool:
 
 
 def rank() -> int:
-    """This process's rank in the default group (0 in a plain process); starts no group."""
+    """This process's rank in the default group (0 in a plain process and inside :func:`alone`);
+    starts no group."""
+    if _alone:
+        return 0
     if dist.is_initialized():
         return dist.get_rank()
     return int(os.environ.get("RANK", "0"))
@@ -125,7 +144,9 @@ def barrier() -> None:
 
 
 def world_size() -> int:
-    """Ranks in the default group (initialising it when needed)."""
+    """Ranks in the default group (initialising it when needed); 1 inside :func:`alone`."""
+    if _alone:
+        return 1
     ensure_process_group()
     return dist.get_world_size()
 

@@ -71,7 +71,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from verl.distributed.process_group import ensure_process_group
+from verl.distributed.process_group import ensure_process_group, world_size
 from verl.errors import VerlError
 
 EXIT_CODE = 43
@@ -130,7 +130,7 @@ class Watchdog:
             raise VerlError(f"trainer.dist_timeout_s must be positive, got {timeout_s}")
         interval = interval_s if interval_s is not None else min(1.0, timeout_s / 4)
         ensure_process_group()
-        if dist.get_world_size() == 1:
+        if world_size() == 1:
             return cls(timeout_s, interval)
         run = f"{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         store = dist.PrefixStore(f"verl/watchdog/{run}/{next(_starts)}/", _open_store(timeout_s))

@@ -13,6 +13,8 @@ What a trainer provides (plain attributes and methods, no base class):
 * ``global_step``, ``total_steps``, ``val_history`` (``[(step, metrics)]``), ``tracker``,
   ``watchdog`` and ``label`` (shown on the progress line);
 * ``has_validation()``: whether there is a validation set;
+* ``goal_reached()``: asked after each periodic validation; True ends the run there, as if that
+  step were the last (the warm start stops at its held-out accuracy; the others never do);
 * ``resume()``: load the checkpoint ``trainer.resume_mode`` points at, if any (most trainers:
   :func:`resume_from_checkpoint` over their ``state_dict``/``load_state_dict``);
 * ``next_step()``: advance ``global_step`` by one and return that step's metrics;
@@ -103,6 +105,7 @@ def _train(trainer, cfg, validating: bool) -> int | None:
                 if validating and cfg.test_freq > 0 and (trainer.global_step % cfg.test_freq == 0 or last):
                     with watchdog.stage("validate"):
                         trainer.log_validation()
+                    last = last or trainer.goal_reached()
                 saving = cfg.save_freq > 0 and (trainer.global_step % cfg.save_freq == 0 or last)
                 signum = stop.requested()  # a collective: every rank stops after the same step
                 if saving or signum is not None:
@@ -110,6 +113,8 @@ def _train(trainer, cfg, validating: bool) -> int | None:
                         trainer.save_checkpoint()
                 if signum is not None:
                     return signum
+                if last:
+                    break
     finally:
         bar.close()
     return None

@@ -5,6 +5,14 @@ therefore fine-tunes the tiny model on worked examples until its held-out *sampl
 reaches ``sft_warmstart.target_accuracy`` (about 0.4, leaving RL room to improve), then hands
 it to RL. The result is cached by a hash of everything that shapes it, so a second run starts RL
 at once.
+
+The training is :class:`~verl.trainer.sft.SFTTrainer`'s, with a stop condition: its data is the
+task's worked examples (the answer after the prompt, or an agentic task's whole tool-use
+conversation, trained on the model's turns only), its validation the held-out sampled accuracy,
+and it ends once that reaches the target. It runs alone in its process (under torchrun rank 0
+trains it while the other ranks wait) on plain, unsharded weights, with a constant learning rate
+and no gradient clipping. Interrupted (Ctrl-C), it keeps its last step's checkpoint in the cache
+folder, and the next run resumes from it.
 """
 
 from __future__ import annotations
@@ -12,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,16 +27,13 @@ from pathlib import Path
 import torch
 
 from verl.checkpoint import write_hf_folder
-from verl.config.schema_actor import FSDPConfig, OptimConfig
+from verl.config.offline import SFTTrainerConfig
 from verl.data import collate_prompts
-from verl.data.collate import left_pad
 from verl.data.tasks import TASKS
-from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.distributed.process_group import alone
 from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
-from verl.protocol import Batch
 from verl.rollout import HFRollout, SamplingParams
-from verl.trainer.progress import Progress
-from verl.trainer.sft_loss import sft_counts, sft_loss
+from verl.trainer.sft import SFTTrainer
 from verl.utils.cache import cache_dir, cache_lock
 from verl.version import __version__
 from verl.workers.engine import TrainingEngine
@@ -48,63 +52,21 @@ def _cache_key(config) -> str:
     base = builtin_model_path()
     # The chat template shapes the training text (prompt, marker, answer), so it is part of the key
     # (the folder's name is a hash of it and the model spec; the template is also named outright).
-    spec = {"version": __version__, "task": config.data.builtin_task, "sft": config.sft_warmstart.to_dict(),
+    spec = {"version": __version__, "trainer": "SFTTrainer", "task": config.data.builtin_task,
+            "sft": config.sft_warmstart.to_dict(),
             "seed": config.trainer.seed, "response_length": config.data.max_response_length,
             "model": json.loads((base / "config.json").read_text()), "model_folder": base.name,
             "chat_template": CHAR_CHAT_TEMPLATE}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _encode_examples(rows, tokenizer, task):
-    """(prompt ids, whole example ids, trained mask) for each row of ``task``: the answer and eos after
-    the prompt, or, for an agentic task, its worked conversation (see :func:`_conversation_ids`)."""
-    out = []
-    for row in rows:
-        prompt = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if hasattr(task, "sft_messages"):
-            ids, trained = _conversation_ids(row["prompt"], task.sft_messages(row), prompt, tokenizer)
-        else:
-            ids = tokenizer(str(row["reward_model"]["ground_truth"]), add_special_tokens=False)["input_ids"]
-            ids, trained = ids + [tokenizer.eos_token_id], [1] * (len(ids) + 1)
-        out.append((prompt_ids, prompt_ids + ids, [0] * len(prompt_ids) + trained))
-    return out
-
-
-def _conversation_ids(prompt_messages, messages, prompt_text: str, tokenizer) -> tuple[list[int], list[int]]:
-    """The ids after the prompt of a worked conversation, and which of them are trained on: what the
-    model writes in its turns (content and end of turn), not the tool results and the chat template's
-    markers around them. Each piece is tokenized on its own, as a multi-turn rollout splices them."""
-    ids, trained, history, text = [], [], list(prompt_messages), prompt_text
-    for message in messages:
-        pieces = []
-        if message["role"] == "assistant":
-            opened = tokenizer.apply_chat_template(history, add_generation_prompt=True, tokenize=False)
-            pieces.append((opened[len(text):], 0))
-            text = opened
-        history.append(message)
-        rendered = tokenizer.apply_chat_template(history, tokenize=False)
-        if not rendered.startswith(text):
-            raise ValueError("the chat template renders earlier turns differently once more follow")
-        pieces.append((rendered[len(text):], 1 if message["role"] == "assistant" else 0))
-        text = rendered
-        for piece, is_trained in pieces:
-            piece_ids = tokenizer(piece, add_special_tokens=False)["input_ids"] if piece else []
-            ids += piece_ids
-            trained += [is_trained] * len(piece_ids)
-    return ids, trained
-
-
-def _sft_batch(examples, pad_id: int) -> Batch:
-    """Left-padded examples with ``loss_mask`` on the trained tokens (the SFT loss's batch)."""
-    full = [e[1] for e in examples]
-    input_ids, attention_mask = left_pad(full, pad_id)
-    loss_mask = torch.zeros_like(attention_mask)
-    for i, (_, seq, trained) in enumerate(examples):
-        loss_mask[i, input_ids.shape[1] - len(seq):] = torch.tensor(trained, dtype=loss_mask.dtype)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return Batch({"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-                  "loss_mask": loss_mask})
+def example_rows(rows, task) -> list[dict]:
+    """The SFT rows of the warm start for rows of ``task``: the prompt and its answer, or, for an
+    agentic task, the whole worked conversation (``task.sft_messages``), whose loss covers the
+    model's turns only (not the tool results, which a multi-turn rollout splices in)."""
+    if hasattr(task, "sft_messages"):
+        return [{"messages": list(row["prompt"]) + task.sft_messages(row)} for row in rows]
+    return [{"prompt": row["prompt"], "response": str(row["reward_model"]["ground_truth"])} for row in rows]
 
 
 def sampled_accuracy(rollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
@@ -150,44 +112,83 @@ def _cached(folder: Path) -> WarmStart | None:
     return WarmStart(folder / "model", stats["steps"], stats["accuracy"], stats["seconds"], cached=True)
 
 
+class WarmStartTrainer(SFTTrainer):
+    """The SFT trainer on ``config``'s built-in task, validated by held-out sampled accuracy and
+    stopped once that reaches ``sft_warmstart.target_accuracy``. Build and fit it inside
+    :func:`~verl.distributed.process_group.alone`."""
+
+    label = "SFT warm start"
+
+    def __init__(self, config, folder: Path, *, progress: bool = True):
+        """``folder``: the cache entry; its ``run/`` holds the run's metrics (and a checkpoint after an
+        interruption), ``model/`` the result."""
+        self.task = TASKS[config.data.builtin_task]
+        self.model_dir = folder / "model"
+        self.rl_config = config
+        cfg = config.sft_warmstart
+        super().__init__(SFTTrainerConfig.from_dict({
+            "data": {"train_batch_size": cfg.batch_size, "messages_key": "messages" if self.agentic else None,
+                     "max_length": 1 << 20, "seed": config.trainer.seed},
+            "model": {"path": str(builtin_model_path()), "disable_dropout": False},
+            "optim": {"lr": cfg.lr, "weight_decay": 0.0},
+            "trainer": {"total_training_steps": cfg.max_steps, "test_freq": cfg.eval_every, "val_before_train": False,
+                        "save_freq": -1, "logger": [], "progress_bar": progress, "default_local_dir": str(folder / "run"),
+                        "device": config.trainer.device, "seed": config.trainer.seed}}))
+        self.eval_prompts = self._eval_prompts()
+        self.rollout = task_rollout(self.task, self.policy.model, self.tokenizer)
+
+    @property
+    def agentic(self) -> bool:
+        return hasattr(self.task, "sft_messages")
+
+    def rows(self) -> tuple[list[dict], list[dict]]:
+        cfg, seed = self.rl_config.sft_warmstart, self.rl_config.trainer.seed
+        self.eval_rows = self.task.make_rows("test", n=cfg.eval_samples, seed=seed)
+        return example_rows(self.task.make_rows("train"), self.task), example_rows(self.eval_rows, self.task)
+
+    def make_policy(self, model: torch.nn.Module) -> TrainingEngine:
+        # One process on a tiny model: plain (unsharded) weights, not data-parallel, no clipping.
+        return TrainingEngine(model.to(self.device), self.config.optim, self.config.model.fsdp_config, self.device,
+                              grad_clip=math.inf, total_steps=self.total_steps,
+                              seed=self.config.trainer.seed, metric_prefix="train", data_parallel=False)
+
+    def _eval_prompts(self):
+        items = []
+        for i, row in enumerate(self.eval_rows):
+            text = self.tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+            items.append({"input_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"],
+                          "raw_prompt": row["prompt"], "data_source": row["data_source"],
+                          "ground_truth": row["reward_model"]["ground_truth"], "extra_info": {}, "index": i})
+        return collate_prompts(items, self.tokenizer.pad_token_id).to(self.device)
+
+    def validate(self) -> dict[str, float]:
+        """``val/sampled_accuracy``: the held-out prompts' mean score at temperature 1."""
+        accuracy = sampled_accuracy(self.rollout, self.eval_prompts, self.task,
+                                    self.rl_config.data.max_response_length, self.tokenizer)
+        return {"val/sampled_accuracy": accuracy}
+
+    def accuracy(self) -> float:
+        return self.val_history[-1][1]["val/sampled_accuracy"] if self.val_history else 0.0
+
+    def goal_reached(self) -> bool:
+        return self.accuracy() >= self.rl_config.sft_warmstart.target_accuracy
+
+    def postfix(self, metrics: dict) -> str:
+        return (f"loss={metrics['train/loss']:.3f} sampled_acc={self.accuracy():.2f} "
+                f"(stops at {self.rl_config.sft_warmstart.target_accuracy})")
+
+    def export(self, target: Path | None = None) -> None:
+        write_hf_folder(self.policy.model, self.tokenizer, target or self.model_dir)
+
+
 def _train(config, folder: Path, progress: bool) -> WarmStart:
-    cfg = config.sft_warmstart
-    task = TASKS[config.data.builtin_task]
-    done = folder / "warmstart.json"
     start = time.perf_counter()
-    rng = random.Random(config.trainer.seed)
-    torch.manual_seed(config.trainer.seed)
-    device = resolve_device(config.trainer.device)
-    base = str(builtin_model_path())
-    tokenizer = load_tokenizer(base)
-    model = load_causal_lm(base).to(device)
-    # One process on a tiny model: plain (unsharded) weights, constant learning rate, no clipping.
-    # Not data-parallel: under torchrun rank 0 trains it alone while the other ranks wait.
-    engine = TrainingEngine(model, OptimConfig(lr=cfg.lr, weight_decay=0.0), FSDPConfig(), device,
-                            grad_clip=math.inf, total_steps=cfg.max_steps, seed=config.trainer.seed,
-                            metric_prefix="train", data_parallel=False)
-    train = _encode_examples(task.make_rows("train"), tokenizer, task)
-    eval_rows = task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
-    eval_prompts = collate_prompts([{"input_ids": p, "raw_prompt": r["prompt"], "data_source": r["data_source"],
-                                     "ground_truth": r["reward_model"]["ground_truth"], "extra_info": {},
-                                     "index": i} for i, ((p, _, _), r) in
-                                    enumerate(zip(_encode_examples(eval_rows, tokenizer, task), eval_rows))],
-                                   tokenizer.pad_token_id).to(device)
-    rollout = task_rollout(task, model, tokenizer)
-    accuracy, step = 0.0, 0
-    bar = Progress(cfg.max_steps, enabled=progress, desc="SFT warm start")
-    for step in range(1, cfg.max_steps + 1):
-        batch = _sft_batch(rng.sample(train, cfg.batch_size), tokenizer.pad_token_id)
-        loss = engine.train_batch(batch, sft_loss, counts_fn=sft_counts, additive={"train/loss"})["train/loss"]
-        if step % cfg.eval_every == 0:
-            accuracy = sampled_accuracy(rollout, eval_prompts, task, config.data.max_response_length, tokenizer)
-        bar.update(f"loss={loss:.3f} sampled_acc={accuracy:.2f} (stops at {cfg.target_accuracy})")
-        if step % cfg.eval_every == 0 and accuracy >= cfg.target_accuracy:
-            break
-    bar.close()
+    with alone():
+        trainer = WarmStartTrainer(config, folder, progress=progress)
+        trainer.fit()  # ends with the export to folder/model
+    steps, accuracy = trainer.global_step, trainer.accuracy()
     if progress:
-        print(f"SFT warm start done: {step} steps, held-out sampled accuracy {accuracy:.2f}", flush=True)
+        print(f"SFT warm start done: {steps} steps, held-out sampled accuracy {accuracy:.2f}", flush=True)
     seconds = time.perf_counter() - start
-    write_hf_folder(model, tokenizer, folder / "model")
-    done.write_text(json.dumps({"steps": step, "accuracy": accuracy, "seconds": seconds}))
-    return WarmStart(folder / "model", step, accuracy, seconds, cached=False)
+    (folder / "warmstart.json").write_text(json.dumps({"steps": steps, "accuracy": accuracy, "seconds": seconds}))
+    return WarmStart(folder / "model", steps, accuracy, seconds, cached=False)

@@ -9,7 +9,10 @@ A subclass sets ``kind`` (which built-in rows it trains on) and implements:
 * ``update(batch)``: one optimiser step on this rank's share of a step's batch through
   ``self.policy.train_batch`` (a :class:`~verl.workers.engine.TrainingEngine`), returning metrics
   (``train/loss``, ...);
-* ``validate()``: metrics on the validation set (``val/loss``, ...), over all ranks.
+* ``validate()``: metrics on the validation set (``val/loss``, ...), over all ranks;
+
+and may replace ``rows()`` (where the rows come from), ``make_policy(model)`` (how the model
+trains) and ``goal_reached()`` (a reason to stop before ``total_steps``).
 
 Data parallel (torchrun): every rank reads the same rows and draws the same batches; each trains
 on its contiguous share of every step's batch, the losses normalised by the step's counts over all
@@ -66,7 +69,7 @@ class OfflineTrainer:
         self.encoder = Encoder(self.tokenizer, max_length=data_cfg.max_length, truncation=data_cfg.truncation,
                                apply_chat_template=data_cfg.apply_chat_template,
                                chat_template_kwargs=dict(data_cfg.chat_template_kwargs))
-        train_rows, val_rows = offline_rows(data_cfg, self.kind)
+        train_rows, val_rows = self.rows()
         self.train_set = self.make_dataset(train_rows, "data.train_files")
         self.val_set = self.make_dataset(val_rows, "data.val_files") if val_rows else None
         self.train_loader = BatchLoader(self.train_set, data_cfg.train_batch_size, self.collate,
@@ -78,7 +81,7 @@ class OfflineTrainer:
             config.model.lora_adapter_path is None
         self.ref_model = frozen_reference(model, config.ref, config.model, self.device) \
             if with_reference and not base_is_reference else None
-        self.policy = trainable_policy(model, config, self.device, self.total_steps)
+        self.policy = self.make_policy(model)
         if base_is_reference:
             self.ref_model = BaseView(self.policy.model)
         self.micro_batch_size = data_cfg.micro_batch_size_per_gpu
@@ -89,6 +92,20 @@ class OfflineTrainer:
         self.tracker: Tracker | None = None
 
     # ------------------------------------------------------------------ subclass hooks
+    def rows(self) -> tuple[list[dict], list[dict] | None]:
+        """(training rows, validation rows or None): the configured files, else the built-in task's."""
+        return offline_rows(self.config.data, self.kind)
+
+    def make_policy(self, model: torch.nn.Module):
+        """The :class:`~verl.workers.engine.TrainingEngine` that trains ``model`` (sharded by
+        ``model.fsdp_config``, the optimiser and schedule of ``optim``)."""
+        return trainable_policy(model, self.config, self.device, self.total_steps)
+
+    def goal_reached(self) -> bool:
+        """Whether the run may stop before ``total_steps`` (asked after each validation): never, unless
+        a subclass sets a goal (the demo's warm start: a held-out accuracy)."""
+        return False
+
     def make_dataset(self, rows: list[dict], source: str):
         raise NotImplementedError
 

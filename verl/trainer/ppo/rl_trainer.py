@@ -202,6 +202,9 @@ class RLTrainer:
     def has_validation(self) -> bool:
         return bool(self.val_batches)
 
+    def goal_reached(self) -> bool:
+        return False  # an RL run trains its total_training_steps
+
     def postfix(self, metrics: dict) -> str:
         return rl_postfix(metrics)
 

@@ -1,0 +1,101 @@
+"""The demo's supervised warm start: the SFT trainer with a stop condition, cached, resumable, and
+trained by rank 0 alone under torchrun. Tiny settings: a few steps and a few held-out prompts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO
+from verl.config import TrainerConfig
+from verl.trainer.warmstart import warm_start
+
+TINY = ["sft_warmstart.eval_samples=8", "sft_warmstart.batch_size=16"]
+
+
+def _metrics(folder):
+    path = folder / "run" / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_the_warm_start_stops_at_its_target_accuracy_and_is_cached():
+    # A target of 0 is reached at the first check (step 2): the run stops there, not at max_steps.
+    config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.max_steps=50", "sft_warmstart.eval_every=2",
+                                           "sft_warmstart.target_accuracy=0"])
+    first = warm_start(config, progress=False)
+    assert (first.steps, first.cached) == (2, False)
+    assert (first.path / "config.json").exists() and (first.path / "tokenizer.json").exists()
+    folder = first.path.parent
+    checks = [m for m in _metrics(folder) if "val/sampled_accuracy" in m]
+    assert [m["step"] for m in checks] == [2]  # validated every eval_every steps, not before training
+    assert json.loads((folder / "warmstart.json").read_text())["steps"] == 2
+    again = warm_start(config, progress=False)
+    assert again.cached and again.path == first.path and again.steps == 2
+
+
+def test_a_warm_start_that_misses_its_target_trains_max_steps():
+    config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.max_steps=5", "sft_warmstart.eval_every=2",
+                                           "sft_warmstart.target_accuracy=1"])
+    warm = warm_start(config, progress=False)
+    assert warm.steps == 5 and warm.accuracy < 1
+    checks = [m["step"] for m in _metrics(warm.path.parent) if "val/sampled_accuracy" in m]
+    assert checks == [2, 4, 5]  # and once more after the last step
+
+
+def test_an_interrupted_warm_start_resumes_from_its_last_step(tmp_path):
+    """Ctrl-C during the demo's warm start keeps the step it reached (a checkpoint in the cache entry);
+    the same command resumes there instead of starting over."""
+    args = ["-m", "verl.trainer.main_ppo", *TINY, "sft_warmstart.max_steps=40", "sft_warmstart.eval_every=40",
+            "sft_warmstart.target_accuracy=1", "trainer.total_training_steps=1",
+            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cache = tmp_path / "cache"
+    env["VERL_CACHE_DIR"] = str(cache)
+    job = subprocess.Popen([sys.executable, *args], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    folder = None
+    while time.monotonic() < deadline and job.poll() is None:
+        entries = [p for p in (cache / "warmstart").glob("addition-*") if p.is_dir()] if cache.exists() else []
+        folder = entries[0] if entries else None
+        if folder is not None and len(_metrics(folder)) >= 3:
+            break
+        time.sleep(0.2)
+    assert job.poll() is None, job.communicate()[1][-2000:]
+    job.send_signal(signal.SIGINT)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 130, err[-2000:]
+    assert "its checkpoint saved; run the same command again to resume" in err
+    stopped = [p.name for p in (folder / "run").glob("global_step_*")]
+    assert len(stopped) == 1, stopped
+    step = int(stopped[0].split("_")[-1])
+    assert 3 <= step < 40 and not (folder / "warmstart.json").exists()
+
+    done = subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"Resumed from {folder / 'run' / stopped[0]} at step {step}" in done.stdout
+    assert "SFT warm start done: 40 steps" in done.stdout and "RL: 1 steps" in done.stdout
+    # The resumed run logged the steps after the checkpoint once each.
+    steps = [m["step"] for m in _metrics(folder) if "train/loss" in m]
+    assert steps == list(range(1, 41)), steps
+
+
+@pytest.mark.slow
+def test_under_torchrun_rank_0_trains_the_warm_start_alone(tmp_path):
+    """Two ranks run the demo: rank 0 trains and caches the warm start by itself (no process group
+    yet: a world of one), the other waits at the barrier, and both train RL from its result."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "VERL_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "-m", "verl.trainer.main_ppo", *TINY, "sft_warmstart.max_steps=4",
+                           "sft_warmstart.eval_every=2", "sft_warmstart.target_accuracy=0",
+                           "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'out'}"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("SFT warm start done: 2 steps") == 1  # trained once, by rank 0
+    assert "RL: 1 steps" in done.stdout
+    (entry,) = [p for p in (tmp_path / "cache" / "warmstart").iterdir() if p.is_dir()]
+    assert json.loads((entry / "warmstart.json").read_text())["steps"] == 2
