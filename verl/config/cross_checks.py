@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from verl.config import compat
+from verl.config import compat, verl_rules
 from verl.config.node import ConfigNode
 from verl.errors import ConfigError
 
@@ -135,13 +135,13 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic.
 
     First, values given under verl's other spellings move to the keys this project reads, and verl
-    keys whose values ask for something not done here log a warning (see verl.config.compat)."""
+    keys whose values ask for something not done here log a warning (see verl.config.verl_rules)."""
     dp = _dp(cfg, dp_size)
     n = cfg.actor_rollout_ref.rollout.n  # single-key ranges (n >= 1, ...) are the schema's (option bounds=)
     if dp < 1:
         raise ConfigError(f"dp_size={dp} must be >= 1 (data-parallel ranks: trainer.nnodes x trainer.n_gpus_per_node)")
     compat.resolve(cfg, dp)
-    compat.check(cfg)
+    verl_rules.check(cfg)
     estimator = cfg.algorithm.adv_estimator
     # Distillation without the task rewards trains on the teacher's signal alone: no group is compared.
     distilling_only = cfg.distillation.enabled and not cfg.distillation.distillation_loss.use_task_rewards

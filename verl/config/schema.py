@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config import compat, cross_checks
-from verl.config.compat import Section, verl_option
+from verl.config import cross_checks, verl_defaults, verl_rules
+from verl.config.verl_rules import Section, verl_option
 from verl.config.node import option, section
 from verl.config.render import render_help, render_yaml
 from verl.config.schema_critic import (  # noqa: F401  (re-exported)
@@ -301,7 +301,7 @@ class TrainerSectionConfig(Section):
                                                         "trainer.dist_timeout_s bounds every wait for an actor, "
                                                         "its start included")
     use_v1: bool = verl_option(True, help="verl's v1 trainer loop.", why="one trainer loop here")
-    v1: dict = verl_option(compat.trainer_v1_defaults(), inert=False, help="verl's v1 trainer modes.",
+    v1: dict = verl_option(verl_defaults.trainer_v1_defaults(), inert=False, help="verl's v1 trainer modes.",
                            why="training is synchronous (on-policy) here",
                            refuse_if=lambda v: v.get("trainer_mode", "sync") != "sync",
                            when="unless trainer_mode=sync", keys=("trainer_mode",))
@@ -360,7 +360,7 @@ class DistillationConfig(Section):
     n_gpus_per_node: int = verl_option(8, help="Devices per machine of verl's teacher pool.", why=_TEACHER_POOL)
     nnodes: int = verl_option(0, help="Machines of verl's teacher pool.", why=_TEACHER_POOL,
                               warn_if=lambda v: v > 0, when="above 0")
-    teacher_models: dict = option(compat.distillation_defaults()["teacher_models"], help="Teachers by name, each "
+    teacher_models: dict = option(verl_defaults.distillation_defaults()["teacher_models"], help="Teachers by name, each "
                                   "{key, model_path, num_replicas, inference}: model_path (same tokenizer as the "
                                   "student) is read; key routes samples to it when there are several (the default "
                                   "entry teacher_model is dropped once others are added, as in verl); num_replicas "
@@ -414,19 +414,19 @@ class TrainerConfig(Section):
     # verl's other top-level keys.
     model_engine: str = verl_option("dp", help="verl's training-engine family: dp (FSDP), the one that runs here.",
                                     inert=False, refuse_if=lambda v: v not in ("dp", "fsdp"),
-                                    why=lambda v: (f"the {compat.BACKENDS.get(v, v)} backend is not supported"),
-                                    when="for anything but dp", instead=compat.FSDP_INSTEAD)
-    ray_kwargs: dict = option(compat.ray_kwargs_defaults(), help="trainer.backend=ray: ray_init holds the "
+                                    why=lambda v: (f"the {verl_rules.BACKENDS.get(v, v)} backend is not supported"),
+                                    when="for anything but dp", instead=verl_rules.FSDP_INSTEAD)
+    ray_kwargs: dict = option(verl_defaults.ray_kwargs_defaults(), help="trainer.backend=ray: ray_init holds the "
                               "arguments of ray.init (address: a running cluster, e.g. auto; num_cpus; "
                               "runtime_env); with no address and no RAY_ADDRESS a local Ray starts.")
-    global_profiler: dict = verl_option(compat.global_profiler_defaults(), help="verl's global profiler.",
+    global_profiler: dict = verl_option(verl_defaults.global_profiler_defaults(), help="verl's global profiler.",
                                         why="profiling is not implemented",
                                         warn_if=lambda v: v.get("tool") is not None or bool(v.get("steps")),
                                         when="with a tool or steps", keys=("tool", "steps"))
-    transfer_queue: dict = verl_option(compat.transfer_queue_defaults(), help="verl's TransferQueue data plane.",
+    transfer_queue: dict = verl_option(verl_defaults.transfer_queue_defaults(), help="verl's TransferQueue data plane.",
                                        why="data moves in-process here", warn_if=lambda v: bool(v.get("enable")),
                                        when="enable=true", keys=("enable",))
-    skip: dict = verl_option(compat.skip_defaults(), help="verl's rollout caching for debugging.",
+    skip: dict = verl_option(verl_defaults.skip_defaults(), help="verl's rollout caching for debugging.",
                              why="rollouts are never cached",
                              warn_if=lambda v: any(isinstance(x, dict) and x.get("enable") for x in v.values()),
                              when="with enable=true")

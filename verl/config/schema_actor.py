@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config import compat
-from verl.config.compat import Section, strategy_option, verl_option
+from verl.config import verl_defaults, verl_rules
+from verl.config.verl_rules import Section, strategy_option, verl_option
 from verl.config.node import option, section
 from verl.config.schema_rollout import RolloutConfig, ValKwargsConfig  # noqa: F401  (ValKwargsConfig re-exported)
 
@@ -24,7 +24,7 @@ LossAggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
 @dataclass
 class HFModelVerlKeys(Section):
     """verl's other Hugging Face model keys, shared by the policy and the critic model: accepted with
-    no effect, or refused (see verl.config.compat)."""
+    no effect, or refused (see verl.config.verl_rules)."""
 
     hf_config_path: str | None = verl_option(None, help="Hugging Face config to use instead of the model's own.",
                                              inert=False, why="the model's own config.json is always used",
@@ -54,7 +54,7 @@ class HFModelVerlKeys(Section):
     tiled_mlp: dict = verl_option({"enabled": False, "num_shards": 4}, help="Tiled MLP computation.",
                                   why="a memory saving only; the MLPs run whole",
                                   warn_if=lambda v: bool(v.get("enabled")), when="enabled=true", keys=("enabled",))
-    mtp: dict = verl_option(compat.mtp_defaults(), inert=False,
+    mtp: dict = verl_option(verl_defaults.mtp_defaults(), inert=False,
                             help="Multi-token prediction heads.", why="multi-token prediction is not implemented",
                             refuse_if=lambda v: any(bool(v.get(k)) for k in ("enable", "enable_train",
                                                                               "enable_rollout")),
@@ -78,7 +78,7 @@ class LoraKeys(Section):
     lora_adapter_path: str | None = option(None, help="A trained PEFT LoRA adapter folder (adapter_config.json "
                                            "+ adapter_model.safetensors) to continue training; its own rank, "
                                            "alpha and target modules apply. Turns LoRA on by itself.")
-    lora: dict = verl_option(compat.lora_defaults(),
+    lora: dict = verl_option(verl_defaults.lora_defaults(),
                              help="The Megatron-Bridge form of the LoRA settings.", inert=False,
                              why="LoRA here is PEFT on FSDP, set by lora_rank, lora_alpha, target_modules, "
                              "exclude_modules and lora_adapter_path; merge has no effect (the rollout always "
@@ -212,7 +212,7 @@ class FSDPConfig(Section):
 
 
 def _sp_option():
-    return verl_option(1, help="Ulysses sequence-parallel group size.", why=compat.NO_SEQUENCE_PARALLEL,
+    return verl_option(1, help="Ulysses sequence-parallel group size.", why=verl_rules.NO_SEQUENCE_PARALLEL,
                        warn_if=lambda v: v != 1, when="above 1")
 
 
@@ -232,7 +232,7 @@ class EngineFSDPConfig(FSDPConfig):
     wrap_policy: dict = verl_option({"min_num_params": 0}, help="Which modules are wrapped as FSDP units.",
                                     why="every transformer block is one FSDP unit here")
     offload_policy: bool = verl_option(False, help="FSDP2 CPU offload of parameters, gradients and optimiser "
-                                       "state.", why=compat.MEMORY_ONLY + " (use param_offload / optimizer_offload)",
+                                       "state.", why=verl_rules.MEMORY_ONLY + " (use param_offload / optimizer_offload)",
                                        warn_if=bool, when="to true")
     reshard_after_forward: bool = verl_option(True, help="Free the gathered parameters after each forward.",
                                               why="parameters are resharded after forward here",
@@ -247,23 +247,23 @@ class EngineFSDPConfig(FSDPConfig):
                                          warn_if=bool, when="to true")
     ulysses_sequence_parallel_size: int = _sp_option()
     entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+                                                          why=verl_rules.MEMORY_ONLY, warn_if=bool, when="to true")
     entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=compat.MEMORY_ONLY)
+                                                      why=verl_rules.MEMORY_ONLY)
     use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
                                           why="nothing is compiled here")
     entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+                                              why=verl_rules.MEMORY_ONLY, warn_if=bool, when="to true")
     pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
                                       why="a speed setting only", warn_if=bool, when="to true")
     pad_to_length_bucket: int = verl_option(1024, help="Length bucket of pad_to_length.", why="a speed setting only")
     forward_only: bool = verl_option(False, help="The engine only runs forward passes.",
                                      why="set by the role here (the reference runs forward only)")
-    qat: dict = verl_option(compat.qat_defaults(), inert=False,
+    qat: dict = verl_option(verl_defaults.qat_defaults(), inert=False,
                             help="Quantisation-aware training.", why="quantisation-aware training is not "
                             "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
                             keys=("enable",))
-    turbo_config: dict = verl_option(compat.turbo_defaults(), help="FSDP-Turbo engine settings.",
+    turbo_config: dict = verl_option(verl_defaults.turbo_defaults(), help="FSDP-Turbo engine settings.",
                                      why="the FSDP-Turbo backend is not supported (strategy=fsdp_turbo is refused)")
 
 
@@ -275,14 +275,14 @@ class _LogProbPassVerlKeys(Section):
     use_torch_compile: bool = verl_option(True, help="torch.compile the entropy computation.",
                                           why="nothing is compiled here")
     entropy_from_logits_with_chunking: bool = verl_option(False, help="Entropy computed in chunks.",
-                                                          why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+                                                          why=verl_rules.MEMORY_ONLY, warn_if=bool, when="to true")
     entropy_from_logits_chunk_size: int = verl_option(2048, help="Chunk size of the chunked entropy.",
-                                                      why=compat.MEMORY_ONLY)
+                                                      why=verl_rules.MEMORY_ONLY)
     entropy_checkpointing: bool = verl_option(False, help="Recompute the entropy in the backward pass.",
-                                              why=compat.MEMORY_ONLY, warn_if=bool, when="to true")
+                                              why=verl_rules.MEMORY_ONLY, warn_if=bool, when="to true")
     pad_to_length: bool = verl_option(False, help="Pad micro-batches to fixed lengths.",
                                       why="a speed setting only", warn_if=bool, when="to true")
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+    profiler: dict = verl_option(verl_defaults.profiler_defaults(), help="verl's per-role profiler.",
                                  why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
                                  when="enable=true", keys=("enable",))
     router_replay: dict = verl_option({"mode": "disabled", "record_file": None, "replay_file": None}, inert=False,
@@ -301,7 +301,7 @@ class TrainedRoleVerlKeys(Section):
                                                   when="unless null")
     data_loader_seed: int = verl_option(42, help="Seed of the mini-batch shuffling.",
                                         why="trainer.seed seeds the shuffling here")
-    checkpoint: dict = verl_option(compat.checkpoint_defaults(), help="What a checkpoint holds.",
+    checkpoint: dict = verl_option(verl_defaults.checkpoint_defaults(), help="What a checkpoint holds.",
                                    why="a checkpoint holds the model, the optimiser and the trainer state here",
                                    warn_if=lambda v: bool(v.get("async_save")), when="async_save=true",
                                    keys=("async_save",))
@@ -379,7 +379,7 @@ class _ActorCore(Section):
                             "loss_mode=sapo.")
     tau_neg: float = option(1.05, bounds="> 0", help="SAPO loss: temperature for negative advantages. Read by "
                             "loss_mode=sapo.")
-    qat: dict = verl_option(compat.qat_defaults(), inert=False,
+    qat: dict = verl_option(verl_defaults.qat_defaults(), inert=False,
                             help="Quantisation-aware training.", why="quantisation-aware training is not "
                             "implemented", refuse_if=lambda v: bool(v.get("enable")), when="with enable=true",
                             keys=("enable",))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from verl.config import compat
-from verl.config.compat import Section, strategy_option, verl_option, verl_section_alias
+from verl.config import verl_defaults, verl_rules
+from verl.config.verl_rules import Section, strategy_option, verl_option, verl_section_alias
 from verl.config.node import option, section
 from verl.config.schema_actor import (EngineFSDPConfig, HFModelVerlKeys, LossAggMode, OptimConfig,
                                       TrainedRoleVerlKeys)
@@ -46,7 +46,7 @@ class CriticLoraKeys(Section):
                                                 when="unless null", instead="resume the run from its checkpoint "
                                                 "(it holds adapters and head), or set critic.model.lora_rank to "
                                                 "start new adapters")
-    lora: dict = verl_option(compat.lora_defaults(), help="The Megatron-Bridge form of the LoRA settings.",
+    lora: dict = verl_option(verl_defaults.lora_defaults(), help="The Megatron-Bridge form of the LoRA settings.",
                              inert=False, why="critic LoRA is set by lora_rank, lora_alpha, target_modules and "
                              "exclude_modules here", refuse_if=lambda v: bool(v.get("rank")) or
                              v.get("adapter_path") is not None,
@@ -104,9 +104,9 @@ class _CriticCore(Section):
         "(or forward_max_token_len_per_gpu with use_dynamic_bsz)", warn_if=lambda v: v is not None,
         when="to a number")
     ulysses_sequence_parallel_size: int = verl_option(
-        1, help="Ulysses sequence-parallel group size.", why=compat.NO_SEQUENCE_PARALLEL, warn_if=lambda v: v != 1,
+        1, help="Ulysses sequence-parallel group size.", why=verl_rules.NO_SEQUENCE_PARALLEL, warn_if=lambda v: v != 1,
         when="above 1")
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+    profiler: dict = verl_option(verl_defaults.profiler_defaults(), help="verl's per-role profiler.",
                                  why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
                                  when="enable=true", keys=("enable",))
 
@@ -192,7 +192,7 @@ class RewardModelConfig(Section):
                                                      why="verl's reward loop is not implemented",
                                                      refuse_if=lambda v: v is not None, when="unless null",
                                                      instead="use custom_reward_function / reward.functions")
-    rollout: dict = verl_option(compat.reward_rollout_defaults(), help="Serving engine of a generative reward "
+    rollout: dict = verl_option(verl_defaults.reward_rollout_defaults(), help="Serving engine of a generative reward "
                                 "model.", why="the reward model "
                                 "is a sequence classifier run as a forward pass here")
 
@@ -234,7 +234,7 @@ class NewRewardModelConfig(Section):
                                        why="the reward model shares the trainer's devices here")
     nnodes: int = verl_option(0, help="Machines of the reward model's pool.",
                               why="the reward model shares the trainer's devices here")
-    rollout: dict = verl_option(compat.reward_rollout_defaults(), help="Serving engine of the reward model.", why="the reward model is a sequence classifier run as a "
+    rollout: dict = verl_option(verl_defaults.reward_rollout_defaults(), help="Serving engine of the reward model.", why="the reward model is a sequence classifier run as a "
                                 "forward pass here")
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verl.config import compat
-from verl.config.compat import Section, verl_option
+from verl.config import verl_defaults, verl_rules
+from verl.config.verl_rules import Section, verl_option
 from verl.config.node import option, section
 
 # What the vLLM engine takes as its dtype (verl.rollout.vllm passes the name on, as torch also reads it).
@@ -189,7 +189,7 @@ class RolloutConfig(Section):
     load_format: str = verl_option("dummy", help="How the engine loads its first weights.",
                                    why="the engine's weights come from the actor at every sync")
     layered_summon: bool = verl_option(False, help="Gather the actor's weights layer by layer for the sync.",
-                                       why=compat.MEMORY_ONLY)
+                                       why=verl_rules.MEMORY_ONLY)
     scheduling_policy: str = verl_option("fcfs", help="Engine request scheduling.", why="the engine's default")
     full_determinism: bool = verl_option(False, help="Deterministic engine kernels (debugging).",
                                          why="not switched on", warn_if=bool, when="to true")
@@ -205,7 +205,7 @@ class RolloutConfig(Section):
     moe_load_balance_metrics_interval: int = verl_option(0, help="Log MoE load-balance metrics every this "
                                                          "many steps.", why="not logged here",
                                                          warn_if=bool, when="above 0")
-    checkpoint_engine: dict = verl_option(compat.checkpoint_engine_defaults(), help="How weights reach the "
+    checkpoint_engine: dict = verl_option(verl_defaults.checkpoint_engine_defaults(), help="How weights reach the "
                                           "engine.", why="weights are synced in-process here")
     trace: dict = verl_option({"project_name": None, "experiment_name": None, "backend": None,
                                "token2text": False, "max_samples_per_step_per_worker": None},
@@ -222,6 +222,6 @@ class RolloutConfig(Section):
                                        help="Prefill/decode disaggregation.", why="not used here",
                                        warn_if=lambda v: bool(v.get("enabled")), when="enabled=true",
                                        keys=("enabled",))
-    profiler: dict = verl_option(compat.profiler_defaults(), help="verl's per-role profiler.",
+    profiler: dict = verl_option(verl_defaults.profiler_defaults(), help="verl's per-role profiler.",
                                  why="profiling is not implemented", warn_if=lambda v: bool(v.get("enable")),
                                  when="enable=true", keys=("enable",))

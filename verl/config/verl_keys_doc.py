@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from verl.config.coerce import is_dict_type
-from verl.config.compat import Rule
+from verl.config.verl_rules import Rule
 from verl.config.fields import walk
 from verl.config.node import ConfigNode
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from verl.config import compat
+from verl.config import verl_defaults
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.worker_group import make_worker_group
 from verl.errors import ConfigError
@@ -19,7 +19,7 @@ from verl.workers.teacher import TeacherWorker
 logger = logging.getLogger(__name__)
 
 ENTRY_KEYS = ("key", "model_path", "num_replicas", "inference")
-_INFERENCE_DEFAULTS = compat.distillation_defaults()["teacher_models"]["teacher_model"]["inference"]
+_INFERENCE_DEFAULTS = verl_defaults.distillation_defaults()["teacher_models"]["teacher_model"]["inference"]
 _SECTION = "distillation.teacher_models"
 
 
