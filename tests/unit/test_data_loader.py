@@ -86,3 +86,33 @@ def test_resume_with_other_settings_is_refused(dataset):
 def test_dataset_smaller_than_a_batch_names_both_numbers(dataset):
     with pytest.raises(DataError, match="10 prompts, fewer than one batch of 16"):
         make(dataset, batch_size=16)
+
+
+def test_with_replacement_each_batch_is_drawn_from_all_rows_as_random_sample_draws():
+    """A batch of distinct rows drawn anew from the whole dataset every time: the rows
+    random.Random(seed).sample would pick, so rows recur before an epoch's worth of batches."""
+    import random
+
+    rows = [{"index": i} for i in range(10)]
+    collate = lambda items: [item["index"] for item in items]  # noqa: E731
+    loader = PromptLoader(rows, 4, collate=collate, seed=5, replacement=True)
+    got = [next(loader) for _ in range(6)]
+    rng = random.Random(5)
+    assert got == [rng.sample(range(10), 4) for _ in range(6)]
+    assert all(len(set(batch)) == 4 for batch in got)
+    assert (loader.epoch, loader.position) == (2, 2)  # two batches per epoch, as without replacement
+    assert len([batch for batch in PromptLoader(rows, 4, collate=collate, seed=5, replacement=True)]) == 2
+
+
+def test_with_replacement_a_restored_loader_draws_the_same_next_batches():
+    rows = [{"index": i} for i in range(10)]
+    collate = lambda items: [item["index"] for item in items]  # noqa: E731
+    original = PromptLoader(rows, 3, collate=collate, seed=2, replacement=True)
+    next(original)
+    state = original.state_dict()
+    expected = [next(original) for _ in range(4)]
+    resumed = PromptLoader(rows, 3, collate=collate, seed=2, replacement=True)
+    resumed.load_state_dict(state)
+    assert [next(resumed) for _ in range(4)] == expected
+    with pytest.raises(DataError, match="replacement: saved True now False"):
+        PromptLoader(rows, 3, collate=collate, seed=2).load_state_dict(state)

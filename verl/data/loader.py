@@ -2,12 +2,16 @@
 
 The order of epoch ``e`` is a permutation drawn from ``torch.Generator().manual_seed(seed + e)``,
 so it depends only on (seed, epoch, dataset size): a loader restored from ``state_dict()`` yields
-exactly the batches the original would have yielded next.
+exactly the batches the original would have yielded next. With ``replacement=True`` every batch is
+instead ``batch_size`` distinct rows drawn from the whole dataset, independently of the others
+(``random.Random(seed).sample``; its state is in ``state_dict()``): an "epoch" is then just as many
+batches.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 from typing import Callable, Iterator
 
 import torch
@@ -31,7 +35,7 @@ class PromptLoader:
     def __init__(self, dataset, batch_size: int, *, shuffle: bool = True, seed: int = 1,
                  drop_last: bool = True, pad_token_id: int | None = None,
                  collate: Callable[[list[dict]], Batch] | None = None, unit: str = "prompts",
-                 size_key: str = "the prompt batch size (e.g. data.train_batch_size)"):
+                 size_key: str = "the prompt batch size (e.g. data.train_batch_size)", replacement: bool = False):
         """``collate`` turns a list of dataset items into a Batch; by default the prompts are
         left-padded with ``pad_token_id`` (:func:`~verl.data.collate.collate_prompts`). ``unit`` and
         ``size_key`` name the rows and the setting in the errors."""
@@ -46,6 +50,8 @@ class PromptLoader:
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self.replacement = replacement
+        self._rng = random.Random(seed)
         self.collate = collate
         self.unit = unit
         self.epoch = 0
@@ -75,6 +81,11 @@ class PromptLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         self._roll_over_if_done()
+        if self.replacement:
+            while self.position < len(self):
+                yield next(self)
+            self._roll_over_if_done()
+            return
         order = self._order(self.epoch)
         while self.position < len(self):
             batch = self._batch_at(order, self.position)
@@ -84,20 +95,28 @@ class PromptLoader:
 
     def __next__(self) -> Batch:
         self._roll_over_if_done()
-        batch = self._batch_at(self._order(self.epoch), self.position)
+        if self.replacement:
+            batch = self.collate([self.dataset[i] for i in self._rng.sample(range(len(self.dataset)), self.batch_size)])
+        else:
+            batch = self._batch_at(self._order(self.epoch), self.position)
         self.position += 1
         return batch
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed,
-                "batch_size": self.batch_size, "dataset_len": len(self.dataset), "shuffle": self.shuffle}
+        state = {"epoch": self.epoch, "position": self.position, "seed": self.seed,
+                 "batch_size": self.batch_size, "dataset_len": len(self.dataset), "shuffle": self.shuffle}
+        if self.replacement:
+            state.update(replacement=True, rng=self._rng.getstate())
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` left off. The order must be the same one, so the dataset size,
         batch size, seed and shuffle setting must match those of the saved run."""
         # (a checkpoint of an older version holds epoch and position alone)
         saved = {k: state[k] for k in ("seed", "batch_size", "dataset_len", "shuffle") if k in state}
-        now = {k: v for k, v in self.state_dict().items() if k in saved}
+        saved["replacement"] = state.get("replacement", False)
+        current = {**self.state_dict(), "replacement": self.replacement}
+        now = {k: current[k] for k in saved}
         if saved != now:
             changed = ", ".join(f"{k}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
             raise DataError(f"cannot resume the {'prompt' if self.unit == 'prompts' else 'data'} loader: {changed}; "
@@ -105,3 +124,6 @@ class PromptLoader:
                             f"and data to resume")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
+        if self.replacement:
+            version, internal, gauss = state["rng"]
+            self._rng.setstate((version, tuple(internal), gauss))

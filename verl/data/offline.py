@@ -294,11 +294,12 @@ def collate_kto(items: list[dict], pad_token_id: int, encoder: Encoder) -> Batch
 
 
 def BatchLoader(dataset, batch_size: int, collate: Callable[[list[dict]], Batch], *, shuffle: bool = True,
-                seed: int = 1) -> PromptLoader:
+                seed: int = 1, replacement: bool = False) -> PromptLoader:
     """The offline trainers' loader: :class:`~verl.data.loader.PromptLoader` over ``collate``'s batches
-    (epoch e's order drawn from ``seed + e``, resumable, a last incomplete batch dropped)."""
+    (epoch e's order drawn from ``seed + e``, resumable, a last incomplete batch dropped; with
+    ``replacement``, every batch drawn from all rows anew)."""
     return PromptLoader(dataset, batch_size, collate=collate, shuffle=shuffle, seed=seed, unit="rows",
-                        size_key="data.train_batch_size")
+                        size_key="data.train_batch_size", replacement=replacement)
 
 
 # ------------------------------------------------------------------------------ built-in data

@@ -9,7 +9,8 @@ at once.
 The training is :class:`~verl.trainer.sft.SFTTrainer`'s, with a stop condition: its data is the
 task's worked examples (the answer after the prompt, or an agentic task's whole tool-use
 conversation, trained on the model's turns only), its validation the held-out sampled accuracy,
-and it ends once that reaches the target. It runs alone in its process (under torchrun rank 0
+and it ends once that reaches the target. Each step's examples are drawn from all of them anew
+(``replacement=True``). It runs alone in its process (under torchrun rank 0
 trains it while the other ranks wait) on plain, unsharded weights, with a constant learning rate
 and no gradient clipping. Interrupted (Ctrl-C), it keeps its last step's checkpoint in the cache
 folder, and the next run resumes from it.
@@ -29,6 +30,7 @@ import torch
 from verl.checkpoint import write_hf_folder
 from verl.config.offline import SFTTrainerConfig
 from verl.data import collate_prompts
+from verl.data.offline import BatchLoader
 from verl.data.tasks import TASKS
 from verl.distributed.process_group import alone
 from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
@@ -134,6 +136,11 @@ class WarmStartTrainer(SFTTrainer):
             "trainer": {"total_training_steps": cfg.max_steps, "test_freq": cfg.eval_every, "val_before_train": False,
                         "save_freq": -1, "logger": [], "progress_bar": progress, "default_local_dir": str(folder / "run"),
                         "device": config.trainer.device, "seed": config.trainer.seed}}))
+        # Each step's examples drawn from all of them anew: the plateau before the model copies digits
+        # ends sooner than with epochs of one permutation each (calculator, seed 1: 380 steps against
+        # more than 820).
+        self.train_loader = BatchLoader(self.train_set, cfg.batch_size, self.collate, seed=config.trainer.seed,
+                                        replacement=True)
         self.eval_prompts = self._eval_prompts()
         self.rollout = task_rollout(self.task, self.policy.model, self.tokenizer)
 
