@@ -12,7 +12,7 @@ A subclass sets ``kind`` (which built-in rows it trains on) and implements:
 * ``validate()``: metrics on the validation set (``val/loss``, ...), over all ranks;
 
 and may replace ``rows()`` (where the rows come from), ``make_policy(model)`` (how the model
-trains) and ``goal_reached()`` (a reason to stop before ``total_steps``).
+trains) and ``goal_reached()`` (a reason to stop before ``total_steps``), and set ``replacement``.
 
 Data parallel (torchrun): every rank reads the same rows and draws the same batches; each trains
 on its contiguous share of every step's batch, the losses normalised by the step's counts over all
@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 class OfflineTrainer:
     kind = "sft"  # rows of the built-in task: sft, preference or kto
     label = "SFT"  # shown on the progress line
+    replacement = False  # each batch drawn from all rows anew, instead of epochs of one permutation each
 
     def __init__(self, config, *, with_reference: bool = False):
         config.validate(dp_size=launched_world_size())
@@ -73,7 +74,7 @@ class OfflineTrainer:
         self.train_set = self.make_dataset(train_rows, "data.train_files")
         self.val_set = self.make_dataset(val_rows, "data.val_files") if val_rows else None
         self.train_loader = BatchLoader(self.train_set, data_cfg.train_batch_size, self.collate,
-                                        shuffle=data_cfg.shuffle, seed=data_cfg.seed)
+                                        shuffle=data_cfg.shuffle, seed=data_cfg.seed, replacement=self.replacement)
         self.total_steps = trainer_cfg.total_training_steps or trainer_cfg.total_epochs * len(self.train_loader)
         # The reference is copied from the initial weights, before the policy wraps (and trains) them;
         # with new LoRA adapters it is the policy with its adapters off (the same weights, no copy).
