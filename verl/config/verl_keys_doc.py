@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from verl.config.coerce import is_dict_type
-from verl.config.verl_rules import Rule
+from verl.config.verl_rules import Rule, rule_of
 from verl.config.fields import walk
 from verl.config.node import ConfigNode
 
@@ -17,8 +17,9 @@ _SHORT = {"actor_rollout_ref.": ""}  # actor, ref, rollout, model stand for acto
 def _rules(node: ConfigNode):
     """(dotted key, rule) for every verl_option of the tree, `.*` marking a free-form mapping."""
     for entry in walk(node):
-        if not entry.is_section and "verl_rule" in entry.spec.metadata:
-            yield entry.key + (".*" if is_dict_type(entry.spec.type) else ""), entry.spec.metadata["verl_rule"]
+        rule = rule_of(entry.spec)
+        if rule is not None:
+            yield entry.key + (".*" if is_dict_type(entry.spec.type) else ""), rule
 
 
 def _short(key: str) -> str:

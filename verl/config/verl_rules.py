@@ -121,11 +121,9 @@ def strategy_option(help: str, default: str = "fsdp") -> Any:
                        when="for anything but fsdp / fsdp2", instead=FSDP_INSTEAD)
 
 
-def _rule(cls: type, name: str) -> Rule | None:
-    for f in dataclasses.fields(cls):
-        if f.name == name:
-            return f.metadata.get("verl_rule")
-    return None
+def rule_of(spec) -> Rule | None:
+    """The rule of a field declared with `verl_option` (a FieldSpec), else None."""
+    return spec.metadata.get("verl_rule") if spec.node_type is None else None
 
 
 class Section(ConfigNode):
@@ -133,7 +131,7 @@ class Section(ConfigNode):
     other backends' sections, actor.megatron.* and the like, are refused by `unknown_key_error`.)"""
 
     def _check(self, spec, value, *args, **kwargs):
-        rule = _rule(type(self), spec.name) if spec.node_type is None else None
+        rule = rule_of(spec)
         if rule is not None and rule.normalize is not None:
             value = rule.normalize(value)
         value = super()._check(spec, value, *args, **kwargs)
@@ -146,9 +144,10 @@ class Section(ConfigNode):
 def _rules(cfg: ConfigNode) -> Iterator[tuple[ConfigNode, str, Rule, Any]]:
     """(section, field name, rule, value) of every verl_option below ``cfg``."""
     for entry in walk(cfg):
-        if not entry.is_section and "verl_rule" in entry.spec.metadata:
+        rule = rule_of(entry.spec)
+        if rule is not None:
             name = entry.spec.name
-            yield entry.owner, name, entry.spec.metadata["verl_rule"], getattr(entry.owner, name)
+            yield entry.owner, name, rule, getattr(entry.owner, name)
 
 
 def check(cfg: ConfigNode) -> None:
