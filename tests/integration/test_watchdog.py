@@ -82,12 +82,12 @@ RANK_SCRIPT = textwrap.dedent('''
     import torch
     torch.set_num_threads(1)
     import torch.distributed as dist
-    import verl.distributed.watchdog
+    import verl.distributed.processes
     from verl.distributed.process_group import ensure_process_group
     from verl.distributed.watchdog import Watchdog
 
     if int(os.environ["GROUP_WORLD_SIZE"]) > 1:  # each torchrun stands for a host: no look-ups in /proc across
-        verl.distributed.watchdog._node_id = lambda: f"host{os.environ['GROUP_RANK']}"
+        verl.distributed.processes.node_id = lambda: f"host{os.environ['GROUP_RANK']}"
 
     mode, out, timeout_s, victim = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
     ensure_process_group()

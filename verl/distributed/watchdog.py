@@ -71,6 +71,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from verl.distributed import processes
 from verl.distributed.process_group import ensure_process_group, world_size
 from verl.errors import VerlError
 
@@ -112,7 +113,7 @@ class Watchdog:
         # Set by the run loop while it stops at the next step boundary on a first SIGTERM
         # (verl.trainer.stop): then only a SIGTERM that follows another rank's failure ends the rank here.
         self.graceful_sigterm = False
-        self._node = _node_id()
+        self._node = processes.node_id()
         # What the thread learned about the peers: identity (host, pid), last heartbeat, when its
         # counter last changed (this process's monotonic clock), and the ranks that finished.
         self._ids: dict[int, dict] = {}
@@ -197,7 +198,7 @@ class Watchdog:
             self._publish()  # first: a rank whose identity is in the store has a heartbeat there too
             self._store.set(f"id/{self.rank}", json.dumps(
                 {"host": socket.gethostname(), "node": self._node, "pid": os.getpid(),
-                 "start": _process(os.getpid())[1] if self._node else None}))
+                 "start": processes.process_state(os.getpid())[1] if self._node else None}))
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._previous_excepthook = sys.excepthook
@@ -315,7 +316,7 @@ class Watchdog:
     def _dead_local_peer(self) -> dict | None:
         """A rank on this host whose process is gone though it never finished (caller holds the lock)."""
         for r, peer in self._ids.items():
-            if r in self._finished or not self._is_local(peer) or _alive(peer):
+            if r in self._finished or not self._is_local(peer) or processes.alive(peer):
                 continue
             beat = json.loads(self._store.get(f"hb/{r}"))
             if beat["status"] == "done":
@@ -409,11 +410,11 @@ class Watchdog:
             # Let the failed rank print its traceback, exit and be reaped by torchrun first: torchrun's
             # summary then names it as the root cause, and this line comes after its traceback.
             deadline = time.monotonic() + _FAILED_EXIT_GRACE_S
-            while _alive(peer, zombie=True) and time.monotonic() < deadline:
+            while processes.alive(peer, zombie=True) and time.monotonic() < deadline:
                 time.sleep(0.05)
         if print_line or (self.rank == 0 if culprit != 0 else verdict["detector"] == self.rank != culprit):
             print(f"error: {verdict['message']}; the job is stopped", file=sys.stderr)
-        if verdict["kind"] == "stalled" and verdict["detector"] == self.rank and local and _alive(peer):
+        if verdict["kind"] == "stalled" and verdict["detector"] == self.rank and local and processes.alive(peer):
             with suppress(ProcessLookupError):
                 os.kill(peer["pid"], signal.SIGKILL)  # a stopped process ignores torchrun's SIGTERM
         self._exit(EXIT_CODE)
@@ -473,31 +474,3 @@ def _is_communication_error(error: Exception) -> bool:
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0][:500] if lines else ""
-
-
-def _node_id() -> str | None:
-    """This host's boot and pid namespace: processes with the same id see each other in /proc.
-    None without /proc (macOS): liveness from heartbeats alone."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
-    except OSError:
-        return None
-
-
-def _alive(peer: dict, zombie: bool = False) -> bool:
-    """The peer's process still runs (or, with ``zombie``, still waits for its parent to reap it)."""
-    state = _process(peer["pid"])
-    return state is not None and state[1] == peer["start"] and (zombie or state[0] not in "ZX")
-
-
-def _process(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of a process, from /proc; None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[0], int(fields[19])
