@@ -1,10 +1,17 @@
-"""Shared pieces of the integration tests: running a document's code blocks, capturing a gradient."""
+"""Shared pieces of the integration tests: running a document's code blocks, capturing a gradient, a
+Ray cluster for a module's runs."""
 
+import contextlib
 import logging
 import os
 import re
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,3 +107,45 @@ def echo_launch(model_dir, tmp_path: Path, reward_source: str, *, steps: int = 2
             f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}", f"actor_rollout_ref.actor.optim.lr={lr}",
             f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={tmp_path / 'out'}",
             "trainer.progress_bar=false", "trainer.val_before_train=false"]
+
+
+@contextlib.contextmanager
+def ray_cluster(tmp_path: Path, *, num_cpus: int = 4, env: dict | None = None):
+    """A local Ray head node for the block, its address in ``RAY_ADDRESS`` meanwhile: drivers started
+    inside connect to it instead of starting a Ray of their own (about 6 s saved per run on 2 cores).
+    Stopped on exit by signalling its ``ray start --block`` alone (``ray stop`` would stop every Ray of
+    this user). Its files are in a temp folder of its own, so that it leaves no address behind in
+    /tmp/ray, where a later plain ``ray.init()`` would look for a cluster to join."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "ray-head.log"
+    ray = Path(sys.executable).parent / "ray"
+    # (short: Ray's socket paths live below it, and a socket path has at most 107 characters)
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    with open(log, "w") as out:
+        head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
+                                 f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats"], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "Ray runtime started" not in log.read_text():
+            assert head.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        previous = os.environ.get("RAY_ADDRESS")
+        os.environ["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+        try:
+            yield os.environ["RAY_ADDRESS"]
+        finally:
+            if previous is None:
+                os.environ.pop("RAY_ADDRESS")
+            else:
+                os.environ["RAY_ADDRESS"] = previous
+    finally:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        shutil.rmtree(temp, ignore_errors=True)

@@ -6,6 +6,10 @@ final weights, for GRPO and for PPO with a critic, colocated or on a pool of its
 cross between Ray and a plain process both ways. A lost actor ends the run with one error naming
 role, rank and stage; a hung one within trainer.dist_timeout_s; Ctrl-C on the driver stops every
 actor. Without Ray installed, everything else runs and backend=ray says how to install it.
+
+The runs here connect to one Ray head started for the module (a running cluster, found through
+``RAY_ADDRESS``): a Ray of their own would cost each run about 6 s more. A driver that starts its
+own local Ray runs in test_distributed_doc.py (docs/distributed.md) and test_agent_scale_out.py.
 """
 
 import json
@@ -17,8 +21,8 @@ import time
 
 import pytest
 
-from helpers import REPO
-from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights, make_data_dir,
+from helpers import REPO, ray_cluster
+from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, step_metrics)
 
 pytest.importorskip("ray", reason="the ray extra (bash scripts/setup.sh --test installs it)")
@@ -30,23 +34,26 @@ RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM
            "PYTHONPATH": str(REPO)}
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("ray-data"))
+@pytest.fixture(scope="module", autouse=True)
+def _cluster(tmp_path_factory):
+    with ray_cluster(tmp_path_factory.mktemp("ray-head"), env=RAY_ENV) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
-def one_process(tiny_model_dir, data_dir, tmp_path_factory):
-    """The output folder of a plain run with these keys, run once per set of keys for the module."""
-    runs: dict[tuple, object] = {}
+def tiny_model_dir(rl_inputs):
+    return rl_inputs[0]
 
-    def run(*keys):
-        if keys not in runs:
-            out = tmp_path_factory.mktemp("one-process")
-            run_plain(run_args(tiny_model_dir, data_dir, out, *keys))
-            runs[keys] = out
-        return runs[keys]
-    return run
+
+@pytest.fixture(scope="module")
+def data_dir(rl_inputs):
+    return rl_inputs[1]
+
+
+@pytest.fixture(scope="module")
+def one_process(plain_run):
+    """The output folder of a plain run with these keys (run once for the whole test run)."""
+    return plain_run
 
 
 def _driver(args, **popen) -> subprocess.Popen:

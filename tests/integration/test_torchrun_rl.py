@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from helpers import run_torchrun_module
-from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights, make_data_dir,
+from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, step_metrics)
 
 pytestmark = pytest.mark.slow
@@ -21,8 +21,13 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory.mktemp("torchrun-data"))
+def tiny_model_dir(rl_inputs):
+    return rl_inputs[0]
+
+
+@pytest.fixture(scope="module")
+def data_dir(rl_inputs):
+    return rl_inputs[1]
 
 
 def _two_ranks(args, env=None) -> subprocess.CompletedProcess:
@@ -43,9 +48,9 @@ def _two_ranks(args, env=None) -> subprocess.CompletedProcess:
     # the native engine draws the samples hf draws (same seeds), under FSDP on gathered weights
     (GRPO, ["actor_rollout_ref.rollout.name=native"]),
 ], ids=["grpo", "ppo_with_critic", "grpo_replicated", "ppo_dynamic_bsz_packed", "grpo_native_rollout"])
-def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, algorithm, two_ranks_only):
-    one, two = tmp_path / "one", tmp_path / "two"
-    run_plain(run_args(tiny_model_dir, data_dir, one, *algorithm))
+def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, plain_run, algorithm,
+                                                  two_ranks_only):
+    one, two = plain_run(*algorithm), tmp_path / "two"
     done = _two_ranks(run_args(tiny_model_dir, data_dir, two, *algorithm, *two_ranks_only),
                       env={"VERL_LOG_LEVEL": "INFO"})
 
@@ -63,10 +68,9 @@ def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_
     assert len((two / "metrics.jsonl").read_text().splitlines()) == len((one / "metrics.jsonl").read_text().splitlines())
 
 
-def test_a_checkpoint_resumes_at_another_world_size(tiny_model_dir, data_dir, tmp_path):
+def test_a_checkpoint_resumes_at_another_world_size(tiny_model_dir, data_dir, tmp_path, plain_run):
     """Saved at 2 ranks after step 2, resumed at 1 (and the reverse): step 3 and the final weights
     equal those of an uninterrupted run."""
-    reference = tmp_path / "reference"
-    run_plain(run_args(tiny_model_dir, data_dir, reference, "trainer.save_freq=2"))
+    reference = plain_run(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
     assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference,
                           [(_two_ranks, run_plain, "two_then_one"), (run_plain, _two_ranks, "one_then_two")])
