@@ -1,5 +1,7 @@
 """`a.b.c=value` overrides, YAML files and the round-trip guarantees."""
 
+import re
+
 import pytest
 
 from verl.config import ConfigError, TrainerConfig, parse_overrides
@@ -253,3 +255,120 @@ def test_interpolations_resolve_against_the_final_values(tmp_path, monkeypatch):
                                           r"'verl' of type 'str' could not be converted to Integer"):
         _cfg("data.val_batch_size=${trainer.project_name}")
     assert _cfg("trainer.experiment_name=${data.max_prompt_length}").trainer.experiment_name == "512"
+
+
+# ---------------------------------------------------------------- text typed for the field (coerce.from_text)
+INT, FLOAT, BOOL, STR = ("actor_rollout_ref.actor.data_loader_seed", "actor_rollout_ref.actor.entropy_coeff",
+                         "data.shuffle", "data.prompt_key")
+REFUSED = object()
+TEXT_TABLE = [
+    (INT, 1, 1), (INT, "3", 3), (INT, "0", 0), (INT, "1_000", 1000),
+    (INT, 2.0, REFUSED), (INT, 2.5, REFUSED), (INT, True, REFUSED), (INT, "1e-4", REFUSED), (INT, "true", REFUSED),
+    (INT, "abc", REFUSED), (INT, [1], REFUSED),
+    (FLOAT, 1, 1.0), (FLOAT, 2.5, 2.5), (FLOAT, "3", 3.0), (FLOAT, "1e-4", 1e-4), (FLOAT, "inf", float("inf")),
+    (FLOAT, "1_000", 1000.0), (FLOAT, True, REFUSED), (FLOAT, "true", REFUSED), (FLOAT, "abc", REFUSED),
+    (FLOAT, [1], REFUSED),
+    (BOOL, True, True), (BOOL, "true", True), (BOOL, "yes", True), (BOOL, "on", True), (BOOL, "1", True),
+    (BOOL, "YES", True), (BOOL, "off", False), (BOOL, "0", False), (BOOL, "false", False), (BOOL, "No", False),
+    (BOOL, 1, True), (BOOL, 0, False),
+    # Refused here, taken as True by OmegaConf: ints other than 0 / 1, and text other than the words.
+    (BOOL, 3, REFUSED), (BOOL, "3", REFUSED), (BOOL, "1_000", REFUSED), (BOOL, "sure", REFUSED),
+    (STR, 2.5, "2.5"), (STR, 3, "3"), (STR, "x", "x"), (STR, [1], REFUSED),
+]
+
+
+def _override(key, value):
+    """`key=value` as typed on a command line: text quoted, so that it stays text."""
+    from verl.config.yaml_text import format_flow
+
+    return f"{key}='{value}'" if isinstance(value, str) else f"{key}={format_flow(value)}"
+
+
+def _yaml(key, value):
+    from verl.config.yaml_text import format_flow
+
+    *sections, leaf = key.split(".")
+    return "".join(f"{'  ' * i}{name}:\n" for i, name in enumerate(sections)) + \
+        f"{'  ' * len(sections)}{leaf}: {format_flow(value)}\n"
+
+
+@pytest.mark.parametrize("key, given, expected", TEXT_TABLE, ids=[f"{k.rsplit('.', 1)[1]}={g!r}" for k, g, _ in TEXT_TABLE])
+def test_text_is_typed_for_the_field_from_overrides_and_yaml(key, given, expected):
+    for build in (lambda: _cfg(_override(key, given)), lambda: TrainerConfig.from_yaml(_yaml(key, given))):
+        if expected is REFUSED:
+            with pytest.raises(ConfigError, match=rf"^{re.escape(key)} expects \w+, got {re.escape(repr(given))} "):
+                build()
+        else:
+            value = build().get(key)
+            assert value == expected and type(value) is type(expected)
+
+
+def test_a_list_of_floats_given_text_and_its_error_names_the_whole_value():
+    key = "actor_rollout_ref.actor.optim.betas"
+    assert _cfg(f"{key}=['0.9','1e-3']").get(key) == [0.9, 1e-3]
+    assert TrainerConfig.from_yaml(_yaml(key, ["0.9", 1])).get(key) == [0.9, 1.0]
+    message = re.escape(f"{key} expects list[float], got ['a'] (list); e.g. {key}=[0.9, 0.999]")
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        _cfg(f"{key}=[a]")
+    with pytest.raises(ConfigError, match=f"^{message}$"):
+        TrainerConfig.from_yaml(_yaml(key, ["a"]))
+
+
+def test_a_bad_bool_word_is_refused_where_it_is_set():
+    with pytest.raises(ConfigError, match=r"^data.shuffle expects bool, got 'sure' \(str\); e.g. data.shuffle=true$"):
+        _cfg("data.shuffle=sure", "data.shuffle=true")  # at the key that set it, not after the last override
+    with pytest.raises(ConfigError, match=r"^data.shuffle expects bool, got 3 \(int\)"):
+        TrainerConfig.from_yaml("data:\n  shuffle: 3\n")
+    # Choices are checked once everything is applied, so a later override can still fix a bad one.
+    assert _cfg("data.truncation=middle", "data.truncation=left").data.truncation == "left"
+
+
+def test_values_from_interpolations_are_typed_once_resolved(monkeypatch):
+    monkeypatch.setenv("VERL_TEST_LR", "1e-4")
+    monkeypatch.setenv("VERL_TEST_WORD", "off")
+    cfg = _cfg("actor_rollout_ref.actor.optim.lr=${oc.env:VERL_TEST_LR}", "data.shuffle=${oc.env:VERL_TEST_WORD}",
+               "actor_rollout_ref.actor.optim.betas=[${oc.env:VERL_TEST_LR},1]",
+               "trainer.experiment_name=${oc.env:VERL_TEST_LR}")
+    assert cfg.actor_rollout_ref.actor.optim.lr == 1e-4 and isinstance(cfg.actor_rollout_ref.actor.optim.lr, float)
+    assert cfg.data.shuffle is False
+    assert cfg.actor_rollout_ref.actor.optim.betas == [1e-4, 1.0]
+    assert cfg.trainer.experiment_name == "1e-4"
+    assert TrainerConfig.from_yaml("actor_rollout_ref:\n  actor:\n    optim:\n      lr: ${oc.env:VERL_TEST_LR}\n"
+                                   ).actor_rollout_ref.actor.optim.lr == 1e-4
+    with pytest.raises(ConfigError, match=re.escape(
+            "data.train_batch_size=${oc.env:VERL_TEST_LR}: cannot resolve the interpolation (While dereferencing "
+            "interpolation '${oc.env:VERL_TEST_LR}': Value '1e-4' of type 'str' could not be converted to Integer)")):
+        _cfg("data.train_batch_size=${oc.env:VERL_TEST_LR}")
+
+
+def test_python_values_stay_strict():
+    with pytest.raises(ConfigError, match=re.escape("actor_rollout_ref.actor.optim.lr expects float, got '1e-4' (str)")):
+        TrainerConfig(actor_rollout_ref={"actor": {"optim": {"lr": "1e-4"}}})
+    cfg = TrainerConfig()
+    with pytest.raises(ConfigError, match=re.escape("actor_rollout_ref.actor.optim.lr expects float, got '1e-4' (str)")):
+        cfg.actor_rollout_ref.actor.optim.lr = "1e-4"
+    with pytest.raises(ConfigError, match=re.escape("data.shuffle expects bool, got 'yes' (str)")):
+        cfg.data.shuffle = "yes"
+    with pytest.raises(ConfigError, match=re.escape("data.train_batch_size expects int, got '2' (str)")):
+        cfg.data.train_batch_size = "2"
+    cfg.actor_rollout_ref.actor.optim.lr = 2  # an int is fine for a float, and becomes one
+    assert cfg.actor_rollout_ref.actor.optim.lr == 2.0 and isinstance(cfg.actor_rollout_ref.actor.optim.lr, float)
+
+
+def test_dicts_of_scalars_are_typed_per_value_and_other_annotations_take_text_as_given():
+    from dataclasses import dataclass
+
+    from verl.config import ConfigNode
+    from verl.config.fields import option
+
+    @dataclass
+    class Section(ConfigNode):
+        sizes: dict[str, int] = option({"a": 1}, help="Typed values.")
+        either: int | str = option(1, help="A union: text stays as given.")
+
+    cfg = Section.from_overrides(["sizes={a: '2', b: 3}", "+sizes.c='4'", "either='5'"])
+    assert cfg.sizes == {"a": 2, "b": 3, "c": 4} and cfg.either == "5"
+    with pytest.raises(ConfigError, match=re.escape("sizes expects dict[str, int], got {'a': 'x'} (dict)")):
+        Section.from_overrides(["sizes={a: x}"])
+    with pytest.raises(ConfigError, match=re.escape("sizes.c expects int, got 'x' (str)")):
+        Section.from_overrides(["+sizes.c=x"])

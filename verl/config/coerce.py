@@ -1,8 +1,19 @@
-"""Checking Python values against a field's type annotation, with errors that name the key.
+"""The config's one type system: values checked against a field's annotation, with errors that name the key.
 
-Text (YAML files, the command line) is typed by OmegaConf first (`verl.config.omega`); what reaches
-this check is Python values. Section-typed fields (ConfigNode subclasses) are handled by
-`verl.config.node`, not here.
+Two modes, one set of annotations:
+
+* `coerce` checks a value strictly: what Python code passes (``TrainerConfig(...)``, attribute
+  assignment) must already have the field's type (an int is fine for a float), so ``'1e-4'`` is
+  refused for a float. Every value, from any path, goes through it when a section is built.
+* `from_text` / `text_value` type text first: what a value read from a YAML file or the command line
+  becomes for the field (``'1e-4'`` a float, ``yes`` a bool, ``2.5`` the str ``'2.5'``), as OmegaConf's
+  typed nodes did. Only scalar annotations (``int``, ``float``, ``bool``, ``str``, a ``Literal`` of
+  strings, each optionally ``| None``) and lists and dicts of them are typed; unions of several
+  types, ``Any`` and untyped lists and dicts take text as given. The text path
+  (`verl.config.omega`) calls it when a value is set and again once interpolations are resolved;
+  then `coerce` checks the result (choices, ranges and unions are checked there, not here).
+
+Section-typed fields (ConfigNode subclasses) are handled by `verl.config.node`, not here.
 """
 
 from __future__ import annotations
@@ -16,6 +27,10 @@ from typing import Any, Literal, Union, get_args, get_origin
 from verl.errors import ConfigError
 
 NoneType = type(None)
+_SCALARS = (int, float, bool, str)
+# A bool field's words (any case), as YAML 1.1 and OmegaConf spell them; 1 and 0 as text too.
+_BOOL_WORDS = {**dict.fromkeys(("true", "yes", "y", "on", "1"), True),
+               **dict.fromkeys(("false", "no", "n", "off", "0"), False)}
 
 
 def type_name(tp: Any) -> str:
@@ -61,9 +76,9 @@ def mismatch(value: Any, tp: Any, key: str, example: str | Callable[[], str] = "
 def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = "") -> Any:
     """Return `value` checked against the annotation `tp` (an int is fine for a float, and becomes one).
 
-    Text from YAML files and the command line is typed by OmegaConf before it gets here
-    (`verl.config.omega`); a Python value must already have the right type. `key` is the full dotted
-    key, used in errors. Raises ConfigError naming the key, the expected type and the value.
+    A value must already have the right type: text from YAML files and the command line is typed by
+    `from_text` before it gets here. `key` is the full dotted key, used in errors. Raises ConfigError
+    naming the key, the expected type and the value.
     """
     if tp is Any:
         return value
@@ -131,3 +146,129 @@ def _already(value: Any, tp: Any) -> bool:
     if origin is dict:
         return isinstance(value, Mapping)
     return isinstance(origin, type) and isinstance(value, origin)
+
+
+# ------------------------------------------------------------------ text
+class TextError(ValueError):
+    """A value read as text that its field's type does not take. The message says why, in the words
+    OmegaConf's nodes used, which the errors of unresolvable interpolations have always quoted."""
+
+
+def is_interpolation(value: Any) -> bool:
+    """Whether `value` is text holding an OmegaConf interpolation, ``${...}``: typed once resolved."""
+    return isinstance(value, str) and "${" in value
+
+
+def _optional(tp: Any) -> tuple[Any, bool]:
+    """(`tp` without None, whether None is allowed); a union of several other types stays `tp`."""
+    if get_origin(tp) not in (Union, types.UnionType) or NoneType not in get_args(tp):
+        return tp, False
+    rest = [a for a in get_args(tp) if a is not NoneType]
+    return (rest[0] if len(rest) == 1 else tp), True
+
+
+def scalar_type(tp: Any) -> type | None:
+    """`int`, `float`, `bool` or `str` for a scalar annotation, optionally `| None` (a `Literal` of
+    strings is `str`: its choices are checked later, by `coerce`); None for any other annotation."""
+    inner, _ = _optional(tp)
+    if inner in _SCALARS:
+        return inner
+    if get_origin(inner) is Literal and all(isinstance(c, str) for c in get_args(inner)):
+        return str
+    return None
+
+
+def element_type(tp: Any) -> Any:
+    """The annotation of the elements of a list (``list[float] | None`` -> ``float``) or of the values
+    of a dict (``dict[str, int]`` -> ``int``); `Any` for any other annotation."""
+    inner, _ = _optional(tp)
+    args = get_args(inner)
+    if get_origin(inner) is list and len(args) == 1:
+        return args[0]
+    if get_origin(inner) is dict and len(args) == 2:
+        return args[1]
+    return Any
+
+
+def from_text(value: Any, tp: Any, key: str, example: str | Callable[[], str] = "") -> Any:
+    """`value`, read from a YAML file or the command line, typed for the annotation `tp` (see
+    `text_value`). Raises the wrong-type error (`mismatch`) for the whole value at `key`, so that it
+    names the override or YAML key that set it."""
+    try:
+        return text_value(value, tp)
+    except TextError:
+        raise mismatch(value, tp, key, example) from None
+
+
+def text_value(value: Any, tp: Any) -> Any:
+    """What a value read as text becomes for the annotation `tp`: a scalar annotation converts it
+    (`_text_scalar`), a list or dict of scalars converts each element; other annotations, and
+    values that are not a list or dict for a list or dict annotation, are left as given (`coerce`
+    judges them). Raises TextError."""
+    scalar = scalar_type(tp)
+    if scalar is not None:
+        return _text_scalar(value, scalar, _optional(tp)[1])
+    origin = get_origin(_optional(tp)[0])
+    if origin is list and isinstance(value, (list, tuple)):
+        return [_text_element(v, element_type(tp)) for v in value]
+    if origin is dict and isinstance(value, Mapping):
+        return {k: _text_element(v, element_type(tp)) for k, v in value.items()}
+    return value
+
+
+def _text_element(value: Any, tp: Any) -> Any:
+    """An element of a list or dict read as text; a nested list or dict is left for `coerce` to judge."""
+    return value if isinstance(value, (list, tuple, Mapping)) else text_value(value, tp)
+
+
+def _text_scalar(value: Any, tp: type, optional: bool) -> Any:
+    """`value` as an `int`, `float`, `bool` or `str` (`tp`); None where `optional`; an interpolation
+    stays text until it is resolved."""
+    if value is None:
+        if optional:
+            return None
+        raise TextError(f"Incompatible value 'None' for field of type '{tp.__name__}'")
+    if is_interpolation(value):
+        return value
+    return _TEXT_TO[tp](value)
+
+
+def _text_int(value: Any) -> int:
+    """An int, or text of one (``'3'``, ``'1_000'``); a float (even ``2.0``) and a bool are refused."""
+    if type(value) in (int, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise TextError(f"Value '{value}' of type '{type(value).__name__}' could not be converted to Integer")
+
+
+def _text_float(value: Any) -> float:
+    """A number, or text of one (``'1e-4'``, ``'inf'``, ``'1_000'``), as a float; a bool is refused."""
+    if type(value) in (int, float, str):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            pass
+    raise TextError(f"Value '{value}' of type '{type(value).__name__}' could not be converted to Float")
+
+
+def _text_bool(value: Any) -> bool:
+    """A bool, 1 or 0, or one of the words true/false, yes/no, y/n, on/off, 1/0 (any case)."""
+    if type(value) is bool:
+        return value
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[value.lower()]
+    raise TextError(f"Value '{value}' is not a valid bool (type {type(value).__name__})")
+
+
+def _text_str(value: Any) -> str:
+    """Any scalar as its text (``2.5`` -> ``'2.5'``); a list or dict is refused."""
+    if isinstance(value, (list, tuple, Mapping, bytes)):
+        raise TextError(f"Cannot convert '{type(value).__name__}' to string: '{value}'")
+    return str(value)
+
+
+_TEXT_TO = {int: _text_int, float: _text_float, bool: _text_bool, str: _text_str}

@@ -3,7 +3,7 @@
 A section is a dataclass (a subclass of :class:`~verl.config.node.ConfigNode`) whose fields are
 declared with :func:`option` (a leaf: default, help text, aliases, choices, a range) or
 :func:`section` (a nested section). :func:`field_specs` reads them back as :class:`FieldSpec`
-records; everything that walks the schema (the typed OmegaConf tree, the renderings, the key
+records; everything that walks the schema (the OmegaConf tree of the text path, the renderings, the key
 listings, the compatibility rules) goes through it. Nothing here builds or checks a config: that
 is :mod:`verl.config.node`, which builds on this module.
 """
@@ -169,8 +169,8 @@ class Entry:
 
 def walk(node: Any, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
     """Every field below ``node`` (a section, or a section class), depth first in declaration
-    order: a nested section's own entry, then its fields. The one walk over the schema: the typed
-    tree, the dicts, the renderings, the key listings and the compatibility rules all use it."""
+    order: a nested section's own entry, then its fields. The one walk over the schema: the text
+    path's tree, the dicts, the renderings, the key listings and the compatibility rules all use it."""
     for name, spec in field_specs(node if isinstance(node, type) else type(node)).items():
         value = spec.default if isinstance(node, type) else raw_value(node, name)
         yield Entry(prefix + name, depth, spec, node, value)

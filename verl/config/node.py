@@ -3,7 +3,9 @@
 A section is a `@dataclass` subclass of `ConfigNode` whose fields are declared with `option()`
 (a leaf: default, help text, optional alias names) or `section()` (a nested section). Every
 assignment is checked against the annotation, at construction and afterwards, and an unknown
-key fails with a did-you-mean hint. Each node knows its parent, so errors name the full dotted
+key fails with a did-you-mean hint. The check is strict (`verl.config.coerce`: ``'1e-4'`` is not
+a float); text from YAML files and the command line (`from_yaml`, `from_overrides`, `from_cli`)
+is typed for its field on the text path (`verl.config.omega`) before it gets here. Each node knows its parent, so errors name the full dotted
 key (`actor_rollout_ref.actor.optim.lr`) even when raised deep inside a nested dict.
 
 A node has exactly one parent: assigning a node that already sits in a tree stores a copy,
@@ -120,9 +122,10 @@ class ConfigNode(metaclass=_NodeMeta):
 
     @classmethod
     def _from_text(cls, base: ConfigNode | None, yaml_source, args: list[str]):
-        """YAML and overrides applied on OmegaConf (`verl.config.omega`): typed, checked against the
-        schema, ``${...}`` resolved last against the final values; then back to the dataclasses."""
-        tree = omega.typed_tree(base if base is not None else cls())
+        """YAML and overrides applied on OmegaConf (`verl.config.omega`): keys checked against the
+        schema and values typed as text (`coerce.from_text`) as they are set, ``${...}`` resolved last
+        against the final values; then back to the dataclasses, which check them strictly."""
+        tree = omega.value_tree(base if base is not None else cls())
         if yaml_source is not None:
             omega.merge_mapping(tree, cls, read_yaml(yaml_source))
         overrides = [parse_override(arg) for arg in args]
@@ -136,9 +139,9 @@ class ConfigNode(metaclass=_NodeMeta):
                                "are given with --config-file, or --config-path/--config-name)", override.key)
             else:
                 if override.op == "delete" and defaults is None:
-                    defaults = omega.typed_tree(cls())
+                    defaults = omega.value_tree(cls())
                 omega.apply(tree, cls, override, defaults)
-        return cls._build(omega.resolved(tree), parent=None, key=None)
+        return cls._build(omega.resolved(tree, cls), parent=None, key=None)
 
     # ---------------------------------------------------------------- attribute access
     def __setattr__(self, name: str, value: Any) -> None:

@@ -1,80 +1,56 @@
-"""The text path of the config on OmegaConf: YAML files and Hydra overrides are applied to a typed
-OmegaConf tree made from the dataclass schemas, and `${...}` interpolation is resolved by it.
+"""The text path of the config on OmegaConf: YAML files and Hydra overrides are applied to an
+untyped OmegaConf tree of the values, and `${...}` interpolation is resolved by OmegaConf.
 
-    tree = typed_tree(TrainerConfig())           # struct DictConfig: IntegerNode, FloatNode, ...
+    tree = value_tree(TrainerConfig())           # struct DictConfig of the values
     apply(tree, TrainerConfig, parse_override("actor_rollout_ref.actor.optim.lr=1e-6"))
-    TrainerConfig.from_dict(resolved(tree))      # back to the dataclasses (choices, rules)
+    TrainerConfig.from_dict(resolved(tree, TrainerConfig))   # back to the dataclasses (choices, rules)
 
-OmegaConf does the typing of text (``"1e-4"`` for a float, ``true`` for a bool), refuses values of
-the wrong type and keys a section does not have (struct mode), and resolves interpolations after
-every file and override has been applied. The schema walk here only turns verl's names and aliases
-into canonical keys and OmegaConf's errors into ones that name the key and the fix (did-you-mean
-within the section, the ``+`` form for free-form mappings).
+Who does what. The typing of text (``"1e-4"`` for a float, ``yes`` for a bool) is the config's own
+(`verl.config.coerce.from_text`, the same annotations that check Python values): a value is typed
+when it is set, so that a wrong one is an error at the override or YAML key that set it, and a
+value that came from an interpolation is typed once resolved. OmegaConf holds the values while every
+file and override is applied (mappings merged, keys added below free-form dicts) and resolves the
+interpolations after that. The schema walk here (`locate`) turns verl's names and aliases into
+canonical keys and refuses keys a section does not have, with errors that name the key and the fix
+(did-you-mean within the section, the ``+`` form for free-form mappings).
 """
 
 from __future__ import annotations
 
 import copy
-import types
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any
 
-from omegaconf import AnyNode, BooleanNode, DictConfig, FloatNode, IntegerNode, ListConfig, OmegaConf, StringNode
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.config.coerce import is_dict_type, mismatch
+from verl.config.coerce import (TextError, element_type, from_text, is_dict_type, is_interpolation, mismatch,
+                                scalar_type, text_value)
 from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, nest, walk
 from verl.config.key_errors import unknown_key_error
 from verl.errors import ConfigError
 
-NoneType = type(None)
-_SCALARS = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
+
+# ------------------------------------------------------------------ the tree of values
+def _tree_value(entry):
+    """A leaf of the tree: a copy of its value; a free-form dict field's mapping takes new keys."""
+    value = copy.deepcopy(entry.value)
+    if is_dict_type(entry.spec.type) and isinstance(value, dict):
+        value = DictConfig(value)
+        OmegaConf.set_struct(value, False)  # free-form: keys are added with +key=value
+    return value
 
 
-# ------------------------------------------------------------------ the typed tree
-def _members(tp: Any) -> tuple[Any, bool]:
-    """(the annotation without None, whether None is allowed)."""
-    if get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in get_args(tp) if a is not NoneType]
-        optional = len(args) < len(get_args(tp))
-        return (args[0] if len(args) == 1 else Union[tuple(args)]), optional
-    return tp, False
+def value_tree(node) -> DictConfig:
+    """A struct DictConfig with ``node``'s values, untyped: `from_text` types what is set on it."""
+    tree = DictConfig(nest(walk(node), _tree_value))
+    OmegaConf.set_struct(tree, True)
+    return tree
 
 
 def _is_text(tp: Any) -> bool:
     """A field that takes the text as typed: str, or a choice of str values."""
-    tp, _ = _members(tp)
-    return tp is str or (get_origin(tp) is Literal and all(isinstance(c, str) for c in get_args(tp)))
-
-
-def _typed(tp: Any, value: Any):
-    """The OmegaConf node for a leaf of annotation ``tp`` holding ``value``."""
-    inner, optional = _members(tp)
-    if _is_text(inner):
-        return StringNode(value, is_optional=optional)
-    if inner in _SCALARS:
-        return _SCALARS[inner](value, is_optional=optional)
-    if is_dict_type(tp):
-        if value is None:
-            return AnyNode(None)
-        args = get_args(inner)
-        element = args[1] if len(args) == 2 and args[1] in _SCALARS else Any
-        node = DictConfig(copy.deepcopy(value), element_type=element)
-        OmegaConf.set_struct(node, False)  # free-form: keys are added with +key=value
-        return node
-    if (inner is list or get_origin(inner) is list) and value is not None:
-        args = get_args(inner)
-        return ListConfig(copy.deepcopy(value), element_type=args[0] if args and args[0] in _SCALARS else Any)
-    if isinstance(value, (list, dict)):
-        return copy.deepcopy(value)  # untyped: OmegaConf wraps it, and any value may replace it
-    return AnyNode(value)  # unions of several types, Any: checked by the schema afterwards
-
-
-def typed_tree(node) -> DictConfig:
-    """A struct DictConfig with ``node``'s values, each leaf typed by its annotation."""
-    tree = DictConfig(nest(walk(node), lambda entry: _typed(entry.spec.type, entry.value)))
-    OmegaConf.set_struct(tree, True)
-    return tree
+    return scalar_type(tp) is str
 
 
 # ------------------------------------------------------------------ keys through the schema
@@ -125,7 +101,15 @@ def _mismatch(target: Target, value: Any) -> ConfigError:
     return mismatch(value, target.spec.type if not target.tail else Any, target.key, example_of(target.spec))
 
 
-def _text_value(target: Target, value: Any, raw: str | None) -> Any:
+def _annotation(target: Target) -> Any:
+    """What a value set at ``target`` is typed for: the field's annotation; one key below a dict
+    field, that of its values (``dict[str, int]``: int; a free-form ``dict``: any value); deeper, any."""
+    if not target.tail:
+        return target.spec.type
+    return element_type(target.spec.type) if len(target.tail) == 1 else Any
+
+
+def _str_as_typed(target: Target, value: Any, raw: str | None) -> Any:
     """A str field takes the text as typed (``tag=007`` is "007", ``name=true`` is "true")."""
     if target.tail or not _is_text(target.spec.type) or value is None or isinstance(value, (str, dict, list)):
         return value
@@ -157,7 +141,8 @@ def _check_free_form(tree: DictConfig, target: Target, add: bool) -> None:
 
 def set_value(tree: DictConfig, cls, target: Target, value: Any, *, raw: str | None = None,
               add: bool = False) -> None:
-    """``target = value``, typed by OmegaConf; a mapping given for a section sets its keys one by one."""
+    """``target = value``, typed as text for its annotation (`from_text`, `_annotation`); a mapping
+    given for a section sets its keys one by one."""
     if target.spec.node_type is not None and not target.tail:
         if not isinstance(value, dict):
             raise _mismatch(target, value)
@@ -165,7 +150,8 @@ def set_value(tree: DictConfig, cls, target: Target, value: Any, *, raw: str | N
         return
     if target.tail:
         _check_free_form(tree, target, add)
-    value = _text_value(target, value, raw)
+    example = "" if target.tail else (lambda: example_of(target.spec))
+    value = from_text(_str_as_typed(target, value, raw), _annotation(target), target.key, example)
     try:
         OmegaConf.update(tree, target.key, value, merge=True, force_add=bool(target.tail))
     except OmegaConfBaseException as e:
@@ -208,17 +194,58 @@ def merge_mapping(tree: DictConfig, cls, data: dict, prefix: str = "") -> None:
         set_value(tree, cls, target, value, add=True)
 
 
-def resolved(tree: DictConfig) -> dict:
-    """Plain values with every ``${...}`` resolved against the final tree, each typed by its node."""
+def resolved(tree: DictConfig, cls) -> dict:
+    """Plain values with every ``${...}`` resolved against the final tree; where an interpolation
+    stood, the value it gave is typed as text for its field (``${oc.env:LR}`` is a float for a float
+    field), since nothing typed it when it was set."""
     try:
-        return OmegaConf.to_container(tree, resolve=True)
+        plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as e:
         key = e.full_key or "?"
-        text = _raw_text(tree, key)
-        detail = str(e).strip().splitlines()[0]
-        raise ConfigError(f"{key}={text}: cannot resolve the interpolation ({detail}); refer to an existing "
-                          f"key, e.g. ${{data.max_prompt_length}}, or an environment variable, "
-                          f"${{oc.env:NAME}}") from None
+        raise _unresolved(key, _raw_text(tree, key), str(e).strip().splitlines()[0]) from None
+    return _typed_resolution(plain, OmegaConf.to_container(tree, resolve=False), cls, tree)
+
+
+def _unresolved(key: str, text: str, detail: str) -> ConfigError:
+    """The error of an interpolation at ``key`` (stored as ``text``) that does not resolve to a value."""
+    return ConfigError(f"{key}={text}: cannot resolve the interpolation ({detail}); refer to an existing "
+                       f"key, e.g. ${{data.max_prompt_length}}, or an environment variable, ${{oc.env:NAME}}")
+
+
+def _typed_resolution(plain: dict, raw: dict, cls, tree: DictConfig, prefix: str = "") -> dict:
+    """The resolved values of section ``cls`` (``plain``; ``raw`` the same unresolved), each leaf
+    typed where an interpolation stood (`_typed_leaf`)."""
+    out = {}
+    for name, value in plain.items():
+        spec, key = field_specs(cls)[name], f"{prefix}{name}"
+        if spec.node_type is not None:
+            out[name] = _typed_resolution(value, raw[name], spec.node_type, tree, f"{key}.")
+        else:
+            out[name] = _typed_leaf(value, raw[name], spec.type, tree, key)
+    return out
+
+
+def _typed_leaf(value: Any, raw: Any, tp: Any, tree: DictConfig, key: str) -> Any:
+    """A field's resolved value: where its value, or an element of its list or dict, was an
+    interpolation, what it gave typed as text for the annotation there; the rest was typed when set."""
+    if is_interpolation(raw):
+        return _typed_interpolation(value, raw, tp, tree, key)
+    if isinstance(raw, list) and isinstance(value, list):
+        return [_typed_interpolation(v, r, element_type(tp), tree, f"{key}[{i}]") if is_interpolation(r) else v
+                for i, (v, r) in enumerate(zip(value, raw))]
+    if isinstance(raw, dict) and isinstance(value, dict):
+        return {k: _typed_interpolation(v, raw[k], element_type(tp), tree, f"{key}.{k}")
+                if is_interpolation(raw[k]) else v for k, v in value.items()}
+    return value
+
+
+def _typed_interpolation(value: Any, raw: str, tp: Any, tree: DictConfig, key: str) -> Any:
+    """What the interpolation ``raw`` at ``key`` gave, typed as text for ``tp``; a value the type does not
+    take is an error of the interpolation, as OmegaConf's typed nodes reported it."""
+    try:
+        return text_value(value, tp)
+    except TextError as e:
+        raise _unresolved(key, _raw_text(tree, key), f"While dereferencing interpolation '{raw}': {e}") from None
 
 
 def _raw_text(tree: DictConfig, key: str) -> str:

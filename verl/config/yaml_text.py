@@ -1,7 +1,7 @@
 """The config's YAML text: reading files or YAML text, writing block YAML, one-line values.
 
 OmegaConf's loader and writer, so that what is written reads back equal (``1e-4`` is a float,
-strings that would read as something else are quoted); ``${...}`` stays text until the typed tree
+strings that would read as something else are quoted); ``${...}`` stays text until the text path
 (:mod:`verl.config.omega`) resolves it.
 """
 
