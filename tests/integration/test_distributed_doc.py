@@ -1,6 +1,7 @@
 """Every code block of docs/distributed.md runs as written: one process, torchrun with 2 CPU ranks, and
 Ray: a local Ray with 2 CPU ranks, a critic on a pool of its own, and a job submitted to a cluster
-started with ``ray start --head`` (stopped again with ``ray stop``, which stops every Ray of this user)."""
+started with ``ray start --head`` and a plain run beside it that joins it (stopped again with
+``ray stop``, which stops every Ray of this user)."""
 
 import json
 
@@ -28,3 +29,5 @@ def test_every_code_block_of_the_distributed_guide_runs(tmp_path, monkeypatch):
     assert steps == [(r["step"], r["critic/score/mean"]) for r in ray if "critic/score/mean" in r]
     assert (tmp_path / "outputs/ray-critic-pool/huggingface/model.safetensors").exists()
     assert (tmp_path / "outputs/ray-job/huggingface/model.safetensors").exists()
+    # a plain run next to the started cluster joined it (starting a Ray of its own there is refused by Ray)
+    assert (tmp_path / "outputs/ray-joined/huggingface/model.safetensors").exists()

@@ -136,8 +136,9 @@ def role_mapping(config, specs: dict[str, list[int]]) -> dict[str, str | None]:
 
 
 def init_ray(config, total_ranks: int):
-    """Connect to the cluster of ``ray_kwargs.ray_init.address`` (or RAY_ADDRESS), or start a local Ray
-    with room for every rank; a no-op when Ray is already initialised (a notebook, ``ray job submit``)."""
+    """Connect to the cluster of ``ray_kwargs.ray_init.address`` (or RAY_ADDRESS, or the one ``ray start``
+    started on this machine), or start a local Ray with room for every rank; a no-op when Ray is
+    already initialised (a notebook, ``ray job submit``)."""
     from verl.distributed.ray_pool import import_ray
 
     ray = import_ray()
@@ -148,6 +149,11 @@ def init_ray(config, total_ranks: int):
     if runtime_env:
         kwargs["runtime_env"] = runtime_env
     local = kwargs.get("address") is None and not os.environ.get("RAY_ADDRESS")
+    if local and _started_cluster():
+        # ray.init() joins the cluster `ray start` left its address for, and refuses num_cpus then
+        logger.warning("trainer.backend=ray: joining the Ray cluster started on this machine (%s; `ray stop` "
+                       "ends it, RAY_ADDRESS or ray_kwargs.ray_init.address names another)", _started_cluster())
+        local = False
     if local:
         # Room for every rank of every pool (a CPU each), even on a machine with fewer cores.
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, total_ranks))
@@ -156,6 +162,16 @@ def init_ray(config, total_ranks: int):
     kwargs.setdefault("logging_level", logging.WARNING)
     ray.init(**kwargs)
     return ray
+
+
+def _started_cluster() -> str | None:
+    """The address of the cluster `ray start` started on this machine (Ray keeps it in
+    /tmp/ray/ray_current_cluster until `ray stop`), which a plain ``ray.init()`` joins; None if none."""
+    try:
+        from ray._private.services import find_bootstrap_address
+    except ImportError:  # a Ray without it: ray.init() decides alone
+        return None
+    return find_bootstrap_address(None)
 
 
 def _place_on_ray(config, *, total_steps: int, reward_worker, teachers) -> Roles:
