@@ -5,8 +5,9 @@ A section is a `@dataclass` subclass of `ConfigNode` whose fields are declared w
 assignment is checked against the annotation, at construction and afterwards, and an unknown
 key fails with a did-you-mean hint. The check is strict (`verl.config.coerce`: ``'1e-4'`` is not
 a float); text from YAML files and the command line (`from_yaml`, `from_overrides`, `from_cli`)
-is typed for its field on the text path (`verl.config.omega`) before it gets here. Each node knows its parent, so errors name the full dotted
-key (`actor_rollout_ref.actor.optim.lr`) even when raised deep inside a nested dict.
+is typed for its field on the text path (`verl.config.omega`) before it gets here. Each node
+knows its parent, so errors name the full dotted key (`actor_rollout_ref.actor.optim.lr`) even
+when raised deep inside a nested dict.
 
 A node has exactly one parent: assigning a node that already sits in a tree stores a copy,
 assigning a free one adopts it.

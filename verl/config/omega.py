@@ -197,13 +197,25 @@ def merge_mapping(tree: DictConfig, cls, data: dict, prefix: str = "") -> None:
 def resolved(tree: DictConfig, cls) -> dict:
     """Plain values with every ``${...}`` resolved against the final tree; where an interpolation
     stood, the value it gave is typed as text for its field (``${oc.env:LR}`` is a float for a float
-    field), since nothing typed it when it was set."""
+    field), since nothing typed it when it was set. Without any ``${...}`` the values are the tree's."""
+    raw = OmegaConf.to_container(tree, resolve=False)
+    if not _holds_interpolation(raw):
+        return raw
     try:
         plain = OmegaConf.to_container(tree, resolve=True)
     except OmegaConfBaseException as e:
         key = e.full_key or "?"
         raise _unresolved(key, _raw_text(tree, key), str(e).strip().splitlines()[0]) from None
-    return _typed_resolution(plain, OmegaConf.to_container(tree, resolve=False), cls, tree)
+    return _typed_resolution(plain, raw, cls, tree)
+
+
+def _holds_interpolation(value: Any) -> bool:
+    """Whether ``value``, or anything in it, is a ``${...}`` text."""
+    if isinstance(value, dict):
+        return any(_holds_interpolation(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_interpolation(v) for v in value)
+    return is_interpolation(value)
 
 
 def _unresolved(key: str, text: str, detail: str) -> ConfigError:
