@@ -50,12 +50,6 @@ def data_dir(rl_inputs):
     return rl_inputs[1]
 
 
-@pytest.fixture(scope="module")
-def one_process(plain_run):
-    """The output folder of a plain run with these keys (run once for the whole test run)."""
-    return plain_run
-
-
 def _driver(args, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV}, **popen)
@@ -83,8 +77,8 @@ def _hosts() -> list[int]:
     # the critic on a 1-rank pool of its own, next to the 2-rank global pool: 3 actors
     (PPO, ["+trainer.resource_pools.critic_pool=[1]", "+trainer.role_pools.critic=critic_pool"]),
 ], ids=["grpo", "grpo_ref_stays_on_workers", "ppo_critic_colocated", "ppo_critic_own_pool"])
-def test_ray_trains_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, one_process, algorithm, pools):
-    one, ray = one_process(*algorithm), tmp_path / "ray"
+def test_ray_trains_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, plain_run, algorithm, pools):
+    one, ray = plain_run(*algorithm), tmp_path / "ray"
     done = _ray(run_args(tiny_model_dir, data_dir, ray, *algorithm, *RAY2, *pools), env={"VERL_LOG_LEVEL": "INFO"})
     # The dispatches went to the pools: the actor's 2 ranks, the critic's 1 or 2
     assert "ray x2 actor_rollout_ref.update_actor" in done.stderr
@@ -127,8 +121,8 @@ def test_a_reward_model_on_its_own_pool_scores_as_in_one_process(tiny_model_dir,
     assert_same_metrics(metrics, step_metrics(ray))
 
 
-def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_dir, tmp_path, one_process):
-    reference = one_process(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
+def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_dir, tmp_path, plain_run):
+    reference = plain_run(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
     ray_run = lambda args: _ray(args + RAY2)  # noqa: E731
     assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference,
                           [(ray_run, run_plain, "ray_then_one"), (run_plain, ray_run, "one_then_ray")])

@@ -149,10 +149,11 @@ def init_ray(config, total_ranks: int):
     if runtime_env:
         kwargs["runtime_env"] = runtime_env
     local = kwargs.get("address") is None and not os.environ.get("RAY_ADDRESS")
-    if local and _started_cluster():
+    started = _started_cluster() if local else None
+    if started:
         # ray.init() joins the cluster `ray start` left its address for, and refuses num_cpus then
         logger.warning("trainer.backend=ray: joining the Ray cluster started on this machine (%s; `ray stop` "
-                       "ends it, RAY_ADDRESS or ray_kwargs.ray_init.address names another)", _started_cluster())
+                       "ends it, RAY_ADDRESS or ray_kwargs.ray_init.address names another)", started)
         local = False
     if local:
         # Room for every rank of every pool (a CPU each), even on a machine with fewer cores.
