@@ -125,8 +125,9 @@ def ray_cluster(tmp_path: Path, *, num_cpus: int = 4, env: dict | None = None):
     temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     with open(log, "w") as out:
         head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
-                                 f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats"], stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
+                                 f"--temp-dir={temp}", "--include-dashboard=false", "--disable-usage-stats"],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while "Ray runtime started" not in log.read_text():

@@ -3,9 +3,9 @@
 A section is a dataclass (a subclass of :class:`~verl.config.node.ConfigNode`) whose fields are
 declared with :func:`option` (a leaf: default, help text, aliases, choices, a range) or
 :func:`section` (a nested section). :func:`field_specs` reads them back as :class:`FieldSpec`
-records; everything that walks the schema (the OmegaConf tree of the text path, the renderings, the key
-listings, the compatibility rules) goes through it. Nothing here builds or checks a config: that
-is :mod:`verl.config.node`, which builds on this module.
+records; everything that walks the schema (the OmegaConf tree of the text path, the renderings,
+the key listings, the compatibility rules) goes through it. Nothing here builds or checks a
+config: that is :mod:`verl.config.node`, which builds on this module.
 """
 
 from __future__ import annotations
