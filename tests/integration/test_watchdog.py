@@ -111,8 +111,7 @@ RANK_SCRIPT = textwrap.dedent('''
         if mode == "clean" and step == 1:  # a forked child (a data-loader worker) ended by SIGTERM is no rank
             child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
             child.start()
-            time.sleep(0.5)
-            child.terminate()
+            child.terminate()  # at once: most often before the child has run a line of Python
             child.join()
         if mode == "clean":
             for _ in range(2000):  # stages cost no store traffic
@@ -235,6 +234,16 @@ def test_a_stalled_rank_ends_the_job_within_the_timeout(job, tmp_path, victim):
     assert lines[0].endswith(" (trainer.dist_timeout_s=3); the job is stopped"), lines
     with pytest.raises(ProcessLookupError):  # the stopped rank was killed, not left behind
         os.kill(int((tmp_path / f"pid{victim}").read_text()), 0)
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_rank_0_alone_ends_the_job_with_one_line_naming_it(job, tmp_path):
+    # From a user or a scheduler, not from torchrun: no other rank failed, so rank 0 is the culprit.
+    code, seconds, output = run_until_signalled(job, "stop", signal.SIGTERM, 0, tmp_path)
+    assert code != 0 and seconds < MARGIN_S, output
+    assert error_lines(output) == ["error: rank 0 received SIGTERM during stage 'update_actor' (step 2) (from the "
+                                   "launcher, the scheduler or a user); the job is stopped"], output
+    assert "exitcode  : 143" in output and f"exitcode  : {EXIT_CODE}" in output, output
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ How it works:
 - When one rank exits, torchrun sends SIGTERM to the others within 0.1 s. The watchdog's thread
   sees that signal at once (``signal.set_wakeup_fd``: the main thread may be inside a collective),
   prints the verdict if there is one, and exits. Without a verdict the rank writes "received
-  SIGTERM" as its own and exits with 128 + 15, as the signal would have ended it. (Only where
+  SIGTERM" as its own (rank 0 prints it) and exits with 128 + 15, as the signal would have ended it. (Only where
   SIGTERM had its default action and no one else owned the wake-up fd; a forked child, such as a
   data-loader worker, drops all of this, so its SIGTERM is not taken for the rank's.)
 
@@ -382,6 +382,8 @@ class Watchdog:
         verdict = self._declare(verdict)
         if verdict["rank"] != self.rank:
             self._stop_job(verdict)
+        if self.rank == 0:  # culprit and detector: no other rank prints it
+            print(f"error: {verdict['message']}; the job is stopped", file=sys.stderr)
         self._exit(128 + signal.SIGTERM)  # as the signal would have ended it
 
     # ------------------------------------------------------------------ ending the job
@@ -446,12 +448,34 @@ class Watchdog:
             pass
 
 
-def _disown_after_fork() -> None:
+_held_for_fork: list = []
+
+
+def _before_fork() -> None:
+    """A child is born with SIGTERM's default action and no wake-up fd: a SIGTERM that reaches it
+    before it has run a line of Python (a data-loader worker terminated at once) would otherwise
+    run the inherited C handler, which writes the signal to the parent's wake-up socket, and the
+    parent would take it for its own. (A SIGTERM to the parent during the fork itself ends it with
+    the default action.)"""
+    watching = [w for w in _running if w._previous_sigterm is not None]
+    if watching and threading.current_thread() is threading.main_thread():
+        _held_for_fork.append((signal.signal(signal.SIGTERM, signal.SIG_DFL), signal.set_wakeup_fd(-1)))
+
+
+def _after_fork_in_parent() -> None:
+    if _held_for_fork:
+        handler, wakeup_fd = _held_for_fork.pop()
+        signal.set_wakeup_fd(wakeup_fd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _after_fork_in_child() -> None:
+    _held_for_fork.clear()
     for watchdog in list(_running):
         watchdog._disown()
 
 
-os.register_at_fork(after_in_child=_disown_after_fork)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
 
 
 def _open_store(timeout_s: float) -> dist.Store:
