@@ -123,12 +123,18 @@ def missing_patterns(rows: list[dict]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------- plotting
-def _figure(width: float = 6.4, height: float = 3.6):
+def _figure(width: float = 6.4, height: float = 3.6, *, panels: int = 1):
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise VerlError("run reports need matplotlib: pip install matplotlib (bash scripts/setup.sh installs it)")
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    if panels > 1:
+        return Figure(figsize=(width, height), dpi=100, layout="constrained")
+    # One panel: fixed margins (room for 8-character tick labels); a layout engine would double the
+    # time of every run's report.
+    figure = Figure(figsize=(width, height), dpi=100)
+    figure.subplots_adjust(left=0.13, right=0.97, bottom=0.14, top=0.91)
+    return figure
 
 
 def _style(ax, title: str) -> None:
@@ -187,7 +193,7 @@ def plot_overlay(runs: dict[str, list[dict]]) -> bytes | None:
     axes_keys = [(title, keys) for title, keys in axes_keys if any(keys.values())]
     if not axes_keys:
         return None
-    fig = _figure(4.2 * len(axes_keys), 3.6)
+    fig = _figure(4.2 * len(axes_keys), 3.6, panels=len(axes_keys))
     for index, (title, keys) in enumerate(axes_keys, 1):
         ax = fig.add_subplot(1, len(axes_keys), index)
         for label, run_keys in keys.items():
