@@ -14,10 +14,14 @@ own local Ray runs in test_distributed_doc.py (docs/distributed.md) and test_age
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -216,6 +220,28 @@ def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_d
     saved = sorted(out.glob("global_step_*"))
     assert len(saved) == 1 and (saved[0] / "state.pt").exists()  # the step it stopped at, saved
     _assert_no_hosts_left()
+
+
+def test_a_stale_cluster_address_starts_a_local_ray_at_once(tiny_model_dir, data_dir, tmp_path, monkeypatch):
+    """A cluster that ended without `ray stop` (killed, a reboot) leaves its address in Ray's temp
+    folder, where a plain ray.init() waits for it (more than 5 minutes, silently): the run says so and
+    starts a Ray of its own."""
+    monkeypatch.delenv("RAY_ADDRESS")
+    temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths live below it
+    try:
+        with socket.socket() as s:  # a port nothing listens on once closed
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        (temp / "ray").mkdir()
+        (temp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
+        done = _ray(run_args(tiny_model_dir, data_dir, tmp_path / "out", "trainer.total_training_steps=1",
+                             "trainer.val_before_train=false", "trainer.test_freq=-1", *RAY2),
+                    env={"RAY_TMPDIR": str(temp)})
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert f"the Ray cluster last started on this machine (127.0.0.1:{port}) does not answer; starting a local " \
+           f"Ray" in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "out" / "huggingface" / "model.safetensors").exists()
 
 
 def test_without_ray_backend_ray_names_the_install_and_plain_runs_work(tiny_model_dir, data_dir, tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 
 from verl.distributed.watchdog import Watchdog
@@ -150,11 +151,17 @@ def init_ray(config, total_ranks: int):
         kwargs["runtime_env"] = runtime_env
     local = kwargs.get("address") is None and not os.environ.get("RAY_ADDRESS")
     started = _started_cluster() if local else None
-    if started:
+    if started and _answers(started):
         # ray.init() joins the cluster `ray start` left its address for, and refuses num_cpus then
         logger.warning("trainer.backend=ray: joining the Ray cluster started on this machine (%s; `ray stop` "
                        "ends it, RAY_ADDRESS or ray_kwargs.ray_init.address names another)", started)
         local = False
+    elif started:
+        # a cluster that ended without `ray stop` (killed, a reboot): ray.init() would wait for it (more
+        # than 5 minutes here, with no output); start a Ray of our own instead
+        logger.warning("trainer.backend=ray: the Ray cluster last started on this machine (%s) does not answer; "
+                       "starting a local Ray (`ray stop` removes the stale address)", started)
+        kwargs["address"] = "local"
     if local:
         # Room for every rank of every pool (a CPU each), even on a machine with fewer cores.
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, total_ranks))
@@ -173,6 +180,16 @@ def _started_cluster() -> str | None:
     except ImportError:  # a Ray without it: ray.init() decides alone
         return None
     return find_bootstrap_address(None)
+
+
+def _answers(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether something listens at ``host:port`` (the cluster's GCS)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _place_on_ray(config, *, total_steps: int, reward_worker, teachers) -> Roles:
