@@ -17,6 +17,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def free_port() -> int:
+    """A TCP port of localhost that nothing listens on (free when asked)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def code_blocks(markdown: str) -> list[tuple[str, str]]:
     """``(kind, code)`` of every ```python and ```bash block, in order."""
     return re.findall(r"```(python|bash)\n(.*?)```", markdown, flags=re.S)
@@ -116,9 +123,7 @@ def ray_cluster(tmp_path: Path, *, num_cpus: int = 4, env: dict | None = None):
     Stopped on exit by signalling its ``ray start --block`` alone (``ray stop`` would stop every Ray of
     this user). Its files are in a temp folder of its own, so that it leaves no address behind in
     /tmp/ray, where a later plain ``ray.init()`` would look for a cluster to join."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = tmp_path / "ray-head.log"
     ray = Path(sys.executable).parent / "ray"
     # (short: Ray's socket paths live below it, and a socket path has at most 107 characters)

@@ -11,12 +11,12 @@ import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 from transformers import AutoModelForCausalLM
 
 from verl.data import write_parquet
@@ -30,12 +30,6 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 STEPS, BATCH = 3, 8
 ROW_LINE = re.compile(r"rank (\d) of (\d), step (\d+): rows (\d+):(\d+) of (\d+), checksum (\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_data(kind: str, n: int, tmp_path: Path) -> tuple[Path, Path]:

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ray_cluster
+from helpers import REPO, free_port, ray_cluster
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, step_metrics)
 
@@ -229,9 +228,7 @@ def test_a_stale_cluster_address_starts_a_local_ray_at_once(tiny_model_dir, data
     monkeypatch.delenv("RAY_ADDRESS")
     temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths live below it
     try:
-        with socket.socket() as s:  # a port nothing listens on once closed
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         (temp / "ray").mkdir()
         (temp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}")
         done = _ray(run_args(tiny_model_dir, data_dir, tmp_path / "out", "trainer.total_training_steps=1",

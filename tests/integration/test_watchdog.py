@@ -10,7 +10,6 @@ number of stages. The first tests run in this process: the watchdog is inert at 
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 
 from verl.distributed.process_group import ensure_process_group
 from verl.distributed.process_group import collective_timeout
@@ -123,12 +123,6 @@ RANK_SCRIPT = textwrap.dedent('''
     json.dump({"beats": watchdog.beats, "stages": stages, "seconds": time.monotonic() - start,
                "interval_s": watchdog.interval_s}, open(f"{out}/rank{rank}.json", "w"))
 ''')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(mode: str, victim: int, nodes: int, tmp_path: Path) -> list[subprocess.Popen]:

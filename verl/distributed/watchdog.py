@@ -40,9 +40,10 @@ How it works:
 - When one rank exits, torchrun sends SIGTERM to the others within 0.1 s. The watchdog's thread
   sees that signal at once (``signal.set_wakeup_fd``: the main thread may be inside a collective),
   prints the verdict if there is one, and exits. Without a verdict the rank writes "received
-  SIGTERM" as its own (rank 0 prints it) and exits with 128 + 15, as the signal would have ended it. (Only where
-  SIGTERM had its default action and no one else owned the wake-up fd; a forked child, such as a
-  data-loader worker, drops all of this, so its SIGTERM is not taken for the rank's.)
+  SIGTERM" as its own (rank 0 prints it) and exits with 128 + 15, as the signal would have ended
+  it. (Only where SIGTERM had its default action and no one else owned the wake-up fd; a forked
+  child, such as a data-loader worker, is born without the handler and the wake-up fd, so its
+  SIGTERM is never taken for the rank's.)
 
 What a heartbeat cannot see: a rank whose process is alive but whose main thread waits for ever
 with the GIL released (a collective that one rank never joins, a GPU kernel that never returns, a
@@ -383,7 +384,7 @@ class Watchdog:
         if verdict["rank"] != self.rank:
             self._stop_job(verdict)
         if self.rank == 0:  # culprit and detector: no other rank prints it
-            print(f"error: {verdict['message']}; the job is stopped", file=sys.stderr)
+            _print_verdict(verdict)
         self._exit(128 + signal.SIGTERM)  # as the signal would have ended it
 
     # ------------------------------------------------------------------ ending the job
@@ -415,7 +416,7 @@ class Watchdog:
             while processes.alive(peer, zombie=True) and time.monotonic() < deadline:
                 time.sleep(0.05)
         if print_line or (self.rank == 0 if culprit != 0 else verdict["detector"] == self.rank != culprit):
-            print(f"error: {verdict['message']}; the job is stopped", file=sys.stderr)
+            _print_verdict(verdict)
         if verdict["kind"] == "stalled" and verdict["detector"] == self.rank and local and processes.alive(peer):
             with suppress(ProcessLookupError):
                 os.kill(peer["pid"], signal.SIGKILL)  # a stopped process ignores torchrun's SIGTERM
@@ -448,6 +449,10 @@ class Watchdog:
             pass
 
 
+def _print_verdict(verdict: dict) -> None:
+    print(f"error: {verdict['message']}; the job is stopped", file=sys.stderr)
+
+
 _held_for_fork: list = []
 
 
@@ -457,7 +462,7 @@ def _before_fork() -> None:
     run the inherited C handler, which writes the signal to the parent's wake-up socket, and the
     parent would take it for its own. (A SIGTERM to the parent during the fork itself ends it with
     the default action.)"""
-    watching = [w for w in _running if w._previous_sigterm is not None]
+    watching = any(w._previous_sigterm is not None for w in _running)
     if watching and threading.current_thread() is threading.main_thread():
         _held_for_fork.append((signal.signal(signal.SIGTERM, signal.SIG_DFL), signal.set_wakeup_fd(-1)))
 
