@@ -2,8 +2,9 @@
 
 The runs are the built-in demo (its preset, its cached SFT warm start: seed 1 and default
 ``sft_warmstart`` settings, shared with test_demo.py) with the estimator swapped, for 8 RL steps.
-Measured on seed 1 (greedy reward on the 799 held-out prompts; the test's keys with 12 steps and
-trainer.test_freq=2), from the warm start's 0.703:
+Measured on seed 1 (greedy reward on the 799 held-out prompts; the test's keys with 12 or 16 steps and
+trainer.test_freq=2). The warm start, and so every figure, depends on the processor's float kernels:
+on the AMD EPYC machine of earlier sessions it stopped at 300 steps with greedy reward 0.703,
 
     step        2      4      6      8      10     12
     grpo        0.874  0.934  0.919  0.932  0.939  0.954
@@ -11,10 +12,17 @@ trainer.test_freq=2), from the warm start's 0.703:
     reinforce++ 0.881  0.932  0.934  0.945  0.945  0.964
     grpo_lora   0.906  0.912  0.939  0.944  0.946  0.941
 
-(LoRA: rank 16 on every linear layer, lr 1e-3.) Before the tiny chat template had its ``Q: ``/``A: ``
-markers, 30 steps took each from 0.534 to about 0.84, and on seed 2 each rose by 0.25. The
-assertion asks for 0.15, two thirds of the smallest gain measured at step 8; an estimator whose
-advantages were zero or of the wrong sign would stay at 0.703 or fall.
+and on an Intel Xeon (AVX-512, AMX) at 270 steps with 0.748, where RL starts higher and rises slower:
+
+    step        2      4      6      8      10     12     14     16
+    grpo        0.817  0.805  0.820  0.830  0.861  0.859  0.875  0.890
+    rloo        0.822  0.811  0.819  0.827  0.851  0.870  0.870  0.874
+    reinforce++ 0.824  0.816  0.845  0.856  0.867  0.896  0.890  0.885
+    grpo_lora   0.796  0.792  0.798  0.820  0.865  0.872  0.887  0.866
+
+(LoRA: rank 16 on every linear layer, lr 1e-3.) The assertion asks for 0.05 at step 8, two thirds of
+the smallest gain measured on either machine (0.072); an estimator whose advantages were zero or of
+the wrong sign would stay where it started (the KL loss alone pulls toward the start) or fall.
 """
 
 import json
@@ -27,7 +35,7 @@ pytestmark = pytest.mark.slow
 
 GREEDY = "val-core/builtin/addition/reward/mean@1"
 STEPS = 8
-MIN_GAIN = 0.15
+MIN_GAIN = 0.05
 
 
 # LoRA GRPO: rank-16 adapters on every linear layer of the warm-started model, a larger step size.

@@ -122,7 +122,7 @@ def test_multi_turn_rollouts_with_tool_calls_on_the_vllm_engine(tmp_path_factory
     out = task / "out"
     metrics = _run([sys.executable, "-m", "verl.trainer.main_ppo", *tool_task_args(
         model, task, out, "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.calculate_log_probs=true",
-        "actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.rollout.temperature=0.5", "actor_rollout_ref.actor.optim.lr=1e-3",
         "trainer.total_training_steps=2")], out)
     assert metrics[0]["val-core/calc/reward/mean@1"] == 1.0  # greedy: call, result, answer
     for step in (1, 2):
