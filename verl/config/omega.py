@@ -1,16 +1,18 @@
-"""The text path of the config on OmegaConf: YAML files and Hydra overrides are applied to an
-untyped OmegaConf tree of the values, and `${...}` interpolation is resolved by OmegaConf.
+"""The text path of the config: YAML files and Hydra overrides are applied to a tree of the values
+(plain nested dicts), and `${...}` interpolation is resolved by OmegaConf.
 
-    tree = value_tree(TrainerConfig())           # struct DictConfig of the values
+    tree = value_tree(TrainerConfig())           # nested dicts of the values
     apply(tree, TrainerConfig, parse_override("actor_rollout_ref.actor.optim.lr=1e-6"))
     TrainerConfig.from_dict(resolved(tree, TrainerConfig))   # back to the dataclasses (choices, rules)
 
 Who does what. The typing of text (``"1e-4"`` for a float, ``yes`` for a bool) is the config's own
 (`verl.config.coerce.from_text`, the same annotations that check Python values): a value is typed
 when it is set, so that a wrong one is an error at the override or YAML key that set it, and a
-value that came from an interpolation is typed once resolved. OmegaConf holds the values while every
-file and override is applied (mappings merged, keys added below free-form dicts) and resolves the
-interpolations after that. The schema walk here (`locate`) turns verl's names and aliases into
+value that came from an interpolation is typed once resolved. The tree holds the values while every
+file and override is applied (mappings merged into free-form dicts, lists replaced, as OmegaConf's
+``update`` does); a ``${...}`` text is checked against OmegaConf's grammar when it is set, and only a
+tree that holds one becomes an OmegaConf config, to resolve it (building one for every config was
+most of the time of a config build). The schema walk here (`locate`) turns verl's names and aliases into
 canonical keys and refuses keys a section does not have, with errors that name the key and the fix
 (did-you-mean within the section, the ``+`` form for free-form mappings).
 """
@@ -21,7 +23,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
+from omegaconf._utils import get_value_kind
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.coerce import (TextError, element_type, from_text, is_dict_type, is_interpolation, mismatch,
@@ -32,20 +35,57 @@ from verl.errors import ConfigError
 
 
 # ------------------------------------------------------------------ the tree of values
-def _tree_value(entry):
-    """A leaf of the tree: a copy of its value; a free-form dict field's mapping takes new keys."""
-    value = copy.deepcopy(entry.value)
-    if is_dict_type(entry.spec.type) and isinstance(value, dict):
-        value = DictConfig(value)
-        OmegaConf.set_struct(value, False)  # free-form: keys are added with +key=value
+def value_tree(node) -> dict:
+    """Nested dicts of copies of ``node``'s values, untyped: `from_text` types what is set on it."""
+    return nest(walk(node), lambda entry: copy.deepcopy(entry.value))
+
+
+def _select(tree: dict, key: str) -> Any:
+    """The value at dotted ``key``, or None where the path stops."""
+    value: Any = tree
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
     return value
 
 
-def value_tree(node) -> DictConfig:
-    """A struct DictConfig with ``node``'s values, untyped: `from_text` types what is set on it."""
-    tree = DictConfig(nest(walk(node), _tree_value))
-    OmegaConf.set_struct(tree, True)
-    return tree
+def _put(tree: dict, key: str, value: Any) -> None:
+    """``key = value``: a mapping merges into the mapping there (new keys added, nested mappings merged),
+    anything else replaces what is there; missing or non-mapping parents become mappings."""
+    *parents, last = key.split(".")
+    node = tree
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    current = node.get(last)
+    if isinstance(value, dict) and isinstance(current, dict):
+        _merge(current, value)
+    elif isinstance(value, (dict, list)) and isinstance(current, (dict, list)) and type(value) is not type(current):
+        raise TypeError(f"cannot merge a {type(value).__name__} into a {type(current).__name__}")
+    else:
+        node[last] = value
+
+
+def _merge(into: dict, data: dict) -> None:
+    for name, value in data.items():
+        if isinstance(value, dict) and isinstance(into.get(name), dict):
+            _merge(into[name], value)
+        else:
+            into[name] = value
+
+
+def _check_grammar(value: Any) -> None:
+    """Every ``${...}`` text in ``value`` parses (OmegaConf's grammar; its error otherwise)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            _check_grammar(v)
+    elif isinstance(value, list):
+        for v in value:
+            _check_grammar(v)
+    elif isinstance(value, str) and "${" in value:
+        get_value_kind(value, strict_interpolation_validation=True)
 
 
 def _is_text(tp: Any) -> bool:
@@ -118,28 +158,26 @@ def _str_as_typed(target: Target, value: Any, raw: str | None) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
-def _check_free_form(tree: DictConfig, target: Target, add: bool) -> None:
+def _check_free_form(tree: dict, target: Target, add: bool) -> None:
     """Below a free-form mapping a plain ``key=value`` changes a key that is there; ``+`` adds one."""
-    container = OmegaConf.select(tree, target.path)
+    container = _select(tree, target.path)
     if container is None:
-        OmegaConf.update(tree, target.path, {}, merge=False)
-        container = OmegaConf.select(tree, target.path)
+        _put(tree, target.path, {})
+        container = _select(tree, target.path)
     for i, part in enumerate(target.tail):
         key = ".".join((target.path, *target.tail[:i + 1]))
-        if not isinstance(container, DictConfig):
-            raise ConfigError(f"{'.'.join((target.path, *target.tail[:i]))} holds "
-                              f"{OmegaConf.to_container(container) if OmegaConf.is_config(container) else container!r}"
-                              f", not a mapping; it has no key '{part}'")
+        if not isinstance(container, dict):
+            raise ConfigError(f"{'.'.join((target.path, *target.tail[:i]))} holds {container!r}, not a mapping; "
+                              f"it has no key '{part}'")
         if part not in container:
             if not add:
                 raise ConfigError(f"{key} is not set yet; add a key below the free-form {target.path} with "
                                   f"+{target.key}=<value>")
             return
-        container = container._get_node(part)
-        container = container if OmegaConf.is_config(container) else container._value()
+        container = container[part]
 
 
-def set_value(tree: DictConfig, cls, target: Target, value: Any, *, raw: str | None = None,
+def set_value(tree: dict, cls, target: Target, value: Any, *, raw: str | None = None,
               add: bool = False) -> None:
     """``target = value``, typed as text for its annotation (`from_text`, `_annotation`); a mapping
     given for a section sets its keys one by one."""
@@ -153,26 +191,30 @@ def set_value(tree: DictConfig, cls, target: Target, value: Any, *, raw: str | N
     example = "" if target.tail else (lambda: example_of(target.spec))
     value = from_text(_str_as_typed(target, value, raw), _annotation(target), target.key, example)
     try:
-        OmegaConf.update(tree, target.key, value, merge=True, force_add=bool(target.tail))
+        _check_grammar(value)
+        _put(tree, target.key, value)
     except OmegaConfBaseException as e:
         detail = str(e).strip().splitlines()[0]
         if "interpolation" in detail.lower():
             raise ConfigError(f"{target.key}={value}: {detail}") from None
         raise _mismatch(target, value) from None
+    except TypeError:
+        raise _mismatch(target, value) from None
 
 
-def delete(tree: DictConfig, defaults: DictConfig, target: Target, key: str) -> None:
+def delete(tree: dict, defaults: dict, target: Target, key: str) -> None:
     """``~key``: a key below a free-form mapping is removed; a setting of the schema gets its default back."""
     if not target.tail:
-        OmegaConf.update(tree, target.path, copy.deepcopy(OmegaConf.select(defaults, target.path)), merge=False)
+        parent, _, name = target.path.rpartition(".")
+        (_select(tree, parent) if parent else tree)[name] = copy.deepcopy(_select(defaults, target.path))
         return
-    container = OmegaConf.select(tree, ".".join((target.path, *target.tail[:-1])), default=None)
-    if not isinstance(container, DictConfig) or target.tail[-1] not in container:
+    container = _select(tree, ".".join((target.path, *target.tail[:-1])))
+    if not isinstance(container, dict) or target.tail[-1] not in container:
         raise ConfigError(f"~{key}: {target.path} has no key {'.'.join(target.tail)} to delete")
     del container[target.tail[-1]]
 
 
-def apply(tree: DictConfig, cls, override, defaults: DictConfig) -> None:
+def apply(tree: dict, cls, override, defaults: dict) -> None:
     """One parsed command-line override (see `verl.config.overrides`)."""
     add = override.op != "set"
     target = locate(cls, override.key, " ('+' adds keys only below free-form dict fields)" if add else "")
@@ -182,7 +224,7 @@ def apply(tree: DictConfig, cls, override, defaults: DictConfig) -> None:
         set_value(tree, cls, target, override.value, raw=override.raw, add=add)
 
 
-def merge_mapping(tree: DictConfig, cls, data: dict, prefix: str = "") -> None:
+def merge_mapping(tree: dict, cls, data: dict, prefix: str = "") -> None:
     """A YAML file's mapping, key by key (aliases accepted; two spellings of one key are an error)."""
     seen: dict[str, str] = {}
     for name, value in data.items():
@@ -194,19 +236,18 @@ def merge_mapping(tree: DictConfig, cls, data: dict, prefix: str = "") -> None:
         set_value(tree, cls, target, value, add=True)
 
 
-def resolved(tree: DictConfig, cls) -> dict:
-    """Plain values with every ``${...}`` resolved against the final tree; where an interpolation
-    stood, the value it gave is typed as text for its field (``${oc.env:LR}`` is a float for a float
-    field), since nothing typed it when it was set. Without any ``${...}`` the values are the tree's."""
-    raw = OmegaConf.to_container(tree, resolve=False)
-    if not _holds_interpolation(raw):
-        return raw
+def resolved(tree: dict, cls) -> dict:
+    """Plain values with every ``${...}`` resolved (by OmegaConf) against the final tree; where an
+    interpolation stood, the value it gave is typed as text for its field (``${oc.env:LR}`` is a float
+    for a float field), since nothing typed it when it was set. Without any ``${...}``: the tree."""
+    if not _holds_interpolation(tree):
+        return tree
     try:
-        plain = OmegaConf.to_container(tree, resolve=True)
+        plain = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
     except OmegaConfBaseException as e:
         key = e.full_key or "?"
         raise _unresolved(key, _raw_text(tree, key), str(e).strip().splitlines()[0]) from None
-    return _typed_resolution(plain, raw, cls, tree)
+    return _typed_resolution(plain, tree, cls, tree)
 
 
 def _holds_interpolation(value: Any) -> bool:
@@ -224,7 +265,7 @@ def _unresolved(key: str, text: str, detail: str) -> ConfigError:
                        f"key, e.g. ${{data.max_prompt_length}}, or an environment variable, ${{oc.env:NAME}}")
 
 
-def _typed_resolution(plain: dict, raw: dict, cls, tree: DictConfig, prefix: str = "") -> dict:
+def _typed_resolution(plain: dict, raw: dict, cls, tree: dict, prefix: str = "") -> dict:
     """The resolved values of section ``cls`` (``plain``; ``raw`` the same unresolved), each leaf
     typed where an interpolation stood (`_typed_leaf`)."""
     out = {}
@@ -237,7 +278,7 @@ def _typed_resolution(plain: dict, raw: dict, cls, tree: DictConfig, prefix: str
     return out
 
 
-def _typed_leaf(value: Any, raw: Any, tp: Any, tree: DictConfig, key: str) -> Any:
+def _typed_leaf(value: Any, raw: Any, tp: Any, tree: dict, key: str) -> Any:
     """A field's resolved value: where its value, or an element of its list or dict, was an
     interpolation, what it gave typed as text for the annotation there; the rest was typed when set."""
     if is_interpolation(raw):
@@ -251,7 +292,7 @@ def _typed_leaf(value: Any, raw: Any, tp: Any, tree: DictConfig, key: str) -> An
     return value
 
 
-def _typed_interpolation(value: Any, raw: str, tp: Any, tree: DictConfig, key: str) -> Any:
+def _typed_interpolation(value: Any, raw: str, tp: Any, tree: dict, key: str) -> Any:
     """What the interpolation ``raw`` at ``key`` gave, typed as text for ``tp``; a value the type does not
     take is an error of the interpolation, as OmegaConf's typed nodes reported it."""
     try:
@@ -260,10 +301,10 @@ def _typed_interpolation(value: Any, raw: str, tp: Any, tree: DictConfig, key: s
         raise _unresolved(key, _raw_text(tree, key), f"While dereferencing interpolation '{raw}': {e}") from None
 
 
-def _raw_text(tree: DictConfig, key: str) -> str:
+def _raw_text(tree: dict, key: str) -> str:
     """The ``${...}`` text stored at ``key``, unresolved."""
     parent, _, leaf = key.rpartition(".")
-    try:
-        return str((OmegaConf.select(tree, parent) if parent else tree)._get_node(leaf)._value())
-    except Exception:  # the best we can do is the key alone
+    container = _select(tree, parent) if parent else tree
+    if not isinstance(container, dict) or leaf not in container:  # the best we can do is the key alone
         return "?"
+    return str(container[leaf])
