@@ -372,3 +372,28 @@ def test_dicts_of_scalars_are_typed_per_value_and_other_annotations_take_text_as
         Section.from_overrides(["sizes={a: x}"])
     with pytest.raises(ConfigError, match=re.escape("sizes.c expects int, got 'x' (str)")):
         Section.from_overrides(["+sizes.c=x"])
+
+
+def test_a_mapping_merges_into_a_free_form_mapping_and_a_list_replaces_as_in_omegaconf():
+    # What OmegaConf's merge does with the values of a free-form mapping, whichever form sets them.
+    kw = lambda *args: _cfg(*args).reward_model.reward_kwargs  # noqa: E731
+    assert kw("reward_model.reward_kwargs={a: {x: 1}}", "reward_model.reward_kwargs={a: {y: 2}, b: 3}") == \
+        {"a": {"x": 1, "y": 2}, "b": 3}
+    assert kw("reward_model.reward_kwargs={a: [1, 2]}", "reward_model.reward_kwargs={a: [3]}") == {"a": [3]}
+    assert kw("reward_model.reward_kwargs={a: 1}", "reward_model.reward_kwargs={a: {z: 1}}") == {"a": {"z": 1}}
+    assert kw("reward_model.reward_kwargs={a: {z: 1}}", "reward_model.reward_kwargs={a: null}") == {"a": None}
+    yaml = TrainerConfig.from_yaml("reward_model:\n  reward_kwargs:\n    a: {x: 1}\n",
+                                   base=_cfg("reward_model.reward_kwargs={a: {y: 2}}"))
+    assert yaml.reward_model.reward_kwargs == {"a": {"x": 1, "y": 2}}
+    # A list meeting a mapping, at any depth, is the whole value's error at the key that was set.
+    for earlier, later in (("{a: {z: 1}}", "{a: [1]}"), ("{a: [1]}", "{a: {z: 1}}"), ("{a: {z: [1]}}", "{a: {z: {q: 1}}}")):
+        with pytest.raises(ConfigError, match=re.escape("reward_model.reward_kwargs expects dict, got ")):
+            _cfg(f"reward_model.reward_kwargs={earlier}", f"reward_model.reward_kwargs={later}")
+    with pytest.raises(ConfigError, match=re.escape("reward_model.reward_kwargs.a expects any value, got [1] (list)")):
+        _cfg("+reward_model.reward_kwargs.a={z: 1}", "reward_model.reward_kwargs.a=[1]")
+
+
+def test_an_unparsable_interpolation_in_a_yaml_file_is_an_error_at_its_key():
+    with pytest.raises(ConfigError, match=r"cannot parse YAML config text: no viable alternative at input '\$\{foo'"
+                                          r"[\s\S]*full_key: trainer.experiment_name"):
+        TrainerConfig.from_yaml("trainer:\n  experiment_name: ${foo\n")

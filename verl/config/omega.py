@@ -59,19 +59,18 @@ def _put(tree: dict, key: str, value: Any) -> None:
         if not isinstance(node.get(part), dict):
             node[part] = {}
         node = node[part]
-    current = node.get(last)
-    if isinstance(value, dict) and isinstance(current, dict):
-        _merge(current, value)
-    elif isinstance(value, (dict, list)) and isinstance(current, (dict, list)) and type(value) is not type(current):
-        raise TypeError(f"cannot merge a {type(value).__name__} into a {type(current).__name__}")
-    else:
-        node[last] = value
+    _merge(node, {last: value})
 
 
 def _merge(into: dict, data: dict) -> None:
+    """OmegaConf's merge of plain data: mappings merge, anything else replaces, and a list meeting a
+    mapping (either way, at any depth) is a TypeError."""
     for name, value in data.items():
-        if isinstance(value, dict) and isinstance(into.get(name), dict):
-            _merge(into[name], value)
+        current = into.get(name)
+        if isinstance(value, dict) and isinstance(current, dict):
+            _merge(current, value)
+        elif {type(value), type(current)} == {dict, list}:
+            raise TypeError(f"cannot merge a {type(value).__name__} into a {type(current).__name__}")
         else:
             into[name] = value
 
