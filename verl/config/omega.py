@@ -20,6 +20,7 @@ canonical keys and refuses keys a section does not have, with errors that name t
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,9 +42,9 @@ def value_tree(node) -> dict:
 
 
 def _select(tree: dict, key: str) -> Any:
-    """The value at dotted ``key``, or None where the path stops."""
+    """The value at dotted ``key`` (the tree itself at ``""``), or None where the path stops."""
     value: Any = tree
-    for part in key.split("."):
+    for part in key.split(".") if key else ():
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]
@@ -75,16 +76,23 @@ def _merge(into: dict, data: dict) -> None:
             into[name] = value
 
 
-def _check_grammar(value: Any) -> None:
-    """Every ``${...}`` text in ``value`` parses (OmegaConf's grammar; its error otherwise)."""
+def _leaves(value: Any) -> Iterator[Any]:
+    """The values in ``value``, through nested mappings and lists."""
     if isinstance(value, dict):
         for v in value.values():
-            _check_grammar(v)
+            yield from _leaves(v)
     elif isinstance(value, list):
         for v in value:
-            _check_grammar(v)
-    elif isinstance(value, str) and "${" in value:
-        get_value_kind(value, strict_interpolation_validation=True)
+            yield from _leaves(v)
+    else:
+        yield value
+
+
+def _check_grammar(value: Any) -> None:
+    """Every ``${...}`` text in ``value`` parses (OmegaConf's grammar; its error otherwise)."""
+    for leaf in _leaves(value):
+        if isinstance(leaf, str) and "${" in leaf:
+            get_value_kind(leaf, strict_interpolation_validation=True)
 
 
 def _is_text(tp: Any) -> bool:
@@ -192,12 +200,10 @@ def set_value(tree: dict, cls, target: Target, value: Any, *, raw: str | None = 
     try:
         _check_grammar(value)
         _put(tree, target.key, value)
-    except OmegaConfBaseException as e:
+    except (OmegaConfBaseException, TypeError) as e:  # TypeError: a list meeting a mapping (`_merge`)
         detail = str(e).strip().splitlines()[0]
         if "interpolation" in detail.lower():
             raise ConfigError(f"{target.key}={value}: {detail}") from None
-        raise _mismatch(target, value) from None
-    except TypeError:
         raise _mismatch(target, value) from None
 
 
@@ -205,7 +211,7 @@ def delete(tree: dict, defaults: dict, target: Target, key: str) -> None:
     """``~key``: a key below a free-form mapping is removed; a setting of the schema gets its default back."""
     if not target.tail:
         parent, _, name = target.path.rpartition(".")
-        (_select(tree, parent) if parent else tree)[name] = copy.deepcopy(_select(defaults, target.path))
+        _select(tree, parent)[name] = copy.deepcopy(_select(defaults, target.path))
         return
     container = _select(tree, ".".join((target.path, *target.tail[:-1])))
     if not isinstance(container, dict) or target.tail[-1] not in container:
@@ -251,11 +257,7 @@ def resolved(tree: dict, cls) -> dict:
 
 def _holds_interpolation(value: Any) -> bool:
     """Whether ``value``, or anything in it, is a ``${...}`` text."""
-    if isinstance(value, dict):
-        return any(_holds_interpolation(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_interpolation(v) for v in value)
-    return is_interpolation(value)
+    return any(is_interpolation(leaf) for leaf in _leaves(value))
 
 
 def _unresolved(key: str, text: str, detail: str) -> ConfigError:
@@ -303,7 +305,7 @@ def _typed_interpolation(value: Any, raw: str, tp: Any, tree: dict, key: str) ->
 def _raw_text(tree: dict, key: str) -> str:
     """The ``${...}`` text stored at ``key``, unresolved."""
     parent, _, leaf = key.rpartition(".")
-    container = _select(tree, parent) if parent else tree
+    container = _select(tree, parent)
     if not isinstance(container, dict) or leaf not in container:  # the best we can do is the key alone
         return "?"
     return str(container[leaf])
