@@ -198,6 +198,19 @@ def test_every_key_is_documented_and_describe_returns_its_help():
         assert len(spec.help) > 5, spec.name
     assert TrainerConfig.describe("actor_rollout_ref.actor.optim.lr") == "Peak learning rate. Range: > 0."
     assert TrainerConfig.describe("data.batch_size") == TrainerConfig.describe("data.train_batch_size")
+    assert TrainerConfig.describe("critic.fsdp") == TrainerConfig.describe("critic.fsdp_config")  # section(aliases=)
+    # describe() walks keys as overrides do (omega.locate): the same errors, under canonical names
+    for key, message in [("trainer.total_epochs.x", "trainer.total_epochs is a value, not a section, so it has no "
+                          "key 'x'; set it with trainer.total_epochs=..."),
+                         ("actor_rollout_ref.model.override_config.x", "actor_rollout_ref.model.override_config is a "
+                          "value, not a section, so it has no key 'x'"),
+                         ("critic.fsdp.nope", "unknown config key 'critic.fsdp_config.nope'")]:
+        with pytest.raises(ConfigError) as raised:
+            TrainerConfig.describe(key)
+        assert message in str(raised.value)
+        with pytest.raises(ConfigError) as by_override:
+            TrainerConfig.from_overrides([f"{key}=1"])
+        assert str(by_override.value) == str(raised.value) or key.startswith("actor_rollout_ref.model")
     with pytest.raises(ConfigError, match="did you mean trainer.total_epochs"):
         TrainerConfig.describe("trainer.total_epoch")
 

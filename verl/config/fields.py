@@ -59,10 +59,10 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def section(default: type | Any, *, help: str) -> Any:
+def section(default: type | Any, *, help: str, aliases: Iterable[str] = ()) -> Any:
     """Declare a nested section; `default` is its class, or an instance whose values differ."""
     factory = default if isinstance(default, type) else default.copy
-    return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": ()})
+    return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": tuple(aliases)})
 
 
 def parse_bounds(text: str) -> tuple[float, bool, float, bool]:

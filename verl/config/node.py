@@ -241,8 +241,7 @@ class ConfigNode(metaclass=_NodeMeta):
                     object.__setattr__(node, spec.name, child)
                 _set_in_dict(child, parts[i + 1:], value)
                 return
-            raise ConfigError(f"{node._path(spec.name)} is a value, not a section, so it has no key "
-                              f"'{parts[i + 1]}'; set it with {node._path(spec.name)}=...")
+            raise omega.not_a_section(node._path(spec.name), parts[i + 1])
         spec = node._spec(parts[-1], parts[-1])
         object.__setattr__(node, spec.name, node._check(spec, value))
 
@@ -290,19 +289,10 @@ class ConfigNode(metaclass=_NodeMeta):
     @classmethod
     def describe(cls, key: str) -> str:
         """The help text of a dotted key (aliases accepted), e.g. `describe("data.batch_size")`."""
-        node_cls, parts = cls, key.split(".")
-        for i, part in enumerate(parts):
-            canonical = alias_map(node_cls).get(part)
-            if canonical is None:
-                prefix = ".".join(parts[:i])
-                raise unknown_key_error(key, prefix, list(alias_map(node_cls)), dotted_keys(cls))
-            spec = field_specs(node_cls)[canonical]
-            if i == len(parts) - 1:
-                return spec.help
-            if spec.node_type is None:
-                raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a section; it has no key '{parts[i + 1]}'")
-            node_cls = spec.node_type
-        raise AssertionError("unreachable")
+        target = omega.locate(cls, key)
+        if target.tail:
+            raise omega.not_a_section(target.path, target.tail[0])
+        return target.spec.help
 
     @classmethod
     def format_help(cls) -> str:

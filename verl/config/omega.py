@@ -135,10 +135,13 @@ def locate(cls, key: str, note: str = "") -> Target:
         elif is_dict_type(spec.type):
             return Target(".".join(canon), spec, tuple(parts[i + 1:]))
         else:
-            path = ".".join(canon)
-            raise ConfigError(f"{path} is a value, not a section, so it has no key '{parts[i + 1]}'; set it "
-                              f"with {path}=...")
+            raise not_a_section(".".join(canon), parts[i + 1])
     raise AssertionError("unreachable")
+
+
+def not_a_section(path: str, name: str) -> ConfigError:
+    """The error of a key below a value (``trainer.total_epochs.x``)."""
+    return ConfigError(f"{path} is a value, not a section, so it has no key '{name}'; set it with {path}=...")
 
 
 # ------------------------------------------------------------------ applying values
@@ -252,7 +255,12 @@ def resolved(tree: dict, cls) -> dict:
     except OmegaConfBaseException as e:
         key = e.full_key or "?"
         raise _unresolved(key, _raw_text(tree, key), str(e).strip().splitlines()[0]) from None
-    return _typed_resolution(plain, tree, cls, tree)
+    for entry in walk(cls):
+        if not entry.is_section:
+            parent, _, name = entry.key.rpartition(".")
+            container = _select(plain, parent)
+            container[name] = _typed_leaf(container[name], _select(tree, entry.key), entry.spec.type, tree, entry.key)
+    return plain
 
 
 def _holds_interpolation(value: Any) -> bool:
@@ -264,19 +272,6 @@ def _unresolved(key: str, text: str, detail: str) -> ConfigError:
     """The error of an interpolation at ``key`` (stored as ``text``) that does not resolve to a value."""
     return ConfigError(f"{key}={text}: cannot resolve the interpolation ({detail}); refer to an existing "
                        f"key, e.g. ${{data.max_prompt_length}}, or an environment variable, ${{oc.env:NAME}}")
-
-
-def _typed_resolution(plain: dict, raw: dict, cls, tree: dict, prefix: str = "") -> dict:
-    """The resolved values of section ``cls`` (``plain``; ``raw`` the same unresolved), each leaf
-    typed where an interpolation stood (`_typed_leaf`)."""
-    out = {}
-    for name, value in plain.items():
-        spec, key = field_specs(cls)[name], f"{prefix}{name}"
-        if spec.node_type is not None:
-            out[name] = _typed_resolution(value, raw[name], spec.node_type, tree, f"{key}.")
-        else:
-            out[name] = _typed_leaf(value, raw[name], spec.type, tree, key)
-    return out
 
 
 def _typed_leaf(value: Any, raw: Any, tp: Any, tree: dict, key: str) -> Any:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from verl.config import verl_defaults, verl_rules
-from verl.config.verl_rules import Section, strategy_option, verl_option, verl_section_alias
+from verl.config.verl_rules import Section, strategy_option, verl_option
 from verl.config.node import option, section
 from verl.config.schema_actor import (EngineFSDPConfig, HFModelVerlKeys, LossAggMode, OptimConfig,
                                       TrainedRoleVerlKeys)
@@ -88,8 +88,8 @@ class _CriticCore(Section):
                                 "(same choices as the actor's).")
     warmup_steps: int = option(0, bounds=">= 0", help="RL steps that update only the critic before the actor starts "
                                "(verl: trainer.critic_warmup, which validate() moves here).")
-    fsdp_config: EngineFSDPConfig = verl_section_alias(EngineFSDPConfig, aliases=("fsdp",),
-                                                       help="Critic sharding (verl's name: critic.fsdp).")
+    fsdp_config: EngineFSDPConfig = section(EngineFSDPConfig, aliases=("fsdp",),
+                                            help="Critic sharding (verl's name: critic.fsdp).")
     # verl's other critic keys.
     rollout_n: int | None = verl_option(None, help="verl copies rollout.n here.", why="rollout.n is read")
     strategy: str = strategy_option("Backend of the critic: fsdp or fsdp2 (both run this project's FSDP2).")

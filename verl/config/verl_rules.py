@@ -108,11 +108,6 @@ def verl_option(default: Any = MISSING, *, help: str, why: str | Callable[[Any],
     return field
 
 
-def verl_section_alias(factory: Callable[[], ConfigNode], *, help: str, aliases: Iterable[str]) -> Any:
-    """A nested section that verl also spells another way (e.g. `critic.fsdp` for `critic.fsdp_config`)."""
-    return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": tuple(aliases)})
-
-
 def strategy_option(help: str, default: str = "fsdp") -> Any:
     """verl's `strategy` key: fsdp and fsdp2 both run this project's FSDP engine; others are refused."""
     return verl_option(default, help=help, inert=False, refuse_if=lambda v: v not in FSDP_STRATEGIES,
