@@ -53,7 +53,18 @@ if [[ $mode == --vllm ]] && ! "$venv/bin/python" -c "import vllm" 2>/dev/null; t
   fi
 fi
 
-$PIP install -q -e ".${extras}"
+# pip's editable reinstall rewrites the environment's `verl` script (a run of it at that moment
+# fails): skipped when this checkout is installed already from the same pyproject.toml with these
+# extras, or with [test] when none are asked for.
+stamp=$venv/.verl-setup
+key="$(sha256sum pyproject.toml | cut -c1-16) $PWD"
+if [[ -x $venv/bin/verl ]] && { grep -qxF "$key ${extras:-[]}" "$stamp" 2>/dev/null ||
+                               { [[ -z $extras ]] && grep -qF "$key " "$stamp" 2>/dev/null; }; }; then
+  :
+else
+  $PIP install -q -e ".${extras}"
+  echo "$key ${extras:-[]}" >> "$stamp"
+fi
 "$venv/bin/python" -c "import torch, verl; print(f'verl {verl.__version__} ready in $venv (torch {torch.__version__}, cuda={torch.cuda.is_available()})')"
 if [[ $mode == --vllm ]]; then
   "$venv/bin/python" -c "import importlib.metadata as m, vllm; print('vllm', vllm.__version__, '| transformers', m.version('transformers'))"

@@ -53,6 +53,21 @@ def data_dir(rl_inputs):
     return rl_inputs[1]
 
 
+@pytest.fixture(scope="module")
+def ray_run(tiny_model_dir, data_dir, tmp_path_factory):
+    """``ray_run(*keys)``: ``(output folder, driver's stderr)`` of the small RL run under Ray with
+    ``keys``, run once for the module (the comparisons and the checkpoint crossing share them)."""
+    done = {}
+
+    def run(*keys):
+        if keys not in done:
+            out = tmp_path_factory.mktemp("ray")
+            stderr = _ray(run_args(tiny_model_dir, data_dir, out, *keys, *RAY2), env={"VERL_LOG_LEVEL": "INFO"}).stderr
+            done[keys] = out, stderr
+        return done[keys]
+    return run
+
+
 def _driver(args, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV}, **popen)
@@ -80,14 +95,13 @@ def _hosts() -> list[int]:
     # the critic on a 1-rank pool of its own, next to the 2-rank global pool: 3 actors
     (PPO, ["+trainer.resource_pools.critic_pool=[1]", "+trainer.role_pools.critic=critic_pool"]),
 ], ids=["grpo", "grpo_ref_stays_on_workers", "ppo_critic_colocated", "ppo_critic_own_pool"])
-def test_ray_trains_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, plain_run, algorithm, pools):
-    one, ray = plain_run(*algorithm), tmp_path / "ray"
-    done = _ray(run_args(tiny_model_dir, data_dir, ray, *algorithm, *RAY2, *pools), env={"VERL_LOG_LEVEL": "INFO"})
+def test_ray_trains_exactly_like_one_process(tiny_model_dir, plain_run, ray_run, algorithm, pools):
+    one, (ray, stderr) = plain_run(*algorithm), ray_run(*algorithm, *pools)
     # The dispatches went to the pools: the actor's 2 ranks, the critic's 1 or 2
-    assert "ray x2 actor_rollout_ref.update_actor" in done.stderr
+    assert "ray x2 actor_rollout_ref.update_actor" in stderr
     if algorithm is PPO:
-        assert f"ray x{1 if pools else 2} critic.update" in done.stderr
-    ref_calls = [line for line in done.stderr.splitlines() if "actor_rollout_ref.compute_ref_log_prob:" in line]
+        assert f"ray x{1 if pools else 2} critic.update" in stderr
+    ref_calls = [line for line in stderr.splitlines() if "actor_rollout_ref.compute_ref_log_prob:" in line]
     assert ref_calls
     on_policy = "actor_rollout_ref.actor.ppo_mini_batch_size=4" in algorithm
     for line in ref_calls:  # what came back to the driver: the reference log-probs, or nothing
@@ -124,11 +138,12 @@ def test_a_reward_model_on_its_own_pool_scores_as_in_one_process(tiny_model_dir,
     assert_same_metrics(metrics, step_metrics(ray))
 
 
-def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_dir, tmp_path, plain_run):
-    reference = plain_run(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
-    ray_run = lambda args: _ray(args + RAY2)  # noqa: E731
+def test_a_checkpoint_crosses_between_ray_and_one_process(tiny_model_dir, data_dir, tmp_path, plain_run, ray_run):
+    """The step-2 checkpoint of the Ray run resumes in one process, and the one-process run's under Ray."""
+    reference = plain_run(*GRPO)
+    resume_under_ray = lambda args: _ray(args + RAY2)  # noqa: E731
     assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference,
-                          [(ray_run, run_plain, "ray_then_one"), (run_plain, ray_run, "one_then_ray")])
+                          [(ray_run(*GRPO)[0], run_plain, "ray_then_one"), (reference, resume_under_ray, "one_then_ray")])
 
 
 def _wait_for_hosts(proc: subprocess.Popen, n: int, before: set[int], timeout: float = 120) -> list[int]:
@@ -165,7 +180,7 @@ def _assert_no_hosts_left(within: float = 30) -> None:
 
 def _long_run(tiny_model_dir, data_dir, out, *extra):
     return run_args(tiny_model_dir, data_dir, out, "trainer.total_training_steps=200", "trainer.test_freq=-1",
-                    "trainer.val_before_train=false", *RAY2, *extra)
+                    "trainer.val_before_train=false", "trainer.save_freq=1000", *RAY2, *extra)
 
 
 @pytest.mark.parametrize("how", ["killed", "hung"])
@@ -206,7 +221,7 @@ def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data
 def test_ctrl_c_on_the_driver_saves_and_stops_every_actor(tiny_model_dir, data_dir, tmp_path):
     out = tmp_path / "interrupted"
     before = set(_hosts())
-    proc = _driver(_long_run(tiny_model_dir, data_dir, out, "trainer.save_freq=1000"), start_new_session=True)
+    proc = _driver(_long_run(tiny_model_dir, data_dir, out), start_new_session=True)
     try:
         _wait_for_hosts(proc, 2, before)
         _wait_for_first_step(proc, out)

@@ -39,7 +39,7 @@ def _rank_pid(launcher: int, rank: int) -> int | None:
 def test_a_lost_rank_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path, how):
     out = tmp_path / "out"
     args = run_args(tiny_model_dir, data_dir, out, "trainer.total_training_steps=100000", "trainer.test_freq=-1",
-                 "trainer.val_before_train=false", f"trainer.dist_timeout_s={TIMEOUT_S}")
+                 "trainer.val_before_train=false", "trainer.save_freq=-1", f"trainer.dist_timeout_s={TIMEOUT_S}")
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                             "-m", "verl.trainer.main_ppo", *args], cwd=REPO, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, start_new_session=True,

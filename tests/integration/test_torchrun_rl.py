@@ -30,6 +30,21 @@ def data_dir(rl_inputs):
     return rl_inputs[1]
 
 
+@pytest.fixture(scope="module")
+def two_ranks_run(tiny_model_dir, data_dir, tmp_path_factory):
+    """``two_ranks_run(*keys)``: ``(output folder, the ranks' stderr)`` of the small RL run on 2 torchrun
+    ranks with ``keys``, run once for the module (the comparisons and the resume test share them)."""
+    done = {}
+
+    def run(*keys):
+        if keys not in done:
+            out = tmp_path_factory.mktemp("two")
+            stderr = _two_ranks(run_args(tiny_model_dir, data_dir, out, *keys), env={"VERL_LOG_LEVEL": "INFO"}).stderr
+            done[keys] = out, stderr
+        return done[keys]
+    return run
+
+
 def _two_ranks(args, env=None) -> subprocess.CompletedProcess:
     done = run_torchrun_module("verl.trainer.main_ppo", args, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -48,11 +63,8 @@ def _two_ranks(args, env=None) -> subprocess.CompletedProcess:
     # the native engine draws the samples hf draws (same seeds), under FSDP on gathered weights
     (GRPO, ["actor_rollout_ref.rollout.name=native"]),
 ], ids=["grpo", "ppo_with_critic", "grpo_replicated", "ppo_dynamic_bsz_packed", "grpo_native_rollout"])
-def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_path, plain_run, algorithm,
-                                                  two_ranks_only):
-    one, two = plain_run(*algorithm), tmp_path / "two"
-    done = _two_ranks(run_args(tiny_model_dir, data_dir, two, *algorithm, *two_ranks_only),
-                      env={"VERL_LOG_LEVEL": "INFO"})
+def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, plain_run, two_ranks_run, algorithm, two_ranks_only):
+    one, (two, log) = plain_run(*algorithm), two_ranks_run(*algorithm, *two_ranks_only)
 
     metrics = step_metrics(one)
     assert metrics[1]["critic/advantages/max"] > 0 and metrics[1]["actor/ppo_kl"] != 0  # a real signal to compare
@@ -60,7 +72,6 @@ def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_
     assert_same_weights(one / "huggingface", two / "huggingface", tiny_model_dir)
     # Each rank generated its own half of every step's 4 prompts and trained on its half of each
     # mini-batch (2 prompts x 2 samples = 4 rows, rows 0-1 to rank 0 and 2-3 to rank 1).
-    log = done.stderr
     assert re.search(r"rank 0/2 rows \[0-1\] actor_rollout_ref\.generate_sequences", log)
     assert re.search(r"rank 1/2 rows \[2-3\] actor_rollout_ref\.generate_sequences", log)
     assert re.search(r"rank 1/2 rows \[2-3, 6-7\] actor_rollout_ref\.update_actor", log)
@@ -68,9 +79,9 @@ def test_two_ranks_train_exactly_like_one_process(tiny_model_dir, data_dir, tmp_
     assert len((two / "metrics.jsonl").read_text().splitlines()) == len((one / "metrics.jsonl").read_text().splitlines())
 
 
-def test_a_checkpoint_resumes_at_another_world_size(tiny_model_dir, data_dir, tmp_path, plain_run):
+def test_a_checkpoint_resumes_at_another_world_size(tiny_model_dir, data_dir, tmp_path, plain_run, two_ranks_run):
     """Saved at 2 ranks after step 2, resumed at 1 (and the reverse): step 3 and the final weights
     equal those of an uninterrupted run."""
-    reference = plain_run(*GRPO)  # GRPO is the default estimator: the same run as the checkpointed ones
+    reference = plain_run(*GRPO)
     assert_resumes_across(tiny_model_dir, data_dir, tmp_path, reference,
-                          [(_two_ranks, run_plain, "two_then_one"), (run_plain, _two_ranks, "one_then_two")])
+                          [(two_ranks_run(*GRPO)[0], run_plain, "two_then_one"), (reference, _two_ranks, "one_then_two")])
