@@ -64,6 +64,13 @@ def write_tool_task(folder, n_rows: int = 8) -> None:
     write_parquet(rows, folder / "train.parquet")
 
 
+# The multi-turn run the placements compare (conftest.tool_run): sampled at temperature 1 the memorized
+# model calls the tool in some trajectories and not in others, so rewards differ within a group and
+# the update has something to learn.
+SCALE_OUT_KEYS = ["actor_rollout_ref.rollout.temperature=1.0", "actor_rollout_ref.actor.optim.lr=1e-2",
+                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "trainer.total_training_steps=2"]
+
+
 def tool_task_args(model_dir, folder, out, *extra) -> list[str]:
     """``main_ppo`` keys for multi-turn GRPO on ``write_tool_task(folder)``: 4 prompts x 2 samples a step."""
     return [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={folder / 'train.parquet'}",
@@ -73,4 +80,4 @@ def tool_task_args(model_dir, folder, out, *extra) -> list[str]:
             "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3", "data.train_batch_size=4",
             "data.max_prompt_length=32", "data.max_response_length=100", "actor_rollout_ref.rollout.n=2",
             "actor_rollout_ref.actor.ppo_mini_batch_size=2", "algorithm.adv_estimator=grpo",
-            f"trainer.default_local_dir={out}", "trainer.progress_bar=false", *extra]
+            f"trainer.default_local_dir={out}", "trainer.progress_bar=false", "trainer.write_report=false", *extra]

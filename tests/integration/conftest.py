@@ -45,6 +45,27 @@ def rl_inputs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tool_run(tmp_path_factory):
+    """``(model folder, task folder, output folder)``: a tiny model that memorized a tool-use
+    conversation, its tool task, and one process's multi-turn run on it (agent_models.SCALE_OUT_KEYS),
+    made once for the whole test run (test_agent_scale_out compares torchrun with it, test_ray_rl Ray)."""
+    import shutil
+
+    from agent_models import SCALE_OUT_KEYS, TOOL_CONVERSATION, memorize, tool_task_args, write_tool_task
+    from rl_compare import run_plain
+
+    def build(folder):
+        _, _, model = memorize(tmp_path_factory, "tool-model", [TOOL_CONVERSATION])
+        shutil.copytree(model, folder / "model")
+        (folder / "task").mkdir()
+        write_tool_task(folder / "task")
+        run_plain(tool_task_args(folder / "model", folder / "task", folder / "one", *SCALE_OUT_KEYS))
+
+    folder = _built_once(_run_folder(tmp_path_factory) / "tool-run", build)
+    return folder / "model", folder / "task", folder / "one"
+
+
+@pytest.fixture(scope="session")
 def plain_run(rl_inputs, tmp_path_factory):
     """``plain_run(*keys)``: the output folder of one plain process running the small RL run with
     ``keys``: run once per set of keys for the whole test run (the torchrun, Ray and resume tests all

@@ -37,7 +37,7 @@ def run_args(tiny_model_dir, data_dir, out_dir, *extra):
             "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.entropy_coeff=0.01",
             "trainer.total_training_steps=3", "trainer.val_sampled=true", "trainer.test_freq=3",
             "trainer.save_freq=2",  # the checkpoint the resume tests start from
-            f"trainer.default_local_dir={out_dir}", "trainer.progress_bar=false", *extra]
+            f"trainer.default_local_dir={out_dir}", "trainer.progress_bar=false", "trainer.write_report=false", *extra]
 
 
 def make_data_dir(folder):

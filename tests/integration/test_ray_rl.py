@@ -8,8 +8,9 @@ role, rank and stage; a hung one within trainer.dist_timeout_s; Ctrl-C on the dr
 actor. Without Ray installed, everything else runs and backend=ray says how to install it.
 
 The runs here connect to one Ray head started for the module (a running cluster, found through
-``RAY_ADDRESS``): a Ray of their own would cost each run about 6 s more. A driver that starts its
-own local Ray runs in test_distributed_doc.py (docs/distributed.md) and test_agent_scale_out.py.
+``RAY_ADDRESS``): a Ray of their own would cost each run about 6 s more (and far more on a busy
+machine). A driver that starts its own local Ray runs in test_distributed_doc.py (docs/distributed.md)
+and in the stale-address test below.
 """
 
 import json
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_models import SCALE_OUT_KEYS, tool_task_args
 from helpers import REPO, free_port, ray_cluster
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, step_metrics)
@@ -118,6 +120,16 @@ def test_ray_trains_exactly_like_one_process(tiny_model_dir, plain_run, ray_run,
         assert ray_rows[step]["perf/bytes_to_workers"] > 0 and ray_rows[step]["perf/bytes_from_workers"] > 0
         assert metrics[step]["perf/bytes_to_workers"] == 0 == metrics[step]["perf/bytes_from_workers"]
     _assert_no_hosts_left()  # the actors ended with the run
+
+
+def test_multi_turn_trains_on_two_ray_actors_exactly_like_one_process(tool_run, tmp_path):
+    """Tool calls under Ray: the agent loop runs in each actor for its rows (test_agent_scale_out.py:
+    the same run under torchrun)."""
+    model_dir, task, one = tool_run
+    _ray(tool_task_args(model_dir, task, tmp_path / "out", *SCALE_OUT_KEYS, *RAY2))
+    assert_same_metrics(step_metrics(one), step_metrics(tmp_path / "out"))
+    assert_same_weights(one / "huggingface", tmp_path / "out" / "huggingface", model_dir)
+    _assert_no_hosts_left()
 
 
 def test_a_reward_model_on_its_own_pool_scores_as_in_one_process(tiny_model_dir, data_dir, tmp_path):

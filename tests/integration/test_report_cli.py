@@ -25,7 +25,7 @@ def _verl(*args):
 
 
 def test_a_short_run_writes_its_report_and_the_command_compares_runs(tiny_model_dir, tmp_path, capsys):
-    assert main(echo_launch(tiny_model_dir, tmp_path, REWARD_FILE)) == 0
+    assert main([*echo_launch(tiny_model_dir, tmp_path, REWARD_FILE), "trainer.write_report=true"]) == 0
     out = tmp_path / "out"
     report = out / "report.html"
     assert f"Report:         {report}" in capsys.readouterr().out
@@ -38,9 +38,11 @@ def test_a_short_run_writes_its_report_and_the_command_compares_runs(tiny_model_
     missing = page.split("Not logged by this run")[1]
     assert "<code>val-core/*</code>" in missing and "<code>actor/kl_loss</code>" in missing
 
-    # A second seed, then both side by side.
+    # A second seed (without a report of its own: trainer.write_report=false), then both side by side.
     seed2 = tmp_path / "seed2"
     assert main([*echo_launch(tiny_model_dir, seed2, REWARD_FILE), "trainer.seed=2"]) == 0
+    assert "Report:" not in capsys.readouterr().out
+    assert not (seed2 / "out" / "report.html").exists() and not (seed2 / "out" / "report").exists()
     finals = []
     for run in (out, seed2 / "out"):
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

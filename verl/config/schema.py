@@ -229,6 +229,8 @@ class TrainerSectionConfig(Section):
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
+    write_report: bool = option(True, help="Write report.html and report/*.png (the run's curves) into the output "
+                                "folder when the run ends; `verl report DIR` writes them later from metrics.jsonl.")
     log_val_generations: int = option(0, bounds=">= 0", help="Validation samples (prompt, response, score) to log "
                                       "each validation, the same prompts every time: printed, written to "
                                       "val_generations.jsonl, and a table in TensorBoard and wandb.")

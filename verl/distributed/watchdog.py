@@ -14,44 +14,7 @@ Usage, on every rank, in the main thread (``start`` initialises the process grou
         ...
     watchdog.stop()
 
-How it works:
-
-- Each rank has a daemon thread that writes a heartbeat (a counter, the stage and step, a status) to
-  the job's c10d store every ``interval_s`` (at most 1 s), over a connection of its own. Entering a
-  stage sets two attributes: no store traffic and no collective per stage.
-- Rank 0 reads every rank's heartbeat; every other rank reads rank 0's, so a stall anywhere is seen
-  by someone. The age of a heartbeat is measured on the reader's clock (the time since its counter
-  last changed), so the hosts' clocks need not agree.
-- On the same host, a rank whose process is gone (killed, crashed in native code) is seen in /proc
-  at the next beat, without waiting for the timeout.
-- An exception leaving a stage (or the program) is written to the store, with the rank, stage and
-  message, before it propagates: the other ranks stop at once. An error of a collective (gloo's
-  broken connection, NCCL's error) is first held back for up to the timeout: it is usually the
-  echo of another rank's death, which the heartbeats then name.
-- The first verdict is written once (compare-and-set), so every rank reports the same culprit.
-  Rank 0 prints the line; when rank 0 is the culprit, the rank that detected it does. A rank that
-  fails with its own exception prints its traceback, not the line. Every other rank exits quietly
-  with :data:`EXIT_CODE`.
-- The process ends with ``os._exit``: its main thread may be inside a collective that Python cannot
-  interrupt. torchrun then stops the ranks of this node; ranks of other nodes read the verdict
-  from the store.
-- A stalled rank on the same host is killed (SIGKILL) by the rank that detected it: a stopped
-  process ignores torchrun's SIGTERM, which would add torchrun's 30 s grace period.
-- When one rank exits, torchrun sends SIGTERM to the others within 0.1 s. The watchdog's thread
-  sees that signal at once (``signal.set_wakeup_fd``: the main thread may be inside a collective),
-  prints the verdict if there is one, and exits. Without a verdict the rank writes "received
-  SIGTERM" as its own (rank 0 prints it) and exits with 128 + 15, as the signal would have ended
-  it. (Only where SIGTERM had its default action and no one else owned the wake-up fd; a forked
-  child, such as a data-loader worker, is born without the handler and the wake-up fd, so its
-  SIGTERM is never taken for the rank's.)
-
-What a heartbeat cannot see: a rank whose process is alive but whose main thread waits for ever
-with the GIL released (a collective that one rank never joins, a GPU kernel that never returns, a
-read from a hung file system). The process group's own timeout ends those
-(:func:`verl.distributed.process_group.collective_timeout`); with gloo its error reaches ``watchdog.stage``, and the job stops with
-that rank's error. Conversely, a C call that holds the GIL for longer than the timeout looks like a
-stall. A stalled rank on another host is not killed: the other ranks of its node exit on the
-verdict, and its torchrun then ends it.
+How it works, and what a heartbeat cannot see: docs/distributed.md ("How the watchdog works").
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ def run(config: TrainerConfig) -> dict:
     finally:
         trainer.close()  # under trainer.backend=ray: the actors and their resource pools
     if is_main_process():
-        report = write_run_report(trainer.out_dir)  # a failed plot warns; it never fails the run
+        # a failed plot warns; it never fails the run
+        report = write_run_report(trainer.out_dir) if config.trainer.write_report else None
         print(format_summary(result, warm_start=warm, out_dir=trainer.out_dir)
               + (f"\nReport:         {report}" if report else ""), flush=True)
     return result
