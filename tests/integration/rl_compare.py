@@ -40,6 +40,19 @@ def run_args(tiny_model_dir, data_dir, out_dir, *extra):
             f"trainer.default_local_dir={out_dir}", "trainer.progress_bar=false", "trainer.write_report=false", *extra]
 
 
+def runs_once_per_keys(launch, tiny_model_dir, data_dir, tmp_path_factory, name):
+    """``run(*keys)``: ``(output folder, stderr)`` of the small RL run with ``keys``, started by
+    ``launch(args)`` (which returns the finished process), once for each set of keys."""
+    done = {}
+
+    def run(*keys):
+        if keys not in done:
+            out = tmp_path_factory.mktemp(name)
+            done[keys] = out, launch(run_args(tiny_model_dir, data_dir, out, *keys)).stderr
+        return done[keys]
+    return run
+
+
 def make_data_dir(folder):
     write_parquet(prompt_rows(16), folder / "train.parquet")
     write_parquet(prompt_rows(6), folder / "val.parquet")

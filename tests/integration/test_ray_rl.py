@@ -28,7 +28,7 @@ import pytest
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from helpers import REPO, free_port, ray_cluster
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
-                        run_args, run_plain, step_metrics)
+                        run_args, run_plain, runs_once_per_keys, step_metrics)
 
 pytest.importorskip("ray", reason="the ray extra (bash scripts/setup.sh --test installs it)")
 pytestmark = pytest.mark.slow
@@ -59,15 +59,8 @@ def data_dir(rl_inputs):
 def ray_run(tiny_model_dir, data_dir, tmp_path_factory):
     """``ray_run(*keys)``: ``(output folder, driver's stderr)`` of the small RL run under Ray with
     ``keys``, run once for the module (the comparisons and the checkpoint crossing share them)."""
-    done = {}
-
-    def run(*keys):
-        if keys not in done:
-            out = tmp_path_factory.mktemp("ray")
-            stderr = _ray(run_args(tiny_model_dir, data_dir, out, *keys, *RAY2), env={"VERL_LOG_LEVEL": "INFO"}).stderr
-            done[keys] = out, stderr
-        return done[keys]
-    return run
+    return runs_once_per_keys(lambda args: _ray(args + RAY2, env={"VERL_LOG_LEVEL": "INFO"}), tiny_model_dir,
+                              data_dir, tmp_path_factory, "ray")
 
 
 def _driver(args, **popen) -> subprocess.Popen:

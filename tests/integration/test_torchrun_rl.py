@@ -14,7 +14,7 @@ import pytest
 
 from helpers import run_torchrun_module
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
-                        run_args, run_plain, step_metrics)
+                        run_plain, runs_once_per_keys, step_metrics)
 
 pytestmark = pytest.mark.slow
 
@@ -34,15 +34,8 @@ def data_dir(rl_inputs):
 def two_ranks_run(tiny_model_dir, data_dir, tmp_path_factory):
     """``two_ranks_run(*keys)``: ``(output folder, the ranks' stderr)`` of the small RL run on 2 torchrun
     ranks with ``keys``, run once for the module (the comparisons and the resume test share them)."""
-    done = {}
-
-    def run(*keys):
-        if keys not in done:
-            out = tmp_path_factory.mktemp("two")
-            stderr = _two_ranks(run_args(tiny_model_dir, data_dir, out, *keys), env={"VERL_LOG_LEVEL": "INFO"}).stderr
-            done[keys] = out, stderr
-        return done[keys]
-    return run
+    return runs_once_per_keys(lambda args: _two_ranks(args, env={"VERL_LOG_LEVEL": "INFO"}), tiny_model_dir,
+                              data_dir, tmp_path_factory, "two")
 
 
 def _two_ranks(args, env=None) -> subprocess.CompletedProcess:
