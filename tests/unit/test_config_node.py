@@ -146,6 +146,12 @@ def test_aliases_read_and_write_the_canonical_field():
 def test_giving_an_alias_and_its_canonical_name_together_is_an_error():
     with pytest.raises(ConfigError, match="data.batch_size and data.train_batch_size name the same key"):
         TrainerConfig(data=dict(batch_size=4, train_batch_size=8))
+    # Merging into a config is held to the same rule (it used to apply both, the last one winning).
+    cfg = TrainerConfig()
+    with pytest.raises(ConfigError, match="data.batch_size and data.train_batch_size name the same key"):
+        cfg.update({"data": {"batch_size": 4, "train_batch_size": 8}})
+    with pytest.raises(ConfigError, match="critic.fsdp and critic.fsdp_config name the same key"):
+        TrainerConfig.from_dict({"critic": {"fsdp": {}, "fsdp_config": {}}}, base=cfg)
 
 
 def test_assigned_free_node_is_adopted_and_node_from_another_tree_is_copied():

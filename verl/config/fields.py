@@ -53,6 +53,9 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
         if default is not None:
             raise TypeError(f"a linked option defaults to None (it follows {link}), got {default!r}")
         metadata.update(link=link, fallback=fallback)
+        # A factory, not a default: the class then has no attribute of that name, so reading the
+        # field on a section goes through its __getattr__, which follows the link (node.py).
+        return dataclasses.field(default_factory=type(None), metadata=metadata)
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default),
                                  metadata=metadata)
@@ -212,6 +215,18 @@ def example_of(spec: FieldSpec) -> str:
     return "" if spec.default is None or spec.node_type else format_flow(spec.default)
 
 
+@functools.cache
+def links(cls: type) -> dict[str, tuple[str, Any]]:
+    """The linked fields of a section class (`option(link=...)`): name -> (the key it follows, fallback)."""
+    return {name: (spec.metadata["link"], spec.metadata["fallback"])
+            for name, spec in field_specs(cls).items() if "link" in spec.metadata}
+
+
+def stored_name(cls: type, name: str) -> str:
+    """The instance attribute that holds field ``name``: the name itself, or for a linked field another one."""
+    return f"_linked_{name}" if name in links(cls) else name
+
+
 def raw_value(node: Any, name: str) -> Any:
     """The stored value of field ``name``: None for a linked field that follows another key."""
-    return object.__getattribute__(node, name)
+    return object.__getattribute__(node, stored_name(type(node), name))

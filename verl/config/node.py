@@ -25,7 +25,7 @@ from typing import Any
 from verl.config import omega
 from verl.config.coerce import coerce, is_dict_type, mismatch
 from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
-                                field_specs, nest, option, raw_value, section, walk)
+                                field_specs, links, nest, option, raw_value, section, stored_name, walk)
 from verl.config.key_errors import unknown_key_error
 from verl.config.render import render_help
 from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
@@ -35,34 +35,7 @@ from verl.errors import ConfigError
 logger = logging.getLogger("verl.config")
 
 
-def _follow_link(self, name: str) -> Any:
-    value = object.__getattribute__(self, name)
-    if value is None and name in object.__getattribute__(self, "_links"):
-        link, fallback = self._links[name]
-        root = self._root()
-        if root is self:
-            return fallback
-        try:
-            return root.get(link)
-        except ConfigError:  # a tree without that key
-            return fallback
-    return value
-
-
 class _NodeMeta(type):
-    # Sections with linked fields (see `option(link=...)`) read them through `_follow_link`.
-    def __new__(mcs, name, bases, namespace):
-        links = {}
-        for base in bases:
-            links.update(getattr(base, "_links", {}))
-        for key, value in namespace.items():
-            if isinstance(value, dataclasses.Field) and "link" in value.metadata:
-                links[key] = (value.metadata["link"], value.metadata["fallback"])
-        if links:
-            namespace["_links"] = links
-            namespace["__getattribute__"] = _follow_link
-        return super().__new__(mcs, name, bases, namespace)
-
     # Construction goes through `_build`, which resolves aliases and rejects unknown keys with
     # a hint before the dataclass __init__ (which would only say "unexpected keyword") runs.
     def __call__(cls, *args, **kwargs):
@@ -84,16 +57,21 @@ class ConfigNode(metaclass=_NodeMeta):
         node = cls.__new__(cls)
         object.__setattr__(node, "_parent", parent)
         object.__setattr__(node, "_key", key)
-        kwargs, given = {}, {}
+        node.__init__(**{spec.name: node._check(spec, value) for spec, value in node._specs_of(data)})
+        return node
+
+    def _specs_of(self, data: Mapping) -> list[tuple[FieldSpec, Any]]:
+        """``(spec, value)`` of each key of ``data`` (aliases accepted); two spellings of one key are an error."""
+        given: dict[str, str] = {}
+        out = []
         for name, value in data.items():
-            spec = node._spec(name)
-            if spec.name in kwargs:
-                raise ConfigError(f"{node._path(given[spec.name])} and {node._path(name)} name the same "
+            spec = self._spec(name)
+            if spec.name in given:
+                raise ConfigError(f"{self._path(given[spec.name])} and {self._path(name)} name the same "
                                   f"key; give only one of them")
             given[spec.name] = name
-            kwargs[spec.name] = node._check(spec, value)
-        node.__init__(**kwargs)
-        return node
+            out.append((spec, value))
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping, base: ConfigNode | None = None):
@@ -150,16 +128,33 @@ class ConfigNode(metaclass=_NodeMeta):
             object.__setattr__(self, name, value)
             return
         spec = self._spec(name)
-        object.__setattr__(self, spec.name, self._check(spec, value))
+        self._store(spec.name, self._check(spec, value))
+
+    def _store(self, name: str, value: Any) -> None:
+        """Keep a checked value. A linked field (`option(link=...)`) is kept under `stored_name`, so
+        that reading it goes through `__getattr__`, which follows the link while it is None."""
+        object.__setattr__(self, stored_name(type(self), name), value)
 
     def __getattr__(self, name: str) -> Any:
-        # Only called when normal lookup fails: aliases, and unknown names.
+        # Only called when normal lookup fails: linked fields, aliases, and unknown names.
         if name.startswith("_"):
             raise AttributeError(name)
+        link = links(type(self)).get(name)
+        if link is not None:
+            value = raw_value(self, name)
+            return self._follow(*link) if value is None else value
         canonical = alias_map(type(self)).get(name)
         if canonical is not None and canonical != name:
             return getattr(self, canonical)
         raise AttributeError(str(self._unknown(name, name)))
+
+    def _follow(self, link: str, fallback: Any) -> Any:
+        """The value of a linked field left at None: ``link``'s value in the whole config, or
+        ``fallback`` for a section standing alone or a tree without that key."""
+        root = self._root()
+        if root is self:
+            return fallback
+        return root.get(link, fallback)
 
     def _path(self, name: str | None = None) -> str:
         parts = [name] if name else []
@@ -213,47 +208,49 @@ class ConfigNode(metaclass=_NodeMeta):
                 return self.get(key)
             except ConfigError:
                 return default
-        value: Any = self
-        parts = key.split(".")
-        for i, part in enumerate(parts):
-            if isinstance(value, ConfigNode):
-                value = getattr(value, value._spec(part, ".".join(parts[i:])).name)
-            elif isinstance(value, dict) and part in value:
-                value = value[part]
-            else:
-                where = ".".join(parts[:i])
-                raise ConfigError(f"{self._path(key)} not found: {self._path(where)} has no key '{part}'")
+        owner, target = self._locate(key)
+        value = getattr(owner, target.spec.name)
+        for i, part in enumerate(target.tail):
+            if not isinstance(value, dict) or part not in value:
+                where = ".".join((target.path, *target.tail[:i]))
+                raise ConfigError(f"{target.key} not found: {where} has no key '{part}'")
+            value = value[part]
         return value
 
     def set(self, key: str, value: Any) -> None:
         """Validated assignment at a dotted key; below a free-form dict field, keys are added."""
-        parts = key.split(".")
-        node = self
-        for i, part in enumerate(parts[:-1]):
-            spec = node._spec(part, ".".join(parts[i:]))
-            child = getattr(node, spec.name)
-            if isinstance(child, ConfigNode):
-                node = child
-                continue
-            if is_dict_type(spec.type):
-                if child is None:
-                    child = {}
-                    object.__setattr__(node, spec.name, child)
-                _set_in_dict(child, parts[i + 1:], value)
-                return
-            raise omega.not_a_section(node._path(spec.name), parts[i + 1])
-        spec = node._spec(parts[-1], parts[-1])
-        object.__setattr__(node, spec.name, node._check(spec, value))
+        owner, target = self._locate(key)
+        if not target.tail:
+            owner._store(target.spec.name, owner._check(target.spec, value))
+            return
+        container = getattr(owner, target.spec.name)
+        if container is None:
+            container = {}
+            owner._store(target.spec.name, container)
+        for part in target.tail[:-1]:
+            if not isinstance(container.get(part), dict):
+                container[part] = {}
+            container = container[part]
+        container[target.tail[-1]] = copy.deepcopy(value)
+
+    def _locate(self, key: str) -> tuple[ConfigNode, omega.Target]:
+        """The section holding dotted ``key`` (below this one) and where the key lands (`omega.locate`,
+        the one walk of dotted keys through the schema, from the root so that errors name full keys)."""
+        root = self._root()
+        target = omega.locate(type(root), self._path(key))
+        owner = root
+        for part in target.path.split(".")[:-1]:
+            owner = getattr(owner, part)
+        return owner, target
 
     def update(self, data: Mapping) -> None:
         """Deep-merge nested dicts: given keys change, the rest keep their current values."""
-        for name, value in data.items():
-            spec = self._spec(name)
+        for spec, value in self._specs_of(data):
             current = getattr(self, spec.name)
             if isinstance(current, ConfigNode) and isinstance(value, Mapping):
                 current.update(value)
             else:
-                object.__setattr__(self, spec.name, self._check(spec, value))
+                self._store(spec.name, self._check(spec, value))
 
     # ---------------------------------------------------------------- overrides
     def to_overrides(self) -> list[str]:
@@ -298,14 +295,6 @@ class ConfigNode(metaclass=_NodeMeta):
     def format_help(cls) -> str:
         """A `--help`-style listing: every dotted key with its type, default and help text."""
         return render_help(cls)
-
-
-def _set_in_dict(container: dict, parts: list[str], value: Any) -> None:
-    for i, part in enumerate(parts[:-1]):
-        if not isinstance(container.get(part), dict):
-            container[part] = {}
-        container = container[part]
-    container[parts[-1]] = copy.deepcopy(value)
 
 
 def _flatten(node: ConfigNode) -> dict[str, Any]:
