@@ -61,9 +61,10 @@ def best_ms(fn, n: int = 20) -> float:
 def first_line(fn) -> str:
     try:
         fn()
-    except (ConfigError, pydantic.ValidationError) as e:
-        if isinstance(e, pydantic.ValidationError):
-            return e.errors()[0]["msg"] + f" ({e.errors()[0]['type']})"
+    except pydantic.ValidationError as e:
+        first = e.errors()[0]
+        return f"{first['msg']} ({first['type']})"
+    except ConfigError as e:
         return str(e).strip().splitlines()[0]
     return "accepted"
 

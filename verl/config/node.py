@@ -16,14 +16,13 @@ assigning a free one adopts it.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verl.config import omega
-from verl.config.coerce import coerce, is_dict_type, mismatch
+from verl.config.coerce import coerce, mismatch
 from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
                                 field_specs, links, nest, option, raw_value, section, stored_name, walk)
 from verl.config.key_errors import unknown_key_error
