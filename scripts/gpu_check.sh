@@ -13,6 +13,9 @@
 #   ref           same
 #   update_actor  6 x params per token x ppo_epochs (forward + backward)
 # against PEAK_TFLOPS (default 989: H100/H200 dense bf16). Nothing is downloaded or installed.
+# It also prints the peak memory the actor's rank logged (perf/max_memory_allocated_gb on a GPU,
+# perf/cpu_memory_used_gb, the process's peak RSS). Variants: DTYPE=fp32, EXTRA="key=value ..." (for
+# example actor_rollout_ref.model.enable_gradient_checkpointing=true), OUT=folder.
 # SMOKE=1 runs the same pipeline on the CPU with a tiny model (to check the script itself).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,7 @@ PY=${PYTHON:-python}
 if [[ "${SMOKE:-0}" == 1 ]]; then
   DEVICE=cpu DTYPE=fp32 MODEL="num_layers=2, hidden_size=64, intermediate_size=128" PROMPTS=8 RESPONSE=16 MICRO=8
 else
-  DEVICE=cuda DTYPE=bf16 PROMPTS=64 RESPONSE=256 MICRO=64
+  DEVICE=cuda DTYPE=${DTYPE:-bf16} PROMPTS=64 RESPONSE=256 MICRO=64
   MODEL="num_layers=24, hidden_size=896, intermediate_size=4864, num_heads=14, num_kv_heads=2, max_position_embeddings=4096"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
@@ -58,7 +61,7 @@ rm -rf "$OUT" && mkdir -p "$OUT"
   actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.optim.lr=1e-6 \
   algorithm.adv_estimator=grpo trainer.device=$DEVICE trainer.total_training_steps="$STEPS" \
   trainer.val_before_train=false trainer.test_freq=-1 trainer.progress_bar=false \
-  trainer.logger=[console] trainer.default_local_dir="$OUT/run" 2>&1 | grep -v "^step:" || true
+  trainer.logger=[console] trainer.default_local_dir="$OUT/run" trainer.write_report=false ${EXTRA:-} 2>&1 | grep -v "^step:" || true
 
 "$PY" - "$OUT" "$PEAK_TFLOPS" "$NPROC" <<'EOF'
 import json, sys
@@ -85,4 +88,9 @@ for stage, f in flops.items():
     n = gen_tokens if stage == "gen" else tokens
     print(f"{stage:<14}{seconds:>9.3f}{n / seconds:>12,.0f}{f / seconds / (peak * nproc):>8.1%}")
 print(f"{'step':<14}{mean('timing_s/step'):>9.3f}{tokens / mean('timing_s/step'):>12,.0f}")
+peak = lambda k: max(r.get(k, 0.0) for r in rows)
+memory = ", ".join(f"{k.split('/')[1]} {peak(k):.2f} GiB" for k in
+                   ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
+                   if any(k in r for r in rows))
+print(f"peak memory of the actor's rank: {memory}")
 EOF

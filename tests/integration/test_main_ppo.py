@@ -52,8 +52,10 @@ def test_grpo_on_parquet_with_custom_reward_writes_a_loadable_policy(tiny_model_
     steps = [r for r in rows if "critic/score/mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "timing_s/gen", "timing_s/update_actor",
-                "perf/throughput", "response_length/mean"):
+                "perf/throughput", "response_length/mean", "perf/cpu_memory_used_gb"):
         assert key in steps[0], key
+    assert 0.1 < steps[0]["perf/cpu_memory_used_gb"] < 64  # the process's peak RSS, in GiB
+    assert "perf/max_memory_allocated_gb" not in steps[0]  # CUDA only
     assert any("val-core/echo/reward/mean@1" in r for r in rows)
     model = AutoModelForCausalLM.from_pretrained(out / "huggingface")
     tokenizer = AutoTokenizer.from_pretrained(out / "huggingface")

@@ -24,6 +24,7 @@ from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merg
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, build_rollout
+from verl.utils.memory import memory_metrics
 from verl.utils.preflight import check_context_length
 from verl.workers.actor import Actor, PolicyModel
 
@@ -208,6 +209,7 @@ class ActorRolloutRefWorker:
                                          micro_batch_size=micro_batch_size or
                                          self.config.actor.ppo_micro_batch_size_per_gpu))
         self.sync_rollout_weights()
+        metrics.update(memory_metrics(self.device))
         return metrics
 
 
