@@ -32,6 +32,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from verl.utils.hub import offline_flag
+from verl.utils.memory import read_memory
 
 GiB = 1024 ** 3
 REPO = Path(__file__).resolve().parents[1]  # the checkout (or site-packages) holding verl/
@@ -218,21 +219,6 @@ def check_memory(available_bytes: int | None, total_bytes: int | None) -> Check:
     return Check("memory", "OK", text, data=data)
 
 
-def read_memory() -> tuple[int | None, int | None]:
-    """(available, total) bytes: psutil when installed, else /proc/meminfo, else (None, None)."""
-    try:
-        import psutil
-    except ImportError:
-        meminfo = Path("/proc/meminfo")
-        if not meminfo.exists():
-            return None, None
-        fields = dict(line.split(":", 1) for line in meminfo.read_text().splitlines() if ":" in line)
-        kib = {key: int(value.split()[0]) * 1024 for key, value in fields.items()}
-        return kib.get("MemAvailable", kib.get("MemFree")), kib.get("MemTotal")
-    memory = psutil.virtual_memory()
-    return memory.available, memory.total
-
-
 def head(url: str, timeout: float) -> None:
     """One HEAD request, no retries; raises OSError when the host cannot be reached."""
     import urllib.error
@@ -373,18 +359,49 @@ def main(argv: list[str] | None = None) -> int:
                                      "versions, GPUs, optional engines, disk, memory, hub, and one PPO step.")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--skip-step", action="store_true", help="skip the one-step PPO update")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="a run's config (main_ppo's overrides): adds its memory plan and whether it fits here")
     args = parser.parse_args(argv)
     from verl import __version__
 
     if not args.json:
         print(f"verl doctor: verl {__version__} ({REPO / 'verl'}), Python at {sys.executable}", flush=True)
     checks = run_checks(skip_step=args.skip_step)
+    plan = None
+    if args.overrides:
+        plan_check, plan = check_memory_plan(args.overrides)
+        checks.append(plan_check)
     ok = not any(c.status == "FAIL" for c in checks)
     if args.json:
         print(json.dumps({"verl": __version__, "ok": ok, "checks": [asdict(c) for c in checks]}, indent=2))
     else:
-        print(render(checks))
+        print(render(checks) + (f"\n{plan.table()}" if plan is not None else ""))
     return 0 if ok else 1
+
+
+def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
+    """The memory plan of the run ``overrides`` describe (as main_ppo would plan it on this machine)."""
+    from verl.errors import VerlError
+    from verl.models.loading import resolve_device
+    from verl.trainer.main_ppo import load_config
+    from verl.trainer.ppo.memory_plan import FIXES, plan_for_run
+
+    try:
+        config = load_config(overrides)
+        plan = plan_for_run(config, resolve_device(config.trainer.device))
+    except VerlError as exc:
+        return Check("memory plan", "FAIL", f"the config cannot be planned: {exc}", fix="correct the overrides"), None
+    data = {"peak_bytes": plan.peak, "peak_phase": plan.peak_phase, "available_bytes": plan.available,
+            "parts": {f"{role}/{part}": size for (role, part), (size, _) in plan.parts.items()}}
+    text = f"peak {plan.peak / GiB:.2f} GiB per rank ({plan.peak_phase})"
+    if plan.available is None:
+        return Check("memory plan", "INFO", text + "; the memory available is unknown", data=data), plan
+    text += f" of {plan.available / GiB:.1f} GiB available on {plan.device}"
+    if plan.peak > plan.available:
+        (_, part), _ = max(plan.parts.items(), key=lambda item: item[1][0])
+        return Check("memory plan", "FAIL", text + ": it does not fit", fix="; ".join(FIXES.get(part, ())),
+                     data=data), plan
+    return Check("memory plan", "OK", text, data=data), plan
 
 
 if __name__ == "__main__":

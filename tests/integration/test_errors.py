@@ -66,3 +66,38 @@ def test_unreachable_hub_id_names_the_fix(capsys, monkeypatch):
     code, err = run_main(["actor_rollout_ref.model.path=some-org/some-model"], capsys)
     assert code == 2
     assert "some-org/some-model" in err and "hub" in err and "actor_rollout_ref.model.path=DIR" in err
+
+
+@pytest.mark.parametrize("case", ["no_answer_in_train", "null_answer_in_val", "no_data_source", "format_needs_none"])
+def test_rows_a_builtin_scorer_cannot_score_stop_before_loading_naming_row_and_key(case, tiny_model_dir, tmp_path,
+                                                                                     capsys):
+    """Without a reward function each row is scored by its data source's built-in scorer: a row with no
+    answer (or no data source) would score 0 all run, so it stops the run first, by row and key."""
+    train, val = _rows(), _rows()
+    if case == "no_answer_in_train":
+        del train[5]["reward_model"]
+    elif case == "null_answer_in_val":
+        val[2]["reward_model"] = {"ground_truth": None}
+    elif case == "no_data_source":
+        del train[3]["data_source"]
+    else:  # format rewards judge the response alone: no ground truth needed
+        for row in train + val:
+            row["data_source"] = "format/think"
+            del row["reward_model"]
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(train, tmp_path / 't.parquet')}",
+            f"data.val_files={write_parquet(val, tmp_path / 'v.parquet')}", "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1",
+            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
+            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    code, err = run_main(args, capsys)
+    if case == "format_needs_none":
+        assert code == 0, err
+        return
+    assert code == 2 and err.count("\n") == 1, err
+    expected = {"no_answer_in_train": ("data.train_files: row 5 (data_source='exact_match') has no ground truth",
+                                       "reward_model.ground_truth"),
+                "null_answer_in_val": ("data.val_files: row 2 (data_source='exact_match') has no ground truth",
+                                       "custom_reward_function.path"),
+                "no_data_source": ("data.train_files: row 3 has no data_source", "custom_reward_function.path")}[case]
+    assert all(part in err for part in expected), err
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()

@@ -27,7 +27,7 @@ STEPS = 4
 # Scores that differ between the samples of a prompt, so every step changes the weights.
 REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
          "    return float(len(set(solution_str)))\n"
-NOT_DETERMINISTIC = ("timing_s/", "perf/time_per_step", "perf/throughput")
+NOT_DETERMINISTIC = ("timing_s/", "perf/time_per_step", "perf/throughput", "perf/cpu_memory_used_gb", "perf/max_memory_")
 
 PARKING = '''
 import os, signal, sys, time

@@ -96,14 +96,12 @@ def test_str_fields_take_the_text_verbatim():
     assert cfg.trainer.default_local_dir == "/tmp/a b"
 
 
-def test_plus_adds_keys_below_free_form_dicts_and_is_accepted_for_existing_keys():
+def test_plus_adds_keys_below_free_form_dicts():
     cfg = _cfg("+actor_rollout_ref.model.override_config.attention_dropout=0.1",
                "+data.chat_template_kwargs.enable_thinking=false",
-               "+data.chat_template_kwargs.nested.depth=1e-3",
-               "+trainer.total_epochs=2")
+               "+data.chat_template_kwargs.nested.depth=1e-3")
     assert cfg.actor_rollout_ref.model.override_config == {"attention_dropout": 0.1}
     assert cfg.data.chat_template_kwargs == {"enable_thinking": False, "nested": {"depth": 1e-3}}
-    assert cfg.trainer.total_epochs == 2
     # Without '+', a new dict key is refused with the fix spelled out; an existing one is fine.
     with pytest.raises(ConfigError, match=r"\+data.chat_template_kwargs.foo=<value>"):
         _cfg("data.chat_template_kwargs.foo=1")
@@ -397,3 +395,28 @@ def test_an_unparsable_interpolation_in_a_yaml_file_is_an_error_at_its_key():
     with pytest.raises(ConfigError, match=r"cannot parse YAML config text: no viable alternative at input '\$\{foo'"
                                           r"[\s\S]*full_key: trainer.experiment_name"):
         TrainerConfig.from_yaml("trainer:\n  experiment_name: ${foo\n")
+
+
+@pytest.mark.parametrize("given", ["+trainer.total_epochs=3", "+data.train_batch_size=8",
+                                   "+actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",  # from a verl example
+                                   "+actor_rollout_ref.rollout"])
+def test_plus_on_a_key_verl_already_has_is_refused_as_hydra_refuses_it(given):
+    key = given.split("=")[0][1:]
+    with pytest.raises(ConfigError) as err:
+        TrainerConfig.from_cli([given if "=" in given else given + "={}"])
+    text = str(err.value)
+    assert f"{key} is already in the config" in text and "Could not append to config" in text
+    assert f"++{key}=" in text  # the fix: ++ sets it either way (or drop the +)
+
+
+def test_plus_adds_what_is_not_there_and_plus_plus_sets_either_way():
+    # verl's recipes add data.gen_batch_size with '+' (not in verl's own config): accepted, as in verl
+    assert TrainerConfig.from_cli(["+data.gen_batch_size=8"]).data.gen_batch_size == 8
+    cfg = TrainerConfig.from_cli(["+trainer.resource_pools.critic_pool=[1]", "++trainer.total_epochs=3",
+                                  "+actor_rollout_ref.model.override_config.attention_dropout=0.1"])
+    assert cfg.trainer.resource_pools == {"critic_pool": [1]} and cfg.trainer.total_epochs == 3
+    # a second '+' of an entry already added below a free-form mapping is refused too
+    with pytest.raises(ConfigError, match=r"trainer.resource_pools.critic_pool is already in the config"):
+        TrainerConfig.from_cli(["+trainer.resource_pools.critic_pool=[1]", "+trainer.resource_pools.critic_pool=[2]"])
+    assert TrainerConfig.from_cli(["+trainer.resource_pools.p=[1]", "++trainer.resource_pools.p=[2]"]
+                                  ).trainer.resource_pools == {"p": [2]}

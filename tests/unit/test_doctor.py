@@ -198,3 +198,14 @@ def test_memory_falls_back_to_proc_meminfo_without_psutil(monkeypatch):
     monkeypatch.setitem(sys.modules, "psutil", None)  # import psutil -> ImportError
     available, total = doctor.read_memory()
     assert 0 < available <= total
+
+
+def test_memory_plan_check_of_a_given_config():
+    ok, plan = doctor.check_memory_plan(["sft_warmstart.enable=false", "data.max_response_length=16"])
+    assert ok.status == "OK" and ok.summary.startswith("peak ") and "GiB available on cpu" in ok.summary
+    assert plan.peak == ok.data["peak_bytes"] and "actor/activations" in ok.data["parts"]
+    too_big, _ = doctor.check_memory_plan(["data.max_response_length=60000", "data.train_batch_size=4096"])
+    assert too_big.status == "FAIL" and "does not fit" in too_big.summary
+    assert "log_prob_micro_batch_size_per_gpu" in too_big.fix  # what lowers the largest part
+    typo, plan = doctor.check_memory_plan(["data.max_respons_length=16"])
+    assert typo.status == "FAIL" and "data.max_response_length" in typo.summary and plan is None

@@ -259,3 +259,47 @@ def test_a_vision_language_model_is_refused_by_name_before_its_weights_load(tmp_
         tmp_path)  # a config only: the refusal comes before any weights are read
     with pytest.raises(ModelLoadError, match=r"is a multimodal model \(qwen2_5_vl, with vision_config\).*only text"):
         load_causal_lm(str(tmp_path))
+
+
+def _encoder_folders(tmp_path):
+    """Folders of models that are not causal LMs, as users bring them: saved BERT and RoBERTa masked
+    LMs (weights and config), a BERT config with no architectures, and a T5 (encoder-decoder)."""
+    from transformers import (BertConfig, BertForMaskedLM, RobertaConfig, RobertaForSequenceClassification,
+                              T5Config)
+
+    small = dict(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    BertForMaskedLM(BertConfig(**small)).save_pretrained(tmp_path / "bert")
+    RobertaForSequenceClassification(RobertaConfig(**small)).save_pretrained(tmp_path / "roberta")
+    BertConfig(**small).save_pretrained(tmp_path / "bert-config-only")
+    T5Config(d_model=16, num_layers=1, num_heads=2, d_ff=32, vocab_size=60).save_pretrained(tmp_path / "t5")
+    return {"bert": "an encoder-only model (BertForMaskedLM)",
+            "roberta": "an encoder-only model (RobertaForSequenceClassification)",
+            "bert-config-only": "an encoder-only model,", "t5": "an encoder-decoder model"}
+
+
+def test_encoder_only_and_encoder_decoder_folders_are_refused_as_not_causal_lms(tmp_path):
+    from verl.models.loading import load_causal_lm_config
+
+    for name, kind in _encoder_folders(tmp_path).items():
+        with pytest.raises(ModelLoadError) as err:
+            load_causal_lm(str(tmp_path / name), config_key="critic.model.path")
+        text = str(err.value)
+        assert "is not a causal language model" in text and kind in text and "(from `critic.model.path`)" in text
+        assert "reward_model.model.path" in text  # where such a model can serve
+    # decoder-only folders of several families pass, whatever their head is called
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=60)).save_pretrained(tmp_path / "gpt2")
+    for arch in ("qwen2", "llama", "opt", "phi3"):
+        make_tiny_model_folder(tmp_path / arch, arch=arch, num_layers=1, hidden_size=32, intermediate_size=64)
+    for name in ("gpt2", "qwen2", "llama", "opt", "phi3"):
+        assert load_causal_lm_config(str(tmp_path / name)).model_type
+
+
+def test_a_bert_folder_as_the_policy_stops_the_run_with_one_line(tmp_path, capsys):
+    from verl.trainer.main_ppo import main
+
+    _encoder_folders(tmp_path)
+    assert main([f"actor_rollout_ref.model.path={tmp_path / 'bert'}", "sft_warmstart.enable=false"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "not a causal language model" in err

@@ -32,6 +32,7 @@ from verl.config.coerce import (TextError, element_type, from_text, is_dict_type
                                 scalar_type, text_value)
 from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, nest, walk
 from verl.config.key_errors import unknown_key_error
+from verl.config.verl_yaml_keys import VERL_KEYS
 from verl.errors import ConfigError
 
 
@@ -168,6 +169,22 @@ def _str_as_typed(target: Target, value: Any, raw: str | None) -> Any:
     return ("true" if value else "false") if isinstance(value, bool) else value
 
 
+def _added_before(tree: dict, cls, target: Target) -> bool:
+    """Whether ``target`` is an entry of a free-form mapping that an earlier key of this command line or
+    file added (an entry of the mapping's defaults, verl's keys of its free-form sections, is not)."""
+    return bool(target.tail) and _holds(tree, target) and not _holds(value_tree(cls()), target)
+
+
+def _holds(tree: dict, target: Target) -> bool:
+    """Whether the free-form mapping at ``target.path`` already holds ``target.tail``."""
+    container = _select(tree, target.path)
+    for part in target.tail:
+        if not isinstance(container, dict) or part not in container:
+            return False
+        container = container[part]
+    return True
+
+
 def _check_free_form(tree: dict, target: Target, add: bool) -> None:
     """Below a free-form mapping a plain ``key=value`` changes a key that is there; ``+`` adds one."""
     container = _select(tree, target.path)
@@ -226,6 +243,12 @@ def apply(tree: dict, cls, override, defaults: dict) -> None:
     """One parsed command-line override (see `verl.config.overrides`)."""
     add = override.op != "set"
     target = locate(cls, override.key, " ('+' adds keys only below free-form dict fields)" if add else "")
+    if override.op == "add" and (override.key in VERL_KEYS or _added_before(tree, cls, target)):
+        value = override.raw if override.raw is not None else ""
+        raise ConfigError(f"+{override.key}={value}: {override.key} is already in the config, and '+' adds a key "
+                          f"that is not there (Hydra refuses it, and so verl: 'Could not append to config. An item "
+                          f"is already at {override.key}'); write {override.key}={value} to change it, or "
+                          f"++{override.key}={value} to set it whether or not it is there")
     if override.op == "delete":
         delete(tree, defaults, target, override.key)
     else:

@@ -231,6 +231,10 @@ class TrainerSectionConfig(Section):
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
     write_report: bool = option(True, help="Write report.html and report/*.png (the run's curves) into the output "
                                 "folder when the run ends; `verl report DIR` writes them later from metrics.jsonl.")
+    memory_check: bool = option(True, help="Before loading, estimate each rank's peak memory from the config and "
+                                "the model's config.json (printed at start; `main_ppo ... --plan` prints it and "
+                                "exits) and refuse a run that cannot fit the device's memory (GPU memory, or "
+                                "RAM on a CPU); false skips the refusal. See docs/performance.md.")
     log_val_generations: int = option(0, bounds=">= 0", help="Validation samples (prompt, response, score) to log "
                                       "each validation, the same prompts every time: printed, written to "
                                       "val_generations.jsonl, and a table in TensorBoard and wandb.")

@@ -194,16 +194,9 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     _quiet_transformers()
     path = os.path.expanduser(name_or_path)
     kwargs = {**hub_access(name_or_path, "model", config_key), **kwargs}
-    local = {"local_files_only": True} if kwargs.get("local_files_only") else {}
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, **local)
-    except (OSError, ValueError) as exc:
-        raise _load_error("model", name_or_path, config_key, exc) from None
-    _refuse_multimodal(config, name_or_path, config_key)
-    if disable_dropout:
-        _zero_dropout_settings(config)
-    for key, value in (override_config or {}).items():
-        setattr(config, key, value)
+    config = load_causal_lm_config(name_or_path, trust_remote_code=trust_remote_code, override_config=override_config,
+                                   config_key=config_key, disable_dropout=disable_dropout,
+                                   local_files_only=bool(kwargs.get("local_files_only")))
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     attn = resolve_attn_implementation(attn_implementation)
     if attn is not None:
@@ -214,6 +207,59 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
+
+
+def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False, override_config: dict | None = None,
+                          config_key: str = "actor_rollout_ref.model.path", disable_dropout: bool = False,
+                          local_files_only: bool = False):
+    """The model's config (``config.json``) as :func:`load_causal_lm` builds the model from it, with
+    the same clear errors; no weights are read."""
+    from transformers import AutoConfig
+
+    local = {"local_files_only": True} if local_files_only else {}
+    try:
+        config = AutoConfig.from_pretrained(os.path.expanduser(name_or_path), trust_remote_code=trust_remote_code,
+                                            **local)
+    except (OSError, ValueError) as exc:
+        raise _load_error("model", name_or_path, config_key, exc) from None
+    _refuse_multimodal(config, name_or_path, config_key)
+    _refuse_non_causal(config, name_or_path, config_key)
+    if disable_dropout:
+        _zero_dropout_settings(config)
+    for key, value in (override_config or {}).items():
+        setattr(config, key, value)
+    return config
+
+
+# Encoder models that transformers can also build as a decoder (with is_decoder=true): a folder of one
+# trained as an encoder (masked LM, classifier, embedder) is not a policy.
+ENCODER_TYPES = frozenset({"bert", "roberta", "xlm-roberta", "electra", "camembert", "ernie", "big_bird", "rembert",
+                           "roc_bert", "data2vec-text", "megatron-bert", "xmod", "modernbert", "deberta", "deberta-v2",
+                           "distilbert", "albert", "mpnet"})
+CAUSAL_HEADS = ("ForCausalLM", "LMHeadModel", "WithLMHead")
+
+
+def _refuse_non_causal(config, name: str, config_key: str) -> None:
+    """An encoder-only (BERT-like) or encoder-decoder (T5-like) model: refused by name before any
+    weights load, rather than failing later inside the training step."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    if config.is_encoder_decoder:
+        kind = "an encoder-decoder model"
+    elif getattr(config, "is_decoder", False):
+        return
+    elif architectures and not any(a.endswith(CAUSAL_HEADS) for a in architectures):
+        if config.model_type not in ENCODER_TYPES and any(a.endswith("ForConditionalGeneration") for a in architectures):
+            return  # a decoder's generation head under another name (multimodal ones are refused above)
+        kind = f"an encoder-only model ({', '.join(architectures)})"
+    elif not architectures and config.model_type in ENCODER_TYPES:
+        kind = "an encoder-only model"
+    else:
+        return
+    raise ModelLoadError(
+        f"{name!r} (from `{config_key}`) is not a causal language model: it is {kind}, model_type "
+        f"{config.model_type!r}. RL and SFT here train decoder-only causal LMs (Qwen2, Llama, Mistral, Phi-3, "
+        f"OPT, GPT-2, ...); give the folder or hub id of one (a BERT-like model can only serve as a reward "
+        f"model: reward_model.model.path)")
 
 
 def _refuse_multimodal(config, name: str, config_key: str) -> None:

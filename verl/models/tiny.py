@@ -109,9 +109,12 @@ def build_tiny_config(vocab_size: int, arch: str = "qwen2", *, hidden_size: int 
     raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHITECTURES}")
 
 
-def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int = 0, **config_kwargs) -> Path:
+def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int = 0, vocab_size: int | None = None,
+                           **config_kwargs) -> Path:
     """Write a randomly initialised tiny model (``arch``: qwen2, llama, phi3, opt) and the byte-level
-    tokenizer to ``path``.
+    tokenizer to ``path``. ``vocab_size``: embedding rows beyond the tokenizer's (a real model's
+    vocabulary size for its memory and compute, e.g. Qwen2.5's 151936; ids past the tokenizer decode
+    to nothing), default the tokenizer's size.
 
     The folder is a normal Hugging Face model folder: ``AutoModelForCausalLM.from_pretrained(path)``
     and ``AutoTokenizer.from_pretrained(path)`` load it, so it can stand in for a hub model of the
@@ -124,7 +127,7 @@ def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int =
     _quiet_transformers()
     path = Path(path)
     tokenizer = build_char_tokenizer()
-    config = build_tiny_config(len(tokenizer), arch, pad_token_id=tokenizer.pad_token_id,
+    config = build_tiny_config(max(vocab_size or 0, len(tokenizer)), arch, pad_token_id=tokenizer.pad_token_id,
                                bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                                **config_kwargs)
     return _save_new_model(AutoModelForCausalLM, config, tokenizer, path, seed)

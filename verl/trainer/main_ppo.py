@@ -1,6 +1,7 @@
-"""``python -m verl.trainer.main_ppo [key=value ...]``: PPO / GRPO training.
+"""``python -m verl.trainer.main_ppo [key=value ...] [--plan]``: PPO / GRPO training.
 
-With no arguments it runs the embedded demo (see :mod:`verl.trainer.demo`).
+With no arguments it runs the embedded demo (see :mod:`verl.trainer.demo`). ``--plan`` prints the
+memory plan (each rank's peak memory by role and part, from the config alone) and exits.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ def run(config: TrainerConfig) -> dict:
     from verl.models.loading import resolve_device
     from verl.tracking.summary import format_summary
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names
+    from verl.trainer.ppo.memory_plan import check_memory_plan
     from verl.trainer.warmstart import warm_start
 
     check_algorithm_names(config)  # before the warm start trains anything
-    resolve_device(config.trainer.device)  # trainer.device=cuda without CUDA: one line, before anything starts
+    device = resolve_device(config.trainer.device)  # trainer.device=cuda without CUDA: one line, before anything starts
+    check_memory_plan(config, device)  # prints the plan; a run that cannot fit stops here
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
         # Under torchrun rank 0 trains and caches the warm start; the other ranks then load it.
@@ -55,8 +58,18 @@ def run(config: TrainerConfig) -> dict:
     return result
 
 
+def print_plan(config: TrainerConfig) -> None:
+    from verl.models.loading import resolve_device
+    from verl.trainer.ppo.memory_plan import plan_for_run
+
+    print(plan_for_run(config, resolve_device(config.trainer.device)).table())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if "--plan" in args:
+        rest = [a for a in args if a != "--plan"]
+        return run_entry(lambda: print_plan(load_config(rest)), rest, __doc__)
     return run_entry(lambda: run(load_config(args)), args, __doc__)
 
 

@@ -45,6 +45,33 @@ SCORERS: dict[str, Callable[..., Any]] = {
 }
 
 
+# Scorers that judge the response alone: a row needs no ground truth for them.
+NEEDS_NO_GROUND_TRUTH = frozenset({"format/think", "format/boxed"})
+
+
+def check_builtin_rows(items, key: str, reward_fn_key: str = "data_source") -> None:
+    """Before training: every row that a built-in scorer will score has a data source it knows and,
+    unless the scorer judges the response alone, a ground truth; else one RewardError naming the
+    row (its position in ``key``'s files) and the missing key. Without this a row missing its
+    answer scores 0 whatever the model writes, for the whole run."""
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            return  # a custom dataset class with rows of its own shape: scored as it is
+        row = item.get("index", position)
+        source = item.get(reward_fn_key, item.get("data_source"))
+        if source is None:
+            raise RewardError(f"{key}: row {row} has no {reward_fn_key}, so no built-in scorer can be picked for it; "
+                              f"give every row a {reward_fn_key} (e.g. 'openai/gsm8k'), or set "
+                              f"custom_reward_function.path to your own compute_score")
+        get_scorer(source)
+        if item.get("ground_truth") is None and source not in NEEDS_NO_GROUND_TRUTH:
+            raise RewardError(
+                f"{key}: row {row} ({reward_fn_key}={source!r}) has no ground truth: its built-in scorer compares "
+                f"each response with reward_model.ground_truth (or a ground_truth / answer / solution column), so "
+                f"every response would score 0. Add the answer to that row, drop the row, or set "
+                f"custom_reward_function.path to a compute_score that needs none")
+
+
 def get_scorer(data_source: str) -> Callable[..., Any]:
     """The built-in scorer for ``data_source``; RewardError naming the known sources otherwise."""
     try:

@@ -21,6 +21,7 @@ from verl.errors import ConfigError, VerlError
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size)
 from verl.distributed.watchdog import Watchdog
+from verl.rewards.scorers import check_builtin_rows
 from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
 from verl.trainer.ppo import distillation, placement, roles
@@ -60,6 +61,16 @@ def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
     items = [dataset[i] for i in range(len(dataset))]
     size = batch_size or len(items)
     return [collate_prompts(items[i:i + size], pad_token_id) for i in range(0, len(items), size)]
+
+
+def uses_builtin_scorers(config) -> bool:
+    """Rows are scored by the built-in scorer of their data source: no reward function and no reward model."""
+    return not (config.custom_reward_function.path or config.reward.functions or config.reward_model.enable)
+
+
+def _batch_rows(batch) -> list[dict]:
+    keys = [k for k in ("data_source", "ground_truth", "index") if k in batch.non_tensors]
+    return [{k: batch.non_tensors[k][i] for k in keys} for i in range(len(batch))]
 
 
 def check_algorithm_names(config) -> None:
@@ -176,6 +187,10 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     elif val_files is not None:
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
+    if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
+        check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
+        for batch in val_batches:
+            check_builtin_rows(_batch_rows(batch), "data.val_files", data_cfg.reward_fn_key)
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
                           pad_token_id=tokenizer.pad_token_id)

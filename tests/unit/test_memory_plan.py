@@ -1,0 +1,144 @@
+"""The memory plan (verl.trainer.ppo.memory_plan): parts worked out by hand on a small shape, the
+peaks measured on a GPU, the refusal and its fixes, and ``main_ppo --plan``."""
+
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import Qwen2Config
+
+from verl.config import TrainerConfig
+from verl.errors import VerlError
+from verl.trainer.main_ppo import load_config, main
+from verl.trainer.ppo.memory_plan import GiB, ModelShape, check_fits, check_memory_plan, plan_memory
+
+SMALL = Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, tie_word_embeddings=False)
+SMALL_RUN = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=8",
+             "data.max_response_length=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.use_kl_loss=true",
+             "algorithm.adv_estimator=grpo"]
+
+
+def small_plan(*keys, ranks=1, device="cuda", available=None):
+    return plan_memory(TrainerConfig.from_cli(SMALL_RUN + list(keys)), SMALL, ranks=ranks, device=device,
+                       available=available)
+
+
+def test_parts_of_a_small_qwen2_match_the_hand_count():
+    # parameters: embed 100x32; per layer q 32x32+32, k and v 32x16+16, o 32x32, MLP 3 x 32x64, 2 norms of 32;
+    # final norm 32; lm_head 100x32  ->  3200 + 2 x 9344 + 32 + 3200
+    assert ModelShape.of(SMALL).params == 25120
+    plan = small_plan()
+    size = lambda role, part: plan.parts[role, part][0]
+    assert size("actor", "weights") == size("actor", "gradients") == size("reference", "weights") == 25120 * 4
+    assert size("actor", "optimizer") == 2 * 25120 * 4  # AdamW: exp_avg and exp_avg_sq
+    # per token and layer in fp32: 2 norms x (4 + 2x4) x 32 + attention 5 x 4 x 32 + MLP 4 x 4 x 64 = 2432 bytes;
+    # micro-batch 4 rows x 16 tokens, 2 layers; logits 4 rows x 100 x (16 x 4 + 12 x 8)
+    assert size("actor", "activations") == 64 * 2 * 2432 + 4 * 100 * 160
+    # KV cache: 8 rows x 16 tokens x 2 layers x (keys, values) x 2 kv heads x 8 dims x 4 bytes
+    assert size("rollout", "KV cache") == 8 * 16 * 2 * 2 * 2 * 8 * 4
+    # weights, gradients, AdamW's two states and the reference's weights, with the activations
+    assert plan.phases["update"] == 5 * 25120 * 4 + size("actor", "activations")
+    assert plan.peak == plan.phases["update"]
+
+
+def test_sharding_offload_lora_and_checkpointing_lower_what_they_should():
+    plain = small_plan()
+    two = small_plan(ranks=2)
+    assert two.parts["actor", "optimizer"][0] == plain.parts["actor", "optimizer"][0] // 2
+    assert two.parts["rollout", "KV cache"][0] == plain.parts["rollout", "KV cache"][0] // 2  # half the rows
+    offload = small_plan("actor_rollout_ref.actor.fsdp_config.param_offload=true")
+    assert offload.parts["actor", "weights"][0] == offload.parts["actor", "optimizer"][0] == 0
+    assert small_plan("actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                      device="cpu").parts["actor", "weights"][0] > 0  # on a CPU, CPU memory is the memory
+    lora = small_plan("actor_rollout_ref.model.lora_rank=4")
+    assert lora.parts["actor", "gradients"][0] < plain.parts["actor", "gradients"][0] / 4
+    assert ("reference", "weights") not in lora.parts  # the reference is the base weights under LoRA
+    ckpt = small_plan("actor_rollout_ref.model.enable_gradient_checkpointing=true")
+    # every layer's input (4 x 32 bytes a token), and one layer's activations with their gradients
+    assert ckpt.parts["actor", "activations"][0] == 64 * (2 * 4 * 32 + 2 * 2432) + 4 * 100 * 160
+    bf16 = small_plan("actor_rollout_ref.model.dtype=bf16")
+    assert bf16.parts["actor", "weights"][0] == plain.parts["actor", "weights"][0] // 2
+    no_ref = small_plan("actor_rollout_ref.actor.use_kl_loss=false")
+    assert ("reference", "weights") not in no_ref.parts
+    gae = small_plan("algorithm.adv_estimator=gae")
+    assert gae.parts["critic", "state"][0] == 4 * 25120 * 4
+
+
+# Peak max_memory_allocated of scripts/gpu_check.sh on one H200 (docs/performance.md): a 358M Qwen2 of
+# Qwen2-0.5B's shape with the byte-level tokenizer, GRPO with a reference, 64 prompts x 8, micro-batch 64.
+GPU_SHAPE = Qwen2Config(vocab_size=259, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096,
+                        tie_word_embeddings=True)
+GPU_RUN = ["data.train_batch_size=64", "data.max_prompt_length=32", "data.max_response_length=256",
+           "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+           "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64",
+           "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=128",
+           "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=128", "actor_rollout_ref.actor.use_kl_loss=true",
+           "algorithm.adv_estimator=grpo"]
+
+
+@pytest.mark.parametrize("dtype,extra,measured_gib", [
+    ("bf16", [], 27.37),
+    ("bf16", ["actor_rollout_ref.model.enable_gradient_checkpointing=true"], 5.55),
+    ("fp32", [], 51.74),
+], ids=["bf16", "bf16_checkpointing", "fp32"])
+def test_the_plan_is_within_15_percent_of_the_peaks_measured_on_a_gpu(dtype, extra, measured_gib):
+    keys = [f"actor_rollout_ref.model.dtype={dtype}", f"actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype={dtype}",
+            f"actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype={dtype}"]
+    plan = plan_memory(TrainerConfig.from_cli(GPU_RUN + keys + extra), GPU_SHAPE, ranks=1, device="cuda")
+    assert ModelShape.of(GPU_SHAPE).params == pytest.approx(358e6, rel=0.01)
+    assert plan.peak_phase == "update"
+    assert abs(plan.peak / GiB / measured_gib - 1) <= 0.15, plan.table()
+
+
+def test_a_plan_over_the_memory_names_the_largest_part_and_its_fixes():
+    plan = small_plan(available=10**9)
+    check_fits(plan)  # fits: nothing raised
+    tight = small_plan("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "data.train_batch_size=8",
+                       available=plan.peak)
+    with pytest.raises(VerlError) as err:
+        check_fits(tight)
+    text = str(err.value)
+    assert "per rank at its peak (update)" in text and "actor activations" in text
+    assert "ppo_micro_batch_size_per_gpu" in text and "enable_gradient_checkpointing=true" in text
+    assert "--plan" in text and "trainer.memory_check=false" in text
+
+
+def test_the_documented_plan_command_prints_the_table_and_trains_nothing(tmp_path, monkeypatch, capsys):
+    """docs/performance.md's `--plan` block, as written."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "performance.md"
+    command = next(line for line in doc.read_text().splitlines() if line.startswith("python -m verl.trainer.main_ppo --plan"))
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command)[3:]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Memory plan per rank (cpu, 1 rank,") and "actor      activations" in printed
+    assert "reference  weights" in printed and "peak" in printed and not (tmp_path / "outputs").exists()
+
+
+def test_a_run_that_cannot_fit_stops_before_loading_and_memory_check_false_lets_it_through(tmp_path, capsys):
+    huge = ["sft_warmstart.enable=false", "data.max_response_length=60000", "data.train_batch_size=4096",
+            "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'run'}"]
+    assert main(huge) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: this run needs about") and "rollout KV cache" in err
+    assert not (tmp_path / "run").exists()
+    config = load_config(huge + ["trainer.memory_check=false"])
+    check_memory_plan(config, torch.device("cpu"))  # the plan is printed, the run is not refused
+    assert "peak" in capsys.readouterr().out
+
+
+def test_offload_switches_on_a_cpu_run_are_said_to_change_nothing(caplog, capsys):
+    config = load_config(["sft_warmstart.enable=false", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+                          "critic.fsdp_config.param_offload=true"])
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.memory_plan"):
+        check_memory_plan(config, torch.device("cpu"))
+    [record] = caplog.records
+    assert ("actor_rollout_ref.actor.fsdp_config.optimizer_offload=true, critic.fsdp_config.param_offload=true"
+            in record.getMessage() and "changes nothing" in record.getMessage())
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.memory_plan"):
+        check_memory_plan(load_config(["sft_warmstart.enable=false"]), torch.device("cpu"))
+    assert not caplog.records

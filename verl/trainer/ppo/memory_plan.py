@@ -1,0 +1,336 @@
+"""The memory plan: what one rank of an RL run will hold, from the config and the model's
+config.json alone (parameters counted on the meta device; no weights are read).
+
+Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the
+ranks by FSDP), its activations for one micro-batch of the update (with or without gradient
+checkpointing), the reference's weights, the rollout's KV cache (and its copy of the weights when
+it has one), the critic's share when GAE needs one. The peak is the largest of three phases:
+
+- ``rollout``: weights + optimizer state + the KV cache of this rank's generation batch;
+- ``log_prob``: weights + optimizer state + one no-grad forward of a log-prob micro-batch;
+- ``update``: weights + gradients + optimizer state + the activations kept for the backward;
+- ``optimizer_step``: weights + gradients + optimizer state + AdamW's temporary (the size of the
+  trainable parameters), which tops the update when the activations are small.
+
+Activations follow what a Hugging Face decoder layer keeps for its backward in training, per token
+and layer (``c`` = bytes of the compute dtype, ``h`` hidden size, ``I`` MLP size): two RMSNorms
+(an fp32 copy of the input, the normalized and the scaled output: ``(4 + 2c) h`` each), attention
+(q, the keys and values repeated to every head, the output and the o_proj input: ``5 c h``; eager
+attention also keeps the ``heads x T`` probabilities) and a gated MLP (gate, up, SiLU, product:
+``4 c I``). Logits: the ``[T, V]`` output in the compute dtype plus fp32 copies of the response's
+part. With gradient checkpointing only every layer's input is kept, and one layer's activations
+live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import torch
+
+from verl.config.cross_checks import log_prob_token_budget
+from verl.distributed.process_group import is_main_process, launched_world_size
+from verl.errors import VerlError
+
+logger = logging.getLogger(__name__)
+
+GiB = 1024**3
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+# A CPU run's process holds about this much more than right after its imports (the rollout and data
+# modules, tokenizer, dataset, the kernels' first-use buffers): measured with the tiny model (0.52 GiB
+# peak RSS against 0.37 at planning time; benchmarks/bench_memory_plan.py).
+CPU_RUN_OVERHEAD = int(0.15 * GiB)
+OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+
+    @classmethod
+    def of(cls, hf_config) -> "ModelShape":
+        """Counts parameters on the meta device (nothing is allocated) and reads the sizes the
+        activations depend on, under the names the common architectures use."""
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(hf_config)
+        params = sum(p.numel() for p in model.parameters())
+        get = lambda *names, default=None: next((getattr(hf_config, n) for n in names
+                                                  if getattr(hf_config, n, None) is not None), default)
+        hidden = get("hidden_size", "d_model", "n_embd")
+        heads = get("num_attention_heads", "n_head", default=1)
+        return cls(params=params, layers=get("num_hidden_layers", "n_layer", default=1), hidden=hidden,
+                   intermediate=get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), heads=heads,
+                   kv_heads=get("num_key_value_heads", default=heads),
+                   head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"))
+
+    def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
+        """Bytes one decoder layer keeps for its backward, per token."""
+        norms = 2 * (4 + 2 * compute) * self.hidden
+        attention = 5 * compute * self.hidden + (2 * compute * self.heads * tokens_per_row if eager else 0)
+        return norms + attention + 4 * compute * self.intermediate
+
+    def forward_bytes(self, compute: int) -> int:
+        """Bytes a no-grad forward holds at once per token (one layer's widest tensors)."""
+        return compute * (4 * self.hidden + 2 * self.intermediate)
+
+
+@dataclasses.dataclass
+class MemoryPlan:
+    """Bytes per rank by (role, part); ``phases`` the sum each phase holds; ``peak`` their maximum."""
+
+    device: str
+    ranks: int
+    shape: ModelShape
+    parts: dict[tuple[str, str], tuple[int, str]]
+    phases: dict[str, int]
+    available: int | None = None  # bytes this rank may use (GPU memory, or RAM over the ranks on this machine)
+
+    @property
+    def peak(self) -> int:
+        return max(self.phases.values())
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phases.get)
+
+    def table(self) -> str:
+        lines = [f"Memory plan per rank ({self.device}, {self.ranks} rank{'s' * (self.ranks > 1)}, "
+                 f"{self.shape.params / 1e6:,.1f}M parameters):"]
+        for (role, part), (size, note) in self.parts.items():
+            lines.append(f"  {role:<10} {part:<12} {size / GiB:8.2f} GiB  {note}")
+        phases = ", ".join(f"{name} {size / GiB:.2f}" for name, size in self.phases.items())
+        room = f" of {self.available / GiB:.1f} GiB available" if self.available else ""
+        lines.append(f"  peak {self.peak / GiB:.2f} GiB in {self.peak_phase}{room} (phases, GiB: {phases})")
+        return "\n".join(lines)
+
+
+def _bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(str(dtype).lower(), 4)  # auto / unknown: fp32, the larger
+
+
+def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str = "cpu",
+                available: int | None = None) -> MemoryPlan:
+    """The plan of one rank of ``config`` (a TrainerConfig). ``hf_config``: the policy's model config
+    (default: read from actor_rollout_ref.model.path); ``ranks``: the actor's data-parallel ranks
+    (default trainer.nnodes x trainer.n_gpus_per_node)."""
+    arr, data = config.actor_rollout_ref, config.data
+    actor, rollout, model_cfg = arr.actor, arr.rollout, arr.model
+    if hf_config is None:
+        hf_config = policy_config(config)
+    shape = ModelShape.of(hf_config)
+    ranks = ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node
+    shard = ranks if ranks > 1 else 1
+    weight = _bytes(model_cfg.dtype)
+    compute = _bytes(actor.fsdp_config.mixed_precision.param_dtype or model_cfg.dtype)
+    if str(actor.fsdp_config.mixed_precision.param_dtype).lower() in ("auto", "none"):
+        compute = weight
+    prompt, response = data.max_prompt_length, data.max_response_length
+    row = prompt + response
+    eager = str(model_cfg.attn_implementation) == "eager"
+    on_gpu = device.startswith("cuda")
+    parts: dict[tuple[str, str], tuple[int, str]] = {}
+
+    trainable = shape.params
+    if model_cfg.lora_rank:
+        trainable = lora_params(shape, model_cfg.lora_rank)
+    states = OPTIMIZER_STATES.get(str(actor.optim.optimizer).lower(), 2)
+    offload = actor.fsdp_config
+    parts["actor", "weights"] = (0 if on_gpu and offload.param_offload else shape.params * weight // shard,
+                                 _shard_note(shard, weight) + (" (in CPU memory: param_offload)" if on_gpu and offload.param_offload else ""))
+    parts["actor", "gradients"] = (0 if on_gpu and offload.param_offload else trainable * weight // shard,
+                                   "LoRA adapters only" if model_cfg.lora_rank else _shard_note(shard, weight))
+    parts["actor", "optimizer"] = (0 if on_gpu and (offload.optimizer_offload or offload.param_offload)
+                                   else states * trainable * weight // shard, f"{actor.optim.optimizer}: {states} "
+                                   f"state{'s' * (states != 1)} per trainable parameter")
+    if actor.use_dynamic_bsz:
+        tokens, note = actor.ppo_max_token_len_per_gpu, f"{actor.ppo_max_token_len_per_gpu} tokens (dynamic batch size)"
+        rows = max(1, tokens // row)
+    else:
+        rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * rollout.n // ranks)
+        tokens, note = rows * row, f"micro-batch {rows} x {row} tokens"
+    per_layer = shape.layer_activation_bytes(compute, row, eager)
+    if model_cfg.enable_gradient_checkpointing:
+        # every layer's input, and during a layer's backward its recomputed activations and their gradients
+        kept = tokens * (shape.layers * compute * shape.hidden + 2 * per_layer)
+        note += ", gradient checkpointing"
+    else:
+        kept = tokens * shape.layers * per_layer
+    logits = rows * shape.vocab * (row * compute + 12 * response)
+    parts["actor", "activations"] = (kept + logits, note)
+
+    uses_ref = bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward) and not model_cfg.lora_rank
+    if uses_ref:
+        on_host = on_gpu and arr.ref.fsdp_config.param_offload
+        parts["reference", "weights"] = (0 if on_host else shape.params * weight // shard,
+                                         _shard_note(shard, weight) + (" (in CPU memory: param_offload)" if on_host else ""))
+    gen_rows = data.train_batch_size * rollout.n // ranks
+    log_rows = max(rollout.log_prob_micro_batch_size_per_gpu or gen_rows,
+                   (arr.ref.log_prob_micro_batch_size_per_gpu or gen_rows) if uses_ref else 0)
+    note = f"micro-batch {log_rows} x {row} tokens, no gradients"
+    budget = max(log_prob_token_budget(arr, "rollout") or 0, (log_prob_token_budget(arr, "ref") or 0) * uses_ref)
+    if budget:
+        log_rows, note = max(1, budget // row), f"{budget} tokens (dynamic batch size), no gradients"
+    forward = log_rows * (row * shape.forward_bytes(compute) + shape.vocab * (row * compute + 8 * response))
+    parts["log-prob", "forward"] = (forward, note)
+
+    if rollout.generation_batch_size:
+        gen_rows = min(gen_rows, rollout.generation_batch_size * rollout.n)
+    if rollout.name == "vllm" and on_gpu and available:
+        parts["rollout", "vLLM"] = (int(rollout.gpu_memory_utilization * available),
+                                    "gpu_memory_utilization x the GPU's memory: weights and KV cache")
+    elif rollout.name != "dummy":
+        kv = gen_rows * row * shape.layers * 2 * shape.kv_heads * shape.head_dim * weight
+        parts["rollout", "KV cache"] = (kv, f"{gen_rows} rows x {row} tokens")
+        copies = (not arr.hybrid_engine) or rollout.name == "vllm" or shard > 1
+        if copies:
+            parts["rollout", "weights"] = (shape.params * weight, "its own copy" if not arr.hybrid_engine
+                                           or rollout.name == "vllm" else "the actor's, gathered for each rollout")
+
+    if config.critic_enabled():
+        critic = config.critic
+        c_rows = critic.ppo_micro_batch_size_per_gpu or rows
+        parts["critic", "state"] = ((2 + states) * shape.params * weight // shard,
+                                    "weights, gradients and optimizer (the policy's shape)")
+        parts["critic", "activations"] = (c_rows * row * shape.layers * shape.layer_activation_bytes(compute, row, eager),
+                                          f"micro-batch {c_rows} x {row} tokens")
+
+    size = lambda *keys: sum(parts.get(k, (0, ""))[0] for k in keys)
+    resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"))
+    rollout_extra = size(("rollout", "vLLM")) if rollout.name == "vllm" else 0
+    phases = {
+        "rollout": resident + rollout_extra + size(("rollout", "KV cache"), ("rollout", "weights")),
+        "log_prob": resident + rollout_extra + size(("log-prob", "forward")) + size(("rollout", "weights")) * (not arr.hybrid_engine),
+        "update": resident + rollout_extra + size(("actor", "gradients"), ("actor", "activations"), ("critic", "activations"))
+                  + size(("rollout", "weights")) * (not arr.hybrid_engine),
+        # torch's AdamW (foreach) holds one temporary the size of the trainable parameters while it steps
+        "optimizer_step": resident + rollout_extra + size(("actor", "gradients")) + size(("rollout", "weights"))
+                          * (not arr.hybrid_engine) + (size(("actor", "gradients")) if states == 2 else 0),
+    }
+    if not on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
+        from verl.utils.memory import peak_rss_bytes
+
+        parts["process", "runtime"] = (peak_rss_bytes() + CPU_RUN_OVERHEAD,
+                                       "the process itself (Python, torch, libraries, tokenizer, data)")
+        phases = {name: total + parts["process", "runtime"][0] for name, total in phases.items()}
+    return MemoryPlan(device=device, ranks=ranks, shape=shape, parts=parts, phases=phases, available=available)
+
+
+def _shard_note(shard: int, weight: int) -> str:
+    dtype = {2: "16-bit", 4: "fp32"}[weight]
+    return f"{dtype}" + (f", 1/{shard} of the model (FSDP)" if shard > 1 else "")
+
+
+def lora_params(shape: ModelShape, rank: int) -> int:
+    """Adapter parameters of rank ``rank`` on every linear layer of a decoder (q, k, v, o, gate, up, down)."""
+    kv = shape.kv_heads * shape.head_dim
+    q = shape.heads * shape.head_dim
+    per_layer = ((shape.hidden + q) + 2 * (shape.hidden + kv) + (q + shape.hidden)
+                 + 2 * (shape.hidden + shape.intermediate) + (shape.intermediate + shape.hidden))
+    return rank * per_layer * shape.layers
+
+
+def policy_config(config):
+    """The policy's model config as the actor builds it (the built-in tiny model when no path is
+    set), with the loader's clear errors for a missing folder or an unknown hub id."""
+    from verl.models.loading import hub_access, load_causal_lm_config
+    from verl.models.tiny import builtin_model_path
+
+    model = config.actor_rollout_ref.model
+    path = str(model.path) if model.path else str(builtin_model_path())
+    local = bool(hub_access(path, "model", "actor_rollout_ref.model.path").get("local_files_only"))
+    return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
+                                 override_config=dict(model.override_config), local_files_only=local)
+
+
+def available_memory(device: str, ranks_here: int) -> int | None:
+    """Bytes one rank may use: its GPU's total memory, or on a CPU the memory available now shared
+    by the ranks of this machine."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_properties(torch.device(device)).total_memory
+    from verl.utils.memory import read_memory
+
+    free, _ = read_memory()
+    return free // max(ranks_here, 1) if free else None
+
+
+# What lowers each part, in the order to try.
+_ARR = "actor_rollout_ref"
+FIXES = {
+    "activations": (f"a smaller {_ARR}.actor.ppo_micro_batch_size_per_gpu (or {_ARR}.actor.use_dynamic_bsz=true with a "
+                    f"smaller ppo_max_token_len_per_gpu)", f"{_ARR}.model.enable_gradient_checkpointing=true"),
+    "forward": (f"a smaller {_ARR}.rollout.log_prob_micro_batch_size_per_gpu and {_ARR}.ref."
+                f"log_prob_micro_batch_size_per_gpu (null means the whole batch in one pass)",),
+    "KV cache": (f"{_ARR}.rollout.generation_batch_size (prompts per generate call)",
+                 "a shorter data.max_response_length or a smaller data.train_batch_size"),
+    "weights": (f"{_ARR}.actor.fsdp_config.param_offload=true (on a GPU)", f"LoRA ({_ARR}.model.lora_rank=16)",
+                "more ranks (trainer.n_gpus_per_node / trainer.nnodes): FSDP shards weights, gradients and optimizer"),
+    "gradients": (f"LoRA ({_ARR}.model.lora_rank=16)", "more ranks (trainer.n_gpus_per_node / trainer.nnodes)"),
+    "optimizer": (f"{_ARR}.actor.fsdp_config.optimizer_offload=true (on a GPU)", f"LoRA ({_ARR}.model.lora_rank=16)",
+                  "more ranks (trainer.n_gpus_per_node / trainer.nnodes)"),
+    "state": ("critic.fsdp_config.param_offload=true / optimizer_offload=true (on a GPU)",
+              "more ranks (trainer.n_gpus_per_node / trainer.nnodes)"),
+    "vLLM": (f"a smaller {_ARR}.rollout.gpu_memory_utilization",),
+    "runtime": ("close other programs",),
+}
+
+
+def check_fits(plan: MemoryPlan) -> None:
+    """Refuses a plan whose peak exceeds the memory available: one message with the largest parts
+    and what lowers each."""
+    if not plan.available or plan.peak <= plan.available:
+        return
+    biggest = sorted(plan.parts.items(), key=lambda item: -item[1][0])[:3]
+    parts = ", ".join(f"{role} {part} {size / GiB:.1f} GiB" for (role, part), (size, _) in biggest)
+    fixes = list(dict.fromkeys(fix for (_, part), _ in biggest[:2] for fix in FIXES.get(part, ())))
+    raise VerlError(f"this run needs about {plan.peak / GiB:.1f} GiB per rank at its peak ({plan.peak_phase}) "
+                    f"but {plan.available / GiB:.1f} GiB is available on {plan.device}; the largest parts: {parts}. "
+                    f"Lower it with: " + "; ".join(fixes) + ". `python -m verl.trainer.main_ppo ... --plan` "
+                    "prints the whole plan; trainer.memory_check=false skips this check")
+
+
+def plan_for_run(config, device: torch.device) -> MemoryPlan:
+    """This rank's plan for the run ``config`` on ``device``, with the memory available to the rank:
+    its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray."""
+    trainer = config.trainer
+    if trainer.backend == "ray":
+        ranks, here = trainer.nnodes * trainer.n_gpus_per_node, trainer.n_gpus_per_node
+    else:
+        ranks, here = launched_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size()))
+    device = str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
+    # Ray across machines: the driver's machine says nothing of the others' memory (plan only, no refusal)
+    known = trainer.backend != "ray" or trainer.nnodes == 1
+    return plan_memory(config, ranks=ranks, device=device, available=available_memory(device, here) if known else None)
+
+
+def offloads_set(config) -> list[str]:
+    """The offload switches that are on (each moves state from a GPU into CPU memory)."""
+    sections = {"actor_rollout_ref.actor": config.actor_rollout_ref.actor.fsdp_config,
+                "actor_rollout_ref.ref": config.actor_rollout_ref.ref.fsdp_config, "critic": config.critic.fsdp_config}
+    return [f"{name}.fsdp_config.{switch}=true" for name, fsdp in sections.items()
+            for switch in ("param_offload", "optimizer_offload") if getattr(fsdp, switch)]
+
+
+def check_memory_plan(config, device: torch.device) -> None:
+    """Prints the plan (rank 0) and refuses a run that cannot fit (trainer.memory_check); on a CPU,
+    says once that offload switches change nothing there (the state is in CPU memory already)."""
+    offloads = offloads_set(config) if device.type == "cpu" else []
+    if offloads and is_main_process():
+        logger.warning("%s: on a CPU run the weights and optimizer state are in CPU memory already, so offloading "
+                       "changes nothing (it frees GPU memory on a GPU); the memory plan counts them as resident",
+                       ", ".join(offloads))
+    plan = plan_for_run(config, device)
+    if is_main_process():
+        print(plan.table(), flush=True)
+    if config.trainer.memory_check:
+        check_fits(plan)
