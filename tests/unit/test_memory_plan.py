@@ -142,3 +142,21 @@ def test_offload_switches_on_a_cpu_run_are_said_to_change_nothing(caplog, capsys
     with caplog.at_level("WARNING", logger="verl.trainer.ppo.memory_plan"):
         check_memory_plan(load_config(["sft_warmstart.enable=false"]), torch.device("cpu"))
     assert not caplog.records
+
+
+def test_the_rollouts_own_weights_count_in_every_phase_and_gathered_ones_in_the_rollout_only():
+    plain = small_plan()
+    assert ("rollout", "weights") not in plain.parts  # the hybrid engine decodes with the actor's weights
+    for keys in (["actor_rollout_ref.rollout.name=vllm"], ["actor_rollout_ref.hybrid_engine=false"]):
+        copy = small_plan(*keys, device="cpu")
+        assert copy.parts["rollout", "weights"][0] == 25120 * 4
+        runtime = copy.parts["process", "runtime"][0]
+        assert copy.phases["update"] - runtime == plain.phases["update"] + 25120 * 4
+    two = small_plan(ranks=2)
+    assert two.parts["rollout", "gathered"][0] == 25120 * 4  # full weights on every rank while it decodes
+    assert two.phases["rollout"] - two.phases["log_prob"] == (two.parts["rollout", "KV cache"][0] + 25120 * 4
+                                                              - two.parts["log-prob", "forward"][0])
+    # vLLM on a GPU takes its share of the GPU's memory, whatever the model
+    gpu = small_plan("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
+                     available=80 * GiB)
+    assert gpu.parts["rollout", "vLLM"][0] == int(0.4 * 80 * GiB) and gpu.peak > 32 * GiB

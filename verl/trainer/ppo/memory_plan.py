@@ -119,116 +119,163 @@ def _bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(str(dtype).lower(), 4)  # auto / unknown: fp32, the larger
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What every part's size depends on: the model's shape, bytes per weight and per computed value,
+    tokens per row, the ranks sharing the state, and where it runs."""
+
+    shape: ModelShape
+    weight: int
+    compute: int
+    row: int
+    response: int
+    ranks: int
+    on_gpu: bool
+    eager: bool
+
+    @property
+    def shard(self) -> int:
+        return max(self.ranks, 1)
+
+    def weights(self, params: int) -> int:
+        return params * self.weight // self.shard
+
+    def note(self) -> str:
+        return {2: "16-bit", 4: "fp32"}[self.weight] + (f", 1/{self.shard} of the model (FSDP)" if self.shard > 1 else "")
+
+    def kept(self, tokens: int, checkpointing: bool) -> int:
+        """Activations a micro-batch of ``tokens`` keeps for its backward."""
+        per_layer = self.shape.layer_activation_bytes(self.compute, self.row, self.eager)
+        if checkpointing:  # every layer's input; during a layer's backward its activations and their gradients
+            return tokens * (self.shape.layers * self.compute * self.shape.hidden + 2 * per_layer)
+        return tokens * self.shape.layers * per_layer
+
+
 def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str = "cpu",
                 available: int | None = None) -> MemoryPlan:
     """The plan of one rank of ``config`` (a TrainerConfig). ``hf_config``: the policy's model config
     (default: read from actor_rollout_ref.model.path); ``ranks``: the actor's data-parallel ranks
     (default trainer.nnodes x trainer.n_gpus_per_node)."""
     arr, data = config.actor_rollout_ref, config.data
-    actor, rollout, model_cfg = arr.actor, arr.rollout, arr.model
-    if hf_config is None:
-        hf_config = policy_config(config)
-    shape = ModelShape.of(hf_config)
-    ranks = ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node
-    shard = ranks if ranks > 1 else 1
+    model_cfg, mixed = arr.model, arr.actor.fsdp_config.mixed_precision
+    shape = ModelShape.of(hf_config if hf_config is not None else policy_config(config))
     weight = _bytes(model_cfg.dtype)
-    compute = _bytes(actor.fsdp_config.mixed_precision.param_dtype or model_cfg.dtype)
-    if str(actor.fsdp_config.mixed_precision.param_dtype).lower() in ("auto", "none"):
-        compute = weight
-    prompt, response = data.max_prompt_length, data.max_response_length
-    row = prompt + response
-    eager = str(model_cfg.attn_implementation) == "eager"
-    on_gpu = device.startswith("cuda")
-    parts: dict[tuple[str, str], tuple[int, str]] = {}
-
-    trainable = shape.params
-    if model_cfg.lora_rank:
-        trainable = lora_params(shape, model_cfg.lora_rank)
-    states = OPTIMIZER_STATES.get(str(actor.optim.optimizer).lower(), 2)
-    offload = actor.fsdp_config
-    parts["actor", "weights"] = (0 if on_gpu and offload.param_offload else shape.params * weight // shard,
-                                 _shard_note(shard, weight) + (" (in CPU memory: param_offload)" if on_gpu and offload.param_offload else ""))
-    parts["actor", "gradients"] = (0 if on_gpu and offload.param_offload else trainable * weight // shard,
-                                   "LoRA adapters only" if model_cfg.lora_rank else _shard_note(shard, weight))
-    parts["actor", "optimizer"] = (0 if on_gpu and (offload.optimizer_offload or offload.param_offload)
-                                   else states * trainable * weight // shard, f"{actor.optim.optimizer}: {states} "
-                                   f"state{'s' * (states != 1)} per trainable parameter")
-    if actor.use_dynamic_bsz:
-        tokens, note = actor.ppo_max_token_len_per_gpu, f"{actor.ppo_max_token_len_per_gpu} tokens (dynamic batch size)"
-        rows = max(1, tokens // row)
-    else:
-        rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * rollout.n // ranks)
-        tokens, note = rows * row, f"micro-batch {rows} x {row} tokens"
-    per_layer = shape.layer_activation_bytes(compute, row, eager)
-    if model_cfg.enable_gradient_checkpointing:
-        # every layer's input, and during a layer's backward its recomputed activations and their gradients
-        kept = tokens * (shape.layers * compute * shape.hidden + 2 * per_layer)
-        note += ", gradient checkpointing"
-    else:
-        kept = tokens * shape.layers * per_layer
-    logits = rows * shape.vocab * (row * compute + 12 * response)
-    parts["actor", "activations"] = (kept + logits, note)
-
-    uses_ref = bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward) and not model_cfg.lora_rank
+    compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
+    run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
+               response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
+               on_gpu=device.startswith("cuda"), eager=str(model_cfg.attn_implementation) == "eager")
+    uses_ref = bool(arr.actor.use_kl_loss or config.algorithm.use_kl_in_reward) and not model_cfg.lora_rank
+    parts = _actor_parts(config, run)
     if uses_ref:
-        on_host = on_gpu and arr.ref.fsdp_config.param_offload
-        parts["reference", "weights"] = (0 if on_host else shape.params * weight // shard,
-                                         _shard_note(shard, weight) + (" (in CPU memory: param_offload)" if on_host else ""))
-    gen_rows = data.train_batch_size * rollout.n // ranks
-    log_rows = max(rollout.log_prob_micro_batch_size_per_gpu or gen_rows,
-                   (arr.ref.log_prob_micro_batch_size_per_gpu or gen_rows) if uses_ref else 0)
-    note = f"micro-batch {log_rows} x {row} tokens, no gradients"
-    budget = max(log_prob_token_budget(arr, "rollout") or 0, (log_prob_token_budget(arr, "ref") or 0) * uses_ref)
-    if budget:
-        log_rows, note = max(1, budget // row), f"{budget} tokens (dynamic batch size), no gradients"
-    forward = log_rows * (row * shape.forward_bytes(compute) + shape.vocab * (row * compute + 8 * response))
-    parts["log-prob", "forward"] = (forward, note)
-
-    if rollout.generation_batch_size:
-        gen_rows = min(gen_rows, rollout.generation_batch_size * rollout.n)
-    if rollout.name == "vllm" and on_gpu and available:
-        parts["rollout", "vLLM"] = (int(rollout.gpu_memory_utilization * available),
-                                    "gpu_memory_utilization x the GPU's memory: weights and KV cache")
-    elif rollout.name != "dummy":
-        kv = gen_rows * row * shape.layers * 2 * shape.kv_heads * shape.head_dim * weight
-        parts["rollout", "KV cache"] = (kv, f"{gen_rows} rows x {row} tokens")
-        copies = (not arr.hybrid_engine) or rollout.name == "vllm" or shard > 1
-        if copies:
-            parts["rollout", "weights"] = (shape.params * weight, "its own copy" if not arr.hybrid_engine
-                                           or rollout.name == "vllm" else "the actor's, gathered for each rollout")
-
+        on_host = run.on_gpu and arr.ref.fsdp_config.param_offload
+        parts["reference", "weights"] = (0 if on_host else run.weights(shape.params),
+                                         run.note() + (" (in CPU memory: param_offload)" if on_host else ""))
+    parts.update({**_log_prob_part(config, run, uses_ref), **_rollout_parts(config, run, available)})
     if config.critic_enabled():
-        critic = config.critic
-        c_rows = critic.ppo_micro_batch_size_per_gpu or rows
-        parts["critic", "state"] = ((2 + states) * shape.params * weight // shard,
-                                    "weights, gradients and optimizer (the policy's shape)")
-        parts["critic", "activations"] = (c_rows * row * shape.layers * shape.layer_activation_bytes(compute, row, eager),
-                                          f"micro-batch {c_rows} x {row} tokens")
-
-    size = lambda *keys: sum(parts.get(k, (0, ""))[0] for k in keys)
-    resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"))
-    rollout_extra = size(("rollout", "vLLM")) if rollout.name == "vllm" else 0
-    phases = {
-        "rollout": resident + rollout_extra + size(("rollout", "KV cache"), ("rollout", "weights")),
-        "log_prob": resident + rollout_extra + size(("log-prob", "forward")) + size(("rollout", "weights")) * (not arr.hybrid_engine),
-        "update": resident + rollout_extra + size(("actor", "gradients"), ("actor", "activations"), ("critic", "activations"))
-                  + size(("rollout", "weights")) * (not arr.hybrid_engine),
-        # torch's AdamW (foreach) holds one temporary the size of the trainable parameters while it steps
-        "optimizer_step": resident + rollout_extra + size(("actor", "gradients")) + size(("rollout", "weights"))
-                          * (not arr.hybrid_engine) + (size(("actor", "gradients")) if states == 2 else 0),
-    }
-    if not on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
+        parts.update(_critic_parts(config, run))
+    phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2)
+    if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
 
         parts["process", "runtime"] = (peak_rss_bytes() + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
         phases = {name: total + parts["process", "runtime"][0] for name, total in phases.items()}
-    return MemoryPlan(device=device, ranks=ranks, shape=shape, parts=parts, phases=phases, available=available)
+    return MemoryPlan(device=device, ranks=run.ranks, shape=shape, parts=parts, phases=phases, available=available)
 
 
-def _shard_note(shard: int, weight: int) -> str:
-    dtype = {2: "16-bit", 4: "fp32"}[weight]
-    return f"{dtype}" + (f", 1/{shard} of the model (FSDP)" if shard > 1 else "")
+Parts = dict[tuple[str, str], tuple[int, str]]
+
+
+def _actor_parts(config, run: _Run) -> Parts:
+    arr = config.actor_rollout_ref
+    actor, model_cfg = arr.actor, arr.model
+    trainable = lora_params(run.shape, model_cfg.lora_rank) if model_cfg.lora_rank else run.shape.params
+    states = OPTIMIZER_STATES.get(str(actor.optim.optimizer).lower(), 2)
+    on_host = run.on_gpu and actor.fsdp_config.param_offload  # parameters, and so gradients and the step
+    optimizer_on_host = on_host or (run.on_gpu and actor.fsdp_config.optimizer_offload)
+    if actor.use_dynamic_bsz:
+        tokens = actor.ppo_max_token_len_per_gpu
+        rows, note = max(1, tokens // run.row), f"{tokens} tokens (dynamic batch size)"
+    else:
+        rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * arr.rollout.n // run.ranks)
+        tokens, note = rows * run.row, f"micro-batch {rows} x {run.row} tokens"
+    logits = rows * run.shape.vocab * (run.row * run.compute + 12 * run.response)
+    checkpointing = model_cfg.enable_gradient_checkpointing
+    return {
+        ("actor", "weights"): (0 if on_host else run.weights(run.shape.params),
+                               run.note() + (" (in CPU memory: param_offload)" if on_host else "")),
+        ("actor", "gradients"): (0 if on_host else run.weights(trainable),
+                                 "LoRA adapters only" if model_cfg.lora_rank else run.note()),
+        ("actor", "optimizer"): (0 if optimizer_on_host else states * run.weights(trainable),
+                                 f"{actor.optim.optimizer}: {states} state{'s' * (states != 1)} per trainable parameter"),
+        ("actor", "activations"): (run.kept(tokens, checkpointing) + logits,
+                                   note + (", gradient checkpointing" if checkpointing else "")),
+    }
+
+
+def _log_prob_part(config, run: _Run, uses_ref: bool) -> Parts:
+    """The largest no-grad forward: the old log-probs' or the reference's micro-batch (null: the whole batch)."""
+    arr = config.actor_rollout_ref
+    batch = config.data.train_batch_size * arr.rollout.n // run.ranks
+    rows = max(arr.rollout.log_prob_micro_batch_size_per_gpu or batch,
+               (arr.ref.log_prob_micro_batch_size_per_gpu or batch) if uses_ref else 0)
+    note = f"micro-batch {rows} x {run.row} tokens, no gradients"
+    budget = max(log_prob_token_budget(arr, "rollout") or 0, (log_prob_token_budget(arr, "ref") or 0) * uses_ref)
+    if budget:
+        rows, note = max(1, budget // run.row), f"{budget} tokens (dynamic batch size), no gradients"
+    forward = rows * (run.row * run.shape.forward_bytes(run.compute)
+                      + run.shape.vocab * (run.row * run.compute + 8 * run.response))
+    return {("log-prob", "forward"): (forward, note)}
+
+
+def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
+    """vLLM's share of the GPU, or the KV cache of this rank's generation batch; the rollout's own
+    weights when it holds a copy (vLLM, no hybrid engine) or gathers them (hybrid engine over ranks)."""
+    arr = config.actor_rollout_ref
+    rollout = arr.rollout
+    rows = config.data.train_batch_size * rollout.n // run.ranks
+    if rollout.generation_batch_size:
+        rows = min(rows, rollout.generation_batch_size * rollout.n)
+    if rollout.name == "vllm" and run.on_gpu and available:
+        return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
+                                      "gpu_memory_utilization x the GPU's memory: weights and KV cache")}
+    if rollout.name == "dummy":
+        return {}
+    shape = run.shape
+    parts = {("rollout", "KV cache"): (rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight,
+                                       f"{rows} rows x {run.row} tokens")}
+    if not arr.hybrid_engine or rollout.name == "vllm":
+        parts["rollout", "weights"] = (shape.params * run.weight, "its own copy, held all along")
+    elif run.shard > 1:
+        parts["rollout", "gathered"] = (shape.params * run.weight, "the actor's full weights, for each rollout")
+    return parts
+
+
+def _critic_parts(config, run: _Run) -> Parts:
+    """GAE's value model (the policy's shape by default): weights, gradients, AdamW state, activations."""
+    critic = config.critic
+    states = OPTIMIZER_STATES.get(str(critic.optim.optimizer).lower(), 2)
+    arr = config.actor_rollout_ref
+    mini = critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size
+    rows = critic.ppo_micro_batch_size_per_gpu or max(1, mini * arr.rollout.n // run.ranks)
+    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params),
+                                  "weights, gradients and optimizer (the policy's shape)"),
+            ("critic", "activations"): (run.kept(rows * run.row, critic.model.enable_gradient_checkpointing),
+                                        f"micro-batch {rows} x {run.row} tokens")}
+
+
+def _phases(parts: Parts, *, adam: bool) -> dict[str, int]:
+    size = lambda *keys: sum(parts.get(key, (0, ""))[0] for key in keys)
+    resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"),
+                     ("rollout", "vLLM"), ("rollout", "weights"))
+    gradients = size(("actor", "gradients"))
+    return {
+        "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")),
+        "log_prob": resident + size(("log-prob", "forward")),
+        "update": resident + gradients + size(("actor", "activations"), ("critic", "activations")),
+        # torch's AdamW (foreach) holds one temporary the size of the trainable parameters while it steps
+        "optimizer_step": resident + gradients * (2 if adam else 1),
+    }
 
 
 def lora_params(shape: ModelShape, rank: int) -> int:
