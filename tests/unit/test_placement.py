@@ -60,3 +60,34 @@ def test_a_wrong_pool_setting_is_one_error_naming_the_key(overrides, message):
 def test_a_backend_that_is_not_known_gets_a_did_you_mean():
     with pytest.raises(ConfigError, match=r"trainer.backend='Ray' is not one of auto, ray.*did you mean trainer.backend=ray"):
         TrainerConfig.from_cli(["trainer.backend=Ray"])
+
+
+def _silent_port() -> int:
+    """A loopback port nothing listens on."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("how", ["config", "env", "client"])
+def test_an_unreachable_ray_address_is_one_line_naming_it_within_seconds(how, monkeypatch):
+    """ray.init() would retry an address where nothing answers for minutes; the run stops at once."""
+    pytest.importorskip("ray", reason="the ray extra")
+    from verl.errors import VerlError
+    from verl.trainer.ppo.placement import init_ray
+
+    port = _silent_port()
+    address = f"ray://127.0.0.1:{port}" if how == "client" else f"127.0.0.1:{port}"
+    keys = ["trainer.backend=ray"]
+    if how == "env":
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        keys.append(f"+ray_kwargs.ray_init.address={address}")
+    with pytest.raises(VerlError) as err:
+        init_ray(TrainerConfig.from_cli(keys), total_ranks=1)
+    text = str(err.value)
+    source = "RAY_ADDRESS" if how == "env" else "ray_kwargs.ray_init.address"
+    assert f"no Ray cluster answers at {address} (from {source})" in text and f"--port={port}" in text

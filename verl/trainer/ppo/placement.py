@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import LocalWorkerGroup, WorkerGroup, make_worker_group
-from verl.errors import ConfigError
+from verl.errors import ConfigError, VerlError
 from verl.trainer.ppo import roles
 
 logger = logging.getLogger(__name__)
@@ -150,6 +150,8 @@ def init_ray(config, total_ranks: int):
     if runtime_env:
         kwargs["runtime_env"] = runtime_env
     local = kwargs.get("address") is None and not os.environ.get("RAY_ADDRESS")
+    if not local:
+        check_cluster_answers(kwargs.get("address"))
     started = _started_cluster() if local else None
     if started and _answers(started):
         # ray.init() joins the cluster `ray start` left its address for, and refuses num_cpus then
@@ -172,6 +174,21 @@ def init_ray(config, total_ranks: int):
     return ray
 
 
+def check_cluster_answers(address: str | None, timeout_s: float = 3.0) -> None:
+    """A cluster named by host:port (``ray_kwargs.ray_init.address``, else RAY_ADDRESS) must answer there
+    within seconds: ray.init() would retry a silent address for minutes. ``auto`` and ``local`` are
+    Ray's own words, left to it."""
+    key = "ray_kwargs.ray_init.address" if address is not None else "RAY_ADDRESS"
+    address = address if address is not None else os.environ.get("RAY_ADDRESS", "")
+    target = address.split("://", 1)[-1].rstrip("/")
+    if address in ("auto", "local") or ":" not in target:
+        return
+    if not _answers(target, timeout_s):
+        raise VerlError(f"trainer.backend=ray: no Ray cluster answers at {address} (from {key}) within {timeout_s:g} s; "
+                        f"start one there (`ray start --head --port={target.rpartition(':')[2]}` on that machine), "
+                        f"correct the address, or unset it to start a local Ray")
+
+
 def _started_cluster() -> str | None:
     """The address of the cluster `ray start` started on this machine (Ray keeps it in
     /tmp/ray/ray_current_cluster until `ray stop`), which a plain ``ray.init()`` joins; None if none."""
@@ -186,7 +203,7 @@ def _answers(address: str, timeout_s: float = 2.0) -> bool:
     """Whether something listens at ``host:port`` (the cluster's GCS)."""
     host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
             return True
     except (OSError, ValueError):
         return False
