@@ -303,3 +303,29 @@ def test_a_bert_folder_as_the_policy_stops_the_run_with_one_line(tmp_path, capsy
     assert main([f"actor_rollout_ref.model.path={tmp_path / 'bert'}", "sft_warmstart.enable=false"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "not a causal language model" in err
+
+
+def _word_tokenizer_folder(path, **special):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {w: i for i, w in enumerate(["[UNK]", "</s>", "hello", "world"])}
+    raw = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", **special).save_pretrained(path)
+    return str(path)
+
+
+def test_a_tokenizer_without_eos_or_pad_is_refused_and_a_missing_pad_is_eos_said_once(tmp_path, caplog):
+    from verl.models import loading
+
+    with pytest.raises(ModelLoadError, match=r"has no eos token \(and no pad token\).*tokenizer_path"):
+        load_tokenizer(_word_tokenizer_folder(tmp_path / "bare"), config_key="actor_rollout_ref.model.tokenizer_path")
+    folder = _word_tokenizer_folder(tmp_path / "eos-only", eos_token="</s>")
+    loading._PAD_WARNED.discard(folder)
+    with caplog.at_level("WARNING", logger="verl.models.loading"):
+        first, again = load_tokenizer(folder), load_tokenizer(folder)
+    assert first.pad_token == again.pad_token == "</s>" and first.padding_side == "left"
+    assert [r.getMessage() for r in caplog.records if "no pad token" in r.getMessage()] == [
+        f"the tokenizer of {folder} has no pad token; padding with its eos token '</s>' (padding is masked out, so "
+        "this changes no result)"]

@@ -135,6 +135,9 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
         f"`{config_key}=DIR` (or set HF_ENDPOINT to a mirror you can reach).")
 
 
+_PAD_WARNED: set[str] = set()
+
+
 def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
                    config_key: str = "actor_rollout_ref.model.path", chat_template: str | None = None,
                    template_key: str = "actor_rollout_ref.model.custom_chat_template", **kwargs):
@@ -150,9 +153,17 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
     except (OSError, ValueError) as exc:
         raise _load_error("tokenizer", name_or_path, config_key, exc) from None
     tok.padding_side = "left"
+    if tok.eos_token is None and tok.pad_token is None:
+        raise ModelLoadError(
+            f"the tokenizer of {name_or_path!r} (from `{config_key}`) has no eos token (and no pad token): a "
+            f"response could never end and prompts could not be padded. Give a tokenizer that has one (set "
+            f"eos_token in its tokenizer_config.json, or actor_rollout_ref.model.tokenizer_path to another)")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-        logger.info("tokenizer has no pad token; using eos %r", tok.eos_token)
+        if name_or_path not in _PAD_WARNED:  # a common and harmless default: said once per tokenizer and process
+            _PAD_WARNED.add(name_or_path)
+            logger.warning("the tokenizer of %s has no pad token; padding with its eos token %r (padding is masked "
+                           "out, so this changes no result)", name_or_path, tok.eos_token)
     if chat_template is not None:
         set_chat_template(tok, chat_template, template_key)
     return tok
