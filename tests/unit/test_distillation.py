@@ -137,3 +137,14 @@ def test_distillation_alone_needs_no_group_of_responses_but_with_task_rewards_gr
     TrainerConfig.from_cli([*base, "distillation.distillation_loss.use_task_rewards=False"]).validate()
     with pytest.raises(ConfigError, match="GRPO compares several responses per prompt"):
         TrainerConfig.from_cli([*base, "distillation.distillation_loss.use_task_rewards=True"]).validate()
+
+
+def test_rows_need_their_ground_truth_only_when_the_task_rewards_are_trained_on():
+    """A distillation that leaves the task rewards out of its loss (they are only logged) may train on
+    prompts without answers; with them in the loss, as without distillation, the built-in scorers need them."""
+    from verl.trainer.ppo.build import uses_builtin_scorers
+
+    teacher = ["distillation.enabled=True", "+distillation.teacher_models.t.key=k", "+distillation.teacher_models.t.model_path=/t"]
+    assert not uses_builtin_scorers(TrainerConfig.from_cli(teacher + ["distillation.distillation_loss.use_task_rewards=false"]))
+    assert uses_builtin_scorers(TrainerConfig.from_cli(teacher)) and uses_builtin_scorers(TrainerConfig())
+    assert not uses_builtin_scorers(TrainerConfig.from_cli(["custom_reward_function.path=/r.py"]))

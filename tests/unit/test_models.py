@@ -319,7 +319,7 @@ def _word_tokenizer_folder(path, **special):
 def test_a_tokenizer_without_eos_or_pad_is_refused_and_a_missing_pad_is_eos_said_once(tmp_path, caplog):
     from verl.models import loading
 
-    with pytest.raises(ModelLoadError, match=r"has no eos token \(and no pad token\).*tokenizer_path"):
+    with pytest.raises(ModelLoadError, match=r"has neither an eos nor a pad token.*`actor_rollout_ref.model.tokenizer_path`"):
         load_tokenizer(_word_tokenizer_folder(tmp_path / "bare"), config_key="actor_rollout_ref.model.tokenizer_path")
     folder = _word_tokenizer_folder(tmp_path / "eos-only", eos_token="</s>")
     loading._PAD_WARNED.discard(folder)

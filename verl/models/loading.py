@@ -155,9 +155,9 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
     tok.padding_side = "left"
     if tok.eos_token is None and tok.pad_token is None:
         raise ModelLoadError(
-            f"the tokenizer of {name_or_path!r} (from `{config_key}`) has no eos token (and no pad token): a "
-            f"response could never end and prompts could not be padded. Give a tokenizer that has one (set "
-            f"eos_token in its tokenizer_config.json, or actor_rollout_ref.model.tokenizer_path to another)")
+            f"the tokenizer of {name_or_path!r} (from `{config_key}`) has neither an eos nor a pad token: batches "
+            f"cannot be padded and a response could never end. Give a tokenizer that has one (eos_token in its "
+            f"tokenizer_config.json), or point `{config_key}` at another")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
         if name_or_path not in _PAD_WARNED:  # a common and harmless default: said once per tokenizer and process

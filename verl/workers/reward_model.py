@@ -67,10 +67,6 @@ class RewardModelWorker:
         self.tokenizer = load_tokenizer(
             tokenizer_path, trust_remote_code=trust,
             config_key="reward_model.model.tokenizer_path" if config.model.tokenizer_path else CONFIG_KEY)
-        if self.tokenizer.pad_token is None:  # load_tokenizer fell back to eos, and there is none
-            raise ModelLoadError(f"the reward model's tokenizer ({tokenizer_path!r}) has neither a pad nor an eos "
-                                 f"token, so batches cannot be padded; use a tokenizer that defines one, or "
-                                 f"set `reward_model.model.tokenizer_path` to one that does")
         self.tokenizer.padding_side = "right"
         self.tokenizer.truncation_side = "left"
 

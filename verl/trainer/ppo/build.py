@@ -64,12 +64,15 @@ def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
 
 
 def uses_builtin_scorers(config) -> bool:
-    """Rows are scored by the built-in scorer of their data source: no reward function and no reward model."""
-    return not (config.custom_reward_function.path or config.reward.functions or config.reward_model.enable)
+    """Rows are trained on the score of their data source's built-in scorer: no reward function, no
+    reward model, and not a distillation whose loss leaves the task rewards out (they are only logged)."""
+    distilled_only = config.distillation.enabled and not config.distillation.distillation_loss.use_task_rewards
+    return not (config.custom_reward_function.path or config.reward.functions or config.reward_model.enable
+                or distilled_only)
 
 
-def _batch_rows(batch) -> list[dict]:
-    keys = [k for k in ("data_source", "ground_truth", "index") if k in batch.non_tensors]
+def _batch_rows(batch, reward_fn_key: str) -> list[dict]:
+    keys = [k for k in dict.fromkeys(("data_source", reward_fn_key, "ground_truth", "index")) if k in batch.non_tensors]
     return [{k: batch.non_tensors[k][i] for k in keys} for i in range(len(batch))]
 
 
@@ -190,7 +193,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
         check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
         for batch in val_batches:
-            check_builtin_rows(_batch_rows(batch), "data.val_files", data_cfg.reward_fn_key)
+            check_builtin_rows(_batch_rows(batch, data_cfg.reward_fn_key), "data.val_files", data_cfg.reward_fn_key)
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
                           pad_token_id=tokenizer.pad_token_id)
