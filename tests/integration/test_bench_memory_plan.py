@@ -1,6 +1,7 @@
 """benchmarks/bench_memory_plan.py: on this machine's CPU the plan's peak is within 15% of the peak
-RSS a real GRPO step with a reference reaches (a 24M-parameter Qwen2; fp32 without, bf16 with
-gradient checkpointing)."""
+RSS a real GRPO step with a reference reaches (a 55M-parameter Qwen2; fp32 without, bf16 with
+gradient checkpointing). The peak RSS of identical runs moves by up to ~0.2 GiB (the allocator), so
+the model is large enough that this stays well inside 15% (with a 24M model it did not always)."""
 
 import sys
 
@@ -14,6 +15,7 @@ def test_the_plan_is_within_15_percent_of_the_measured_peak_rss():
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_memory_plan import main
 
-    results = main(["--runs", "fp32:plain,bf16:ckpt", "--response", "64"])
+    results = main(["--runs", "fp32:plain,bf16:ckpt", "--hidden", "768", "--layers", "8", "--intermediate", "2304",
+                    "--heads", "12", "--kv-heads", "4", "--micro", "4", "--response", "64"])
     for row in results:
         assert abs(row["plan"] / row["measured"] - 1) <= 0.15, row

@@ -33,6 +33,8 @@ import torch
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.process_group import is_main_process, launched_world_size
 from verl.errors import VerlError
+from verl.models.lora import lora_requested
+from verl.trainer.ppo import roles
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +106,14 @@ class MemoryPlan:
     def peak_phase(self) -> str:
         return max(self.phases, key=self.phases.get)
 
+    def largest(self, n: int) -> list[tuple[tuple[str, str], tuple[int, str]]]:
+        """The ``n`` largest parts, largest first."""
+        return sorted(self.parts.items(), key=lambda item: -item[1][0])[:n]
+
+    def fixes(self) -> list[str]:
+        """What lowers the two largest parts (``FIXES``), in the order to try."""
+        return list(dict.fromkeys(fix for (_, part), _ in self.largest(2) for fix in FIXES.get(part, ())))
+
     def table(self) -> str:
         lines = [f"Memory plan per rank ({self.device}, {self.ranks} rank{'s' * (self.ranks > 1)}, "
                  f"{self.shape.params / 1e6:,.1f}M parameters):"]
@@ -164,7 +174,7 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
                response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
                on_gpu=device.startswith("cuda"), eager=str(model_cfg.attn_implementation) == "eager")
-    uses_ref = bool(arr.actor.use_kl_loss or config.algorithm.use_kl_in_reward) and not model_cfg.lora_rank
+    uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
         on_host = run.on_gpu and arr.ref.fsdp_config.param_offload
@@ -291,10 +301,8 @@ def policy_config(config):
     """The policy's model config as the actor builds it (the built-in tiny model when no path is
     set), with the loader's clear errors for a missing folder or an unknown hub id."""
     from verl.models.loading import hub_access, load_causal_lm_config
-    from verl.models.tiny import builtin_model_path
 
-    model = config.actor_rollout_ref.model
-    path = str(model.path) if model.path else str(builtin_model_path())
+    model, path = config.actor_rollout_ref.model, roles.policy_path(config)
     local = bool(hub_access(path, "model", "actor_rollout_ref.model.path").get("local_files_only"))
     return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
                                  override_config=dict(model.override_config), local_files_only=local)
@@ -337,12 +345,10 @@ def check_fits(plan: MemoryPlan) -> None:
     and what lowers each."""
     if not plan.available or plan.peak <= plan.available:
         return
-    biggest = sorted(plan.parts.items(), key=lambda item: -item[1][0])[:3]
-    parts = ", ".join(f"{role} {part} {size / GiB:.1f} GiB" for (role, part), (size, _) in biggest)
-    fixes = list(dict.fromkeys(fix for (_, part), _ in biggest[:2] for fix in FIXES.get(part, ())))
+    parts = ", ".join(f"{role} {part} {size / GiB:.1f} GiB" for (role, part), (size, _) in plan.largest(3))
     raise VerlError(f"this run needs about {plan.peak / GiB:.1f} GiB per rank at its peak ({plan.peak_phase}) "
                     f"but {plan.available / GiB:.1f} GiB is available on {plan.device}; the largest parts: {parts}. "
-                    f"Lower it with: " + "; ".join(fixes) + ". `python -m verl.trainer.main_ppo ... --plan` "
+                    f"Lower it with: " + "; ".join(plan.fixes()) + ". `python -m verl.trainer.main_ppo ... --plan` "
                     "prints the whole plan; trainer.memory_check=false skips this check")
 
 
