@@ -21,7 +21,7 @@ except ValueError:
 # Files whose tests start Ray: one unit of scheduling, so they never run side by side (a test
 # there counts or kills the RoleHost processes it finds, and docs/distributed.md ends with
 # `ray stop`, which stops every Ray of this user).
-RAY_FILES = {"test_ray_rl.py", "test_distributed_doc.py"}
+RAY_FILES = {"test_ray_rl.py", "test_ray_nodes.py", "test_distributed_doc.py"}
 
 
 # The longest units, started first so that no worker is left with one of them at the end while the

@@ -90,8 +90,10 @@ class RoleHost:
         from verl.distributed.process_group import ensure_process_group
 
         os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
+        import ray
+
         ensure_process_group(timeout_s=timeout_s)
-        return os.getpid()
+        return os.getpid(), ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
 
     def build(self, role: str, factory, config, kwargs: dict) -> None:
         """``factory(config, **kwargs)`` is this rank of ``role``: a module-level function, which Ray
@@ -181,27 +183,54 @@ class RayResourcePool:
 
         self.spec, self.timeout_s = spec, timeout_s
         self.pids: list[int] | None = None  # known once the pool's process group is up
+        self.node_ids: list[str] | None = None  # each rank's Ray node
+        self.nodes: list[str] | None = None  # the same, as the messages name it: "node 3f2a9c1b at IP"
+        self.hosts: list = []
         bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-        self.placement_group = placement_group([dict(bundle) for _ in range(spec.world_size)], strategy="PACK",
-                                               name=f"verl-{spec.name}")
-        ready, _ = ray.wait([self.placement_group.ready()], timeout=timeout_s)
-        if not ready:
-            raise VerlError(f"Ray could not reserve the resource pool {spec.name} ({spec.world_size} x {bundle}, "
-                            f"roles {', '.join(spec.roles)}) within trainer.dist_timeout_s={timeout_s:g} s; the cluster "
-                            f"has {ray.available_resources()} free. Lower trainer.n_gpus_per_node / nnodes (or the "
-                            f"pool's size in trainer.resource_pools), or add machines")
+        # One placement group per node of the pool, its ranks packed on one machine (verl's layout:
+        # a node's GPUs talk over NVLink); a one-node pool is one group that Ray may spread if need be.
+        strict = len(spec.ranks_per_node) > 1
+        self.placement_groups = [
+            placement_group([dict(bundle) for _ in range(n)], strategy="STRICT_PACK" if strict else "PACK",
+                            name=f"verl-{spec.name}-{i}")
+            for i, n in enumerate(spec.ranks_per_node)]
+        ready, _ = ray.wait([pg.ready() for pg in self.placement_groups], num_returns=len(self.placement_groups),
+                            timeout=timeout_s)
+        if len(ready) < len(self.placement_groups):
+            self.shutdown()
+            shape = " + ".join(f"{n} x {bundle}" for n in spec.ranks_per_node)
+            raise VerlError(f"Ray could not reserve the resource pool {spec.name} ({shape}, roles "
+                            f"{', '.join(spec.roles)}) within trainer.dist_timeout_s={timeout_s:g} s; the cluster "
+                            f"has {ray.available_resources()} free{_nodes_line(ray)}. Lower trainer.n_gpus_per_node / "
+                            f"nnodes (or the pool's size in trainer.resource_pools), or add machines")
         host_cls = ray.remote(RoleHost)
         env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV_PREFIXES)}
+        places = [(pg, index) for pg, n in zip(self.placement_groups, spec.ranks_per_node) for index in range(n)]
         self.hosts = [
             host_cls.options(num_cpus=1, num_gpus=1 if use_gpu else 0, name=None,
                              scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                 placement_group=self.placement_group, placement_group_bundle_index=rank)
+                                 placement_group=pg, placement_group_bundle_index=index)
                              ).remote(rank, spec.world_size, env=env, cwd=os.getcwd(), seed=seed, threads=threads,
                                       use_gpu=use_gpu)
-            for rank in range(spec.world_size)]
+            for rank, (pg, index) in enumerate(places)]
         master_addr, master_port = self.wait([self.hosts[0].address.remote()], "start", "pool")[0]
-        self.pids = self.wait([h.init_group.remote(master_addr, master_port, timeout_s) for h in self.hosts],
-                              "init_process_group", "pool")
+        started = self.wait([h.init_group.remote(master_addr, master_port, timeout_s) for h in self.hosts],
+                            "init_process_group", "pool")
+        self.pids = [pid for pid, _, _ in started]
+        self.node_ids = [node for _, _, node in started]
+        self.nodes = [f"node {node[:8]} at {ip}" for _, ip, node in started]
+
+    def layout(self) -> str:
+        """Where the pool's ranks run, for the start-up line: "2 ranks on 2 nodes (node 3f2a9c1b at
+        10.0.0.1: rank 0; node 8e7d6c5b at 10.0.0.2: rank 1)"."""
+        by_node: dict[str, list[int]] = {}
+        for rank, node in enumerate(self.nodes or []):
+            by_node.setdefault(node, []).append(rank)
+        ranks = self.spec.world_size
+        where = "; ".join(f"{node}: rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}"
+                          for node, r in by_node.items())
+        return (f"{ranks} rank{'s' if ranks != 1 else ''} on {len(by_node)} node{'s' if len(by_node) != 1 else ''} "
+                f"({where})")
 
     def wait(self, refs: list, stage: str, role: str) -> list:
         """The results of ``refs`` (one per rank, in rank order), each within ``trainer.dist_timeout_s``
@@ -240,7 +269,7 @@ class RayResourcePool:
         return None
 
     def _get(self, ray, ref, role: str, rank: int, stage: str):
-        where = f"{role} rank {rank} (Ray pool {self.spec.name}, pid {self._pid(rank)}) during {role}.{stage}"
+        where = f"{role} rank {rank} (Ray pool {self.spec.name}, {self._place(rank)}) during {role}.{stage}"
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as e:
@@ -250,12 +279,48 @@ class RayResourcePool:
             raise RuntimeError(f"{where} failed: {type(cause).__name__ if cause else 'error'}: "
                                f"{cause if cause else e}") from e
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError) as e:
+            if self._node_lost(ray, rank, e):
+                raise ActorLost(f"{where} was lost: its node left the cluster ({type(e).__name__}: the machine, or "
+                                f"its Ray raylet, is gone). The checkpoints in trainer.default_local_dir are intact: run the "
+                                f"same command on the nodes that remain (trainer.nnodes for them) and it resumes from the "
+                                f"last one") from None
             raise ActorLost(f"{where} was lost: the actor process died ({type(e).__name__}). Its log is in the Ray "
                             f"session folder (/tmp/ray/session_latest/logs); a killed process is often out of "
                             f"memory") from None
 
-    def _pid(self, rank: int):
-        return self.pids[rank] if self.pids else "?"
+    def _node_lost(self, ray, rank: int, error: Exception) -> bool:
+        """Whether rank ``rank`` was lost with its node. An actor whose connection broke is
+        "unavailable" until Ray's health checks settle it (about 15 s for a node): meanwhile its node
+        is watched, and the actor pinged (a dead process is reported at once)."""
+        node = self.node_ids[rank] if self.node_ids else None
+        if node is None:
+            return False
+        if _node_died(error):
+            return True
+        deadline = time.monotonic() + (min(self.timeout_s, 30.0)
+                                       if isinstance(error, ray.exceptions.ActorUnavailableError) else 0.0)
+        while True:
+            if not any(n["NodeID"] == node and n["Alive"] for n in ray.nodes()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            try:
+                ray.get(self.hosts[rank].address.remote(), timeout=1.0)
+            except ray.exceptions.GetTimeoutError:
+                continue
+            except ray.exceptions.RayActorError as again:
+                if not isinstance(again, ray.exceptions.ActorUnavailableError):
+                    return _node_died(again)  # settled: the process died (or its node, said so)
+                time.sleep(0.5)
+            else:
+                return False  # it answers: not a lost node
+
+    def _place(self, rank: int) -> str:
+        """Where rank ``rank`` runs: "pid P", with its node when the pool spans several."""
+        pid = f"pid {self.pids[rank]}" if self.pids else "pid ?"
+        if self.nodes and len(set(self.nodes)) > 1:
+            return f"{self.nodes[rank]}, {pid}"
+        return pid
 
     def build(self, role: str, factory, config, **kwargs) -> RayWorkerGroup:
         """Build ``role`` on every actor of the pool with ``factory(config, **kwargs)`` (collectively:
@@ -269,7 +334,20 @@ class RayResourcePool:
             ray.kill(host, no_restart=True)
         from ray.util.placement_group import remove_placement_group
 
-        remove_placement_group(self.placement_group)
+        for pg in self.placement_groups:
+            remove_placement_group(pg)
+
+
+def _node_died(error: Exception) -> bool:
+    """Ray's actor error says that the actor's node is gone (not just its process)."""
+    text = str(error).lower()
+    return any(words in text for words in ("node has died", "node died", "node is dead", "raylet died",
+                                           "node was terminated"))
+
+
+def _nodes_line(ray) -> str:
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    return f" on {len(alive)} node{'s' if len(alive) != 1 else ''}"
 
 
 class RayWorkerGroup(WorkerGroup):

@@ -78,6 +78,10 @@ class Watchdog:
         # (verl.trainer.stop): then only a SIGTERM that follows another rank's failure ends the rank here.
         self.graceful_sigterm = False
         self._node = processes.node_id()
+        # Under torchrun: this rank's node (the launcher's rank) and its launcher, whose loss (a node's
+        # torchrun killed) ends the job as a rank's would.
+        self._node_rank, self._nodes = _env_int("GROUP_RANK"), _env_int("GROUP_WORLD_SIZE") or 1
+        self._launcher = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
         # What the thread learned about the peers: identity (host, pid), last heartbeat, when its
         # counter last changed (this process's monotonic clock), and the ranks that finished.
         self._ids: dict[int, dict] = {}
@@ -161,8 +165,7 @@ class Watchdog:
         with self._lock:
             self._publish()  # first: a rank whose identity is in the store has a heartbeat there too
             self._store.set(f"id/{self.rank}", json.dumps(
-                {"host": socket.gethostname(), "node": self._node, "pid": os.getpid(),
-                 "start": processes.process_state(os.getpid())[1] if self._node else None}))
+                self._identity()))
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._previous_excepthook = sys.excepthook
@@ -180,6 +183,17 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="verl-watchdog", daemon=True)
         self._thread.start()
         _running.add(self)
+
+    def _identity(self) -> dict:
+        return {"host": socket.gethostname(), "node": self._node, "pid": os.getpid(), "node_rank": self._node_rank,
+                "start": processes.process_state(os.getpid())[1] if self._node else None}
+
+    def _name(self, r: int) -> str:
+        """"rank R", and on a job of several nodes "rank R (node N of M, host H)"."""
+        peer = self._identity() if r == self.rank else self._ids.get(r)
+        if self._nodes <= 1 or not peer or peer.get("node_rank") is None:
+            return f"rank {r}"
+        return f"rank {r} (node {peer['node_rank']} of {self._nodes}, host {peer['host']})"
 
     def _restore_hooks(self) -> None:
         _running.discard(self)
@@ -221,12 +235,14 @@ class Watchdog:
                 verdict = self._tick(now)
                 last_tick = time.monotonic()
                 if verdict is not None:
-                    self._stop_job(self._declare(verdict))
+                    verdict = self._declare(verdict)
+                    # a culprit that detected itself (its launcher is gone) prints when no rank 0 will
+                    self._stop_job(verdict, print_line=verdict["rank"] == verdict["detector"] == self.rank == 0)
             except RuntimeError as error:  # c10d store errors are RuntimeErrors
                 if self._stopping or self._failed or (self.rank != 0 and 0 in self._finished):
                     return  # rank 0 finished and took the store down with it (no torchrun agent store)
                 self._stop_job({"rank": self.rank, "detector": self.rank, "kind": "store",
-                                "message": f"rank {self.rank} lost the job's store: {_first_line(error)}"},
+                                "message": f"{self._name(self.rank)} lost the job's store: {_first_line(error)}"},
                                print_line=True)
 
     def _tick(self, now: float) -> dict | None:
@@ -236,6 +252,11 @@ class Watchdog:
             abort = self._read_abort()
             if abort is not None:
                 return abort
+            if self._launcher is not None and os.getppid() != self._launcher:
+                return {"rank": self.rank, "detector": self.rank, "kind": "orphaned",
+                        "message": f"{self._name(self.rank)} lost its launcher {self.where()}: the torchrun of node "
+                                   f"{self._node_rank} (pid {self._launcher} on {socket.gethostname()}) is gone "
+                                   f"(killed, or its machine left the job)"}
             peers = [r for r in range(self.world_size) if r != self.rank]
             if not self._load_ids():
                 return self._missing(now, peers)
@@ -254,7 +275,7 @@ class Watchdog:
             age = now - self._changed[r][1]
             if r not in self._finished and age > self.timeout_s:
                 return {"rank": r, "detector": self.rank, "kind": "stalled",
-                        "message": f"rank {r} stopped responding {self._heartbeats[r]['where']}: no heartbeat for "
+                        "message": f"{self._name(r)} stopped responding {self._heartbeats[r]['where']}: no heartbeat for "
                                    f"{age:.1f}s (trainer.dist_timeout_s={self.timeout_s:g})"}
         return None
 
@@ -290,7 +311,7 @@ class Watchdog:
             if abort is not None:
                 return abort
             return {"rank": r, "detector": self.rank, "kind": "died",
-                    "message": f"rank {r} died {beat['where']}: its process (pid {peer['pid']} on {peer['host']}) is "
+                    "message": f"{self._name(r)} died {beat['where']}: its process (pid {peer['pid']} on {peer['host']}) is "
                                f"gone without an error report (killed by a signal, or crashed in native code)"}
         return None
 
@@ -308,7 +329,7 @@ class Watchdog:
                 verdict = self._culprit()
             if verdict is None:
                 verdict = {"rank": self.rank, "detector": self.rank, "kind": "failed",
-                           "message": f"rank {self.rank} failed {where}: {type(error).__name__}: {_first_line(error)}"}
+                           "message": f"{self._name(self.rank)} failed {where}: {type(error).__name__}: {_first_line(error)}"}
                 self._failed = True
                 with self._lock:
                     self._status = "failed"
@@ -341,7 +362,7 @@ class Watchdog:
             self._sigterm = False
             return
         verdict = verdict or {"rank": self.rank, "detector": self.rank, "kind": "terminated",
-                              "message": f"rank {self.rank} received SIGTERM {self.where()} (from the "
+                              "message": f"{self._name(self.rank)} received SIGTERM {self.where()} (from the "
                                          f"launcher, the scheduler or a user)"}
         verdict = self._declare(verdict)
         if verdict["rank"] != self.rank:
@@ -410,6 +431,11 @@ class Watchdog:
             self._wake_w.send(b"w")
         except BlockingIOError:  # the thread has wake-ups pending already
             pass
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 def _print_verdict(verdict: dict) -> None:

@@ -231,6 +231,7 @@ def _place_on_ray(config, *, total_steps: int, reward_worker, teachers) -> Roles
             pools[name] = RayResourcePool(spec, use_gpu=use_gpu, seed=config.trainer.seed,
                                           timeout_s=config.trainer.dist_timeout_s, threads=threads)
             result.pools.append(pools[name])
+            print(f"Ray pool {name} ({', '.join(spec.roles)}): {pools[name].layout()}", flush=True)
         # The order in which roles are built on a pool is the order a single process builds them in.
         def build(role: str, **kwargs):
             return pools[placed[role]].build(role, roles.ROLE_FACTORIES[role], config, **kwargs)
