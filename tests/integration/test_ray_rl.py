@@ -277,3 +277,18 @@ def test_without_ray_backend_ray_names_the_install_and_plain_runs_work(tiny_mode
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "no-ray" / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
+
+
+def test_a_pool_the_cluster_cannot_hold_is_refused_within_the_timeout(tiny_model_dir, data_dir, tmp_path):
+    """2 nodes x 3 ranks, each node's ranks packed on one machine, on a one-node cluster of 4 CPUs."""
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo",
+                           *run_args(tiny_model_dir, data_dir, tmp_path / "out", "trainer.backend=ray", "trainer.nnodes=2",
+                                     "trainer.n_gpus_per_node=3", "data.train_batch_size=6",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.dist_timeout_s=3")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **RAY_ENV})
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and ("Ray could not reserve the resource pool global_pool (3 x {'CPU': 1} + 3 x {'CPU': 1}, "
+                                 "roles actor_rollout_ref) within trainer.dist_timeout_s=3 s") in errors[0], errors
+    assert "on 1 node. Lower trainer.n_gpus_per_node / nnodes" in errors[0]
+    _assert_no_hosts_left()
