@@ -196,7 +196,7 @@ def test_from_dict_with_base_merges_and_update_merges_deeply():
     assert (cfg.data.train_batch_size, cfg.data.max_prompt_length, cfg.data.max_response_length) == (2, 64, 16)
     assert base.data.max_response_length == 512
     cfg.update({"actor_rollout_ref": {"rollout": {"n": 4}}})
-    assert cfg.actor_rollout_ref.rollout.n == 4 and cfg.actor_rollout_ref.rollout.name == "hf"
+    assert cfg.actor_rollout_ref.rollout.n == 4 and cfg.actor_rollout_ref.rollout.name == "auto"
 
 
 def test_every_key_is_documented_and_describe_returns_its_help():

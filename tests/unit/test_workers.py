@@ -159,3 +159,34 @@ def test_generating_past_the_model_context_is_an_error_naming_both_lengths(tiny_
     message = str(err.value)
     assert str(limit - 8) in message and "16" in message and str(limit) in message
     assert "data.truncation" in message
+
+
+@pytest.mark.parametrize("arch,engine", [("qwen2", "NativeRollout"), ("llama", "NativeRollout"),
+                                         ("phi3", "NativeRollout"), ("opt", "HFRollout")])
+def test_rollout_name_auto_runs_native_for_the_families_its_decoder_covers_and_hf_for_others(tmp_path, arch, engine):
+    from verl.models.tiny import make_tiny_model_folder
+    from verl.rollout import auto_engine
+
+    folder = make_tiny_model_folder(tmp_path / arch, arch=arch, num_layers=1, hidden_size=32, intermediate_size=64)
+    config = worker_config(folder)
+    assert config.rollout.name == "auto"  # the default
+    worker = ActorRolloutRefWorker(config, with_ref=False)
+    assert type(worker.rollout).__name__ == engine
+    assert worker.rollout_shares_actor  # either way the hybrid engine decodes with the actor's weights
+    picked, why = auto_engine(arch)
+    assert picked == {"NativeRollout": "native", "HFRollout": "hf"}[engine] and arch in why
+    out = worker.generate_sequences(prompt_batch(worker.tokenizer))
+    assert out["responses"].shape == (4, RESPONSE_LENGTH)
+
+
+def test_rollout_name_auto_is_resolved_once_at_start_and_said(tiny_model_dir, capsys):
+    from verl.trainer.ppo.roles import resolve_rollout_engine
+
+    cfg = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir))))
+    assert resolve_rollout_engine(cfg) == "native" and cfg.actor_rollout_ref.rollout.name == "native"
+    assert capsys.readouterr().out == ("Rollout engine: native (actor_rollout_ref.rollout.name=auto: the fastest engine "
+                                       "for qwen2 models: same samples as hf, lean decoder; name hf, native or vllm "
+                                       "to choose)\n")
+    assert resolve_rollout_engine(cfg) == "native" and capsys.readouterr().out == ""  # resolved: nothing more said
+    named = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)), rollout=dict(name="hf")))
+    assert resolve_rollout_engine(named) == "hf" and capsys.readouterr().out == ""  # a named engine is kept

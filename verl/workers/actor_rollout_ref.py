@@ -23,7 +23,7 @@ from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights
 from verl.models.tiny import builtin_model_path
 from verl.protocol import Batch
-from verl.rollout import SamplingParams, build_rollout
+from verl.rollout import SamplingParams, auto_engine, build_rollout
 from verl.utils.memory import memory_metrics
 from verl.utils.preflight import check_context_length
 from verl.workers.actor import Actor, PolicyModel
@@ -74,12 +74,16 @@ class ActorRolloutRefWorker:
         # without the hybrid engine, hold a copy of the weights, synced now and after every update
         # (hf and native: a copy of the model made here, before the actor is sharded). vllm and
         # dummy only read the model's config.
-        self.rollout_shares_actor = config.hybrid_engine and config.rollout.name in ("hf", "native")
-        self.rollout_holds_copy = config.rollout.name in ("hf", "native", "vllm") and not self.rollout_shares_actor
+        # rollout.name=auto: main_ppo has resolved it (and said so); the Python API resolves it here.
+        engine = config.rollout.name
+        if engine == "auto":
+            engine = auto_engine(model.config.model_type)[0]
+        self.rollout_shares_actor = config.hybrid_engine and engine in ("hf", "native")
+        self.rollout_holds_copy = engine in ("hf", "native", "vllm") and not self.rollout_shares_actor
         rollout_model = model
         if self.rollout_shares_actor:
             rollout_model = shadow_of(model)
-        elif config.rollout.name in ("hf", "native"):
+        elif engine in ("hf", "native"):
             rollout_model = copy.deepcopy(model).requires_grad_(False).to(self.device)
         # The rollout models above are plain copies of the base (before the adapters go on): they get
         # merged weights at every sync.
@@ -105,7 +109,7 @@ class ActorRolloutRefWorker:
                                max_token_len=log_prob_token_budget(config, "ref"),
                                remove_padding=model_cfg.use_remove_padding) if ref_model is not None else None
         prompt_length = config.rollout.prompt_length
-        self.rollout = build_rollout(rollout_cfg.name, rollout_model, self.tokenizer,
+        self.rollout = build_rollout(engine, rollout_model, self.tokenizer,
                                      generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
                                      device=self.device, model_path=path, rollout_config=rollout_cfg,
                                      max_model_len=prompt_length + self.max_response_length if prompt_length else None,
@@ -114,7 +118,7 @@ class ActorRolloutRefWorker:
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
-                    path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, rollout_cfg.name,
+                    path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, engine,
                     "yes" if self.ref else "no")
 
     @property

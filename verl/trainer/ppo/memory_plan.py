@@ -168,7 +168,7 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     (default trainer.nnodes x trainer.n_gpus_per_node)."""
     arr, data = config.actor_rollout_ref, config.data
     model_cfg, mixed = arr.model, arr.actor.fsdp_config.mixed_precision
-    shape = ModelShape.of(hf_config if hf_config is not None else policy_config(config))
+    shape = ModelShape.of(hf_config if hf_config is not None else roles.policy_config(config))
     weight = _bytes(model_cfg.dtype)
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
@@ -295,17 +295,6 @@ def lora_params(shape: ModelShape, rank: int) -> int:
     per_layer = ((shape.hidden + q) + 2 * (shape.hidden + kv) + (q + shape.hidden)
                  + 2 * (shape.hidden + shape.intermediate) + (shape.intermediate + shape.hidden))
     return rank * per_layer * shape.layers
-
-
-def policy_config(config):
-    """The policy's model config as the actor builds it (the built-in tiny model when no path is
-    set), with the loader's clear errors for a missing folder or an unknown hub id."""
-    from verl.models.loading import hub_access, load_causal_lm_config
-
-    model, path = config.actor_rollout_ref.model, roles.policy_path(config)
-    local = bool(hub_access(path, "model", "actor_rollout_ref.model.path").get("local_files_only"))
-    return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
-                                 override_config=dict(model.override_config), local_files_only=local)
 
 
 def available_memory(device: str, ranks_here: int) -> int | None:

@@ -32,6 +32,35 @@ def policy_path(config) -> str:
     return str(path) if path else str(builtin_model_path())
 
 
+def policy_config(config):
+    """The policy's model config as the actor builds it (the built-in tiny model when no path is
+    set), with the loader's clear errors for a missing folder or an unknown hub id; no weights read."""
+    from verl.models.loading import hub_access, load_causal_lm_config
+
+    model, path = config.actor_rollout_ref.model, policy_path(config)
+    local = bool(hub_access(path, "model", "actor_rollout_ref.model.path").get("local_files_only"))
+    return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
+                                 override_config=dict(model.override_config), local_files_only=local)
+
+
+def resolve_rollout_engine(config, model_config=None) -> str:
+    """``actor_rollout_ref.rollout.name=auto`` made the engine it stands for (from the policy's
+    architecture), said once at start; a named engine is kept. Returns the engine."""
+    from verl.distributed.process_group import is_main_process
+    from verl.rollout import auto_engine
+
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name != "auto":
+        return rollout.name
+    model_type = (model_config if model_config is not None else policy_config(config)).model_type
+    engine, why = auto_engine(model_type)
+    rollout.name = engine
+    if is_main_process():
+        print(f"Rollout engine: {engine} (actor_rollout_ref.rollout.name=auto: {why}; name hf, native or vllm to "
+              f"choose)", flush=True)
+    return engine
+
+
 def policy_tokenizer(config):
     model = config.actor_rollout_ref.model
     return load_tokenizer(model.tokenizer_path or policy_path(config), trust_remote_code=model.trust_remote_code,
