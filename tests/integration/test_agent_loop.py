@@ -199,6 +199,79 @@ def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
     assert [list(r) for r in out["agent_turn_rewards"]] == [[0.25, 0.25, 0.25]] * 2
 
 
+def _game_rows(tok):
+    rows = []
+    for i in range(2):
+        messages = [{"role": "user", "content": "Play."}]
+        ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                  add_special_tokens=False)["input_ids"]
+        rows.append({"input_ids": torch.tensor(ids), "raw_prompt": messages, "data_source": "game",
+                     "ground_truth": str(7 + i), "extra_info": {}, "index": i})
+    return collate_prompts(rows, tok.pad_token_id)
+
+
+class UnscoredRounds(ThreeRounds):
+    """Like ThreeRounds, but its second turn gives no reward (None)."""
+
+    def step(self, message):
+        reply, reward, done = super().step(message)
+        return reply, (None if self.rounds == 2 else reward), done
+
+
+class SilentRounds(ThreeRounds):
+    """Forgets to reply on its second turn, without ending the episode."""
+
+    def step(self, message):
+        reply, reward, done = super().step(message)
+        return (None, reward, False) if self.rounds == 2 else (reply, reward, done)
+
+
+class WordyRounds(ThreeRounds):
+    def step(self, message):
+        reply, _, done = super().step(message)
+        return reply, "high", done
+
+
+def test_an_environment_turn_without_a_reward_counts_zero_warned_once_and_counted(chatty_model, caplog):
+    model, tok, _ = chatty_model
+    loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(), environment=UnscoredRounds)
+    with caplog.at_level("WARNING", logger="verl.agent.agent_loop"):
+        out = loop.generate(_game_rows(tok), SamplingParams(max_new_tokens=60, do_sample=False))
+        loop.generate(_game_rows(tok), SamplingParams(max_new_tokens=60, do_sample=False))
+    assert [list(r) for r in out["agent_turn_rewards"]] == [[0.25, 0.0, 0.25]] * 2
+    assert out["agent_defaulted"].tolist() == [1.0, 1.0]
+    warned = [r.getMessage() for r in caplog.records if "returned reward None" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("UnscoredRounds.step returned reward None (first: row ")
+    from verl.trainer.ppo.core import compute_data_metrics
+
+    assert compute_data_metrics(out.union(_scores(out)), 60)["agent/defaulted_values"] == 2.0
+
+
+def _scores(out):
+    from verl.protocol import Batch
+
+    return Batch({"token_level_scores": torch.zeros(out["responses"].shape),
+                  "token_level_rewards": torch.zeros(out["responses"].shape),
+                  "advantages": torch.zeros(out["responses"].shape), "returns": torch.zeros(out["responses"].shape)})
+
+
+@pytest.mark.parametrize("environment,message", [
+    (SilentRounds, "SilentRounds.step returned no reply (None) with done=False for row 0 (turn 2): return the next "
+                   "user message, or done=True to end the episode"),
+    (WordyRounds, "WordyRounds.step returned reward 'high' for row 0: a turn's reward must be a finite number (or "
+                  "None for none)"),
+])
+def test_an_environment_reply_that_cannot_be_used_stops_the_rollout_naming_row_and_fix(chatty_model, environment,
+                                                                                      message):
+    from verl.errors import VerlError
+
+    model, tok, _ = chatty_model
+    loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(), environment=environment)
+    with pytest.raises(VerlError) as err:
+        loop.generate(_game_rows(tok), SamplingParams(max_new_tokens=60, do_sample=False))
+    assert str(err.value) == message
+
+
 COUNTER_TOOL = '''
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import ToolResponse
@@ -248,6 +321,28 @@ def test_a_verl_tool_class_gets_each_rows_create_kwargs_from_extra_info(tool_mod
     assert results == ["408\nA: ", "1408\nA: "]  # each row's own instance, created with its kwargs
     assert out["agent_reward"].tolist() == [0.75, 0.75]  # execute's 0.5 + calc_reward's 0.25
     assert sorted(tools["multiply"].released) == ["i0", "i1"]
+
+
+def test_a_row_without_the_create_kwargs_a_tool_takes_is_warned_once_and_counted(tool_model, tmp_path, monkeypatch,
+                                                                                 caplog):
+    from verl.tools.registry import load_tools
+
+    model, tok, _ = tool_model
+    (tmp_path / "row_tools2.py").write_text(COUNTER_TOOL)
+    (tmp_path / "tools.yaml").write_text(
+        "tools:\n  - class_name: row_tools2.Multiply\n    config: {type: native}\n    tool_schema:\n"
+        "      type: function\n      function: {name: multiply, description: Multiply.}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prompts = _prompts(tok)
+    prompts["extra_info"] = [{"tools_kwargs": {"multiply": {"create_kwargs": {"offset": 1000}}}}, {}]
+    with caplog.at_level("WARNING", logger="verl.agent.agent_loop"):
+        out = AgentLoop(HFRollout(model, tok), tok, load_tools(tmp_path / "tools.yaml"),
+                        AgentSettings(max_assistant_turns=2)).generate(
+            prompts, SamplingParams(max_new_tokens=120, do_sample=False))
+    assert out["agent_defaulted"].tolist() == [0.0, 1.0]  # the second row created its instance with offset=0
+    warned = [r.getMessage() for r in caplog.records if "tools_kwargs" in r.getMessage()]
+    assert warned == ["tool multiply: rows without extra_info.tools_kwargs.multiply.create_kwargs.offset (first: row "
+                      "1) create it with the default of offset; agent/defaulted_values counts them"]
 
 
 ROUNDS_INTERACTION = '''
@@ -352,3 +447,35 @@ def test_verl_interactions_through_main_ppo_score_by_the_reward_function_alone_w
         scores[add] = row["critic/score/mean"]
     # the function's 0.5, plus the turns' 0.25 + 0.25 + 0.5 unless add_agent_rewards=false
     assert scores == {True: 1.5, False: 0.5}
+
+
+SILENT_INTERACTION = '''
+from verl.interactions.base import BaseInteraction
+
+
+class SilentInteraction(BaseInteraction):
+    async def start_interaction(self, instance_id=None, **kwargs):
+        return instance_id
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        return False, None, 0.0, {}
+'''
+
+
+def test_a_verl_interaction_without_a_reply_that_does_not_terminate_stops_the_rollout(chatty_model, tmp_path,
+                                                                                    monkeypatch):
+    from verl.agent.interactions import interaction_environment
+    from verl.errors import VerlError
+
+    model, tok, _ = chatty_model
+    (tmp_path / "silent_mod.py").write_text(SILENT_INTERACTION)
+    (tmp_path / "interaction.yaml").write_text("interaction:\n  - class_name: silent_mod.SilentInteraction\n"
+                                               "    config: {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(),
+                     environment=interaction_environment(tmp_path / "interaction.yaml"))
+    with pytest.raises(VerlError) as err:
+        loop.generate(_game_rows(tok), SamplingParams(max_new_tokens=60, do_sample=False))
+    assert str(err.value) == ("actor_rollout_ref.rollout.multi_turn.interaction_config_path: SilentInteraction."
+                              "generate_response returned no reply (None) with should_terminate=False: return the "
+                              "next user message, or should_terminate=True to end the interaction")

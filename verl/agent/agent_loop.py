@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
+import logging
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -28,6 +31,7 @@ import torch
 from verl.agent.env import maybe_await
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.data.collate import left_pad
+from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.seeding import mix
@@ -64,6 +68,7 @@ class Trajectory:
     tool_rewards: list[float] = field(default_factory=list)  # each call's execute reward
     user_turns: int = 0
     turn_rewards: list[float] = field(default_factory=list)
+    defaulted: int = 0  # values missing from the row or the environment that took a default (warned once)
     done: bool = False
     instances: dict[str, str] = field(default_factory=dict)
     env: object = None
@@ -203,12 +208,34 @@ class AgentLoop:
         user_limit = self.settings.max_user_turns
         for trajectory, text in answered:
             reply, reward, done = await maybe_await(trajectory.env.step(text))
-            trajectory.turn_rewards.append(float(reward or 0.0))
-            if done or reply is None or (user_limit is not None and trajectory.user_turns >= user_limit):
+            trajectory.turn_rewards.append(self._turn_reward(trajectory, reward))
+            if not done and reply is None:
+                raise VerlError(f"{type(trajectory.env).__name__}.step returned no reply (None) with done=False for "
+                                f"row {trajectory.row} (turn {trajectory.assistant_turns}): return the next user "
+                                f"message, or done=True to end the episode")
+            if done or (user_limit is not None and trajectory.user_turns >= user_limit):
                 trajectory.done = True
                 continue
             trajectory.user_turns += 1
             trajectory.splice(self.message_ids([{"role": "user", "content": str(reply)}]), max_new_tokens)
+
+    @staticmethod
+    def _turn_reward(trajectory: Trajectory, reward) -> float:
+        """A turn's reward: None (the environment gave none) is 0, warned once and counted in
+        agent/defaulted_values; anything else that is not a finite number stops the run."""
+        if reward is None:
+            trajectory.defaulted += 1
+            warn_once(f"{type(trajectory.env).__name__}.step returned reward None (first: row {trajectory.row}): "
+                      f"such turns count 0, and agent/defaulted_values counts them; return 0.0 to say so")
+            return 0.0
+        try:
+            value = float(reward)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
+            raise VerlError(f"{type(trajectory.env).__name__}.step returned reward {reward!r:.100} for row "
+                            f"{trajectory.row}: a turn's reward must be a finite number (or None for none)")
+        return value
 
     def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> list[tuple[str, ParsedTurn]]:
         """One generation for every active trajectory, from its tokens so far; appends what it drew and
@@ -283,7 +310,14 @@ class AgentLoop:
 
         async def create(trajectory, kwargs):
             for name, tool in stateful.items():
-                created = await tool.create(**dict((kwargs or {}).get(name, {}).get("create_kwargs", {})))
+                given = dict((kwargs or {}).get(name, {}).get("create_kwargs", {}))
+                absent = [p for p in _create_parameters(tool) if p not in given]
+                if absent:  # e.g. a ground truth the tool scores against: its default would score every call alike
+                    trajectory.defaulted += 1
+                    warn_once(f"tool {name}: rows without extra_info.tools_kwargs.{name}.create_kwargs."
+                              f"{absent[0]} (first: row {trajectory.row}) create it with the default of "
+                              f"{', '.join(absent)}; agent/defaulted_values counts them")
+                created = await tool.create(**given)
                 trajectory.instances[name] = created[0] if isinstance(created, tuple) else created
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
 
@@ -319,6 +353,7 @@ class AgentLoop:
         out["agent_turns"] = torch.tensor([t.assistant_turns for t in trajectories], dtype=torch.float32)
         out["agent_tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.float32)
         out["agent_tool_errors"] = torch.tensor([t.tool_errors for t in trajectories], dtype=torch.float32)
+        out["agent_defaulted"] = torch.tensor([t.defaulted for t in trajectories], dtype=torch.float32)
         out["agent_reward"] = torch.tensor([t.tool_reward + sum(t.turn_rewards) for t in trajectories],
                                                 dtype=torch.float32)
         if self.environment is not None:
@@ -330,6 +365,27 @@ class AgentLoop:
                              for info, t in zip(infos, trajectories)]
         out.meta["temperature"] = params.logprob_temperature
         return out
+
+
+_warned: set[str] = set()
+logger = logging.getLogger(__name__)
+
+
+def warn_once(message: str) -> None:
+    """Log ``message`` the first time this process meets it."""
+    if message.split(" (first:")[0] not in _warned:
+        _warned.add(message.split(" (first:")[0])
+        logger.warning(message)
+
+
+def _create_parameters(tool) -> list[str]:
+    """The named parameters of ``tool.create`` a row's create_kwargs can set (not the instance id)."""
+    try:
+        parameters = inspect.signature(tool.create).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.name != "instance_id"
+            and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
 def _tools_kwargs(batch: Batch) -> list:

@@ -82,9 +82,13 @@ def interaction_environment(path: str | Path) -> type:
             self.messages.append({"role": "assistant", "content": message})
             done, reply, score, _ = await maybe_await(self.interaction.generate_response(
                 self.instance_id, self.messages, **self.kwargs))
-            if not done and reply is not None:
+            if not done and reply is None:
+                raise VerlError(f"{INTERACTION_KEY}: {type(self.interaction).__name__}.generate_response returned no "
+                                f"reply (None) with should_terminate=False: return the next user message, or "
+                                f"should_terminate=True to end the interaction")
+            if not done:
                 self.messages.append({"role": "user", "content": str(reply)})
-            return (None if done else reply), float(score or 0.0), bool(done)
+            return (None if done else reply), score, bool(done)  # a score of None is counted by the loop
 
         async def close(self) -> None:
             finalize = getattr(getattr(self, "interaction", None), "finalize_interaction", None)

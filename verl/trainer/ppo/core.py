@@ -112,6 +112,8 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
         metrics.update(_stats("agent/num_turns", batch["agent_turns"].float()))
         metrics["agent/tool_calls/mean"] = batch["agent_tool_calls"].float().mean().item()
         metrics["agent/tool_errors"] = batch["agent_tool_errors"].float().sum().item()
+        if "agent_defaulted" in batch:  # values missing from rows or environments that took a default
+            metrics["agent/defaulted_values"] = batch["agent_defaulted"].float().sum().item()
         # Rewards along the trajectories (tools' and the environment's), apart from the reward function's.
         metrics["reward/agent/mean"] = batch["agent_reward"].float().mean().item()
     if "agent_turn_rewards" in batch:
