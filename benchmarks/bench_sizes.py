@@ -2,7 +2,7 @@
 peak memory (measured RSS, and the memory plan's figure) and the step's time with its generation and
 update parts, for random Qwen2 models of four sizes, then for one size at several response lengths.
 
-    python benchmarks/bench_sizes.py                                   # sizes 1M 24M 135M 494M, then lengths
+    python benchmarks/bench_sizes.py                                   # sizes 1M 24M 135M 494M, then lengths 32-256
     python benchmarks/bench_sizes.py --sizes 1M,24M --responses 32,128 --dtypes fp32
 
 Each run is one process (``--threads`` threads), 4 prompts x 4 samples, a reference, micro-batch 16,
@@ -68,21 +68,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--response", type=int, default=128, help="response length of the size table")
     parser.add_argument("--length-size", default="135M", help="the model of the response-length table")
-    parser.add_argument("--responses", default="32,128,512", help="response lengths of the second table")
+    parser.add_argument("--responses", default="32,128,256", help="response lengths of the second table")
     parser.add_argument("--threads", type=int, default=2)
     opts = parser.parse_args(argv)
     rows, by_length = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for size in opts.sizes.split(","):
+        for size in filter(None, opts.sizes.split(",")):
             for dtype in opts.dtypes.split(","):
                 rows.append(run_one(Path(tmp), size, dtype, opts.response, opts.threads))
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
-        print("\nBy model size:\n" + table(rows))
+        if rows:
+            print("\nBy model size:\n" + table(rows))
         if opts.responses:
             for response in map(int, opts.responses.split(",")):
                 done = next((r for r in rows if r["size"] == opts.length_size and r["dtype"] == "fp32"
                              and r["response"] == response), None)
                 by_length.append(done or run_one(Path(tmp), opts.length_size, "fp32", response, opts.threads))
+                print(table(by_length[-1:]).splitlines()[-1], flush=True)
             print(f"\nBy response length ({opts.length_size}, fp32):\n" + table(by_length))
     return rows + by_length
 

@@ -93,13 +93,16 @@ def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["llama", "phi3", "opt"])
-def test_other_architectures_train_unchanged(arch, tmp_path):
+def test_other_architectures_train_unchanged(arch, tmp_path, capsys):
     from verl.models.tiny import make_tiny_model_folder
 
     model_dir = make_tiny_model_folder(tmp_path / f"tiny-{arch}", arch=arch, num_layers=1, hidden_size=32,
                                        intermediate_size=64)
     args = _common(model_dir, tmp_path, steps=1) + ["algorithm.adv_estimator=gae", "trainer.val_before_train=false"]
     assert main(args) == 0
+    # rollout.name=auto (the default) said which engine it picked for the architecture
+    engine = "hf" if arch == "opt" else "native"
+    assert f"Rollout engine: {engine} (actor_rollout_ref.rollout.name=auto: " in capsys.readouterr().out
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "huggingface")
     assert exported.config.model_type == arch
 

@@ -1,6 +1,7 @@
 """The memory plan (verl.trainer.ppo.memory_plan): parts worked out by hand on a small shape, the
 peaks measured on a GPU, the refusal and its fixes, and ``main_ppo --plan``."""
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -105,6 +106,19 @@ def test_a_plan_over_the_memory_names_the_largest_part_and_its_fixes():
     assert "per rank at its peak (update)" in text and "actor activations" in text
     assert "ppo_micro_batch_size_per_gpu" in text and "enable_gradient_checkpointing=true" in text
     assert "--plan" in text and "trainer.memory_check=false" in text
+
+
+def test_a_plan_that_fits_with_little_headroom_is_warned_about(caplog):
+    plan = small_plan("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "data.train_batch_size=8")
+    for available, warned in ((int(plan.peak / 0.95), True), (int(plan.peak / 0.85), False), (plan.peak, True)):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="verl.trainer.ppo.memory_plan"):
+            check_fits(dataclasses.replace(plan, available=available))  # fits: nothing raised
+        assert bool(caplog.records) == warned, available
+        if warned:
+            text = caplog.records[0].getMessage()
+            assert "per rank at its peak (update)" in text and "may still run out of memory" in text
+            assert "ppo_micro_batch_size_per_gpu" in text  # the first fix of the largest part
 
 
 def test_the_documented_plan_command_prints_the_table_and_trains_nothing(tmp_path, monkeypatch, capsys):

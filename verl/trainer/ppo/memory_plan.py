@@ -168,7 +168,8 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     (default trainer.nnodes x trainer.n_gpus_per_node)."""
     arr, data = config.actor_rollout_ref, config.data
     model_cfg, mixed = arr.model, arr.actor.fsdp_config.mixed_precision
-    shape = ModelShape.of(hf_config if hf_config is not None else roles.policy_config(config))
+    hf_config = hf_config if hf_config is not None else roles.policy_config(config)
+    shape = ModelShape.of(hf_config)
     weight = _bytes(model_cfg.dtype)
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
@@ -329,10 +330,23 @@ FIXES = {
 }
 
 
+HEADROOM = 0.9
+"""A plan above this share of the memory available is warned about: measured peaks ran up to 15%
+above the plan (the allocator's caches and fragmentation; on a CPU the heap grows between steps)."""
+
+
 def check_fits(plan: MemoryPlan) -> None:
     """Refuses a plan whose peak exceeds the memory available: one message with the largest parts
-    and what lowers each."""
-    if not plan.available or plan.peak <= plan.available:
+    and what lowers each; warns when it leaves less than 10% of that memory free."""
+    if not plan.available:
+        return
+    if plan.peak <= plan.available:
+        if plan.peak > HEADROOM * plan.available:
+            logger.warning("this run plans %.1f GiB per rank at its peak (%s), %.0f%% of the %.1f GiB available on "
+                           "%s: the plan is an estimate (measured peaks ran up to 15%% above it), so the run may "
+                           "still run out of memory; to leave room: %s", plan.peak / GiB, plan.peak_phase,
+                           100 * plan.peak / plan.available, plan.available / GiB, plan.device,
+                           "; ".join(plan.fixes()[:2]))
         return
     parts = ", ".join(f"{role} {part} {size / GiB:.1f} GiB" for (role, part), (size, _) in plan.largest(3))
     raise VerlError(f"this run needs about {plan.peak / GiB:.1f} GiB per rank at its peak ({plan.peak_phase}) "
