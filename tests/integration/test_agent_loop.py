@@ -175,8 +175,7 @@ def chatty_model(tmp_path_factory):
         {"role": "assistant", "content": "ok"}] for t in (7, 8)])
 
 
-def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
-    model, tok, _ = chatty_model
+def _game_rows(tok):
     rows = []
     for i in range(2):
         messages = [{"role": "user", "content": "Play."}]
@@ -184,8 +183,13 @@ def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
                   add_special_tokens=False)["input_ids"]
         rows.append({"input_ids": torch.tensor(ids), "raw_prompt": messages, "data_source": "game",
                      "ground_truth": str(7 + i), "extra_info": {}, "index": i})
+    return collate_prompts(rows, tok.pad_token_id)
+
+
+def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
+    model, tok, _ = chatty_model
     loop = AgentLoop(HFRollout(model, tok), tok, {}, AgentSettings(), environment=ThreeRounds)
-    out = loop.generate(collate_prompts(rows, tok.pad_token_id), SamplingParams(max_new_tokens=60, do_sample=False))
+    out = loop.generate(_game_rows(tok), SamplingParams(max_new_tokens=60, do_sample=False))
 
     for i in range(2):
         prompt = tok.decode(out["prompts"][i][out["attention_mask"][i, :out["prompts"].shape[1]].bool()])
@@ -197,17 +201,6 @@ def test_an_environment_answers_each_turn_until_it_is_done(chatty_model):
     assert out["agent_turns"].tolist() == [3.0, 3.0]
     assert out["agent_reward"].tolist() == [0.75, 0.75]
     assert [list(r) for r in out["agent_turn_rewards"]] == [[0.25, 0.25, 0.25]] * 2
-
-
-def _game_rows(tok):
-    rows = []
-    for i in range(2):
-        messages = [{"role": "user", "content": "Play."}]
-        ids = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-                  add_special_tokens=False)["input_ids"]
-        rows.append({"input_ids": torch.tensor(ids), "raw_prompt": messages, "data_source": "game",
-                     "ground_truth": str(7 + i), "extra_info": {}, "index": i})
-    return collate_prompts(rows, tok.pad_token_id)
 
 
 class UnscoredRounds(ThreeRounds):
@@ -300,16 +293,21 @@ class Multiply(BaseTool):
 '''
 
 
+def _counter_tool_yaml(folder, module: str, monkeypatch):
+    """A tool YAML declaring COUNTER_TOOL's Multiply, written as ``module`` (importable from ``folder``)."""
+    (folder / f"{module}.py").write_text(COUNTER_TOOL)
+    (folder / "tools.yaml").write_text(
+        f"tools:\n  - class_name: {module}.Multiply\n    config: {{type: native}}\n    tool_schema:\n"
+        "      type: function\n      function: {name: multiply, description: Multiply.}\n")
+    monkeypatch.syspath_prepend(str(folder))
+    return folder / "tools.yaml"
+
+
 def test_a_verl_tool_class_gets_each_rows_create_kwargs_from_extra_info(tool_model, tmp_path, monkeypatch):
     from verl.tools.registry import load_tools
 
     model, tok, _ = tool_model
-    (tmp_path / "row_tools.py").write_text(COUNTER_TOOL)
-    (tmp_path / "tools.yaml").write_text(
-        "tools:\n  - class_name: row_tools.Multiply\n    config: {type: native}\n    tool_schema:\n"
-        "      type: function\n      function: {name: multiply, description: Multiply.}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    tools = load_tools(tmp_path / "tools.yaml")
+    tools = load_tools(_counter_tool_yaml(tmp_path, "row_tools", monkeypatch))
     prompts = _prompts(tok)
     prompts["extra_info"] = [{"tools_kwargs": {"multiply": {"create_kwargs": {"offset": k}}}} for k in (0, 1000)]
     out = AgentLoop(HFRollout(model, tok), tok, tools, AgentSettings(max_assistant_turns=2)).generate(
@@ -328,16 +326,11 @@ def test_a_row_without_the_create_kwargs_a_tool_takes_is_warned_once_and_counted
     from verl.tools.registry import load_tools
 
     model, tok, _ = tool_model
-    (tmp_path / "row_tools2.py").write_text(COUNTER_TOOL)
-    (tmp_path / "tools.yaml").write_text(
-        "tools:\n  - class_name: row_tools2.Multiply\n    config: {type: native}\n    tool_schema:\n"
-        "      type: function\n      function: {name: multiply, description: Multiply.}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    tools = load_tools(_counter_tool_yaml(tmp_path, "row_tools2", monkeypatch))
     prompts = _prompts(tok)
     prompts["extra_info"] = [{"tools_kwargs": {"multiply": {"create_kwargs": {"offset": 1000}}}}, {}]
     with caplog.at_level("WARNING", logger="verl.agent.agent_loop"):
-        out = AgentLoop(HFRollout(model, tok), tok, load_tools(tmp_path / "tools.yaml"),
-                        AgentSettings(max_assistant_turns=2)).generate(
+        out = AgentLoop(HFRollout(model, tok), tok, tools, AgentSettings(max_assistant_turns=2)).generate(
             prompts, SamplingParams(max_new_tokens=120, do_sample=False))
     assert out["agent_defaulted"].tolist() == [0.0, 1.0]  # the second row created its instance with offset=0
     warned = [r.getMessage() for r in caplog.records if "tools_kwargs" in r.getMessage()]
