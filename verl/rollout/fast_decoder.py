@@ -15,7 +15,8 @@ twenty tensor ops per layer:
 - RoPE comes from a cos/sin table built once from the model's own ``inv_freq``;
 - decode attention is two batched matmuls over the kv-head groups (the ``G`` query heads of a kv
   head act as ``G`` query rows, so keys and values are never repeated), with an additive mask that
-  hides the prompt's left padding; the prefill uses ``scaled_dot_product_attention``;
+  hides the prompt's left padding (in fp32 for 16-bit models on a CPU, where 16-bit ``bmm`` keeps
+  state for every new shape); the prefill uses ``scaled_dot_product_attention``;
 - RMSNorm is ``torch.nn.functional.rms_norm``; residual adds are folded into ``addmm``.
 
 Supported: ``model_type`` qwen2, llama, mistral and phi3 with their own Hugging Face classes,
@@ -185,6 +186,11 @@ class FastDecoder:
         self.dtype, self.device = self.embed.dtype, self.embed.device
         pack = sum(p.numel() * p.element_size() for p in model.parameters()) <= PACK_LIMIT_BYTES
         self.complex = pack and self.dtype in (torch.float32, torch.float64)
+        # 16-bit on a CPU: decode attention in fp32. oneDNN, which runs 16-bit bmm there, keeps state
+        # for every new shape (about 0.7 MB each), and decode attention has a new shape every step
+        # (the filled cache grows, finished rows leave): a process's memory grew by ~3 MB per decode
+        # step and kept growing across calls (docs/performance.md). fp32 bmm keeps nothing.
+        self.attention_fp32 = self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float16)
         qk_rows = None
         if self.complex:
             half, dim = self.head_dim // 2, self.head_dim
@@ -312,8 +318,13 @@ class FastDecoder:
                 keys.view(b, kv, -1, dim)[:, :, col] = qk[:, heads:]
                 q = qk[:, :heads].reshape(rows, groups, dim)
             values.view(b, kv, -1, dim)[:, :, col] = qkv[:, nqk:].view(b, kv, dim)
-            scores = torch.baddbmm(bias, q, keys[:, :end].transpose(1, 2), alpha=self.scale)
-            out = torch.bmm(torch.softmax(scores, dim=-1), values[:, :end])  # [b * kv, groups, dim]
+            if self.attention_fp32:
+                scores = torch.baddbmm(bias.float(), q.float(), keys[:, :end].transpose(1, 2).float(),
+                                       alpha=self.scale)
+                out = torch.bmm(torch.softmax(scores, dim=-1), values[:, :end].float()).to(self.dtype)
+            else:
+                scores = torch.baddbmm(bias, q, keys[:, :end].transpose(1, 2), alpha=self.scale)
+                out = torch.bmm(torch.softmax(scores, dim=-1), values[:, :end])  # [b * kv, groups, dim]
             x = _project_residual(x, out.view(b, heads * dim), layer.o)
             x = self._mlp(x, layer)
         self.length = end
