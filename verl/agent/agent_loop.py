@@ -225,8 +225,9 @@ class AgentLoop:
         agent/defaulted_values; anything else that is not a finite number stops the run."""
         if reward is None:
             trajectory.defaulted += 1
-            warn_once(f"{type(trajectory.env).__name__}.step returned reward None (first: row {trajectory.row}): "
-                      f"such turns count 0, and agent/defaulted_values counts them; return 0.0 to say so")
+            name = type(trajectory.env).__name__
+            warn_once(f"{name}.reward", f"{name}.step returned reward None (first: row {trajectory.row}): such turns "
+                      f"count 0, and agent/defaulted_values counts them; return 0.0 to say so")
             return 0.0
         try:
             value = float(reward)
@@ -307,16 +308,17 @@ class AgentLoop:
         stateful = {name: tool for name, tool in self.tools.items() if not isinstance(tool, FunctionTool)}
         if not stateful:
             return
+        takes = {name: _create_parameters(tool) for name, tool in stateful.items()}  # once, not per row
 
         async def create(trajectory, kwargs):
             for name, tool in stateful.items():
                 given = dict((kwargs or {}).get(name, {}).get("create_kwargs", {}))
-                absent = [p for p in _create_parameters(tool) if p not in given]
+                absent = [p for p in takes[name] if p not in given]
                 if absent:  # e.g. a ground truth the tool scores against: its default would score every call alike
                     trajectory.defaulted += 1
-                    warn_once(f"tool {name}: rows without extra_info.tools_kwargs.{name}.create_kwargs."
-                              f"{absent[0]} (first: row {trajectory.row}) create it with the default of "
-                              f"{', '.join(absent)}; agent/defaulted_values counts them")
+                    warn_once(f"tool {name}.create", f"tool {name}: rows without extra_info.tools_kwargs.{name}."
+                              f"create_kwargs.{absent[0]} (first: row {trajectory.row}) create it with the default "
+                              f"of {', '.join(absent)}; agent/defaulted_values counts them")
                 created = await tool.create(**given)
                 trajectory.instances[name] = created[0] if isinstance(created, tuple) else created
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
@@ -371,10 +373,10 @@ _warned: set[str] = set()
 logger = logging.getLogger(__name__)
 
 
-def warn_once(message: str) -> None:
-    """Log ``message`` the first time this process meets it."""
-    if message.split(" (first:")[0] not in _warned:
-        _warned.add(message.split(" (first:")[0])
+def warn_once(key: str, message: str) -> None:
+    """Log ``message`` the first time this process meets ``key``."""
+    if key not in _warned:
+        _warned.add(key)
         logger.warning(message)
 
 

@@ -89,9 +89,9 @@ class RoleHost:
     def init_group(self, master_addr: str, master_port: int, timeout_s: float) -> int:
         from verl.distributed.process_group import ensure_process_group
 
-        os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
         import ray
 
+        os.environ.update({"MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)})
         ensure_process_group(timeout_s=timeout_s)
         return os.getpid(), ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
 
@@ -183,8 +183,7 @@ class RayResourcePool:
 
         self.spec, self.timeout_s = spec, timeout_s
         self.pids: list[int] | None = None  # known once the pool's process group is up
-        self.node_ids: list[str] | None = None  # each rank's Ray node
-        self.nodes: list[str] | None = None  # the same, as the messages name it: "node 3f2a9c1b at IP"
+        self.nodes: list[tuple[str, str]] | None = None  # each rank's Ray node: (node id, IP)
         self.hosts: list = []
         bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
         # One placement group per node of the pool, its ranks packed on one machine (verl's layout:
@@ -217,15 +216,14 @@ class RayResourcePool:
         started = self.wait([h.init_group.remote(master_addr, master_port, timeout_s) for h in self.hosts],
                             "init_process_group", "pool")
         self.pids = [pid for pid, _, _ in started]
-        self.node_ids = [node for _, _, node in started]
-        self.nodes = [f"node {node[:8]} at {ip}" for _, ip, node in started]
+        self.nodes = [(node, ip) for _, ip, node in started]
 
     def layout(self) -> str:
         """Where the pool's ranks run, for the start-up line: "2 ranks on 2 nodes (node 3f2a9c1b at
         10.0.0.1: rank 0; node 8e7d6c5b at 10.0.0.2: rank 1)"."""
         by_node: dict[str, list[int]] = {}
-        for rank, node in enumerate(self.nodes or []):
-            by_node.setdefault(node, []).append(rank)
+        for rank in range(len(self.nodes or [])):
+            by_node.setdefault(self._node_name(rank), []).append(rank)
         ranks = self.spec.world_size
         where = "; ".join(f"{node}: rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}"
                           for node, r in by_node.items())
@@ -281,9 +279,9 @@ class RayResourcePool:
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError) as e:
             if self._node_lost(ray, rank, e):
                 raise ActorLost(f"{where} was lost: its node left the cluster ({type(e).__name__}: the machine, or "
-                                f"its Ray raylet, is gone). The checkpoints in trainer.default_local_dir are intact: run the "
-                                f"same command on the nodes that remain (trainer.nnodes for them) and it resumes from the "
-                                f"last one") from None
+                                f"its Ray raylet, is gone). The checkpoints in trainer.default_local_dir are intact: "
+                                f"run the same command on the nodes that remain (trainer.nnodes for them) and it "
+                                f"resumes from the last one") from None
             raise ActorLost(f"{where} was lost: the actor process died ({type(e).__name__}). Its log is in the Ray "
                             f"session folder (/tmp/ray/session_latest/logs); a killed process is often out of "
                             f"memory") from None
@@ -292,9 +290,9 @@ class RayResourcePool:
         """Whether rank ``rank`` was lost with its node. An actor whose connection broke is
         "unavailable" until Ray's health checks settle it (about 15 s for a node): meanwhile its node
         is watched, and the actor pinged (a dead process is reported at once)."""
-        node = self.node_ids[rank] if self.node_ids else None
-        if node is None:
+        if not self.nodes:
             return False
+        node = self.nodes[rank][0]
         if _node_died(error):
             return True
         deadline = time.monotonic() + (min(self.timeout_s, 30.0)
@@ -319,8 +317,12 @@ class RayResourcePool:
         """Where rank ``rank`` runs: "pid P", with its node when the pool spans several."""
         pid = f"pid {self.pids[rank]}" if self.pids else "pid ?"
         if self.nodes and len(set(self.nodes)) > 1:
-            return f"{self.nodes[rank]}, {pid}"
+            return f"{self._node_name(rank)}, {pid}"
         return pid
+
+    def _node_name(self, rank: int) -> str:
+        node, ip = self.nodes[rank]
+        return f"node {node[:8]} at {ip}"
 
     def build(self, role: str, factory, config, **kwargs) -> RayWorkerGroup:
         """Build ``role`` on every actor of the pool with ``factory(config, **kwargs)`` (collectively:

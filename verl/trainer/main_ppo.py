@@ -29,13 +29,14 @@ def run(config: TrainerConfig) -> dict:
     from verl.tracking.summary import format_summary
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names
     from verl.trainer.ppo.memory_plan import check_memory_plan
-    from verl.trainer.ppo.roles import resolve_rollout_engine
+    from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
     from verl.trainer.warmstart import warm_start
 
     check_algorithm_names(config)  # before the warm start trains anything
     device = resolve_device(config.trainer.device)  # trainer.device=cuda without CUDA: one line, before anything starts
-    resolve_rollout_engine(config)  # rollout.name=auto: which engine, said now
-    check_memory_plan(config, device)  # prints the plan; a run that cannot fit stops here
+    model_config = policy_config(config)  # config.json alone, read once for both
+    resolve_rollout_engine(config, model_config)  # rollout.name=auto: which engine, said now
+    check_memory_plan(config, device, model_config)  # prints the plan; a run that cannot fit stops here
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
         # Under torchrun rank 0 trains and caches the warm start; the other ranks then load it.

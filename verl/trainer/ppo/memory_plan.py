@@ -168,8 +168,7 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     (default trainer.nnodes x trainer.n_gpus_per_node)."""
     arr, data = config.actor_rollout_ref, config.data
     model_cfg, mixed = arr.model, arr.actor.fsdp_config.mixed_precision
-    hf_config = hf_config if hf_config is not None else roles.policy_config(config)
-    shape = ModelShape.of(hf_config)
+    shape = ModelShape.of(hf_config if hf_config is not None else roles.policy_config(config))
     weight = _bytes(model_cfg.dtype)
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
@@ -355,7 +354,7 @@ def check_fits(plan: MemoryPlan) -> None:
                     "prints the whole plan; trainer.memory_check=false skips this check")
 
 
-def plan_for_run(config, device: torch.device) -> MemoryPlan:
+def plan_for_run(config, device: torch.device, hf_config=None) -> MemoryPlan:
     """This rank's plan for the run ``config`` on ``device``, with the memory available to the rank:
     its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray."""
     trainer = config.trainer
@@ -366,7 +365,8 @@ def plan_for_run(config, device: torch.device) -> MemoryPlan:
     device = str(device) if device.type != "cuda" or device.index is not None else "cuda:0"
     # Ray across machines: the driver's machine says nothing of the others' memory (plan only, no refusal)
     known = trainer.backend != "ray" or trainer.nnodes == 1
-    return plan_memory(config, ranks=ranks, device=device, available=available_memory(device, here) if known else None)
+    return plan_memory(config, hf_config, ranks=ranks, device=device,
+                       available=available_memory(device, here) if known else None)
 
 
 def offloads_set(config) -> list[str]:
@@ -377,7 +377,7 @@ def offloads_set(config) -> list[str]:
             for switch in ("param_offload", "optimizer_offload") if getattr(fsdp, switch)]
 
 
-def check_memory_plan(config, device: torch.device) -> None:
+def check_memory_plan(config, device: torch.device, hf_config=None) -> None:
     """Prints the plan (rank 0) and refuses a run that cannot fit (trainer.memory_check); on a CPU,
     says once that offload switches change nothing there (the state is in CPU memory already)."""
     offloads = offloads_set(config) if device.type == "cpu" else []
@@ -385,7 +385,7 @@ def check_memory_plan(config, device: torch.device) -> None:
         logger.warning("%s: on a CPU run the weights and optimizer state are in CPU memory already, so offloading "
                        "changes nothing (it frees GPU memory on a GPU); the memory plan counts them as resident",
                        ", ".join(offloads))
-    plan = plan_for_run(config, device)
+    plan = plan_for_run(config, device, hf_config)
     if is_main_process():
         print(plan.table(), flush=True)
     if config.trainer.memory_check:
