@@ -16,7 +16,7 @@ from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.logprob import compute_response_logprobs
 from verl.models.tiny import ARCHITECTURES, make_tiny_model_folder
 from verl.rollout import ROLLOUT_NAMES, HFRollout, SamplingParams, build_rollout
-from verl.rollout.native import CACHE_KINDS, NativeRollout, distinct_prompts
+from verl.rollout.native import CACHE_KINDS, NativeRollout
 
 # NativeRollout settings: the fast decoder where the model allows it, the model's forward with each cache.
 ENGINES = [dict(fast=True)] + [dict(fast=False, cache=kind) for kind in CACHE_KINDS]
@@ -144,17 +144,6 @@ def test_a_response_does_not_depend_on_the_rest_of_the_batch(qwen2, settings):
     assert torch.equal(whole["responses"], responses)
     torch.testing.assert_close(whole["rollout_log_probs"], torch.cat([h["rollout_log_probs"] for h in halves]),
                                atol=1e-5, rtol=0)
-
-
-def test_distinct_prompts_finds_each_prompt_once():
-    ids = torch.tensor([[0, 5, 6], [0, 5, 6], [7, 8, 9], [0, 5, 6], [0, 5, 6]])
-    mask = torch.tensor([[0, 1, 1], [0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])  # the last: a real token 0
-    first, inverse = distinct_prompts(ids, mask)
-    assert first.tolist() == [0, 2, 4]
-    assert torch.equal(ids[first][inverse], ids) and torch.equal(mask[first][inverse], mask)
-    assert inverse.tolist() == [0, 0, 1, 0, 2]
-    first, inverse = distinct_prompts(ids[[2, 4, 0]], mask[[2, 4, 0]])
-    assert first.tolist() == inverse.tolist() == [0, 1, 2]  # all distinct: no reordering at all
 
 
 class ForwardCounter:

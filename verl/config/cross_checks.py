@@ -171,6 +171,14 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     if actor.clip_ratio_c <= 1:
         raise ConfigError(f"{_ACTOR}.clip_ratio_c={actor.clip_ratio_c} must be > 1 (dual-clip bound "
                           f"on the ratio for negative advantages); the default is 3.0")
+    if actor.use_prefix_grouper:
+        model = cfg.actor_rollout_ref.model
+        for key, on in (("use_remove_padding", model.use_remove_padding),
+                        ("enable_gradient_checkpointing", model.enable_gradient_checkpointing)):
+            if on:
+                raise ConfigError(f"{_ACTOR}.use_prefix_grouper=true cannot run with actor_rollout_ref.model.{key}=true "
+                                  f"(shared prompts need the plain padded forward and the prompt's cache): set one of "
+                                  f"them to false, or leave use_prefix_grouper null (on wherever it can be)")
     loss = actor.policy_loss
     if loss.loss_mode == "clip_cov" and loss.clip_cov_lb >= loss.clip_cov_ub:
         raise ConfigError(f"{_ACTOR}.policy_loss.clip_cov_lb={loss.clip_cov_lb} must be below clip_cov_ub="

@@ -325,6 +325,13 @@ class _ActorCore(Section):
     ppo_max_token_len_per_gpu: int = option(16384, bounds=">= 1", help="Token budget of one update micro-batch with "
                                             "use_dynamic_bsz (a few times max_prompt_length + max_response_length).")
     ppo_epochs: int = option(1, bounds=">= 1", help="Passes over the step's samples.")
+    use_prefix_grouper: bool | None = option(
+        None, help="Run each distinct prompt of a micro-batch once in the actor's and the reference's "
+        "forward passes (log-probs and update; the n samples of a prompt share its keys and values): the same "
+        "numbers, a fraction of the compute when rollout.n > 1 and prompts are long against responses. null = "
+        "on where the model allows it (checked on the model at start; a warning names what stops it) and "
+        "model.use_remove_padding is off; true = required (an error names what stops it); false = off. verl's "
+        "default is false.")
     shuffle: bool = option(False, help="Shuffle samples before splitting them into mini-batches.")
     clip_ratio: float = option(0.2, bounds="> 0", help="PPO clip range epsilon: the ratio is clipped to [1 - eps, 1 + eps].")
     clip_ratio_low: float | None = option(None, bounds="> 0", help="Lower clip epsilon; null = clip_ratio.")
@@ -370,8 +377,6 @@ class _ActorCore(Section):
                                             "response token (batch key sum_pi_squared), which "
                                             "algorithm.adv_estimator=optimal_token_baseline reads; validate() "
                                             "switches it on for that estimator.")
-    use_prefix_grouper: bool = verl_option(False, help="Share the prompt prefix of a group in one forward.",
-                                           why="a speed setting only", warn_if=bool, when="to true")
     freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",
                                             inert=False, why="vision-language models are not supported",
                                             refuse_if=bool, when="when true")

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from verl.algorithms import entropy_from_logits
 from verl.errors import VerlError
+from verl.models.shared_prompt import keeps_logits, shared_prompt_logits
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -31,8 +32,12 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 
 def response_logits(model, input_ids, attention_mask, position_ids, response_length: int):
-    """Logits ``[B, T_resp, V]`` that predict each response token."""
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    """Logits ``[B, T_resp, V]`` that predict each response token (the LM head runs on those
+    positions only where the model takes ``logits_to_keep``: a vocabulary of 150k makes it most of
+    the forward's memory)."""
+    keep = {"logits_to_keep": response_length + 1} if keeps_logits(model) else {}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                **keep)
     return out.logits[:, -response_length - 1:-1, :]
 
 
@@ -114,19 +119,23 @@ def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def compute_response_logprobs(model, input_ids, attention_mask, position_ids, responses, *,
                               temperature: float = 1.0, with_entropy: bool = False, remove_padding: bool = False,
-                              with_sum_pi_squared: bool = False):
+                              with_sum_pi_squared: bool = False, share_prompts: bool = False):
     """Log-probs ``[B, T_resp]`` of ``responses`` (and entropies when asked) under ``model``.
 
     Logits are divided by the sampling temperature so the numbers describe the distribution the
     rollout actually sampled from (for greedy decoding pass 1.0). With ``remove_padding`` the
     forward pass runs on the packed sequences and padding positions get 0. With
     ``with_sum_pi_squared`` a third value is returned: sum_v pi(v)^2 at each response token.
+    With ``share_prompts`` each distinct prompt runs once (:mod:`verl.models.shared_prompt`).
     """
     if remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])
         out = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)
         logits = packing.responses(out.logits)
         labels = responses[packing.response_valid]
+    elif share_prompts:
+        logits = shared_prompt_logits(model, input_ids, attention_mask, position_ids, responses.shape[1])
+        labels = responses
     else:
         logits = response_logits(model, input_ids, attention_mask, position_ids, responses.shape[1])
         labels = responses

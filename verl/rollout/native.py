@@ -28,32 +28,17 @@ Greedy decoding is the argmax; its log-probs are the raw logits' ``log_softmax``
 
 from __future__ import annotations
 
-import inspect
 
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from verl.models.shared_prompt import cache_kwarg, distinct_prompts
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.seeding import draw, filter_logits
 
 CACHE_KINDS = ("dynamic", "static")
-
-
-def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(first, inverse)``: the index ``[U]`` of the first row of each distinct (ids, mask) row, in
-    increasing order, and for every row ``[B]`` the position of its prompt among them, so that
-    ``rows[first][inverse] == rows``. All rows distinct: both are ``arange(B)``."""
-    rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
-    _, groups = torch.unique(rows, dim=0, return_inverse=True)  # groups numbered in sorted order
-    index = torch.arange(len(groups), device=groups.device)
-    first = torch.full((int(groups.max()) + 1,), len(groups), dtype=torch.long, device=groups.device)
-    first.scatter_reduce_(0, groups, index, reduce="amin")
-    order = first.argsort()
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(order), device=order.device)
-    return first[order], rank[groups]
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -154,8 +139,7 @@ class NativeRollout(RolloutEngine):
         # Finished rows are dropped from the decode batch once they are this share of it (at least one).
         self.compact_fraction = compact_fraction
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
-        # transformers renamed the forward's ``past_key_values`` to ``cache`` (the old name warns, then goes).
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kwarg = cache_kwarg(model)
         self.last_path: str | None = None
         self.fallback_reason: str | None = None
         # Rows of each decode forward of the last call (prefill excluded): what compaction left.

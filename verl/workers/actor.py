@@ -13,6 +13,7 @@ from verl.algorithms.distillation import distillation_loss
 from verl.algorithms.rollout_correction import RolloutCorrection, rollout_correction_of
 from verl.config.key_errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
+from verl.models.shared_prompt import resolve_prompt_sharing
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
 
@@ -39,10 +40,13 @@ class PolicyModel:
     """A causal LM that scores responses: the base of the actor and the reference."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None, *,
-                 max_token_len: int | None = None, remove_padding: bool = False, data_parallel: bool = True):
+                 max_token_len: int | None = None, remove_padding: bool = False, data_parallel: bool = True,
+                 share_prompts: bool | None = False):
         """``micro_batch_size`` rows per log-prob forward pass (null: all), or with ``max_token_len``
         (dynamic batch size) balanced passes of at most that many tokens. ``remove_padding`` runs
-        every pass on packed sequences (checked to be exact for this model first)."""
+        every pass on packed sequences (checked to be exact for this model first). ``share_prompts``
+        runs each distinct prompt once (:mod:`verl.models.shared_prompt`): None = where the model
+        allows it, True = required; ``self.share_prompts`` says what was decided."""
         # The model comes ready: placed on ``device`` and, where its role asks for it, sharded
         # (``verl.distributed.fsdp.parallelize``) by whoever built it. Roles know nothing of placement.
         self.model = model
@@ -53,6 +57,7 @@ class PolicyModel:
         self.data_parallel = data_parallel
         if remove_padding:
             check_packing(model, device, "actor_rollout_ref.model.use_remove_padding")
+        self.share_prompts = resolve_prompt_sharing(model, device, share_prompts, remove_padding=remove_padding)
 
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False, with_sum_pi_squared: bool = False):
@@ -74,7 +79,7 @@ class PolicyModel:
                 lp, ent, *spp = compute_response_logprobs(
                     self.model, *_model_inputs(batch.index(rows or [0]), self.device), temperature=temperature,
                     with_entropy=with_entropy, remove_padding=self.remove_padding,
-                    with_sum_pi_squared=with_sum_pi_squared)
+                    with_sum_pi_squared=with_sum_pi_squared, share_prompts=self.share_prompts)
                 if rows:
                     log_probs.append(lp)
                     entropies.append(ent)
@@ -95,14 +100,14 @@ class Actor(PolicyModel):
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
                  log_prob_micro_batch_size: int | None = None, log_prob_max_token_len: int | None = None,
                  remove_padding: bool = False, seed: int = 0, norm_len: int | None = None,
-                 rollout_correction: RolloutCorrection | None = None):
+                 rollout_correction: RolloutCorrection | None = None, share_prompts: bool | None = False):
         """``config`` is the ``actor_rollout_ref.actor`` section (its ``use_dynamic_bsz`` and
         ``ppo_max_token_len_per_gpu`` shape the update's micro-batches); the old-log-prob passes
         take ``log_prob_micro_batch_size`` or ``log_prob_max_token_len`` (the rollout section's)."""
         check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", config.policy_loss.loss_mode,
                      list(POLICY_LOSSES), "policy loss", NOT_IMPLEMENTED_LOSSES)
         super().__init__(model, device, log_prob_micro_batch_size, max_token_len=log_prob_max_token_len,
-                         remove_padding=remove_padding)
+                         remove_padding=remove_padding, share_prompts=share_prompts)
         self.config = config
         # verl's algorithm.rollout_correction, passed in by the trainer; alone, token-level TIS from this section.
         self.rollout_correction = rollout_correction or rollout_correction_of(config)
@@ -241,7 +246,8 @@ class Actor(PolicyModel):
         def loss_of_log_probs(model, mb: Batch, counts: dict):
             log_prob, entropy = compute_response_logprobs(
                 model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
-                temperature=temperature, with_entropy=True, remove_padding=self.remove_padding)
+                temperature=temperature, with_entropy=True, remove_padding=self.remove_padding,
+                share_prompts=self.share_prompts)
             return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
 
         metrics = self.engine.train_batch(

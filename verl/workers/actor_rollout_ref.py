@@ -104,10 +104,11 @@ class ActorRolloutRefWorker:
                            log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu,
                            log_prob_max_token_len=log_prob_token_budget(config, "rollout"),
                            remove_padding=model_cfg.use_remove_padding, seed=seed, norm_len=self.max_response_length,
-                           rollout_correction=rollout_correction)
+                           rollout_correction=rollout_correction, share_prompts=actor_cfg.use_prefix_grouper)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                max_token_len=log_prob_token_budget(config, "ref"),
-                               remove_padding=model_cfg.use_remove_padding) if ref_model is not None else None
+                               remove_padding=model_cfg.use_remove_padding,
+                               share_prompts=actor_cfg.use_prefix_grouper) if ref_model is not None else None
         prompt_length = config.rollout.prompt_length
         self.rollout = build_rollout(engine, rollout_model, self.tokenizer,
                                      generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
@@ -117,9 +118,9 @@ class ActorRolloutRefWorker:
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
-        logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s",
-                    path, f"{sum(p.numel() for p in model.parameters()):,}", self.device, engine,
-                    "yes" if self.ref else "no")
+        logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s, "
+                    "shared prompts=%s", path, f"{sum(p.numel() for p in model.parameters()):,}", self.device,
+                    engine, "yes" if self.ref else "no", "yes" if self.actor.share_prompts else "no")
 
     @property
     def actor_model(self) -> torch.nn.Module:
