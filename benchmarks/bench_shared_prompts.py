@@ -3,6 +3,7 @@ actor's update and the reference's log-prob pass, side by side in one process, b
 
     python benchmarks/bench_shared_prompts.py [--repeats 4] [--shapes demo trl calculator long]
     python benchmarks/bench_shared_prompts.py --shape 16x8x64x128        # prompts x n x prompt x response
+    python benchmarks/bench_shared_prompts.py --shapes demo --compile    # + the plain update compiled
 
 Each shape is G prompts x n samples, prompt lengths drawn in [T_prompt / 2, T_prompt] (left-padded),
 response lengths in [1, T_resp] (right-padded), through the built-in tiny Qwen2 (0.8M parameters,
@@ -49,6 +50,31 @@ def make_batch(groups: int, n: int, prompt: int, response: int, seed: int = 0):
                   "ref_log_prob": -5 * torch.rand(rows, response, generator=g)})
 
 
+def compiled_update(shape: tuple[int, int, int, int], repeats: int) -> dict:
+    """The plain update with the model under ``torch.compile`` (inductor, static shapes): seconds of the
+    first call (the compilation) and the median of the following ones."""
+    from verl.config import TrainerConfig
+    from verl.models.loading import load_causal_lm
+    from verl.models.tiny import builtin_model_path
+    from verl.workers.actor import Actor
+
+    batch = make_batch(*shape)
+    actor_cfg = TrainerConfig.from_cli(["actor_rollout_ref.actor.use_kl_loss=true"]).actor_rollout_ref.actor
+    torch.manual_seed(0)
+    model = torch.compile(load_causal_lm(str(builtin_model_path())), dynamic=False)
+    actor = Actor(model, actor_cfg, torch.device("cpu"), samples_per_mini_batch=len(batch), total_steps=None,
+                  share_prompts=False)
+    start = time.perf_counter()
+    actor.update(batch)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        actor.update(batch)
+        times.append(time.process_time() - start)
+    return {"compile_s": first, "update": statistics.median(times)}
+
+
 def measure(shape: tuple[int, int, int, int], repeats: int) -> dict:
     from verl.config import TrainerConfig
     from verl.models.loading import load_causal_lm
@@ -87,6 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--shape", action="append", default=[], help="GxNxPxR, e.g. 16x8x64x128")
     parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--compile", action="store_true", help="also time the plain update under torch.compile")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     shapes = [(name, SHAPES[name]) for name in args.shapes]
@@ -102,6 +129,11 @@ def main(argv=None) -> int:
         print(f"| {name} ({g} x {n}, {p}, {r}) | {plain['update']:.3f} s | {shared['update']:.3f} s | "
               f"{shared['update'] / plain['update']:.2f}x | {plain['log_prob']:.3f} s | {shared['log_prob']:.3f} s | "
               f"{shared['log_prob'] / plain['log_prob']:.2f}x | {result['max_log_prob_diff']:.1e} |", flush=True)
+        if args.compile:
+            compiled = compiled_update(shape, args.repeats)
+            print(f"|   torch.compile'd plain update: {compiled['update']:.3f} s "
+                  f"({compiled['update'] / plain['update']:.2f}x), first call {compiled['compile_s']:.1f} s wall |",
+                  flush=True)
     return 0
 
 
