@@ -92,7 +92,7 @@ def test_the_reference_is_the_base_model_exactly_and_the_actor_differs_from_it(w
     base = load_causal_lm(str(tiny_model_dir)).eval()
     with torch.no_grad():
         expected, _ = compute_response_logprobs(base, gen["input_ids"], gen["attention_mask"], gen["position_ids"],
-                                                gen["responses"])
+                                                gen["responses"], share_prompts=worker.ref.share_prompts)
     assert torch.equal(ref, expected)
     actor = worker.compute_log_prob(gen)["old_log_probs"]
     assert (actor - ref).abs().max() > 1e-3  # the trained adapters act outside the reference

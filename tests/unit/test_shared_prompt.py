@@ -34,7 +34,7 @@ def grouped_batch(groups: int = 3, n: int = 4, prompt: int = 6, response: int = 
     g = torch.Generator().manual_seed(seed)
     rows = []
     for k in range(groups):
-        length = prompt - k % 3
+        length = max(1, prompt - k % 3)
         ids = torch.randint(3, VOCAB, (length,), generator=g).tolist()
         for j in range(n):
             r_len = response - j % response
@@ -99,10 +99,33 @@ def test_shared_prompts_give_the_plain_log_probs_and_gradients(arch):
     assert prompt_sharing_unsupported(model, "cpu") is None
 
 
+def test_a_rows_log_probs_do_not_depend_on_the_other_rows_of_its_pass():
+    # The reference's pass and the update's micro-batches hold different rows (and so a different number
+    # of distinct prompts): each row must come out the same to the last bit, or an on-policy step's
+    # ratio is not exactly 1 and AdamW turns the rounding into steps of size lr.
+    model = tiny().eval()
+    input_ids, mask, positions, responses = grouped_batch(groups=4, n=4)
+
+    def log_probs(rows):
+        with torch.no_grad():
+            return compute_response_logprobs(model, input_ids[rows], mask[rows], positions[rows], responses[rows],
+                                             share_prompts=True)[0]
+
+    whole = log_probs(list(range(16)))
+    for split in ([list(range(8)), list(range(8, 16))], [list(range(0, 16, 2)), list(range(1, 16, 2))],
+                  [[i] for i in range(16)], [[0, 5, 9], list(range(16))]):
+        for rows in split:
+            assert torch.equal(log_probs(rows), whole[rows]), rows
+
+
 def test_one_token_responses_and_rows_that_share_nothing():
     model = tiny().eval()
     with torch.no_grad():
-        for input_ids, mask, positions, responses in (grouped_batch(response=1), grouped_batch(groups=5, n=1)):
+        ids, mask, _, responses = grouped_batch(prompt=6)
+        mask[:, :5] = 0  # every prompt is its last token alone: the prompt pass sees only padding
+        one_token_prompt = (ids * mask, mask, (mask.cumsum(-1) - 1).clamp(min=0), responses)
+        for input_ids, mask, positions, responses in (grouped_batch(response=1), grouped_batch(groups=5, n=1),
+                                                      one_token_prompt, grouped_batch(prompt=1)):
             plain, _ = compute_response_logprobs(model, input_ids, mask, positions, responses)
             shared, _ = compute_response_logprobs(model, input_ids, mask, positions, responses, share_prompts=True)
             seen = mask[:, -responses.shape[1]:].bool()

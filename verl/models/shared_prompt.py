@@ -3,10 +3,10 @@
 GRPO and its relatives sample ``n`` responses per prompt, so a batch holds every prompt ``n``
 times. Under a causal mask a prompt's tokens attend only to the prompt, so their hidden states,
 keys and values are the same in all ``n`` rows: the plain forward computes them ``n`` times.
-Here each distinct prompt runs once (``[U, T_prompt]``, with the cache kept), its keys and values
-are gathered out to the ``B`` rows that hold it, and the responses run on top (``[B, T_resp - 1]``,
-attending to the gathered prompt). The logits that predict the response tokens are the prompt
-pass's last position (the first response token) and the response pass's (the rest). Gradients flow
+Here each distinct prompt but its last token runs once (``[U, T_prompt - 1]``, with the cache
+kept), its keys and values are gathered out to the ``B`` rows that hold it, and the last prompt
+token and the responses run on top (``[B, T_resp]``, attending to the gathered prompt): that pass's
+logits predict the response tokens. Gradients flow
 back through the gather, so each prompt token receives the sum over its rows: the same gradient as
 the plain forward, up to float rounding (tested). With 8 samples of 13-token prompts and 4-token
 responses, the forward and backward cost about a third of the plain ones on a CPU.
@@ -76,21 +76,37 @@ def shared_prompt_logits(model, input_ids, attention_mask, position_ids, respons
     The layout is :mod:`verl.protocol`'s: a left-padded prompt, then a right-padded response.
     """
     prompt_length = input_ids.shape[1] - response_length
+    if prompt_length < 2:  # nothing before the last prompt token to share
+        return _plain_logits(model, input_ids, attention_mask, position_ids, response_length)
     first, inverse = distinct_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
+    # The prompt pass stops one token short: the last prompt token (never padding, the prompt being
+    # left-padded) runs again in every row with the responses, so that all the logits come from one
+    # LM-head product over B x T_resp rows. Then they do not depend on how many distinct prompts a
+    # micro-batch holds (a product over U rows rounds differently for each U), and the reference's pass
+    # and the update's micro-batches give the same numbers for the same rows.
+    shared = prompt_length - 1
     kwarg = cache_kwarg(model)
-    prompt = model(input_ids=input_ids[first, :prompt_length], attention_mask=attention_mask[first, :prompt_length],
-                   position_ids=position_ids[first, :prompt_length], use_cache=True, logits_to_keep=1)
-    first_logits = prompt.logits[inverse, -1:]
-    if response_length == 1:
-        return first_logits
+    prompt = model(input_ids=input_ids[first, :shared], attention_mask=attention_mask[first, :shared],
+                   position_ids=position_ids[first, :shared], use_cache=True, logits_to_keep=1)
     cache = prompt.get(kwarg)
     if cache is None:
         raise RuntimeError(f"{type(model).__name__} returned no cache from a forward with use_cache=True")
     cache.batch_select_indices(inverse)
     end = input_ids.shape[1] - 1  # the last response token predicts nothing
-    rest = model(input_ids=input_ids[:, prompt_length:end], attention_mask=attention_mask[:, :end],
-                 position_ids=position_ids[:, prompt_length:end], use_cache=False, **{kwarg: cache})
-    return torch.cat([first_logits, rest.logits], dim=1)
+    rest = model(input_ids=input_ids[:, shared:end], attention_mask=attention_mask[:, :end],
+                 position_ids=position_ids[:, shared:end], use_cache=False, **{kwarg: cache})
+    if not torch.is_grad_enabled():
+        return rest.logits
+    # The backward reaches the prompt pass through its keys and values only. FSDP gathers a layer's
+    # weights for the backward when the gradient arrives at the layer's output, so the prompt pass's
+    # own output stays in the graph, with weight zero (adding 0 changes no logit).
+    return rest.logits + 0 * prompt.logits.sum()
+
+
+def _plain_logits(model, input_ids, attention_mask, position_ids, response_length: int) -> torch.Tensor:
+    from verl.models.logprob import response_logits
+
+    return response_logits(model, input_ids, attention_mask, position_ids, response_length)
 
 
 def _dropout_settings(config, prefix: str = "") -> list[str]:
