@@ -61,3 +61,20 @@ def tiny_model_dir(tmp_path_factory):
 
     return make_tiny_model_folder(tmp_path_factory.mktemp("tiny-qwen2"), num_layers=2, hidden_size=64,
                                   intermediate_size=128)
+
+
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """``load_benchmark("bench_vs_trl")``: a script of benchmarks/ as a module (they are not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -1,20 +1,15 @@
 """benchmarks/bench_lora.py on a small model: it runs both trainings and its table shows LoRA
 saving what it should (the trained parameters, their optimiser state, the checkpoint)."""
 
-import importlib.util
 import re
 
 import pytest
 
-from helpers import REPO
-
 pytestmark = pytest.mark.slow
 
 
-def test_the_lora_benchmark_measures_what_lora_saves(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("bench_lora", REPO / "benchmarks" / "bench_lora.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_the_lora_benchmark_measures_what_lora_saves(tmp_path, capsys, load_benchmark):
+    bench = load_benchmark("bench_lora")
     bench.main(["--hidden", "128", "--layers", "2", "--rank", "4", "--out", str(tmp_path)])
     table = capsys.readouterr().out
     params, optimizer, checkpoint, peak = map(float, re.search(r"^LoRA/full\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", table,

@@ -2,16 +2,9 @@
 type system (pydantic refuses text that our text path takes; OmegaConf cannot hold the schema's
 annotations) still hold with the installed pydantic and OmegaConf."""
 
-import importlib.util
-from pathlib import Path
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_config_types.py"
-
-
-def test_the_type_system_findings_hold():
-    spec = importlib.util.spec_from_file_location("bench_config_types", PATH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_the_type_system_findings_hold(load_benchmark):
+    bench = load_benchmark("bench_config_types")
     out = bench.main()
     assert out["python '1e-4' for a float: ours"].startswith("actor_rollout_ref.actor.optim.lr expects float")
     assert "float_type" in out["python '1e-4' for a float: pydantic strict"]

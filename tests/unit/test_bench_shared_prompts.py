@@ -1,21 +1,10 @@
 """benchmarks/bench_shared_prompts.py runs (a tiny shape), prints its table row, and the two ways agree."""
 
-import importlib.util
 import re
-from pathlib import Path
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_shared_prompts.py"
 
 
-def load():
-    spec = importlib.util.spec_from_file_location("bench_shared_prompts", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_benchmark_times_both_ways_on_a_custom_shape(capsys):
-    bench = load()
+def test_the_benchmark_times_both_ways_on_a_custom_shape(capsys, load_benchmark):
+    bench = load_benchmark("bench_shared_prompts")
     batch = bench.make_batch(3, 2, 6, 4)
     # Each prompt's n rows hold the same prompt; response lengths vary, the padding is zeroed.
     assert (batch["input_ids"][0, :6] == batch["input_ids"][1, :6]).all()

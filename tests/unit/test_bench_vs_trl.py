@@ -3,20 +3,14 @@
 TRL is not needed (the benchmark installs it into its own virtualenv when it runs).
 """
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_vs_trl.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_vs_trl", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_vs_trl")
 
 
 def test_cost_split_by_hand(bench):
