@@ -126,6 +126,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 # ----------------------------------------------------------------------------- runs
 
+# Our side's keys for a run that only trains: no warm start, no validation, checkpoints, resume, progress
+# bar or loggers (metrics.jsonl is written whatever the loggers), on the CPU. parity_trl.py uses them too.
+BARE_RUN_KEYS = (
+    "sft_warmstart.enable=false",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "trainer.resume_mode=disable",
+    "trainer.progress_bar=false",
+    "trainer.logger=[]",
+    "trainer.device=cpu",
+)
+
+
 def child_env(threads: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
@@ -154,14 +168,7 @@ def ours_command(args, model: Path, out_dir: Path, steps: int, rollout: str) -> 
         "actor_rollout_ref.actor.use_kl_loss=false",  # no reference model
         "algorithm.use_kl_in_reward=false",
         "algorithm.adv_estimator=grpo",
-        "sft_warmstart.enable=false",
-        "trainer.val_before_train=false",
-        "trainer.test_freq=-1",
-        "trainer.save_freq=-1",
-        "trainer.resume_mode=disable",
-        "trainer.progress_bar=false",
-        "trainer.logger=[]",  # metrics.jsonl is written whatever the loggers
-        "trainer.device=cpu",
+        *BARE_RUN_KEYS,
         f"trainer.seed={args.seed}",
         f"trainer.total_training_steps={steps}",
         f"trainer.default_local_dir={out_dir}",
