@@ -21,6 +21,7 @@ from verl.config.schema_critic import (  # noqa: F401  (re-exported)
     CriticConfig, CriticModelConfig, CustomRewardFunctionConfig, RewardConfig, RewardModelConfig,
     RewardModelModelConfig)
 from verl.config.schema_actor import KL_ESTIMATOR_NAMES, ActorRolloutRefConfig
+from verl.config.schema_async import AsyncTrainingConfig
 
 
 @dataclass
@@ -441,6 +442,8 @@ class TrainerConfig(Section):
                                        "not used; code rewards run in the built-in sandbox (docs/code_reward.md)",
                                        refuse_if=lambda v: v.get("url") is not None, when="with a url", keys=("url",))
     distillation: DistillationConfig = section(DistillationConfig, help="verl's on-policy distillation.")
+    async_training: AsyncTrainingConfig = section(AsyncTrainingConfig, help="Asynchronous RL: the rollout runs "
+                                                  "ahead of the trainer (docs/async.md).")
 
     def validate(self, dp_size: int | None = None) -> None:
         """Raise ConfigError for inconsistent settings (batch-size arithmetic shown in the message).

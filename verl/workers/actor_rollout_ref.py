@@ -151,8 +151,12 @@ class ActorRolloutRefWorker:
         """Give the rollout engine the actor's current weights, where it holds a copy of its own
         (a collective under FSDP: every rank calls it)."""
         if self.rollout_holds_copy:
-            self.rollout.sync_weights(merged_weights(self.actor.model,
-                                                     full_state_dict(self.actor.model, every_rank=True)))
+            self.rollout.sync_weights(self.rollout_weights())
+
+    def rollout_weights(self) -> dict[str, torch.Tensor]:
+        """What a rollout's copy of the policy loads: the actor's full weights, LoRA adapters merged in
+        (a collective under FSDP: every rank calls it)."""
+        return merged_weights(self.actor.model, full_state_dict(self.actor.model, every_rank=True))
 
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every

@@ -161,6 +161,8 @@ def check_output_dir(path: Path, key: str) -> None:
 
 def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     seed_everything(config.trainer.seed)
+    if config.async_training.enable:
+        _prepare_async(config)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
     out_dir = Path(trainer_cfg.default_local_dir)
     if is_main_process():
@@ -207,7 +209,24 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(config.to_yaml())
     tracker = Tracker.from_config(config, out_dir, record=is_main_process())
-    return RLTrainer(config, actor_rollout_ref=placed.actor_rollout_ref, critic=placed.critic, reward=placed.reward,
-                     train_loader=loader, val_batches=val_batches, tracker=tracker, out_dir=out_dir,
-                     total_steps=total_steps, use_ref=roles.uses_reference(config), watchdog=watchdog,
-                     teacher=placed.teacher, distillation=distillation.loss_settings(config), placement=placed)
+    parts = dict(actor_rollout_ref=placed.actor_rollout_ref, critic=placed.critic, reward=placed.reward,
+                 train_loader=loader, val_batches=val_batches, tracker=tracker, out_dir=out_dir,
+                 total_steps=total_steps, use_ref=roles.uses_reference(config), watchdog=watchdog,
+                 teacher=placed.teacher, distillation=distillation.loss_settings(config), placement=placed)
+    if not config.async_training.enable:
+        return RLTrainer(config, **parts)
+    from verl.trainer.ppo.async_trainer import AsyncRLTrainer, open_rollout_stream
+
+    return AsyncRLTrainer(config, stream=open_rollout_stream(config), **parts)
+
+
+def _prepare_async(config) -> None:
+    """``async_training.enable``: checked, and what stale samples need set, said once, before any model loads."""
+    from verl.trainer.ppo.async_trainer import prepare_async_config
+
+    if launched_distributed():
+        raise ConfigError("async_training.enable=true under torchrun: not yet here; the trainer runs as one process "
+                          "beside its rollout process (start it with plain python)")
+    for line in prepare_async_config(config):
+        if is_main_process():
+            print(line, flush=True)

@@ -100,43 +100,58 @@ class RLTrainer:
     def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
         metrics: dict[str, float] = {}
-        algo = self.config.algorithm
-        traffic = Traffic((self.actor_rollout_ref, self.critic, self.reward, self.teacher))
+        traffic = self.traffic()
         with timer("step", timing):
             # Stages gen, gen_baseline (ReMax) and reward; DAPO dynamic sampling draws more prompts here.
             batch, sample_metrics = self.sampler.generate_and_score(prompts, self.train_loader, timing,
                                                                     step=self.global_step)
             metrics.update(sample_metrics)
-            if self.bypass_old_log_prob():
-                batch = self._rollout_as_old_log_probs(batch)
-            elif not self.on_policy_update(len(batch)):
-                with timer("old_log_prob", timing):
-                    batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
-            if self.use_ref:
-                with timer("ref", timing):
-                    batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch,
-                                                                   private=self.read_by_the_actor_alone(batch)))
-            if self.teacher is not None:
-                with timer("teacher", timing):
-                    batch = batch.union(self.teacher.run("compute_teacher_log_prob", batch))
-                batch.meta["distillation"] = self.distillation
-            if self.critic is not None:
-                with timer("values", timing):
-                    batch = batch.union(Batch({"values": self.critic.run("compute_values", batch)}))
-            with timer("adv", timing):
-                batch, kl_metrics = apply_kl_and_advantage(batch, algo, self.kl_ctrl)
-                metrics.update(kl_metrics)
-            if self.config.trainer.balance_batch:
-                batch = self._balanced(batch)
-            if self.critic is not None:
-                with timer("update_critic", timing):
-                    metrics.update(self.critic.run("update", batch, block=self.samples_per_mini_batch("critic")))
-            if self.global_step > self.config.critic.warmup_steps:
-                with timer("update_actor", timing):
-                    metrics.update(self.actor_rollout_ref.run("update_actor", batch,
-                                                              block=self.samples_per_mini_batch("actor")))
-            for group in traffic.groups:
+            batch = self.learn(batch, metrics, timing)
+        return self.step_metrics(batch, metrics, timing, traffic)
+
+    def traffic(self) -> Traffic:
+        """Counts the bytes the groups move between processes from now on (``perf/bytes_*``)."""
+        return Traffic((self.actor_rollout_ref, self.critic, self.reward, self.teacher))
+
+    def learn(self, batch: Batch, metrics: dict, timing: dict) -> Batch:
+        """The stages after a scored rollout batch: old and reference log-probs, values, advantages,
+        the critic's and the actor's updates. Returns the batch as the update saw it."""
+        algo = self.config.algorithm
+        if self.bypass_old_log_prob():
+            batch = self._rollout_as_old_log_probs(batch)
+        elif not self.on_policy_update(len(batch)):
+            with timer("old_log_prob", timing):
+                batch = batch.union(self.actor_rollout_ref.run("compute_log_prob", batch))
+        if self.use_ref:
+            with timer("ref", timing):
+                batch = batch.union(self.actor_rollout_ref.run("compute_ref_log_prob", batch,
+                                                               private=self.read_by_the_actor_alone(batch)))
+        if self.teacher is not None:
+            with timer("teacher", timing):
+                batch = batch.union(self.teacher.run("compute_teacher_log_prob", batch))
+            batch.meta["distillation"] = self.distillation
+        if self.critic is not None:
+            with timer("values", timing):
+                batch = batch.union(Batch({"values": self.critic.run("compute_values", batch)}))
+        with timer("adv", timing):
+            batch, kl_metrics = apply_kl_and_advantage(batch, algo, self.kl_ctrl)
+            metrics.update(kl_metrics)
+        if self.config.trainer.balance_batch:
+            batch = self._balanced(batch)
+        if self.critic is not None:
+            with timer("update_critic", timing):
+                metrics.update(self.critic.run("update", batch, block=self.samples_per_mini_batch("critic")))
+        if self.global_step > self.config.critic.warmup_steps:
+            with timer("update_actor", timing):
+                metrics.update(self.actor_rollout_ref.run("update_actor", batch,
+                                                          block=self.samples_per_mini_batch("actor")))
+        for group in (self.actor_rollout_ref, self.critic, self.reward, self.teacher):
+            if group is not None:
                 group.end_step()
+        return batch
+
+    def step_metrics(self, batch: Batch, metrics: dict, timing: dict, traffic: Traffic) -> dict:
+        """The step's metrics: the stages' own, the data's, timing, throughput and bytes moved."""
         metrics.update(compute_data_metrics(batch, self.config.data.max_response_length))
         metrics.update(timing)
         n_tokens = int(batch["attention_mask"].sum())

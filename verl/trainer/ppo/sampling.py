@@ -62,7 +62,7 @@ class StepSampler:
                 baselines = self._greedy_scores(prompts).repeat_interleave(len(batch) // len(prompts))
                 batch["reward_baselines"] = baselines.to(batch["responses"].device)
         with timer("reward", timing):
-            batch = batch.union(self._score(batch))
+            batch = batch.union(self.score(batch))
         return batch
 
     def _greedy_scores(self, prompts: Batch) -> torch.Tensor:
@@ -70,9 +70,11 @@ class StepSampler:
         params = self.actor_rollout_ref.call("sampling_params")
         greedy = dataclasses.replace(params, n=1, do_sample=False, logprobs=False)
         out = self.actor_rollout_ref.run("generate_sequences", prompts, params=greedy)
-        return self._score(out)["token_level_scores"].sum(-1)
+        return self.score(out)["token_level_scores"].sum(-1)
 
-    def _score(self, batch: Batch) -> Batch:
+    def score(self, batch: Batch) -> Batch:
+        """The reward stage of a generated batch: ``token_level_scores`` (and the reward extras), with
+        DAPO's overlong penalty and the agent's turn rewards added where configured."""
         scored = self.reward.run("score", batch)
         buffer = self.config.reward_model.overlong_buffer
         if buffer.enable:

@@ -1,0 +1,162 @@
+"""Asynchronous RL (``async_training.enable``): the rollout runs in a process (or thread) of its own,
+ahead of the trainer by at most ``max_staleness`` versions.
+
+* bound 0 is the synchronous run exactly: the same metrics and weights;
+* bound 1 (one step off): step s trains on samples of version s - 2, stamped so, corrected by the
+  rollout's log-probs; a resume from the middle equals the uninterrupted run (the checkpoint holds
+  the batches generated ahead);
+* a rollout process that dies ends the run with one line; its checkpoints stay whole.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import REPO
+from rl_compare import (GRPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
+                        step_metrics)
+
+pytestmark = pytest.mark.slow
+
+ASYNC = ("async_training.enable=true",)
+# Measurements of the run's timing, not results of the computation.
+MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/weight_sync_s", "async/trainer_wait_s",
+            "async/trainer_idle_frac", "async/queue_depth", "async/in_flight")
+LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
+ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return make_data_dir(tmp_path_factory.mktemp("async-data"))
+
+
+@pytest.fixture(scope="module")
+def sync_run(tiny_model_dir, data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sync")
+    run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS))
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_step_off_run(tiny_model_dir, data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("one-step-off")
+    done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF))
+    return out, done.stdout
+
+
+def computed(out) -> dict[int, dict]:
+    return {step: {k: v for k, v in m.items() if k not in MEASURED} for step, m in step_metrics(out).items()}
+
+
+def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
+    for placement in ("process", "thread"):
+        out = tmp_path / placement
+        done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC,
+                                  f"async_training.rollout_placement={placement}"))
+        assert f"the rollout runs in a {placement} of its own, ahead of the trainer by at most 0 step" in done.stdout
+        metrics = step_metrics(out)
+        for step in (1, 2, 3):
+            assert metrics[step]["async/staleness_max"] == 0 and metrics[step]["async/trainer_version"] == step - 1
+        assert metrics[1]["async/weight_sync_bytes"] > 0  # the first request carries the weights
+        async_only = {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in metrics.items()}
+        assert_same_metrics(step_metrics(sync_run), async_only)
+        assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
+        # The rollout generated every step with the weights the trainer then trained from: its
+        # log-probs are the trainer's (to float rounding), so each sync reached it.
+        for step in (2, 3):
+            assert metrics[step]["actor/rollout_log_prob_diff"] < 1e-5
+
+
+def test_one_step_off_trains_each_step_on_the_previous_versions_samples(one_step_off_run, sync_run, tmp_path):
+    out, stdout = one_step_off_run
+    assert "ahead of the trainer by at most 1 step(s)" in stdout
+    assert "the rollout's log-probs are pi_old of the PPO ratio" in stdout
+    metrics = step_metrics(out)
+    # Step 1 and 2 were generated with the initial weights (version 0), step 3 with version 1.
+    assert [metrics[s]["async/rollout_version"] for s in (1, 2, 3)] == [0, 0, 1]
+    assert [metrics[s]["async/staleness_max"] for s in (1, 2, 3)] == [0, 1, 1]
+    # The rollout worked ahead: step 2's batch was already there (or on its way) when step 1 ended.
+    assert metrics[1]["async/in_flight"] + metrics[1]["async/queue_depth"] >= 1
+    # The gap between the rollout's log-probs and the trainer's, over the update's two mini-batches: at
+    # step 1 only the second mini-batch's (one optimiser step on), at step 2 a whole version more.
+    assert 0 < metrics[1]["async/mismatch_kl"] < metrics[2]["async/mismatch_kl"]
+    # The same samples as the synchronous run at step 1 (same weights), other ones after.
+    sync = step_metrics(sync_run)
+    assert metrics[1]["response_length/mean"] == sync[1]["response_length/mean"]
+
+
+def test_one_step_off_is_the_same_run_in_a_thread_and_after_a_resume(tiny_model_dir, data_dir, one_step_off_run,
+                                                                      tmp_path):
+    reference, _ = one_step_off_run
+    thread = tmp_path / "thread"
+    run_plain(run_args(tiny_model_dir, data_dir, thread, *GRPO, *ONE_STEP_OFF,
+                       "async_training.rollout_placement=thread"))
+    assert_same_metrics(computed(reference), computed(thread))
+    # Resumed from step 2, whose checkpoint holds step 3's batch (generated with version 1).
+    resumed = tmp_path / "resumed"
+    shutil.copytree(reference / "global_step_2", resumed / "global_step_2")
+    done = run_plain(run_args(tiny_model_dir, data_dir, resumed, *GRPO, *ONE_STEP_OFF))
+    assert done.stdout.count("Resumed from") == 1
+    assert_same_metrics({3: computed(reference)[3]}, {3: computed(resumed)[3]})
+    assert_same_weights(reference / "huggingface", resumed / "huggingface", tiny_model_dir)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _rollout_pid(pid: int) -> int:
+    for child in _children(pid):
+        cmdline = open(f"/proc/{child}/cmdline", "rb").read()
+        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            return child
+    raise AssertionError(f"no rollout process under {pid}")
+
+
+def _start_long_run(tiny_model_dir, data_dir, out):
+    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
+                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
+    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+
+
+def _wait_for(path, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+def test_a_dead_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_rollout_along(
+        tiny_model_dir, data_dir, tmp_path):
+    out = tmp_path / "rollout-killed"
+    proc = _start_long_run(tiny_model_dir, data_dir, out)
+    _wait_for(out / "global_step_2", proc)
+    os.kill(_rollout_pid(proc.pid), signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - killed < 20
+    assert "the rollout process (pid" in stderr and "died (was killed by signal 9) while generating step" in stderr
+    assert "checkpoints in trainer.default_local_dir are intact" in stderr
+    assert (out / "global_step_2" / "state.pt").exists()
+
+    out = tmp_path / "trainer-killed"
+    proc = _start_long_run(tiny_model_dir, data_dir, out)
+    _wait_for(out / "global_step_2", proc)
+    rollout = _rollout_pid(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
+    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"

@@ -1,0 +1,92 @@
+"""The `async_training` section: the rollout in a process of its own, running ahead of the trainer
+(verl's one-step-off and fully-async keys; docs/async.md)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from verl.config.node import option, section
+from verl.config.verl_rules import Section
+
+
+@dataclass
+class CheckpointEngineConfig(Section):
+    """How the trainer's weights reach the rollout process (verl's checkpoint engine)."""
+
+    enable: bool = option(True, help="verl: use the checkpoint engine for weight syncs. Read for compatibility: "
+                          "here every sync goes through it (backend below).")
+    backend: Literal["auto", "shm", "file", "memory"] = option("auto", help="shm: the weights travel as shared-"
+                                                                "memory tensors; file: a safetensors file written "
+                                                                "aside and renamed into place (folder: "
+                                                                "trainer.default_local_dir/weight_sync); memory: "
+                                                                "handed over in this process (rollout_placement="
+                                                                "thread only); auto = shm for a process, memory for "
+                                                                "a thread.")
+    device_buffer_size_M: int = option(4096, bounds=">= 1", help="verl: bucket size of its NCCL sync. Read for "
+                                       "compatibility: the weights move whole here (CPU shared memory or a file).")
+    overlap_broadcast_and_consume: bool = option(False, help="verl: overlap the broadcast with loading. Read for "
+                                                 "compatibility: a sync here is one hand-over.")
+
+
+@dataclass
+class AsyncTrainingConfig(Section):
+    """Asynchronous RL: the rollout generates the next steps' samples while the trainer updates, each
+    sample stamped with the policy version that generated it, at most `max_staleness` versions older
+    than the trainer's (docs/async.md)."""
+
+    enable: bool = option(False, help="Run the rollout on its own (a process, or a thread) ahead of the trainer. "
+                          "Set by verl's entry points verl.experimental.one_step_off_policy.main_ppo and "
+                          "verl.experimental.fully_async_policy.fully_async_main.")
+    staleness_threshold: float = option(0.0, bounds=">= 0", help="verl: how far the rollout may run ahead, as a "
+                                        "fraction of the samples between two weight syncs. Here the rollout runs "
+                                        "ahead by whole steps: max_staleness defaults to "
+                                        "trigger_parameter_sync_step - 1 + ceil(staleness_threshold x "
+                                        "trigger_parameter_sync_step); 0 = every step trains on samples of the "
+                                        "current weights, as a synchronous run.")
+    trigger_parameter_sync_step: int = option(1, bounds=">= 1", help="Send the trainer's weights to the rollout "
+                                              "every this many steps.")
+    max_staleness: int | None = option(None, bounds=">= 0", help="Most policy versions (trainer steps) a trained "
+                                       "sample may be behind the trainer's weights: the rollout waits rather than "
+                                       "generate an older one. null = from staleness_threshold (above); must be "
+                                       ">= trigger_parameter_sync_step - 1. Like verl V1's max_off_policy_threshold "
+                                       "or TRL's max_staleness.")
+    require_batches: int = option(1, bounds=">= 1", help="verl: mini-batches the trainer takes at once. Here a step "
+                                  "takes data.train_batch_size prompts, as a synchronous one; only 1 is accepted.")
+    partial_rollout: bool = option(False, help="verl: interrupt generation at a weight sync and resume the same "
+                                   "trajectories on the new weights. Not yet here: every batch is generated on "
+                                   "one version from start to end (true is refused).")
+    use_rollout_log_probs: bool = option(True, help="Behaviour log-probs from the rollout engine: with stale "
+                                         "samples (max_staleness > 0) they are pi_old of the PPO ratio (verl's "
+                                         "bypass mode), unless compute_prox_log_prob.")
+    compute_prox_log_prob: bool = option(False, help="With stale samples: the trainer recomputes pi_old under its "
+                                         "current weights (the proximal policy) and the rollout's log-probs weight "
+                                         "each token by pi_prox / pi_behaviour, truncated as "
+                                         "algorithm.rollout_correction.rollout_is_threshold says (AReaL's decoupled "
+                                         "PPO objective).")
+    use_trainer_do_validate: bool = option(True, help="verl: validate with the trainer's weights. Here validation "
+                                           "always runs in the trainer.")
+    rollout_placement: Literal["process", "thread"] = option("process", help="Where the rollout runs: process (a "
+                                                              "process of its own: generation and training overlap) "
+                                                              "or thread (in this process: breakpoints work, for "
+                                                              "debugging; they overlap only where torch releases "
+                                                              "the GIL).")
+    rollout_threads: int | None = option(None, bounds=">= 1", help="Torch threads of a rollout process on a CPU; "
+                                         "null = half the cores (the trainer keeps the other half).")
+    checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, help="verl's checkpoint engine: how "
+                                                        "weights reach the rollout.")
+
+    def staleness_bound(self) -> int:
+        """The most versions a trained sample may lag the trainer (``max_staleness`` or its default)."""
+        if self.max_staleness is not None:
+            return self.max_staleness
+        k = self.trigger_parameter_sync_step
+        return k - 1 + math.ceil(self.staleness_threshold * k - 1e-9)
+
+    def weight_backend(self) -> str:
+        """The checkpoint engine's backend, ``auto`` resolved: memory for a thread, shm for a process."""
+        backend = self.checkpoint_engine.backend
+        if backend == "auto":
+            return "memory" if self.rollout_placement == "thread" else "shm"
+        return backend

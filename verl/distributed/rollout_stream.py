@@ -1,0 +1,303 @@
+"""A rollout that runs apart from the trainer: requests in, version-stamped batches out, in order.
+
+The controller (``verl.trainer.ppo.async_trainer``) decides what to generate and when; this module
+only carries it. A :class:`RolloutRequest` names the step it is for, the prompts (with their
+sampling seeds), the sampling parameters and, when the rollout must change weights first, a
+:class:`~verl.distributed.weight_sync.WeightMessage`. The server (:func:`serve`) takes requests in
+order, loads the weights a request carries, generates, and answers with a :class:`RolloutResult`
+that says which policy version generated the batch and how the server spent its time.
+
+Two placements, one protocol (``async_training.rollout_placement``):
+
+* :class:`ProcessRolloutStream`: a spawned process with its own torch threads; generation and
+  training overlap. It exits on its own within a second when the trainer's process is gone.
+* :class:`ThreadRolloutStream`: a thread of this process (breakpoints work; overlap only where
+  torch releases the GIL).
+
+Nothing waits forever: :meth:`RolloutStream.result` gives up after ``timeout_s`` without an answer,
+and at once when the process died, with one line naming the step, the process and what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+
+from verl.distributed.weight_sync import WeightMessage, unpack
+from verl.errors import VerlError
+from verl.protocol import Batch
+
+POLL_S = 0.5
+
+
+@dataclass
+class RolloutRequest:
+    step: int
+    prompts: Batch
+    params: object  # verl.rollout.SamplingParams
+    weights: WeightMessage | None = None
+
+
+@dataclass
+class RolloutResult:
+    step: int
+    batch: Batch | None
+    version: int
+    """The policy version that generated every row (-1: the model folder's, before any sync)."""
+    gen_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    """How long the server waited for this request after answering the previous one."""
+    load_seconds: float = 0.0
+    """Loading the weights the request carried."""
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class WorkerSpec:
+    """What builds the server's :class:`~verl.workers.rollout_worker.RolloutWorker` (picklable: it
+    crosses to a spawned process)."""
+
+    config: object  # the actor_rollout_ref section
+    device: str | None
+    max_response_length: int
+    seed: int
+    threads: int | None = None
+
+    def build(self):
+        from verl.workers.rollout_worker import RolloutWorker
+
+        return RolloutWorker(self.config, device=self.device, max_response_length=self.max_response_length,
+                             seed=self.seed)
+
+
+def serve(spec: WorkerSpec, requests, results) -> None:
+    """The server loop: build the worker, say ``ready``, then answer requests until ``None`` arrives."""
+    try:
+        worker = spec.build()
+    except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
+        results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
+        return
+    results.put("ready")
+    last = time.perf_counter()
+    while True:
+        request = requests.get()
+        if request is None:
+            return
+        start = time.perf_counter()
+        idle, load = start - last, 0.0
+        try:
+            if request.weights is not None:
+                worker.load_weights(unpack(request.weights), request.weights.version)
+                load = time.perf_counter() - start
+            batch = worker.generate_sequences(request.prompts, request.params)
+        except BaseException:  # noqa: BLE001
+            results.put(RolloutResult(request.step, None, -1, error=traceback.format_exc()))
+            return
+        version = -1 if worker.version is None else worker.version
+        step = request.step
+        del request  # the weights it carried: mapped memory released before the next wait
+        last = time.perf_counter()
+        results.put(RolloutResult(step, batch, version, gen_seconds=last - start - load, idle_seconds=idle,
+                                  load_seconds=load))
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """In the rollout process: end it when the trainer's process is gone (a killed trainer leaves no
+    orphan generating for nobody)."""
+    while True:
+        time.sleep(POLL_S)
+        if os.getppid() != parent_pid:
+            os._exit(3)
+
+
+def _process_main(spec: WorkerSpec, requests, results, parent_pid: int) -> None:
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    serve(spec, requests, results)
+
+
+class RolloutStream:
+    """The trainer's end of a rollout server: :meth:`submit` requests, take each :meth:`result` in order."""
+
+    placement = "?"
+
+    def __init__(self, spec: WorkerSpec, timeout_s: float):
+        self.spec = spec
+        self.timeout_s = timeout_s
+        self.submitted: list[int] = []
+        """Steps submitted and not yet answered, in order."""
+        self._early = None
+        """An answer :meth:`answer_ready` took from the queue, not yet returned by :meth:`result`."""
+
+    # ------------------------------------------------------------------ what a placement provides
+    def _put(self, request) -> None:
+        raise NotImplementedError
+
+    def _get(self, timeout: float):
+        """The next answer, or raise queue.Empty after ``timeout`` seconds."""
+        raise NotImplementedError
+
+    def _gone(self) -> str | None:
+        """Why the server can no longer answer (it died), or None while it lives."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the protocol
+    def start(self) -> None:
+        """Wait until the server has built its worker (loading the model), or say why it could not."""
+        answer = self._wait("starting (loading the model)")
+        if answer != "ready":
+            self._raise_failed(answer, "starting")
+
+    def submit(self, request: RolloutRequest) -> None:
+        self._put(request)
+        self.submitted.append(request.step)
+
+    def result(self) -> RolloutResult:
+        """The answer to the oldest request still open."""
+        if not self.submitted:
+            raise RuntimeError("no rollout request is open")
+        step = self.submitted[0]
+        answer = self._wait(f"generating step {step}")
+        if not isinstance(answer, RolloutResult) or answer.error is not None or answer.step != step:
+            self._raise_failed(answer, f"generating step {step}")
+        self.submitted.pop(0)
+        return answer
+
+    def answer_ready(self) -> bool:
+        """Whether the answer to the oldest open request has arrived (never waits)."""
+        if self._early is None:
+            try:
+                self._early = self._get(0.0)
+            except queue.Empty:
+                return False
+        return True
+
+    def _wait(self, doing: str):
+        if self._early is not None:
+            answer, self._early = self._early, None
+            return answer
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return self._get(min(POLL_S, max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                pass
+            gone = self._gone()
+            if gone is not None:
+                try:  # an answer it sent just before it ended (its error) says more than its end
+                    return self._get(POLL_S)
+                except queue.Empty:
+                    pass
+                raise VerlError(f"the rollout {self.describe()} {gone} while {doing}; the checkpoints in "
+                                f"trainer.default_local_dir are intact: run the same command again to resume")
+            if time.monotonic() >= deadline:
+                raise VerlError(f"the rollout {self.describe()} sent nothing for {self.timeout_s:.0f} s "
+                                f"(trainer.dist_timeout_s) while {doing}: it hangs, or a batch takes longer than "
+                                f"that (raise trainer.dist_timeout_s); the checkpoints in trainer.default_local_dir "
+                                f"are intact")
+
+    def _raise_failed(self, answer, doing: str):
+        if isinstance(answer, RolloutResult) and answer.error is not None:
+            last = answer.error.strip().splitlines()[-1]
+            raise VerlError(f"the rollout {self.describe()} failed while {doing}: {last}\n"
+                            f"(its traceback follows)\n{answer.error}")
+        raise RuntimeError(f"the rollout {self.describe()} answered {answer!r} while {doing}")
+
+
+class ProcessRolloutStream(RolloutStream):
+    placement = "process"
+
+    def __init__(self, spec: WorkerSpec, timeout_s: float):
+        super().__init__(spec, timeout_s)
+        import torch.multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.requests, self.results = ctx.Queue(), ctx.Queue()
+        self.process = ctx.Process(target=_process_main, args=(spec, self.requests, self.results, os.getpid()),
+                                   name="verl-rollout", daemon=True)
+        self.process.start()
+
+    def _put(self, request) -> None:
+        self.requests.put(request)
+
+    def _get(self, timeout: float):
+        return self.results.get(timeout=timeout)
+
+    def _gone(self) -> str | None:
+        if self.process.is_alive():
+            return None
+        code = self.process.exitcode
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        return f"died ({how})"
+
+    def describe(self) -> str:
+        return f"process (pid {self.process.pid})"
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.requests.put(None)
+            except (OSError, ValueError):
+                pass
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        for q in (self.requests, self.results):
+            q.cancel_join_thread()
+            q.close()
+
+
+class ThreadRolloutStream(RolloutStream):
+    placement = "thread"
+
+    def __init__(self, spec: WorkerSpec, timeout_s: float):
+        super().__init__(spec, timeout_s)
+        self.requests: queue.Queue = queue.Queue()
+        self.results: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=serve, args=(spec, self.requests, self.results), name="verl-rollout",
+                                       daemon=True)
+        self.thread.start()
+
+    def _put(self, request) -> None:
+        self.requests.put(request)
+
+    def _get(self, timeout: float):
+        return self.results.get(timeout=timeout)
+
+    def _gone(self) -> str | None:
+        return None if self.thread.is_alive() else "stopped"
+
+    def describe(self) -> str:
+        return "thread"
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.requests.put(None)
+            self.thread.join(timeout=30)
+
+
+def open_stream(placement: str, spec: WorkerSpec, timeout_s: float) -> RolloutStream:
+    """A started stream of ``placement`` (``process`` or ``thread``)."""
+    cls = {"process": ProcessRolloutStream, "thread": ThreadRolloutStream}[placement]
+    stream = cls(spec, timeout_s)
+    try:
+        stream.start()
+    except BaseException:
+        stream.close()
+        raise
+    return stream

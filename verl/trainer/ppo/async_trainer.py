@@ -1,0 +1,278 @@
+"""Asynchronous RL: the rollout generates the next steps' samples while the trainer updates.
+
+``AsyncRLTrainer`` is the RL trainer whose step takes its batch from a rollout running apart
+(:mod:`verl.distributed.rollout_stream`) instead of generating it; everything after the batch is
+scored (log-probs, advantages, updates, checkpoints, validation) is the synchronous step's.
+
+Versions. The trainer's weights after ``v`` updates are policy version ``v``; the batch of step
+``s`` is trained at version ``s - 1``. Every ``trigger_parameter_sync_step`` steps the trainer
+publishes its weights; the rollout holds the last published version ``P`` and stamps every row it
+generates with it (``policy_version_first`` / ``_last``). A sample's staleness is the trainer's
+version minus the sample's.
+
+The bound. The controller submits the request for step ``s`` only once ``(s - 1) - P <=
+max_staleness``: the rollout waits rather than generate a sample that would be too old when
+trained. Requests go out in order the moment the bound allows, each with the weights published
+last (sent once, with the first request after the publish), so which version generates which step
+is fixed by the configuration alone: a run is reproducible, ``max_staleness=0`` is the synchronous
+run exactly, and a checkpoint holds the batches generated ahead (with their versions), so a resumed
+run continues as the uninterrupted one would.
+
+Off-policy correction with stale samples (``max_staleness > 0``): the rollout reports its
+log-probs; they are pi_old of the PPO ratio (verl's bypass mode), or with
+``compute_prox_log_prob`` the trainer's recomputed log-probs are the proximal policy and the
+rollout's weight each token (AReaL's decoupled objective; ``algorithm.rollout_correction``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream
+from verl.distributed.weight_sync import WeightSender
+from verl.errors import ConfigError
+from verl.rollout.seeding import with_prompt_seeds
+from verl.trainer.ppo.rl_trainer import RLTrainer
+from verl.trainer.ppo.sampling import MAX_DRAWS_PER_STEP
+from verl.trainer.timing import timer
+
+
+def prepare_async_config(config) -> list[str]:
+    """Check ``async_training`` against the rest of the config and set what stale samples need
+    (the rollout's log-probs, the correction); returns the lines that say what was set."""
+    a = config.async_training
+    bound, k = a.staleness_bound(), a.trigger_parameter_sync_step
+    if bound < k - 1:
+        raise ConfigError(f"async_training.max_staleness={bound} with trigger_parameter_sync_step={k}: the weights "
+                          f"reach the rollout every {k} steps, so a sample can be {k - 1} versions old before the "
+                          f"next sync; set max_staleness >= {k - 1} or lower trigger_parameter_sync_step")
+    refused = []
+    if a.partial_rollout:
+        refused.append("async_training.partial_rollout=true (not yet here: every batch is generated on one version; "
+                       "set it to false)")
+    if a.require_batches != 1:
+        refused.append("async_training.require_batches other than 1 (a step takes data.train_batch_size prompts)")
+    if config.algorithm.filter_groups.enable:
+        refused.append("algorithm.filter_groups.enable=true (dynamic sampling draws prompts inside the step; set it "
+                       "to false)")
+    if config.algorithm.adv_estimator == "remax":
+        refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
+    if config.trainer.backend == "ray":
+        refused.append("trainer.backend=ray (the rollout runs as a process of this machine; use trainer.backend=auto)")
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name not in ("auto", "hf", "native"):
+        refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
+    if refused:
+        raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
+    if a.checkpoint_engine.backend == "memory" and a.rollout_placement == "process":
+        raise ConfigError("async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
+                          "with rollout_placement=process use shm or file (or auto)")
+    said = [f"Asynchronous RL: the rollout runs in a {a.rollout_placement} of its own, ahead of the trainer by at most "
+            f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
+            f"{a.weight_backend()}"]
+    if bound == 0:
+        return said  # every sample is on-policy: the synchronous step exactly
+    if not a.use_rollout_log_probs and not a.compute_prox_log_prob:
+        raise ConfigError(f"async_training.max_staleness={bound} trains on samples up to {bound} versions old, and "
+                          f"with use_rollout_log_probs=false and compute_prox_log_prob=false nothing corrects for it: "
+                          f"set async_training.use_rollout_log_probs=true (the rollout's log-probs are pi_old) or "
+                          f"compute_prox_log_prob=true")
+    rollout.calculate_log_probs = True
+    correction = config.algorithm.rollout_correction
+    if a.compute_prox_log_prob:
+        if correction.rollout_is is None:
+            correction.rollout_is = "token"
+        said.append(f"stale samples: pi_old is recomputed by the trainer (proximal policy), each token weighted by "
+                    f"pi_prox / pi_rollout (algorithm.rollout_correction.rollout_is={correction.rollout_is}, "
+                    f"threshold {correction.rollout_is_threshold})")
+    else:
+        correction.bypass_mode = True
+        said.append("stale samples: the rollout's log-probs are pi_old of the PPO ratio "
+                    "(algorithm.rollout_correction.bypass_mode=true)")
+    return said
+
+
+def split_threads(config) -> int | None:
+    """Torch threads of a rollout process: ``rollout_threads``, else on a CPU half of this process's,
+    whose own drop to the rest (two processes on the same cores each running all of them would run
+    several times slower). None: the rollout keeps torch's default (a GPU, or a thread)."""
+    a = config.async_training
+    if a.rollout_placement != "process":
+        return None
+    on_cpu = str(config.trainer.device) == "cpu" or (config.trainer.device == "auto" and not torch.cuda.is_available())
+    if not on_cpu:
+        return a.rollout_threads
+    total = torch.get_num_threads()
+    threads = a.rollout_threads or max(1, total // 2)
+    torch.set_num_threads(max(1, total - threads))
+    return threads
+
+
+class AsyncRollouts:
+    """The controller's side of the asynchronous rollout: what was submitted, what came back, the
+    published version, and the metrics of both."""
+
+    def __init__(self, trainer: "AsyncRLTrainer", stream, sender: WeightSender):
+        a = trainer.config.async_training
+        self.trainer = trainer
+        self.stream = stream
+        self.sender = sender
+        self.bound = a.staleness_bound()
+        self.sync_every = a.trigger_parameter_sync_step
+        self.published = 0
+        """P: the last version published to the rollout."""
+        self.sent: int | None = None
+        """The version the rollout holds (None: a fresh rollout, which gets P with its first request)."""
+        self.next_request = 1
+        self.done: dict[int, RolloutResult] = {}
+        """Answers taken from the stream, not yet trained on."""
+        self.sync_cost = (0.0, 0)
+        self.params = None
+
+    # ------------------------------------------------------------------ requests
+    def fill(self) -> None:
+        """Submit every request the bound allows now (in step order, up to the run's last step)."""
+        t = self.trainer
+        while self.next_request <= t.total_steps and (self.next_request - 1) - self.published <= self.bound:
+            step = self.next_request
+            prompts = with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
+            weights = None
+            if self.sent != self.published:
+                weights, cost = self.sender.pack(t.actor_rollout_ref.call("rollout_weights"), self.published)
+                self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
+                self.sent = self.published
+            if self.params is None:
+                self.params = t.actor_rollout_ref.call("sampling_params")
+            self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
+            self.next_request += 1
+
+    def publish(self, version: int) -> None:
+        """The trainer reached ``version``: publish it every ``trigger_parameter_sync_step`` steps and
+        submit what the bound now allows."""
+        if version % self.sync_every == 0:
+            self.published = version
+        self.fill()
+
+    def take(self, step: int) -> tuple[RolloutResult, int]:
+        """The answer for ``step`` (waiting for it), and how many later steps' answers were already done."""
+        self._collect(block_for=None)
+        if step not in self.done:
+            self._collect(block_for=step)
+        result = self.done.pop(step)
+        return result, len(self.done)
+
+    def _collect(self, block_for: int | None) -> None:
+        while self.stream.submitted:
+            if block_for is None and not self.stream.answer_ready():
+                return
+            result = self.stream.result()
+            self.done[result.step] = result
+            if result.step == block_for:
+                return
+
+    def drain(self) -> None:
+        """Wait for every open request (before a checkpoint: its batches go into it)."""
+        while self.stream.submitted:
+            result = self.stream.result()
+            self.done[result.step] = result
+
+    # ------------------------------------------------------------------ metrics
+    def metrics(self, step: int, result: RolloutResult, ahead: int, waited: float) -> dict[str, float]:
+        trained_at = step - 1
+        first = result.batch["policy_version_first"].float()
+        staleness = trained_at - first
+        pack_seconds, pack_bytes = self.sync_cost
+        self.sync_cost = (0.0, 0)
+        busy = result.gen_seconds + result.load_seconds
+        return {"async/staleness_mean": staleness.mean().item(), "async/staleness_max": staleness.max().item(),
+                "async/trainer_version": trained_at, "async/rollout_version": first.min().item(),
+                "async/queue_depth": ahead, "async/in_flight": len(self.stream.submitted),
+                "async/trainer_wait_s": waited,
+                "async/rollout_idle_frac": result.idle_seconds / max(result.idle_seconds + busy, 1e-9),
+                "async/rollout_gen_s": result.gen_seconds,
+                "async/weight_sync_s": pack_seconds + result.load_seconds, "async/weight_sync_bytes": pack_bytes}
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        self.drain()
+        return {"published": self.published, "next_request": self.next_request,
+                "done": {step: (r.batch, r.version) for step, r in self.done.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.published, self.next_request = state["published"], state["next_request"]
+        self.done = {step: RolloutResult(step, batch, version) for step, (batch, version) in state["done"].items()}
+        self.sent = None
+
+
+class AsyncRLTrainer(RLTrainer):
+    """:class:`RLTrainer` whose batches come from a rollout that runs ahead (module docstring)."""
+
+    label = "RL async"
+
+    def __init__(self, config, *, stream, **kwargs):
+        super().__init__(config, **kwargs)
+        a = config.async_training
+        folder = Path(self.out_dir) / "weight_sync" if a.weight_backend() == "file" else None
+        self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder))
+
+    def resume(self) -> None:
+        super().resume()
+        self.rollouts.fill()  # the rollout starts on the first steps while the trainer validates
+
+    def next_step(self) -> dict:
+        self.global_step += 1
+        step = self.global_step
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        traffic = self.traffic()
+        with timer("step", timing):
+            start = time.perf_counter()
+            with timer("wait_rollout", timing):
+                result, ahead = self.rollouts.take(step)
+            waited = time.perf_counter() - start
+            batch = result.batch
+            with timer("reward", timing):
+                batch = batch.union(self.sampler.score(batch))
+            metrics.update(self.rollouts.metrics(step, result, ahead, waited))
+            batch = self.learn(batch, metrics, timing)
+            if "rollout_corr/kl" in metrics:
+                metrics["async/mismatch_kl"] = metrics["rollout_corr/kl"]
+            with timer("weight_sync", timing):
+                self.rollouts.publish(step)
+        metrics["async/trainer_idle_frac"] = waited / max(timing["timing_s/step"], 1e-9)
+        metrics = self.step_metrics(batch, metrics, timing, traffic)
+        self.count_nonfinite_updates(metrics)
+        return metrics
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state["async"] = self.rollouts.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "async" not in state:
+            raise ConfigError("this checkpoint was written by a synchronous run and holds no rollout queue; resume "
+                              "it with async_training.enable=false, or start the asynchronous run in a new "
+                              "trainer.default_local_dir")
+        self.rollouts.load_state_dict(state["async"])
+
+    def close(self) -> None:
+        try:
+            self.rollouts.stream.close()
+        finally:
+            super().close()
+
+
+def open_rollout_stream(config):
+    """The started rollout of an asynchronous run (its model loaded), where ``async_training`` says."""
+    a = config.async_training
+    spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
+                      max_response_length=config.data.max_response_length, seed=config.trainer.seed,
+                      threads=split_threads(config))
+    return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s)
+
+

@@ -1,0 +1,68 @@
+"""``RolloutWorker``: a rollout engine with its own copy of the policy, apart from the trainer.
+
+Asynchronous RL (docs/async.md) runs it in a process (or a thread) of its own: it generates the
+next steps' samples while the trainer updates, and takes the trainer's weights only when they are
+handed to it (:meth:`load_weights`), each with its policy version. Every response it returns is
+stamped with that version, and carries the engine's log-probs when asked.
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.tiny import builtin_model_path
+from verl.protocol import Batch
+from verl.rollout import SamplingParams, auto_engine, build_rollout
+from verl.utils.preflight import check_context_length
+from verl.workers.actor_rollout_ref import agent_loop_of
+
+
+class RolloutWorker:
+    """``config``: the ``actor_rollout_ref`` section (the model, the rollout engine and its sampling)."""
+
+    def __init__(self, config, *, device=None, max_response_length: int | None = None, seed: int = 1):
+        self.config = config
+        self.device = resolve_device(device or "auto")
+        self.max_response_length = max_response_length or config.rollout.response_length
+        model_cfg, rollout_cfg = config.model, config.rollout
+        path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+        # A tokenizer of its own: a fast tokenizer is not safe to share with a thread that also uses it.
+        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or path, trust_remote_code=model_cfg.trust_remote_code,
+                                        chat_template=model_cfg.custom_chat_template)
+        model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
+                               trust_remote_code=model_cfg.trust_remote_code,
+                               override_config=dict(model_cfg.override_config),
+                               disable_dropout=model_cfg.disable_dropout).requires_grad_(False).to(self.device)
+        engine = rollout_cfg.name if rollout_cfg.name != "auto" else auto_engine(model.config.model_type)[0]
+        if engine not in ("hf", "native"):
+            raise ValueError(f"asynchronous RL runs the rollout with hf or native (got {engine})")
+        prompt_length = rollout_cfg.prompt_length
+        self.rollout = build_rollout(engine, model, self.tokenizer,
+                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
+                                     device=self.device, model_path=path, rollout_config=rollout_cfg,
+                                     max_model_len=prompt_length + self.max_response_length if prompt_length else None)
+        self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
+        self.version: int | None = None
+        """The policy version of the weights held (None: the folder's, before any sync)."""
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.rollout.model
+
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        self.rollout.sync_weights(state)
+        self.version = version
+
+    def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
+        """Prompts -> prompts x n with responses, as ``ActorRolloutRefWorker.generate_sequences``, and
+        ``policy_version_first`` / ``policy_version_last`` on every row (one version per batch here)."""
+        check_context_length(self.model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
+        generate = self.agent_loop.generate if self.agent_loop is not None else self.rollout.generate
+        with torch.no_grad():
+            out = generate(prompts.to(self.device), params)
+        version = torch.full((len(out),), -1 if self.version is None else self.version, dtype=torch.long)
+        out["policy_version_first"] = version
+        out["policy_version_last"] = version.clone()
+        return out
