@@ -21,7 +21,7 @@ from verl.config.schema_critic import (  # noqa: F401  (re-exported)
     CriticConfig, CriticModelConfig, CustomRewardFunctionConfig, RewardConfig, RewardModelConfig,
     RewardModelModelConfig)
 from verl.config.schema_actor import KL_ESTIMATOR_NAMES, ActorRolloutRefConfig
-from verl.config.schema_async import AsyncTrainingConfig
+from verl.config.schema_async import AsyncTrainingConfig, RolloutPoolConfig
 
 
 @dataclass
@@ -442,6 +442,8 @@ class TrainerConfig(Section):
                                        "not used; code rewards run in the built-in sandbox (docs/code_reward.md)",
                                        refuse_if=lambda v: v.get("url") is not None, when="with a url", keys=("url",))
     distillation: DistillationConfig = section(DistillationConfig, help="verl's on-policy distillation.")
+    rollout: RolloutPoolConfig = section(RolloutPoolConfig, help="verl's asynchronous modes: the rollout's own "
+                                         "resources (docs/async.md).")
     async_training: AsyncTrainingConfig = section(AsyncTrainingConfig, help="Asynchronous RL: the rollout runs "
                                                   "ahead of the trainer (docs/async.md).")
 

@@ -31,6 +31,17 @@ class CheckpointEngineConfig(Section):
 
 
 @dataclass
+class RolloutPoolConfig(Section):
+    """verl's top-level `rollout` keys of its asynchronous modes: the rollout's own resources, apart
+    from the trainer's (trainer.nnodes x trainer.n_gpus_per_node)."""
+
+    nnodes: int = option(1, bounds=">= 1", help="Nodes of the rollout (async_training.enable only). Here the "
+                         "rollout is one process: 1.")
+    n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices per node of the rollout (async_training.enable "
+                                  "only). Here the rollout is one process on one device (or the CPU): 1.")
+
+
+@dataclass
 class AsyncTrainingConfig(Section):
     """Asynchronous RL: the rollout generates the next steps' samples while the trainer updates, each
     sample stamped with the policy version that generated it, at most `max_staleness` versions older

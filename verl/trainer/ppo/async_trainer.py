@@ -62,6 +62,10 @@ def prepare_async_config(config) -> list[str]:
         refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
     if config.trainer.backend == "ray":
         refused.append("trainer.backend=ray (the rollout runs as a process of this machine; use trainer.backend=auto)")
+    pool = config.rollout
+    if pool.nnodes * pool.n_gpus_per_node != 1:
+        refused.append(f"a rollout of rollout.nnodes={pool.nnodes} x rollout.n_gpus_per_node={pool.n_gpus_per_node} "
+                       f"(the rollout is one process here: set both to 1)")
     rollout = config.actor_rollout_ref.rollout
     if rollout.name not in ("auto", "hf", "native"):
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
@@ -70,7 +74,13 @@ def prepare_async_config(config) -> list[str]:
     if a.checkpoint_engine.backend == "memory" and a.rollout_placement == "process":
         raise ConfigError("async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
                           "with rollout_placement=process use shm or file (or auto)")
-    said = [f"Asynchronous RL: the rollout runs in a {a.rollout_placement} of its own, ahead of the trainer by at most "
+    said = []
+    if not config.actor_rollout_ref.hybrid_engine:
+        # verl's scripts of these modes set it: their rollout is apart; the trainer here keeps one for validation.
+        config.actor_rollout_ref.hybrid_engine = True
+        said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training); the "
+                    "trainer's validation decodes with its own weights, shared")
+    said += [f"Asynchronous RL: the rollout runs in a {a.rollout_placement} of its own, ahead of the trainer by at most "
             f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
             f"{a.weight_backend()}"]
     if bound == 0:

@@ -162,7 +162,7 @@ def check_output_dir(path: Path, key: str) -> None:
 def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     seed_everything(config.trainer.seed)
     if config.async_training.enable:
-        _prepare_async(config)
+        prepare_async(config)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
     out_dir = Path(trainer_cfg.default_local_dir)
     if is_main_process():
@@ -220,13 +220,18 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     return AsyncRLTrainer(config, stream=open_rollout_stream(config), **parts)
 
 
-def _prepare_async(config) -> None:
-    """``async_training.enable``: checked, and what stale samples need set, said once, before any model loads."""
+_SAID: set[str] = set()
+
+
+def prepare_async(config) -> None:
+    """``async_training.enable``: checked, and what stale samples need set, said once, before any model
+    loads (main_ppo calls it before the warm start; building the trainer calls it again, silently)."""
     from verl.trainer.ppo.async_trainer import prepare_async_config
 
     if launched_distributed():
         raise ConfigError("async_training.enable=true under torchrun: not yet here; the trainer runs as one process "
                           "beside its rollout process (start it with plain python)")
     for line in prepare_async_config(config):
-        if is_main_process():
+        if is_main_process() and line not in _SAID:
+            _SAID.add(line)
             print(line, flush=True)

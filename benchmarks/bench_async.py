@@ -1,0 +1,104 @@
+"""Synchronous RL against asynchronous (one step off, two steps off): the same run, side by side.
+
+    python benchmarks/bench_async.py                          # the calculator demo, 30 steps each
+    python benchmarks/bench_async.py --task addition --steps 20 --modes sync one_step_off
+    python benchmarks/bench_async.py --learn                  # + the demo's held-out figures (60 steps)
+
+Each mode runs ``python -m verl.trainer.main_ppo`` on a built-in task's demo preset (the warm start is
+trained once and cached), with validation off unless ``--learn``:
+
+* ``sync``: one process, one torch thread: generation, then the update, every step;
+* ``sync2``: the same with two threads (the cores the asynchronous runs use);
+* ``one_step_off`` / ``two_steps_off``: ``async_training.enable=true`` with ``max_staleness`` 1 / 2:
+  a rollout process and the trainer, one thread each, generating the next steps while the trainer updates.
+
+Printed per mode: seconds per step (median of the steps after the first), samples per second over those
+steps, the trainer's and the rollout's idle fractions, and the throughput against ``sync``; with
+``--learn`` the held-out greedy and sampled accuracy before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+MODES = {
+    "sync": ([], 1),
+    "sync2": ([], 2),
+    "one_step_off": (["async_training.enable=true", "async_training.max_staleness=1"], 1),
+    "two_steps_off": (["async_training.enable=true", "async_training.max_staleness=2"], 1),
+}
+
+
+def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path) -> dict:
+    keys, threads = MODES[mode]
+    # The task's demo preset applies (built-in model, built-in task); these keys sit above it.
+    args = [f"data.builtin_task={task}", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}",
+            "trainer.progress_bar=false", "trainer.write_report=false", *keys]
+    if mode.endswith("off"):
+        args.append("async_training.rollout_threads=1")
+    if not learn:
+        args += ["trainer.test_freq=-1", "trainer.val_before_train=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{mode} failed:\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    step_rows = [r for r in rows if "timing_s/step" in r]
+    later = step_rows[1:]
+    import yaml
+
+    config = yaml.safe_load((out / "config.yaml").read_text())
+    samples = len(later) * config["data"]["train_batch_size"] * config["actor_rollout_ref"]["rollout"]["n"]
+    seconds = sum(r["timing_s/step"] for r in later)
+    result = {"mode": mode, "s_per_step": statistics.median(r["timing_s/step"] for r in later),
+              "seconds": seconds, "steps": len(later),
+              "trainer_idle": statistics.mean(r.get("async/trainer_idle_frac", 0.0) for r in later),
+              "rollout_idle": statistics.mean(r.get("async/rollout_idle_frac", 0.0) for r in later),
+              "staleness": statistics.mean(r.get("async/staleness_mean", 0.0) for r in later)}
+    result["samples"] = samples
+    result["wall_s"] = round(sum(r["timing_s/step"] for r in step_rows), 2)
+    if learn:
+        vals = [r for r in rows if any(k.startswith("val-core/") for k in r)]
+        greedy = next(k for k in vals[0] if k.startswith("val-core/"))
+        sampled = next((k for k in vals[0] if "sampled_mean" in k), None)
+        result["held_out"] = [(v["step"], v[greedy], v.get(sampled)) for v in vals]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="calculator", choices=["calculator", "addition"])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--learn", action="store_true", help="validate as the demo does (60 steps unless --steps)")
+    args = parser.parse_args()
+    steps = 60 if args.learn and args.steps == 30 else args.steps
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in args.modes:
+            results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode))
+            print(json.dumps(results[-1]), flush=True)
+    base = next((r for r in results if r["mode"] == "sync"), results[0])
+    print(f"\n{args.task}, {steps} steps (figures over steps 2..{steps})")
+    print(f"{'mode':<14} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
+          f"{'staleness':>10}")
+    for r in results:
+        rate, base_rate = r["samples"] / r["seconds"], base["samples"] / base["seconds"]
+        print(f"{r['mode']:<14} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
+              f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f}")
+        if "held_out" in r:
+            print(f"{'':<14} held-out (step, greedy, sampled): {r['held_out']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""Every code block of docs/async.md runs, in order, as written."""
+
+import pytest
+from helpers import REPO, run_document
+
+DOC = REPO / "docs" / "async.md"
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_code_block_of_the_async_guide_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace = run_document(DOC, tmp_path, min_blocks=2)
+    assert len(namespace["steps"]) == 4
+    assert (tmp_path / "outputs" / "one-step-off" / "huggingface" / "config.json").exists()

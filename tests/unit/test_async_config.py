@@ -1,0 +1,97 @@
+"""async_training: the staleness bound it derives, what it refuses at start and what stale samples get
+set (the rollout's log-probs, the correction); the checkpoint engine's backends, by hand."""
+
+import pytest
+import torch
+
+from verl import TrainerConfig
+from verl.distributed.weight_sync import WeightSender, unpack
+from verl.errors import ConfigError
+from verl.trainer.ppo.async_trainer import prepare_async_config
+
+
+def _config(*keys):
+    return TrainerConfig.from_cli(["async_training.enable=true", *keys])
+
+
+@pytest.mark.parametrize("keys, bound", [
+    ((), 0),                                                        # verl: staleness_threshold=0 is synchronous
+    (("async_training.staleness_threshold=1.0",), 1),               # ~ one step off
+    (("async_training.staleness_threshold=0.5",), 1),               # half a step ahead rounds up to a step
+    (("async_training.staleness_threshold=0.1", "async_training.trigger_parameter_sync_step=4"), 4),  # 3 + ceil(0.4)
+    (("async_training.trigger_parameter_sync_step=2",), 1),
+    (("async_training.max_staleness=3", "async_training.staleness_threshold=1.0"), 3),  # the explicit bound wins
+])
+def test_the_bound_comes_from_max_staleness_or_verls_threshold(keys, bound):
+    assert _config(*keys).async_training.staleness_bound() == bound
+
+
+def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs():
+    config = _config()
+    (line,) = prepare_async_config(config)
+    assert "ahead of the trainer by at most 0 step(s)" in line and "through shm" in line
+    assert not config.actor_rollout_ref.rollout.calculate_log_probs
+    assert not config.algorithm.rollout_correction.bypass_mode
+
+    config = _config("async_training.max_staleness=2")
+    lines = prepare_async_config(config)
+    assert config.actor_rollout_ref.rollout.calculate_log_probs and config.algorithm.rollout_correction.bypass_mode
+    assert "pi_old of the PPO ratio" in lines[-1]
+
+    config = _config("async_training.max_staleness=1", "async_training.compute_prox_log_prob=true",
+                     "async_training.rollout_placement=thread")
+    lines = prepare_async_config(config)
+    correction = config.algorithm.rollout_correction
+    assert not correction.bypass_mode and correction.rollout_is == "token"
+    assert "through memory" in lines[0] and "proximal policy" in lines[-1]
+
+    config = _config("actor_rollout_ref.hybrid_engine=false")  # verl's scripts of these modes set it
+    lines = prepare_async_config(config)
+    assert config.actor_rollout_ref.hybrid_engine and "hybrid_engine=false" in lines[0]
+
+
+@pytest.mark.parametrize("keys, message", [
+    (("async_training.partial_rollout=true",), "partial_rollout=true"),
+    (("async_training.require_batches=4",), "require_batches"),
+    (("algorithm.filter_groups.enable=true",), "filter_groups"),
+    (("algorithm.adv_estimator=remax",), "remax"),
+    (("trainer.backend=ray",), "trainer.backend=ray"),
+    (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
+    (("rollout.n_gpus_per_node=2",), "rollout.n_gpus_per_node=2"),
+    (("async_training.trigger_parameter_sync_step=3", "async_training.max_staleness=1"), "set max_staleness >= 2"),
+    (("async_training.checkpoint_engine.backend=memory",), "with rollout_placement=process use shm or file"),
+    (("async_training.max_staleness=1", "async_training.use_rollout_log_probs=false"), "nothing corrects for it"),
+])
+def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        prepare_async_config(_config(*keys))
+
+
+def _state():
+    torch.manual_seed(0)
+    return {"w": torch.randn(3, 4), "b": torch.randn(4).to(torch.bfloat16)}
+
+
+def test_memory_and_shm_hand_over_a_copy_the_trainer_cannot_change(tmp_path):
+    for backend in ("memory", "shm"):
+        state = _state()
+        message, cost = WeightSender(backend).pack(state, version=5)
+        assert message.version == 5 and cost.nbytes == 3 * 4 * 4 + 4 * 2 == message.nbytes
+        state["w"].add_(1.0)  # the trainer's next update
+        got = unpack(message)
+        assert torch.equal(got["w"] + 1.0, state["w"]) and got["b"].dtype == torch.bfloat16
+        assert all(t.is_shared() for t in got.values()) == (backend == "shm")
+
+
+def test_the_file_backend_writes_aside_renames_and_the_reader_deletes(tmp_path):
+    state = _state()
+    message, _ = WeightSender("file", tmp_path / "sync").pack(state, version=2)
+    assert message.path.endswith("weights_v2.safetensors") and not list((tmp_path / "sync").glob("*.tmp"))
+    got = unpack(message)
+    assert all(torch.equal(got[k], state[k]) for k in state)
+    assert not list((tmp_path / "sync").iterdir())
+
+
+def test_a_backend_that_does_not_exist_is_named():
+    with pytest.raises(ValueError, match="choose one of"):
+        WeightSender("nccl")
