@@ -18,7 +18,8 @@ import time
 import pytest
 
 from helpers import REPO
-from rl_compare import (GRPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
+from agent_models import SCALE_OUT_KEYS, tool_task_args
+from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
                         step_metrics)
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,32 @@ def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, t
             assert metrics[step]["actor/rollout_log_prob_diff"] < 1e-5
 
 
+def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora_adapters_reach_the_rollout(
+        rl_inputs, plain_run, tool_run, tmp_path):
+    model, data = rl_inputs
+    ppo = tmp_path / "ppo"
+    run_plain(run_args(model, data, ppo, *PPO, *ASYNC))
+    assert_same_metrics(step_metrics(plain_run(*PPO)), {s: {k: v for k, v in m.items() if not k.startswith("async/")}
+                                                        for s, m in step_metrics(ppo).items()})
+    # Multi-turn: the rollout process runs the agent loop and the tool calls; bound 0 is the one-process run.
+    tool_model, task, one = tool_run
+    turns = tmp_path / "turns"
+    run_plain(tool_task_args(tool_model, task, turns, *SCALE_OUT_KEYS, *ASYNC))
+    assert_same_metrics(step_metrics(one), {s: {k: v for k, v in m.items() if not k.startswith("async/")}
+                                            for s, m in step_metrics(turns).items()})
+    assert_same_weights(one / "huggingface", turns / "huggingface", tool_model)
+    stale = tmp_path / "turns-stale"
+    run_plain(tool_task_args(tool_model, task, stale, *SCALE_OUT_KEYS, *ONE_STEP_OFF))
+    assert all(m["agent/tool_calls/mean"] > 0 for m in step_metrics(stale).values() if "agent/tool_calls/mean" in m)
+    # LoRA: the rollout loads the merged weights; its log-probs follow the trainer's after every update.
+    lora = tmp_path / "lora"
+    run_plain(run_args(model, data, lora, *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
+                       "actor_rollout_ref.model.lora_alpha=16"))
+    metrics = step_metrics(lora)
+    assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-5 for step in (2, 3))
+    assert metrics[3]["actor/pg_loss"] != 0
+
+
 def test_one_step_off_trains_each_step_on_the_previous_versions_samples(one_step_off_run, sync_run, tmp_path):
     out, stdout = one_step_off_run
     assert "ahead of the trainer by at most 1 step(s)" in stdout
@@ -105,6 +132,30 @@ def test_one_step_off_is_the_same_run_in_a_thread_and_after_a_resume(tiny_model_
     assert done.stdout.count("Resumed from") == 1
     assert_same_metrics({3: computed(reference)[3]}, {3: computed(resumed)[3]})
     assert_same_weights(reference / "huggingface", resumed / "huggingface", tiny_model_dir)
+    # A tighter bound than the one the checkpoint's batches were generated under is refused, naming both.
+    tighter = tmp_path / "tighter"
+    shutil.copytree(reference / "global_step_2", tighter / "global_step_2")
+    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo",
+                           *run_args(tiny_model_dir, data_dir, tighter, *GRPO, *ASYNC, "async_training.max_staleness=0")],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode != 0
+    assert "holds the batch of step 3, generated with policy version 1" in done.stderr
+    assert "resume with max_staleness >= 1" in done.stderr
+    # A synchronous resume of it is told what it leaves out.
+    plain = tmp_path / "plain"
+    shutil.copytree(reference / "global_step_2", plain / "global_step_2")
+    done = run_plain(run_args(tiny_model_dir, data_dir, plain, *GRPO))
+    assert "holds 1 batch(es) generated ahead (steps [3])" in done.stderr
+
+
+def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):
+    out = tmp_path / "from-sync"
+    shutil.copytree(sync_run / "global_step_2", out / "global_step_2")
+    done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC))
+    assert done.stdout.count("Resumed from") == 1
+    assert_same_metrics({3: step_metrics(sync_run)[3]},
+                        {3: {k: v for k, v in step_metrics(out)[3].items() if not k.startswith("async/")}})
+    assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
 
 
 def _children(pid: int) -> list[int]:

@@ -215,6 +215,13 @@ class AsyncRollouts:
         self.published, self.next_request = state["published"], state["next_request"]
         self.done = {step: RolloutResult(step, batch, version) for step, (batch, version) in state["done"].items()}
         self.sent = None
+        for step, result in sorted(self.done.items()):
+            if (step - 1) - result.version > self.bound:
+                raise ConfigError(f"the checkpoint holds the batch of step {step}, generated with policy version "
+                                  f"{result.version}: trained at version {step - 1} it would be "
+                                  f"{step - 1 - result.version} versions old, beyond async_training.max_staleness="
+                                  f"{self.bound}; resume with max_staleness >= {step - 1 - result.version}, as the "
+                                  f"run that wrote it")
 
 
 class AsyncRLTrainer(RLTrainer):
@@ -263,12 +270,10 @@ class AsyncRLTrainer(RLTrainer):
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
-        if "async" not in state:
-            raise ConfigError("this checkpoint was written by a synchronous run and holds no rollout queue; resume "
-                              "it with async_training.enable=false, or start the asynchronous run in a new "
-                              "trainer.default_local_dir")
-        self.rollouts.load_state_dict(state["async"])
+        super().load_state_dict({key: value for key, value in state.items() if key != "async"})
+        # A synchronous run's checkpoint holds nothing generated ahead: the rollout starts from its weights.
+        fresh = {"published": self.global_step, "next_request": self.global_step + 1, "done": {}}
+        self.rollouts.load_state_dict(state.get("async", fresh))
 
     def close(self) -> None:
         try:

@@ -257,6 +257,11 @@ class RLTrainer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        ahead = state.get("async", {}).get("done", {})
+        if ahead and self.is_main:
+            logger.warning("this checkpoint of an asynchronous run holds %d batch(es) generated ahead (steps %s); a "
+                           "synchronous resume does not train on them and their prompts are skipped; resume with "
+                           "async_training.enable=true to train on them", len(ahead), sorted(ahead))
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
