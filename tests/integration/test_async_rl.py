@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, run_torchrun_module
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
                         step_metrics)
@@ -158,6 +158,22 @@ def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, da
     assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
 
 
+def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_model_dir, data_dir, sync_run,
+                                                                          one_step_off_run, tmp_path):
+    # Rank 0 holds the rollout; both ranks gather the weights for it and get every batch from it.
+    for name, keys, reference in (("bound0", (*LOG_PROBS, *ASYNC), sync_run),
+                                  ("bound1", ONE_STEP_OFF, one_step_off_run[0])):
+        out = tmp_path / name
+        done = run_torchrun_module("verl.trainer.main_ppo", run_args(tiny_model_dir, data_dir, out, *GRPO, *keys))
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.stdout.count("Asynchronous RL: the rollout runs in a process") == 1  # said by rank 0
+        ours = computed(out)
+        if name == "bound0":
+            ours = {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in ours.items()}
+        assert_same_metrics(computed(reference) if name == "bound1" else step_metrics(reference), ours)
+        assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
+
+
 def _children(pid: int) -> list[int]:
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
@@ -171,9 +187,9 @@ def _rollout_pid(pid: int) -> int:
     raise AssertionError(f"no rollout process under {pid}")
 
 
-def _start_long_run(tiny_model_dir, data_dir, out):
+def _start_long_run(tiny_model_dir, data_dir, out, timeout_s=60):
     args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
-                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
+                    "trainer.test_freq=-1", f"trainer.dist_timeout_s={timeout_s}")
     return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
@@ -187,7 +203,7 @@ def _wait_for(path, proc, seconds=120):
         time.sleep(0.2)
 
 
-def test_a_dead_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_rollout_along(
+def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_rollout_along(
         tiny_model_dir, data_dir, tmp_path):
     out = tmp_path / "rollout-killed"
     proc = _start_long_run(tiny_model_dir, data_dir, out)
@@ -199,6 +215,16 @@ def test_a_dead_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_
     assert "the rollout process (pid" in stderr and "died (was killed by signal 9) while generating step" in stderr
     assert "checkpoints in trainer.default_local_dir are intact" in stderr
     assert (out / "global_step_2" / "state.pt").exists()
+
+    # A rollout that hangs (stopped here) ends the run once it has sent nothing for trainer.dist_timeout_s.
+    out = tmp_path / "rollout-hung"
+    proc = _start_long_run(tiny_model_dir, data_dir, out, timeout_s=8)
+    _wait_for(out / "global_step_2", proc)
+    os.kill(_rollout_pid(proc.pid), signal.SIGSTOP)
+    stopped = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - stopped < 8 + 12
+    assert "sent nothing for 8 s (trainer.dist_timeout_s) while generating step" in stderr
 
     out = tmp_path / "trainer-killed"
     proc = _start_long_run(tiny_model_dir, data_dir, out)

@@ -115,6 +115,18 @@ def test_ray_trains_exactly_like_one_process(tiny_model_dir, plain_run, ray_run,
     _assert_no_hosts_left()  # the actors ended with the run
 
 
+def test_an_asynchronous_run_on_ray_at_bound_zero_trains_exactly_like_one_process(tiny_model_dir, data_dir,
+                                                                                  plain_run, tmp_path):
+    # The driver feeds the rollout process; the actors' weights reach it through the driver.
+    out = tmp_path / "async"
+    done = _ray(run_args(tiny_model_dir, data_dir, out, *GRPO, *RAY2, "async_training.enable=true"))
+    assert "ahead of the trainer by at most 0 step(s)" in done.stdout
+    ours = {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in step_metrics(out).items()}
+    assert_same_metrics(step_metrics(plain_run(*GRPO)), ours)
+    assert_same_weights(plain_run(*GRPO) / "huggingface", out / "huggingface", tiny_model_dir)
+    _assert_no_hosts_left()
+
+
 def test_multi_turn_trains_on_two_ray_actors_exactly_like_one_process(tool_run, tmp_path):
     """Tool calls under Ray: the agent loop runs in each actor for its rows (test_agent_scale_out.py:
     the same run under torchrun)."""

@@ -55,7 +55,6 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     (("async_training.require_batches=4",), "require_batches"),
     (("algorithm.filter_groups.enable=true",), "filter_groups"),
     (("algorithm.adv_estimator=remax",), "remax"),
-    (("trainer.backend=ray",), "trainer.backend=ray"),
     (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
     (("rollout.n_gpus_per_node=2",), "rollout.n_gpus_per_node=2"),
     (("async_training.trigger_parameter_sync_step=3", "async_training.max_staleness=1"), "set max_staleness >= 2"),

@@ -52,11 +52,24 @@ def test_a_full_run_gets_every_plot_and_a_self_contained_page(tmp_path):
     run = _full_run(tmp_path / "run")
     path = write_report(run)
     assert path == run / "report.html"
-    assert {p.name for p in (run / "report").iterdir()} == {f"{panel.name}.png" for panel in PANELS}
+    every = [panel for panel in PANELS if not panel.optional]  # the asynchronous panels are an async run's
+    assert {p.name for p in (run / "report").iterdir()} == {f"{panel.name}.png" for panel in every}
     page = path.read_text()
     _assert_self_contained(page)
-    assert page.count("<img") == len(PANELS)
+    assert page.count("<img") == len(every)
     assert "Not logged by this run" in page and "actor/reward_kl_penalty" in page  # the KL it did not use
+    assert "async/" not in page  # a synchronous run is not told it lacks them
+
+
+def test_an_asynchronous_run_gets_its_staleness_idle_and_sync_plots(tmp_path):
+    rows = [{**_train_row(step, 0.5), "async/staleness_mean": float(step > 1), "async/staleness_max": float(step > 1),
+             "async/queue_depth": 0, "async/in_flight": 1, "async/trainer_idle_frac": 0.1,
+             "async/rollout_idle_frac": 0.5, "async/weight_sync_s": 0.01, "async/mismatch_kl": 0.001 * step}
+            for step in (1, 2, 3)]
+    run = _write(tmp_path / "run", rows)
+    write_report(run)
+    for name in ("async_staleness", "async_idle", "async_sync"):
+        assert (run / "report" / f"{name}.png").stat().st_size > 1000
 
 
 def test_the_table_holds_first_final_and_best_worked_out_by_hand(tmp_path):

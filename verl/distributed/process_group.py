@@ -158,6 +158,15 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def broadcast_object(obj, src: int = 0):
+    """``obj`` of rank ``src`` on every rank (``obj`` itself at world size 1); a collective."""
+    if world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
 def all_gather_objects(obj) -> list:
     """``obj`` of every rank, in rank order (``[obj]`` at world size 1); a collective."""
     world = world_size()

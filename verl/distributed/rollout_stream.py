@@ -34,6 +34,7 @@ from verl.errors import VerlError
 from verl.protocol import Batch
 
 POLL_S = 0.5
+START_S = 300.0
 
 
 @dataclass
@@ -157,8 +158,10 @@ class RolloutStream:
 
     # ------------------------------------------------------------------ the protocol
     def start(self) -> None:
-        """Wait until the server has built its worker (loading the model), or say why it could not."""
-        answer = self._wait("starting (loading the model)")
+        """Wait until the server has built its worker (loading the model), or say why it could not: for
+        ``timeout_s`` or 5 minutes, whichever is longer (a large model loads for minutes, a short
+        timeout is for the steps); a process that dies while starting is said at once."""
+        answer = self._wait("starting (loading the model)", max(self.timeout_s, START_S))
         if answer != "ready":
             self._raise_failed(answer, "starting")
 
@@ -186,11 +189,12 @@ class RolloutStream:
                 return False
         return True
 
-    def _wait(self, doing: str):
+    def _wait(self, doing: str, timeout_s: float | None = None):
         if self._early is not None:
             answer, self._early = self._early, None
             return answer
-        deadline = time.monotonic() + self.timeout_s
+        timeout_s = timeout_s or self.timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 return self._get(min(POLL_S, max(deadline - time.monotonic(), 0.01)))
@@ -205,7 +209,7 @@ class RolloutStream:
                 raise VerlError(f"the rollout {self.describe()} {gone} while {doing}; the checkpoints in "
                                 f"trainer.default_local_dir are intact: run the same command again to resume")
             if time.monotonic() >= deadline:
-                raise VerlError(f"the rollout {self.describe()} sent nothing for {self.timeout_s:.0f} s "
+                raise VerlError(f"the rollout {self.describe()} sent nothing for {timeout_s:.0f} s "
                                 f"(trainer.dist_timeout_s) while {doing}: it hangs, or a batch takes longer than "
                                 f"that (raise trainer.dist_timeout_s); the checkpoints in trainer.default_local_dir "
                                 f"are intact")

@@ -43,6 +43,7 @@ class Panel:
     title: str
     patterns: tuple[str, ...]
     stacked: bool = False  # a stacked bar per step (time per stage) instead of lines
+    optional: bool = False  # a mode's own panel (asynchronous RL): not listed as missing from runs without it
 
 
 PANELS = (
@@ -52,6 +53,12 @@ PANELS = (
     Panel("entropy", "Entropy", ("actor/entropy",)),
     Panel("grad_norm", "Gradient norm", ("actor/grad_norm", "critic/grad_norm")),
     Panel("timing", "Time per stage (s)", ("timing_s/*",), stacked=True),
+    Panel("async_staleness", "Asynchronous: staleness and queue (versions, batches)",
+          ("async/staleness_mean", "async/staleness_max", "async/queue_depth", "async/in_flight"), optional=True),
+    Panel("async_idle", "Asynchronous: idle fractions", ("async/trainer_idle_frac", "async/rollout_idle_frac"),
+          optional=True),
+    Panel("async_sync", "Asynchronous: weight sync (s) and rollout-trainer gap (KL)",
+          ("async/weight_sync_s", "async/mismatch_kl"), optional=True),
 )
 
 # The table's metrics, and which of them have a "best" (the highest: rewards).
@@ -119,7 +126,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def missing_patterns(rows: list[dict]) -> list[str]:
-    return [p for panel in PANELS for p in panel.patterns if not matching_keys(rows, p)]
+    return [p for panel in PANELS if not panel.optional for p in panel.patterns if not matching_keys(rows, p)]
 
 
 # ---------------------------------------------------------------------------------------- plotting

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from verl.distributed.process_group import broadcast_object, is_main_process, launched_distributed
 from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream
 from verl.distributed.weight_sync import WeightSender
 from verl.errors import ConfigError
@@ -60,8 +61,6 @@ def prepare_async_config(config) -> list[str]:
                        "to false)")
     if config.algorithm.adv_estimator == "remax":
         refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
-    if config.trainer.backend == "ray":
-        refused.append("trainer.backend=ray (the rollout runs as a process of this machine; use trainer.backend=auto)")
     pool = config.rollout
     if pool.nnodes * pool.n_gpus_per_node != 1:
         refused.append(f"a rollout of rollout.nnodes={pool.nnodes} x rollout.n_gpus_per_node={pool.n_gpus_per_node} "
@@ -126,6 +125,8 @@ class AsyncRollouts:
     published version, and the metrics of both."""
 
     def __init__(self, trainer: "AsyncRLTrainer", stream, sender: WeightSender):
+        """``stream``: the rollout, held by rank 0 of a torchrun job (None on the other ranks, which
+        take part in gathering the weights and receive every batch from rank 0)."""
         a = trainer.config.async_training
         self.trainer = trainer
         self.stream = stream
@@ -151,12 +152,15 @@ class AsyncRollouts:
             prompts = with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
             weights = None
             if self.sent != self.published:
-                weights, cost = self.sender.pack(t.actor_rollout_ref.call("rollout_weights"), self.published)
-                self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
+                state = t.actor_rollout_ref.call("rollout_weights")  # a collective under FSDP: every rank
+                if self.stream is not None:
+                    weights, cost = self.sender.pack(state, self.published)
+                    self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
                 self.sent = self.published
             if self.params is None:
                 self.params = t.actor_rollout_ref.call("sampling_params")
-            self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
+            if self.stream is not None:
+                self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
             self.next_request += 1
 
     def publish(self, version: int) -> None:
@@ -166,13 +170,16 @@ class AsyncRollouts:
             self.published = version
         self.fill()
 
-    def take(self, step: int) -> tuple[RolloutResult, int]:
-        """The answer for ``step`` (waiting for it), and how many later steps' answers were already done."""
+    def take(self, step: int) -> tuple[RolloutResult, int, int]:
+        """The answer for ``step`` (waiting for it), how many later steps' answers were already done, and
+        how many requests are still open (on every rank: rank 0's, broadcast)."""
+        if self.stream is None:
+            return broadcast_object(None)
         self._collect(block_for=None)
         if step not in self.done:
             self._collect(block_for=step)
-        result = self.done.pop(step)
-        return result, len(self.done)
+        taken = (self.done.pop(step), len(self.done), len(self.stream.submitted))
+        return broadcast_object(taken) if self.trainer.distributed else taken
 
     def _collect(self, block_for: int | None) -> None:
         while self.stream.submitted:
@@ -184,13 +191,13 @@ class AsyncRollouts:
                 return
 
     def drain(self) -> None:
-        """Wait for every open request (before a checkpoint: its batches go into it)."""
-        while self.stream.submitted:
+        """Wait for every open request (before a checkpoint: its batches go into it; rank 0 writes it)."""
+        while self.stream is not None and self.stream.submitted:
             result = self.stream.result()
             self.done[result.step] = result
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self, step: int, result: RolloutResult, ahead: int, waited: float) -> dict[str, float]:
+    def metrics(self, step: int, result: RolloutResult, ahead: int, in_flight: int, waited: float) -> dict[str, float]:
         trained_at = step - 1
         first = result.batch["policy_version_first"].float()
         staleness = trained_at - first
@@ -199,7 +206,7 @@ class AsyncRollouts:
         busy = result.gen_seconds + result.load_seconds
         return {"async/staleness_mean": staleness.mean().item(), "async/staleness_max": staleness.max().item(),
                 "async/trainer_version": trained_at, "async/rollout_version": first.min().item(),
-                "async/queue_depth": ahead, "async/in_flight": len(self.stream.submitted),
+                "async/queue_depth": ahead, "async/in_flight": in_flight,
                 "async/trainer_wait_s": waited,
                 "async/rollout_idle_frac": result.idle_seconds / max(result.idle_seconds + busy, 1e-9),
                 "async/rollout_gen_s": result.gen_seconds,
@@ -233,6 +240,7 @@ class AsyncRLTrainer(RLTrainer):
         super().__init__(config, **kwargs)
         a = config.async_training
         folder = Path(self.out_dir) / "weight_sync" if a.weight_backend() == "file" else None
+        self.distributed = launched_distributed()
         self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder))
 
     def resume(self) -> None:
@@ -248,12 +256,12 @@ class AsyncRLTrainer(RLTrainer):
         with timer("step", timing):
             start = time.perf_counter()
             with timer("wait_rollout", timing):
-                result, ahead = self.rollouts.take(step)
+                result, ahead, in_flight = self.rollouts.take(step)
             waited = time.perf_counter() - start
             batch = result.batch
             with timer("reward", timing):
                 batch = batch.union(self.sampler.score(batch))
-            metrics.update(self.rollouts.metrics(step, result, ahead, waited))
+            metrics.update(self.rollouts.metrics(step, result, ahead, in_flight, waited))
             batch = self.learn(batch, metrics, timing)
             if "rollout_corr/kl" in metrics:
                 metrics["async/mismatch_kl"] = metrics["rollout_corr/kl"]
@@ -277,14 +285,18 @@ class AsyncRLTrainer(RLTrainer):
 
     def close(self) -> None:
         try:
-            self.rollouts.stream.close()
+            if self.rollouts.stream is not None:
+                self.rollouts.stream.close()
         finally:
             super().close()
 
 
 def open_rollout_stream(config):
-    """The started rollout of an asynchronous run (its model loaded), where ``async_training`` says."""
+    """The started rollout of an asynchronous run (its model loaded), where ``async_training`` says;
+    under torchrun rank 0 holds it (None on the other ranks)."""
     a = config.async_training
+    if not is_main_process():
+        return None
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config))

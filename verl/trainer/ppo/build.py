@@ -228,9 +228,6 @@ def prepare_async(config) -> None:
     loads (main_ppo calls it before the warm start; building the trainer calls it again, silently)."""
     from verl.trainer.ppo.async_trainer import prepare_async_config
 
-    if launched_distributed():
-        raise ConfigError("async_training.enable=true under torchrun: not yet here; the trainer runs as one process "
-                          "beside its rollout process (start it with plain python)")
     for line in prepare_async_config(config):
         if is_main_process() and line not in _SAID:
             _SAID.add(line)
