@@ -174,3 +174,21 @@ def test_the_rollouts_own_weights_count_in_every_phase_and_gathered_ones_in_the_
     gpu = small_plan("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.4",
                      available=80 * GiB)
     assert gpu.parts["rollout", "vLLM"][0] == int(0.4 * 80 * GiB) and gpu.peak > 32 * GiB
+
+
+def test_an_asynchronous_rollout_counts_its_copy_kv_cache_and_process_in_every_phase():
+    plain, apart = small_plan(), small_plan("async_training.enable=true")
+    assert apart.parts["async", "weights"][0] == 25120 * 4  # its own copy of the weights, all along
+    # the KV cache of a whole step's generation: 8 rows x 16 tokens x 2 layers x 2 x 2 kv heads x 8 dims x 4 bytes
+    assert apart.parts["async", "KV cache"][0] == 8 * 16 * 2 * 2 * 2 * 8 * 4
+    for phase in plain.phases:  # it generates while the trainer does anything
+        assert apart.phases[phase] == plain.phases[phase] + 25120 * 4 + 8 * 16 * 2 * 2 * 2 * 8 * 4
+    assert ("async", "sync copy") not in apart.parts  # on a GPU the copy in flight is host memory
+    cpu, cpu_plain = small_plan("async_training.enable=true", device="cpu"), small_plan(device="cpu")
+    assert cpu.parts["async", "sync copy"][0] == 25120 * 4
+    # the rollout process's own runtime: the same imports as this one
+    assert cpu.parts["async", "runtime"][0] > 0.1 * GiB
+    assert cpu.phases["update"] - cpu_plain.phases["update"] == pytest.approx(
+        2 * 25120 * 4 + 8 * 16 * 2 * 2 * 2 * 8 * 4 + cpu.parts["async", "runtime"][0], abs=64 * 2**20)
+    thread = small_plan("async_training.enable=true", "async_training.rollout_placement=thread", device="cpu")
+    assert ("async", "runtime") not in thread.parts  # a thread of this process

@@ -4,7 +4,11 @@ config.json alone (parameters counted on the meta device; no weights are read).
 Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the
 ranks by FSDP), its activations for one micro-batch of the update (with or without gradient
 checkpointing), the reference's weights, the rollout's KV cache (and its copy of the weights when
-it has one), the critic's share when GAE needs one. The peak is the largest of three phases:
+it has one), the critic's share when GAE needs one; with ``async_training.enable`` the rollout
+apart (its own weights and a whole step's KV cache, all along, the weights in flight to it and, as a
+process on a CPU, its runtime), counted in every phase since it generates while the trainer trains
+(under torchrun only rank 0 holds it: an upper bound on the other ranks). The peak is the largest of
+the phases:
 
 - ``rollout``: weights + optimizer state + the KV cache of this rank's generation batch;
 - ``log_prob``: weights + optimizer state + one no-grad forward of a log-prob micro-batch;
@@ -183,13 +187,19 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     parts.update({**_log_prob_part(config, run, uses_ref), **_rollout_parts(config, run, available)})
     if config.critic_enabled():
         parts.update(_critic_parts(config, run))
+    if config.async_training.enable:
+        parts.update(_async_rollout_parts(config, run))
     phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2)
     if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
 
         parts["process", "runtime"] = (peak_rss_bytes() + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
-        phases = {name: total + parts["process", "runtime"][0] for name, total in phases.items()}
+        if config.async_training.enable and config.async_training.rollout_placement == "process":
+            # The rollout process imports what this one does: about this process's footprint again.
+            parts["async", "runtime"] = (peak_rss_bytes(), "the rollout process itself (the same imports)")
+        extra = parts["process", "runtime"][0] + parts.get(("async", "runtime"), (0, ""))[0]
+        phases = {name: total + extra for name, total in phases.items()}
     return MemoryPlan(device=device, ranks=run.ranks, shape=shape, parts=parts, phases=phases, available=available)
 
 
@@ -261,6 +271,22 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     return parts
 
 
+def _async_rollout_parts(config, run: _Run) -> Parts:
+    """``async_training.enable``: the rollout apart holds its own copy of the weights and the KV cache of
+    a whole step's generation, all along (it generates while the trainer trains), and one more copy
+    of the weights is on its way to it after every sync (shared memory or a file's pages)."""
+    shape, rollout = run.shape, config.actor_rollout_ref.rollout
+    rows = config.data.train_batch_size * rollout.n
+    if rollout.generation_batch_size:
+        rows = min(rows, rollout.generation_batch_size * rollout.n)
+    kv = rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight
+    parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
+             ("async", "KV cache"): (kv, f"the rollout process's: {rows} rows x {run.row} tokens")}
+    if not run.on_gpu:  # on a GPU the copy in flight is in host memory
+        parts["async", "sync copy"] = (shape.params * run.weight, "the weights on their way to the rollout process")
+    return parts
+
+
 def _critic_parts(config, run: _Run) -> Parts:
     """GAE's value model (the policy's shape by default): weights, gradients, AdamW state, activations."""
     critic = config.critic
@@ -277,7 +303,8 @@ def _critic_parts(config, run: _Run) -> Parts:
 def _phases(parts: Parts, *, adam: bool) -> dict[str, int]:
     size = lambda *keys: sum(parts.get(key, (0, ""))[0] for key in keys)
     resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"),
-                     ("rollout", "vLLM"), ("rollout", "weights"))
+                     ("rollout", "vLLM"), ("rollout", "weights"), ("async", "weights"),
+                     ("async", "KV cache"), ("async", "sync copy"))
     gradients = size(("actor", "gradients"))
     return {
         "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")),
