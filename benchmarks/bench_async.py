@@ -3,6 +3,8 @@
     python benchmarks/bench_async.py                          # the calculator demo, 30 steps each
     python benchmarks/bench_async.py --task addition --steps 20 --modes sync one_step_off
     python benchmarks/bench_async.py --learn                  # + the demo's held-out figures (60 steps)
+    python benchmarks/bench_async.py --task spell --keys data.train_batch_size=4 \
+        actor_rollout_ref.actor.ppo_mini_batch_size=4         # the long tail, generation-heavy
 
 Each mode runs ``python -m verl.trainer.main_ppo`` on a built-in task's demo preset (the warm start is
 trained once and cached), with validation off unless ``--learn``:
@@ -38,11 +40,11 @@ MODES = {
 }
 
 
-def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path) -> dict:
+def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_given: list[str]) -> dict:
     keys, threads = MODES[mode]
     # The task's demo preset applies (built-in model, built-in task); these keys sit above it.
     args = [f"data.builtin_task={task}", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}",
-            "trainer.progress_bar=false", "trainer.write_report=false", *keys]
+            "trainer.progress_bar=false", "trainer.write_report=false", *keys, *keys_given]
     if mode.endswith("off"):
         args.append("async_training.rollout_threads=1")
     if not learn:
@@ -77,7 +79,8 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default="calculator", choices=["calculator", "addition"])
+    parser.add_argument("--task", default="calculator", choices=["calculator", "addition", "spell"])
+    parser.add_argument("--keys", nargs="*", default=[], help="more key=value settings for every mode")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--learn", action="store_true", help="validate as the demo does (60 steps unless --steps)")
@@ -86,10 +89,10 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
-            results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode))
+            results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode, args.keys))
             print(json.dumps(results[-1]), flush=True)
     base = next((r for r in results if r["mode"] == "sync"), results[0])
-    print(f"\n{args.task}, {steps} steps (figures over steps 2..{steps})")
+    print(f"\n{args.task} {' '.join(args.keys)}, {steps} steps (figures over steps 2..{steps})")
     print(f"{'mode':<14} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
           f"{'staleness':>10}")
     for r in results:

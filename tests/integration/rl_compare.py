@@ -76,6 +76,11 @@ def step_metrics(out_dir) -> dict[int, dict]:
     return by_step
 
 
+def without_async(metrics: dict[int, dict]) -> dict[int, dict]:
+    """Step metrics without the ``async/`` ones: an asynchronous run's, to compare with a synchronous run."""
+    return {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in metrics.items()}
+
+
 def assert_same_metrics(a: dict[int, dict], b: dict[int, dict]) -> None:
     assert sorted(a) == sorted(b)
     for step in a:

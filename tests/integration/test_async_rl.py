@@ -20,7 +20,7 @@ import pytest
 from helpers import REPO, run_torchrun_module
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
-                        step_metrics)
+                        step_metrics, without_async)
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +65,7 @@ def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, t
         for step in (1, 2, 3):
             assert metrics[step]["async/staleness_max"] == 0 and metrics[step]["async/trainer_version"] == step - 1
         assert metrics[1]["async/weight_sync_bytes"] > 0  # the first request carries the weights
-        async_only = {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in metrics.items()}
-        assert_same_metrics(step_metrics(sync_run), async_only)
+        assert_same_metrics(step_metrics(sync_run), without_async(metrics))
         assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
         # The rollout generated every step with the weights the trainer then trained from: its
         # log-probs are the trainer's (to float rounding), so each sync reached it.
@@ -79,14 +78,12 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     model, data = rl_inputs
     ppo = tmp_path / "ppo"
     run_plain(run_args(model, data, ppo, *PPO, *ASYNC))
-    assert_same_metrics(step_metrics(plain_run(*PPO)), {s: {k: v for k, v in m.items() if not k.startswith("async/")}
-                                                        for s, m in step_metrics(ppo).items()})
+    assert_same_metrics(step_metrics(plain_run(*PPO)), without_async(step_metrics(ppo)))
     # Multi-turn: the rollout process runs the agent loop and the tool calls; bound 0 is the one-process run.
     tool_model, task, one = tool_run
     turns = tmp_path / "turns"
     run_plain(tool_task_args(tool_model, task, turns, *SCALE_OUT_KEYS, *ASYNC))
-    assert_same_metrics(step_metrics(one), {s: {k: v for k, v in m.items() if not k.startswith("async/")}
-                                            for s, m in step_metrics(turns).items()})
+    assert_same_metrics(step_metrics(one), without_async(step_metrics(turns)))
     assert_same_weights(one / "huggingface", turns / "huggingface", tool_model)
     stale = tmp_path / "turns-stale"
     run_plain(tool_task_args(tool_model, task, stale, *SCALE_OUT_KEYS, *ONE_STEP_OFF))
@@ -154,7 +151,7 @@ def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, da
     done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC))
     assert done.stdout.count("Resumed from") == 1
     assert_same_metrics({3: step_metrics(sync_run)[3]},
-                        {3: {k: v for k, v in step_metrics(out)[3].items() if not k.startswith("async/")}})
+                        {3: without_async(step_metrics(out))[3]})
     assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
 
 
@@ -169,7 +166,7 @@ def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_m
         assert done.stdout.count("Asynchronous RL: the rollout runs in a process") == 1  # said by rank 0
         ours = computed(out)
         if name == "bound0":
-            ours = {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in ours.items()}
+            ours = without_async(ours)
         assert_same_metrics(computed(reference) if name == "bound1" else step_metrics(reference), ours)
         assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
 

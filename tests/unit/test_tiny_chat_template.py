@@ -68,7 +68,7 @@ def test_the_builtin_model_folder_and_the_warm_start_are_keyed_by_the_template(t
     assert tiny.builtin_model_key() != key
 
 
-@pytest.mark.parametrize("task", ["addition", "countdown", "word_problems"])
+@pytest.mark.parametrize("task", ["addition", "countdown", "spell", "word_problems"])
 def test_builtin_task_prompts_end_with_the_marker(task):
     from verl.data.tasks import TASKS
 

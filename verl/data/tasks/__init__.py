@@ -7,8 +7,9 @@ start trains on (tool calls and results included). ``TASKS`` maps a task name (`
 docs/builtin_tasks.md describes each task's rows and scoring.
 """
 
-from verl.data.tasks import addition, calculator, countdown, word_problems
+from verl.data.tasks import addition, calculator, countdown, spell, word_problems
 
-TASKS = {"addition": addition, "calculator": calculator, "countdown": countdown, "word_problems": word_problems}
+TASKS = {"addition": addition, "calculator": calculator, "countdown": countdown, "spell": spell,
+         "word_problems": word_problems}
 
-__all__ = ["TASKS", "addition", "calculator", "countdown", "word_problems"]
+__all__ = ["TASKS", "addition", "calculator", "countdown", "spell", "word_problems"]
