@@ -56,11 +56,15 @@ def computed(out) -> dict[int, dict]:
 
 
 def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
-    for placement in ("process", "thread"):
-        out = tmp_path / placement
+    # A process (weights through shared memory, or through a file), a thread (handed over in memory).
+    for placement, backend in (("process", "shm"), ("process", "file"), ("thread", "memory")):
+        out = tmp_path / f"{placement}-{backend}"
         done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC,
-                                  f"async_training.rollout_placement={placement}"))
+                                  f"async_training.rollout_placement={placement}",
+                                  f"async_training.checkpoint_engine.backend={backend}"))
         assert f"the rollout runs in a {placement} of its own, ahead of the trainer by at most 0 step" in done.stdout
+        assert f"through {backend}" in done.stdout
+        assert not (out / "weight_sync").exists() or not list((out / "weight_sync").iterdir())  # files read, gone
         metrics = step_metrics(out)
         for step in (1, 2, 3):
             assert metrics[step]["async/staleness_max"] == 0 and metrics[step]["async/trainer_version"] == step - 1

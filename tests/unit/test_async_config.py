@@ -84,6 +84,7 @@ def test_memory_and_shm_hand_over_a_copy_the_trainer_cannot_change(tmp_path):
 
 def test_the_file_backend_writes_aside_renames_and_the_reader_deletes(tmp_path):
     state = _state()
+    state["tied"] = state["w"]  # tied weights (embeddings and lm_head) share memory
     message, _ = WeightSender("file", tmp_path / "sync").pack(state, version=2)
     assert message.path.endswith("weights_v2.safetensors") and not list((tmp_path / "sync").glob("*.tmp"))
     got = unpack(message)

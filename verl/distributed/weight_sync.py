@@ -64,7 +64,8 @@ class WeightSender:
             self.folder.mkdir(parents=True, exist_ok=True)
             path = self.folder / f"weights_v{version}.safetensors"
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            save_file({k: t.detach().cpu().contiguous() for k, t in state.items()}, str(tmp))
+            # A copy of each: tied weights (embeddings and lm_head) share memory, which safetensors refuses.
+            save_file({k: t.detach().to("cpu", copy=True).contiguous() for k, t in state.items()}, str(tmp))
             tmp.replace(path)
             message = WeightMessage(version, "file", path=str(path), nbytes=nbytes)
         else:
