@@ -157,8 +157,8 @@ NO_RANGE = {
         "actor_rollout_ref.actor.policy_loss.clip_cov_lb", "actor_rollout_ref.actor.policy_loss.clip_cov_ub",
         # a negative weight makes the reward model's score a penalty
         "reward_model.weight",
-        # every value works: <= 0 (verl: -1) = off
-        "trainer.save_freq", "trainer.test_freq",
+        # every value works: <= 0 (verl: -1) = off; rollout.test_freq becomes trainer.test_freq
+        "trainer.save_freq", "trainer.test_freq", "rollout.test_freq",
     },
     **{root: {"optim.lr_warmup_steps", "trainer.save_freq", "trainer.test_freq"}  # as above
        for root in (SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig)},

@@ -39,6 +39,13 @@ class RolloutPoolConfig(Section):
                          "rollout is one process: 1.")
     n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices per node of the rollout (async_training.enable "
                                   "only). Here the rollout is one process on one device (or the CPU): 1.")
+    total_rollout_steps: int | None = option(None, bounds=">= 1", help="verl's fully-async mode: prompts to "
+                                             "generate in all; its entry point makes it "
+                                             "trainer.total_training_steps (docs/async.md). null = the epochs'.")
+    total_epochs: int | None = option(None, bounds=">= 1", help="verl's fully-async mode: passes over the prompts; "
+                                      "its entry point makes it trainer.total_epochs. null = trainer.total_epochs.")
+    test_freq: int | None = option(None, help="verl's fully-async mode: validate every this many weight syncs; its "
+                                   "entry point makes it trainer.test_freq. null = trainer.test_freq.")
 
 
 @dataclass
