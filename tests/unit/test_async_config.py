@@ -95,3 +95,26 @@ def test_the_file_backend_writes_aside_renames_and_the_reader_deletes(tmp_path):
 def test_a_backend_that_does_not_exist_is_named():
     with pytest.raises(ValueError, match="choose one of"):
         WeightSender("nccl")
+
+
+def test_an_answer_that_cannot_be_read_is_said_as_the_rollouts_end():
+    # A stand-in for the error path alone: a rollout process killed just after answering leaves an
+    # answer whose shared tensors went with it; reading it fails (ConnectionRefusedError, EOFError).
+    from verl.distributed.rollout_stream import RolloutStream
+    from verl.errors import VerlError
+
+    class Killed(RolloutStream):
+        def _get(self, timeout):
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        def _gone(self):
+            return "died (was killed by signal 9)"
+
+        def describe(self):
+            return "process (pid 7)"
+
+    stream = Killed(spec=None, timeout_s=5)
+    stream.submitted = [3]
+    with pytest.raises(VerlError, match=r"process \(pid 7\) died \(was killed by signal 9\) while generating step 3 "
+                                        r"\(its last answer could not be read: ConnectionRefusedError"):
+        stream.result()

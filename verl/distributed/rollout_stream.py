@@ -184,10 +184,30 @@ class RolloutStream:
         """Whether the answer to the oldest open request has arrived (never waits)."""
         if self._early is None:
             try:
-                self._early = self._get(0.0)
+                self._early = self._receive(0.0, f"generating step {self.submitted[0]}" if self.submitted else "idle")
             except queue.Empty:
                 return False
         return True
+
+    def _receive(self, timeout: float, doing: str):
+        """The next answer (queue.Empty after ``timeout``). An answer whose tensors cannot be read any
+        more (a process that died just after sending it: its shared memory went with it) is said as
+        the server's end."""
+        try:
+            return self._get(timeout)
+        except queue.Empty:
+            raise
+        except (OSError, EOFError) as e:
+            gone = None
+            for _ in range(20):  # a killed process closes its sockets a moment before it can be reaped
+                gone = self._gone()
+                if gone is not None:
+                    break
+                time.sleep(0.05)
+            gone = gone or "failed"
+            raise VerlError(f"the rollout {self.describe()} {gone} while {doing} (its last answer could not be read: "
+                            f"{type(e).__name__}: {e}); the checkpoints in trainer.default_local_dir are intact: run "
+                            f"the same command again to resume") from None
 
     def _wait(self, doing: str, timeout_s: float | None = None):
         if self._early is not None:
@@ -197,13 +217,13 @@ class RolloutStream:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                return self._get(min(POLL_S, max(deadline - time.monotonic(), 0.01)))
+                return self._receive(min(POLL_S, max(deadline - time.monotonic(), 0.01)), doing)
             except queue.Empty:
                 pass
             gone = self._gone()
             if gone is not None:
                 try:  # an answer it sent just before it ended (its error) says more than its end
-                    return self._get(POLL_S)
+                    return self._receive(POLL_S, doing)
                 except queue.Empty:
                     pass
                 raise VerlError(f"the rollout {self.describe()} {gone} while {doing}; the checkpoints in "
@@ -222,6 +242,13 @@ class RolloutStream:
         raise RuntimeError(f"the rollout {self.describe()} answered {answer!r} while {doing}")
 
 
+@dataclass
+class _Unreadable:
+    """What the answer reader passes on when an answer cannot be read (the process is gone)."""
+
+    error: BaseException
+
+
 class ProcessRolloutStream(RolloutStream):
     placement = "process"
 
@@ -234,12 +261,29 @@ class ProcessRolloutStream(RolloutStream):
         self.process = ctx.Process(target=_process_main, args=(spec, self.requests, self.results, os.getpid()),
                                    name="verl-rollout", daemon=True)
         self.process.start()
+        # Answers are read by a thread of their own: reading one that a stopped or killed process left
+        # half-written blocks (or fails) there, while the trainer's wait stays bounded by its deadline.
+        self.inbox: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read_answers, name="verl-rollout-reader", daemon=True).start()
+
+    def _read_answers(self) -> None:
+        while True:
+            try:
+                answer = self.results.get()
+            except (OSError, EOFError, ValueError) as e:  # ValueError: the queue was closed
+                self.inbox.put(_Unreadable(e))
+                return
+            self.inbox.put(answer)
 
     def _put(self, request) -> None:
         self.requests.put(request)
 
     def _get(self, timeout: float):
-        return self.results.get(timeout=timeout)
+        answer = self.inbox.get(timeout=timeout)
+        if isinstance(answer, _Unreadable):
+            self.inbox.put(answer)  # every later read fails alike
+            raise answer.error
+        return answer
 
     def _gone(self) -> str | None:
         if self.process.is_alive():
