@@ -113,7 +113,7 @@ def test_an_answer_that_cannot_be_read_is_said_as_the_rollouts_end():
         def describe(self):
             return "process (pid 7)"
 
-    stream = Killed(spec=None, timeout_s=5)
+    stream = Killed(timeout_s=5)
     stream.submitted = [3]
     with pytest.raises(VerlError, match=r"process \(pid 7\) died \(was killed by signal 9\) while generating step 3 "
                                         r"\(its last answer could not be read: ConnectionRefusedError"):

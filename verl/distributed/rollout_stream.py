@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -57,7 +57,6 @@ class RolloutResult:
     load_seconds: float = 0.0
     """Loading the weights the request carried."""
     error: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -128,10 +127,7 @@ def _process_main(spec: WorkerSpec, requests, results, parent_pid: int) -> None:
 class RolloutStream:
     """The trainer's end of a rollout server: :meth:`submit` requests, take each :meth:`result` in order."""
 
-    placement = "?"
-
-    def __init__(self, spec: WorkerSpec, timeout_s: float):
-        self.spec = spec
+    def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
         self.submitted: list[int] = []
         """Steps submitted and not yet answered, in order."""
@@ -250,10 +246,8 @@ class _Unreadable:
 
 
 class ProcessRolloutStream(RolloutStream):
-    placement = "process"
-
     def __init__(self, spec: WorkerSpec, timeout_s: float):
-        super().__init__(spec, timeout_s)
+        super().__init__(timeout_s)
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
@@ -311,10 +305,8 @@ class ProcessRolloutStream(RolloutStream):
 
 
 class ThreadRolloutStream(RolloutStream):
-    placement = "thread"
-
     def __init__(self, spec: WorkerSpec, timeout_s: float):
-        super().__init__(spec, timeout_s)
+        super().__init__(timeout_s)
         self.requests: queue.Queue = queue.Queue()
         self.results: queue.Queue = queue.Queue()
         self.thread = threading.Thread(target=serve, args=(spec, self.requests, self.results), name="verl-rollout",

@@ -56,15 +56,10 @@ class ActorRolloutRefWorker:
         self.max_response_length = max_response_length or config.rollout.response_length
         seed = seed if seed is not None else 1
         model_cfg = config.model
-        path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+        path = policy_folder(model_cfg)
         self.model_path = path
-        self.tokenizer = tokenizer or load_tokenizer(model_cfg.tokenizer_path or path,
-                                                     trust_remote_code=model_cfg.trust_remote_code,
-                                                     chat_template=model_cfg.custom_chat_template)
-        model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
-                               trust_remote_code=model_cfg.trust_remote_code,
-                               override_config=dict(model_cfg.override_config),
-                               disable_dropout=model_cfg.disable_dropout)
+        self.tokenizer = tokenizer or load_policy_tokenizer(model_cfg, path)
+        model = load_policy_model(model_cfg, path)
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
         lora = lora_requested(model_cfg)
@@ -75,9 +70,7 @@ class ActorRolloutRefWorker:
         # (hf and native: a copy of the model made here, before the actor is sharded). vllm and
         # dummy only read the model's config.
         # rollout.name=auto: main_ppo has resolved it (and said so); the Python API resolves it here.
-        engine = config.rollout.name
-        if engine == "auto":
-            engine = auto_engine(model.config.model_type)[0]
+        engine = rollout_engine_name(config.rollout, model)
         self.rollout_shares_actor = config.hybrid_engine and engine in ("hf", "native")
         self.rollout_holds_copy = engine in ("hf", "native", "vllm") and not self.rollout_shares_actor
         rollout_model = model
@@ -109,12 +102,8 @@ class ActorRolloutRefWorker:
                                max_token_len=log_prob_token_budget(config, "ref"),
                                remove_padding=model_cfg.use_remove_padding,
                                share_prompts=actor_cfg.use_prefix_grouper) if ref_model is not None else None
-        prompt_length = config.rollout.prompt_length
-        self.rollout = build_rollout(engine, rollout_model, self.tokenizer,
-                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
-                                     device=self.device, model_path=path, rollout_config=rollout_cfg,
-                                     max_model_len=prompt_length + self.max_response_length if prompt_length else None,
-                                     trust_remote_code=model_cfg.trust_remote_code)
+        self.rollout = make_rollout(config, engine, rollout_model, self.tokenizer, path, device=self.device,
+                                    seed=seed, max_response_length=self.max_response_length)
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
@@ -220,6 +209,39 @@ class ActorRolloutRefWorker:
         self.sync_rollout_weights()
         metrics.update(memory_metrics(self.device))
         return metrics
+
+
+def policy_folder(model_cfg) -> str:
+    """The policy's model folder or hub id (``model.path``; the built-in tiny model when unset)."""
+    return str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+
+
+def load_policy_tokenizer(model_cfg, path: str):
+    return load_tokenizer(model_cfg.tokenizer_path or path, trust_remote_code=model_cfg.trust_remote_code,
+                          chat_template=model_cfg.custom_chat_template)
+
+
+def load_policy_model(model_cfg, path: str) -> torch.nn.Module:
+    """The policy as the ``model`` section asks (dtype, attention, remote code, config overrides, dropout)."""
+    return load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
+                          trust_remote_code=model_cfg.trust_remote_code, override_config=dict(model_cfg.override_config),
+                          disable_dropout=model_cfg.disable_dropout)
+
+
+def rollout_engine_name(rollout_cfg, model) -> str:
+    """``rollout.name``, ``auto`` made the engine for ``model``'s architecture (main_ppo has resolved and said
+    it already; the Python API resolves it here)."""
+    return rollout_cfg.name if rollout_cfg.name != "auto" else auto_engine(model.config.model_type)[0]
+
+
+def make_rollout(config, engine: str, model, tokenizer, path: str, *, device, seed: int, max_response_length: int):
+    """The rollout engine ``engine`` over ``model`` with the ``actor_rollout_ref`` section's settings."""
+    rollout_cfg = config.rollout
+    prompt_length = rollout_cfg.prompt_length
+    return build_rollout(engine, model, tokenizer, generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
+                         device=device, model_path=path, rollout_config=rollout_cfg,
+                         max_model_len=prompt_length + max_response_length if prompt_length else None,
+                         trust_remote_code=config.model.trust_remote_code)
 
 
 def agent_loop_of(multi_turn, engine, tokenizer, device):

@@ -8,15 +8,14 @@ stamped with that version, and carries the engine's log-probs when asked.
 
 from __future__ import annotations
 
-
 import torch
 
-from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
-from verl.models.tiny import builtin_model_path
+from verl.models.loading import resolve_device
 from verl.protocol import Batch
-from verl.rollout import SamplingParams, auto_engine, build_rollout
+from verl.rollout import SamplingParams
 from verl.utils.preflight import check_context_length
-from verl.workers.actor_rollout_ref import agent_loop_of
+from verl.workers.actor_rollout_ref import (agent_loop_of, load_policy_model, load_policy_tokenizer, make_rollout,
+                                            policy_folder, rollout_engine_name)
 
 
 class RolloutWorker:
@@ -27,22 +26,15 @@ class RolloutWorker:
         self.device = resolve_device(device or "auto")
         self.max_response_length = max_response_length or config.rollout.response_length
         model_cfg, rollout_cfg = config.model, config.rollout
-        path = str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+        path = policy_folder(model_cfg)
         # A tokenizer of its own: a fast tokenizer is not safe to share with a thread that also uses it.
-        self.tokenizer = load_tokenizer(model_cfg.tokenizer_path or path, trust_remote_code=model_cfg.trust_remote_code,
-                                        chat_template=model_cfg.custom_chat_template)
-        model = load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
-                               trust_remote_code=model_cfg.trust_remote_code,
-                               override_config=dict(model_cfg.override_config),
-                               disable_dropout=model_cfg.disable_dropout).requires_grad_(False).to(self.device)
-        engine = rollout_cfg.name if rollout_cfg.name != "auto" else auto_engine(model.config.model_type)[0]
+        self.tokenizer = load_policy_tokenizer(model_cfg, path)
+        model = load_policy_model(model_cfg, path).requires_grad_(False).to(self.device)
+        engine = rollout_engine_name(rollout_cfg, model)
         if engine not in ("hf", "native"):
             raise ValueError(f"asynchronous RL runs the rollout with hf or native (got {engine})")
-        prompt_length = rollout_cfg.prompt_length
-        self.rollout = build_rollout(engine, model, self.tokenizer,
-                                     generation_batch_size=rollout_cfg.generation_batch_size, seed=seed,
-                                     device=self.device, model_path=path, rollout_config=rollout_cfg,
-                                     max_model_len=prompt_length + self.max_response_length if prompt_length else None)
+        self.rollout = make_rollout(config, engine, model, self.tokenizer, path, device=self.device, seed=seed,
+                                    max_response_length=self.max_response_length)
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
         self.version: int | None = None
         """The policy version of the weights held (None: the folder's, before any sync)."""

@@ -26,7 +26,6 @@ rollout's weight each token (AReaL's decoupled objective; ``algorithm.rollout_co
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -254,10 +253,9 @@ class AsyncRLTrainer(RLTrainer):
         metrics: dict[str, float] = {}
         traffic = self.traffic()
         with timer("step", timing):
-            start = time.perf_counter()
             with timer("wait_rollout", timing):
                 result, ahead, in_flight = self.rollouts.take(step)
-            waited = time.perf_counter() - start
+            waited = timing["timing_s/wait_rollout"]
             batch = result.batch
             with timer("reward", timing):
                 batch = batch.union(self.sampler.score(batch))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import weakref
 from pathlib import Path
 
 
@@ -220,15 +221,18 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     return AsyncRLTrainer(config, stream=open_rollout_stream(config), **parts)
 
 
-_SAID: set[str] = set()
+_PREPARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def prepare_async(config) -> None:
-    """``async_training.enable``: checked, and what stale samples need set, said once, before any model
-    loads (main_ppo calls it before the warm start; building the trainer calls it again, silently)."""
+    """``async_training.enable``: checked, and what stale samples need set, said once per config, before
+    any model loads (main_ppo calls it before the warm start; building the trainer calls it again, which
+    does nothing for a config already prepared)."""
     from verl.trainer.ppo.async_trainer import prepare_async_config
 
-    for line in prepare_async_config(config):
-        if is_main_process() and line not in _SAID:
-            _SAID.add(line)
-            print(line, flush=True)
+    if _PREPARED.get(id(config)) is config:
+        return
+    lines = prepare_async_config(config)
+    _PREPARED[id(config)] = config
+    if is_main_process():
+        print("\n".join(lines), flush=True)

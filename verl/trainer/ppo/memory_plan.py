@@ -193,11 +193,12 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
 
-        parts["process", "runtime"] = (peak_rss_bytes() + CPU_RUN_OVERHEAD,
+        resident_here = peak_rss_bytes()
+        parts["process", "runtime"] = (resident_here + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
         if config.async_training.enable and config.async_training.rollout_placement == "process":
             # The rollout process imports what this one does: about this process's footprint again.
-            parts["async", "runtime"] = (peak_rss_bytes(), "the rollout process itself (the same imports)")
+            parts["async", "runtime"] = (resident_here, "the rollout process itself (the same imports)")
         extra = parts["process", "runtime"][0] + parts.get(("async", "runtime"), (0, ""))[0]
         phases = {name: total + extra for name, total in phases.items()}
     return MemoryPlan(device=device, ranks=run.ranks, shape=shape, parts=parts, phases=phases, available=available)
@@ -253,17 +254,14 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     weights when it holds a copy (vLLM, no hybrid engine) or gathers them (hybrid engine over ranks)."""
     arr = config.actor_rollout_ref
     rollout = arr.rollout
-    rows = config.data.train_batch_size * rollout.n // run.ranks
-    if rollout.generation_batch_size:
-        rows = min(rows, rollout.generation_batch_size * rollout.n)
     if rollout.name == "vllm" and run.on_gpu and available:
         return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
                                       "gpu_memory_utilization x the GPU's memory: weights and KV cache")}
     if rollout.name == "dummy":
         return {}
     shape = run.shape
-    parts = {("rollout", "KV cache"): (rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight,
-                                       f"{rows} rows x {run.row} tokens")}
+    rows = _generation_rows(config, run.ranks)
+    parts = {("rollout", "KV cache"): (_kv_cache_bytes(run, rows), f"{rows} rows x {run.row} tokens")}
     if not arr.hybrid_engine or rollout.name == "vllm":
         parts["rollout", "weights"] = (shape.params * run.weight, "its own copy, held all along")
     elif run.shard > 1:
@@ -271,17 +269,29 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     return parts
 
 
+def _generation_rows(config, ranks: int) -> int:
+    """Rows one generate call of a rank holds: its share of the step's samples, at most
+    ``rollout.generation_batch_size`` prompts' worth."""
+    rollout = config.actor_rollout_ref.rollout
+    rows = config.data.train_batch_size * rollout.n // ranks
+    return min(rows, rollout.generation_batch_size * rollout.n) if rollout.generation_batch_size else rows
+
+
+def _kv_cache_bytes(run: _Run, rows: int) -> int:
+    """Keys and values of every layer for ``rows`` rows of ``run.row`` tokens."""
+    shape = run.shape
+    return rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight
+
+
 def _async_rollout_parts(config, run: _Run) -> Parts:
     """``async_training.enable``: the rollout apart holds its own copy of the weights and the KV cache of
     a whole step's generation, all along (it generates while the trainer trains), and one more copy
     of the weights is on its way to it after every sync (shared memory or a file's pages)."""
-    shape, rollout = run.shape, config.actor_rollout_ref.rollout
-    rows = config.data.train_batch_size * rollout.n
-    if rollout.generation_batch_size:
-        rows = min(rows, rollout.generation_batch_size * rollout.n)
-    kv = rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight
+    shape = run.shape
+    rows = _generation_rows(config, ranks=1)  # one rollout generates every step's rows
     parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
-             ("async", "KV cache"): (kv, f"the rollout process's: {rows} rows x {run.row} tokens")}
+             ("async", "KV cache"): (_kv_cache_bytes(run, rows), f"the rollout process's: {rows} rows x {run.row} "
+                                                                 f"tokens")}
     if not run.on_gpu:  # on a GPU the copy in flight is in host memory
         parts["async", "sync copy"] = (shape.params * run.weight, "the weights on their way to the rollout process")
     return parts

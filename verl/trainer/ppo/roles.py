@@ -17,19 +17,17 @@ from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import lora_requested
-from verl.models.tiny import builtin_model_path
 from verl.models.value_model import ValueModel
 from verl.rewards.manager import RuleRewardManager, build_reward_functions
 from verl.utils.preflight import check_context_length
-from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+from verl.workers.actor_rollout_ref import ActorRolloutRefWorker, policy_folder
 from verl.workers.critic import Critic
 from verl.workers.reward import RewardWorker
 
 
 def policy_path(config) -> str:
     """The policy's model folder or hub id (the built-in tiny model when none is set)."""
-    path = config.actor_rollout_ref.model.path
-    return str(path) if path else str(builtin_model_path())
+    return policy_folder(config.actor_rollout_ref.model)
 
 
 def policy_config(config):
