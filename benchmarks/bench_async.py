@@ -12,10 +12,12 @@ trained once and cached), with validation off unless ``--learn``:
 * ``sync``: one process, one torch thread: generation, then the update, every step;
 * ``sync2``: the same with two threads (the cores the asynchronous runs use);
 * ``one_step_off`` / ``two_steps_off``: ``async_training.enable=true`` with ``max_staleness`` 1 / 2:
-  a rollout process and the trainer, one thread each, generating the next steps while the trainer updates.
+  a rollout process and the trainer, one thread each, generating the next steps while the trainer updates;
+* ``one_step_off_partial``: one step off with ``partial_rollout=true`` (weights taken mid-generation).
 
 Printed per mode: seconds per step (median of the steps after the first), samples per second over those
-steps, the trainer's and the rollout's idle fractions, and the throughput against ``sync``; with
+steps, the trainer's and the rollout's idle fractions, the throughput against ``sync``, the staleness of
+the samples' first and last tokens and the share of samples that spanned a weight swap; with
 ``--learn`` the held-out greedy and sampled accuracy before and after.
 """
 
@@ -37,6 +39,8 @@ MODES = {
     "sync2": ([], 2),
     "one_step_off": (["async_training.enable=true", "async_training.max_staleness=1"], 1),
     "two_steps_off": (["async_training.enable=true", "async_training.max_staleness=2"], 1),
+    "one_step_off_partial": (["async_training.enable=true", "async_training.max_staleness=1",
+                              "async_training.partial_rollout=true"], 1),
 }
 
 
@@ -45,7 +49,7 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_give
     # The task's demo preset applies (built-in model, built-in task); these keys sit above it.
     args = [f"data.builtin_task={task}", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}",
             "trainer.progress_bar=false", "trainer.write_report=false", *keys, *keys_given]
-    if mode.endswith("off"):
+    if "async_training.enable=true" in keys:
         args.append("async_training.rollout_threads=1")
     if not learn:
         args += ["trainer.test_freq=-1", "trainer.val_before_train=false"]
@@ -66,7 +70,9 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_give
               "seconds": seconds, "steps": len(later),
               "trainer_idle": statistics.mean(r.get("async/trainer_idle_frac", 0.0) for r in later),
               "rollout_idle": statistics.mean(r.get("async/rollout_idle_frac", 0.0) for r in later),
-              "staleness": statistics.mean(r.get("async/staleness_mean", 0.0) for r in later)}
+              "staleness": statistics.mean(r.get("async/staleness_mean", 0.0) for r in later),
+              "staleness_last": statistics.mean(r.get("async/staleness_last_mean", 0.0) for r in later),
+              "partial": statistics.mean(r.get("async/partial_frac", 0.0) for r in later)}
     result["samples"] = samples
     result["wall_s"] = round(sum(r["timing_s/step"] for r in step_rows), 2)
     if learn:
@@ -93,14 +99,15 @@ def main() -> None:
             print(json.dumps(results[-1]), flush=True)
     base = next((r for r in results if r["mode"] == "sync"), results[0])
     print(f"\n{args.task} {' '.join(args.keys)}, {steps} steps (figures over steps 2..{steps})")
-    print(f"{'mode':<14} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
-          f"{'staleness':>10}")
+    print(f"{'mode':<21} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
+          f"{'staleness':>10} {'last':>6} {'partial':>8}")
     for r in results:
         rate, base_rate = r["samples"] / r["seconds"], base["samples"] / base["seconds"]
-        print(f"{r['mode']:<14} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
-              f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f}")
+        print(f"{r['mode']:<21} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
+              f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f} "
+              f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f}")
         if "held_out" in r:
-            print(f"{'':<14} held-out (step, greedy, sampled): {r['held_out']}")
+            print(f"{'':<21} held-out (step, greedy, sampled): {r['held_out']}")
 
 
 if __name__ == "__main__":

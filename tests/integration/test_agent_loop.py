@@ -3,6 +3,7 @@ the result the loop splices in, and answers. The trajectory holds the exact ids 
 the tool result is in the sequence but out of the loss, and the log-probs the engine reported for
 the model's tokens equal the actor's recomputation over the whole trajectory."""
 
+import copy
 import json
 
 import pytest
@@ -472,3 +473,60 @@ def test_a_verl_interaction_without_a_reply_that_does_not_terminate_stops_the_ro
     assert str(err.value) == ("actor_rollout_ref.rollout.multi_turn.interaction_config_path: SilentInteraction."
                               "generate_response returned no reply (None) with should_terminate=False: return the "
                               "next user message, or should_terminate=True to end the interaction")
+
+
+class _SwapWhileToolsRun:
+    """New weights (version 1) become pending when the tool is called: the partial rollout must take
+    them before the next assistant turn (the weights change with tool calls in flight)."""
+
+    def __init__(self, model, state):
+        self.model, self.state = model, state
+        self.version, self.ready, self.applied = 0, False, 0
+
+    def pending(self) -> bool:
+        return self.ready and self.version == 0
+
+    def apply(self) -> None:
+        self.model.load_state_dict(self.state)
+        self.version, self.applied = 1, self.applied + 1
+
+
+def test_a_partial_rollout_takes_new_weights_while_the_tool_runs_and_says_which_version_drew_what(tool_model):
+    model, tok, _ = tool_model
+    rollout_model, new = copy.deepcopy(model), copy.deepcopy(model)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    swap = _SwapWhileToolsRun(rollout_model, new.state_dict())
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two whole numbers.
+
+        Args:
+            a: The first factor.
+            b: The second factor.
+        """
+        swap.ready = True
+        return a * b
+    loop = AgentLoop(HFRollout(rollout_model, tok), tok, {t.name: t for t in tools_from_functions([multiply])},
+                     AgentSettings(max_assistant_turns=4))
+    out = loop.generate(_prompts(tok), SamplingParams(max_new_tokens=120, do_sample=False, logprobs=True), swap=swap)
+    assert swap.applied == 1 and out["policy_version_last"].tolist() == [1, 1]
+    assert out["agent_tool_calls"].tolist() == [1.0, 1.0] and out["agent_turns"].tolist() == [2.0, 2.0]
+    trained = out["response_mask"].bool()
+    seen = out["attention_mask"][:, out["prompts"].shape[1]:].bool()
+    tool_result = seen & ~trained
+    # the first turn: the trained tokens before the tool's result; the second: those after it
+    first_turn = trained & (tool_result.long().cumsum(1) == 0)
+    second_turn = trained & ~first_turn
+    assert first_turn.any() and second_turn.any()
+    logprobs = {}
+    for name, m in (("old", model), ("new", new)):
+        with torch.no_grad():
+            logprobs[name], _ = compute_response_logprobs(m, out["input_ids"], out["attention_mask"],
+                                                          out["position_ids"], out["responses"])
+    rollout = out["rollout_log_probs"]
+    torch.testing.assert_close(rollout[first_turn], logprobs["old"][first_turn], atol=1e-4, rtol=0)
+    torch.testing.assert_close(rollout[second_turn], logprobs["new"][second_turn], atol=1e-4, rtol=0)
+    assert (logprobs["old"] - logprobs["new"])[second_turn].abs().max() > 1e-3

@@ -30,6 +30,20 @@ MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/weight_sync
             "async/trainer_idle_frac", "async/queue_depth", "async/in_flight")
 LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
 ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
+SLOW_TOOL = '''
+import asyncio
+
+
+async def multiply(a: int, b: int) -> int:
+    """Multiply two whole numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    await asyncio.sleep(1.5)
+    return a * b
+'''
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +103,20 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     run_plain(tool_task_args(tool_model, task, turns, *SCALE_OUT_KEYS, *ASYNC))
     assert_same_metrics(step_metrics(one), without_async(step_metrics(turns)))
     assert_same_weights(one / "huggingface", turns / "huggingface", tool_model)
+    # One step off with partial rollouts and a tool that takes 1.5 s: the trainer publishes while the
+    # rollout's tool calls are in flight, and the next assistant turns are drawn by the new weights.
+    slow_tools = tmp_path / "slow_tools.py"
+    slow_tools.write_text(SLOW_TOOL)
     stale = tmp_path / "turns-stale"
-    run_plain(tool_task_args(tool_model, task, stale, *SCALE_OUT_KEYS, *ONE_STEP_OFF))
-    assert all(m["agent/tool_calls/mean"] > 0 for m in step_metrics(stale).values() if "agent/tool_calls/mean" in m)
+    run_plain(tool_task_args(tool_model, task, stale, *SCALE_OUT_KEYS, *ONE_STEP_OFF,
+                             "async_training.partial_rollout=true",
+                             f"actor_rollout_ref.rollout.multi_turn.tool_functions={slow_tools}"))
+    metrics = step_metrics(stale)
+    assert all(m["agent/tool_calls/mean"] > 0 for m in metrics.values() if "agent/tool_calls/mean" in m)
+    assert max(m["async/staleness_max"] for m in metrics.values() if "async/staleness_max" in m) == 1
+    partial = [m for m in metrics.values() if m.get("async/partial_frac", 0) > 0]
+    assert partial, "no batch took new weights mid-generation"
+    assert all(m["async/staleness_last_mean"] < m["async/staleness_mean"] for m in partial)
     # LoRA: the rollout loads the merged weights; its log-probs follow the trainer's after every update.
     lora = tmp_path / "lora"
     run_plain(run_args(model, data, lora, *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
@@ -175,11 +200,13 @@ def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_m
         assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
 
 
-def test_verls_fully_async_command_line_runs_in_whole_steps(tiny_model_dir, data_dir, tmp_path):
+def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollouts(tiny_model_dir, data_dir,
+                                                                                     tmp_path):
     out = tmp_path / "fully-async"
     base = [a for a in run_args(tiny_model_dir, data_dir, out, *GRPO)
             if not a.startswith(("data.train_batch_size=", "trainer.total_training_steps="))]
-    # As verl's fully-async scripts write it: streaming sizes, samples in all, syncs every 2 updates.
+    # As verl's fully-async scripts write it: streaming sizes, samples in all, syncs every 2 updates;
+    # partial rollouts (weights taken mid-generation) are its default.
     verl_keys = ["data.train_batch_size=0", "data.gen_batch_size=1", "rollout.total_rollout_steps=12",
                  "async_training.require_batches=1", "async_training.trigger_parameter_sync_step=2",
                  "async_training.staleness_threshold=0.1", "async_training.use_rollout_log_probs=True"]
@@ -191,14 +218,17 @@ def test_verls_fully_async_command_line_runs_in_whole_steps(tiny_model_dir, data
     assert "= 4 prompts (data.train_batch_size)" in done.stdout
     assert "not read: data.train_batch_size=0 data.gen_batch_size=1" in done.stdout
     assert "trainer.total_training_steps=3" in done.stdout and "at most 1 step(s) ahead" in done.stdout
+    assert "partial rollouts: weights published mid-generation are taken at once" in done.stdout
     metrics = step_metrics(out)
+    # The bound holds on the oldest version of every row; a row finished under newer weights is
+    # fresher (staleness of its last token), never older.
     assert [metrics[step]["async/staleness_max"] for step in (1, 2, 3)] == [0, 1, 1]
+    for step in (1, 2, 3):
+        m = metrics[step]
+        assert 0 <= m["async/partial_frac"] <= 1
+        assert m["async/staleness_last_mean"] <= m["async/staleness_mean"]
+        assert (m["async/partial_frac"] > 0) == (m["async/staleness_last_mean"] < m["async/staleness_mean"])
     assert metrics[3]["perf/total_num_tokens"] > 0 and 4 not in metrics
-    # verl's default partial_rollout=True is not here yet: refused, naming the key
-    done = subprocess.run([sys.executable, "-m", "verl.experimental.fully_async_policy.fully_async_main", *base,
-                           *verl_keys, "async_training.partial_rollout=True"], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 2 and "async_training.partial_rollout=true (not yet here" in done.stderr
 
 
 def _children(pid: int) -> list[int]:

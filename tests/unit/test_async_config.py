@@ -51,7 +51,6 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
 
 
 @pytest.mark.parametrize("keys, message", [
-    (("async_training.partial_rollout=true",), "partial_rollout=true"),
     (("async_training.require_batches=4",), "require_batches"),
     (("algorithm.filter_groups.enable=true",), "filter_groups"),
     (("algorithm.adv_estimator=remax",), "remax"),

@@ -34,6 +34,7 @@ from verl.data.collate import left_pad
 from verl.errors import VerlError
 from verl.protocol import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
+from verl.rollout.partial import generate_resumable
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
@@ -68,6 +69,7 @@ class Trajectory:
     tool_rewards: list[float] = field(default_factory=list)  # each call's execute reward
     user_turns: int = 0
     turn_rewards: list[float] = field(default_factory=list)
+    version_last: int = -1  # the policy version that drew its last token (partial rollouts)
     defaulted: int = 0  # values missing from the row or the environment that took a default (warned once)
     done: bool = False
     instances: dict[str, str] = field(default_factory=dict)
@@ -147,8 +149,11 @@ class AgentLoop:
         return self.tokenizer(full[len(self._delta_prefix):], add_special_tokens=False)["input_ids"]
 
     # ------------------------------------------------------------------ the loop
-    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
-        """``prompts`` (left-padded, as for :meth:`RolloutEngine.generate`) -> ``n`` trajectories each."""
+    def generate(self, prompts: Batch, params: SamplingParams, swap=None) -> Batch:
+        """``prompts`` (left-padded, as for :meth:`RolloutEngine.generate`) -> ``n`` trajectories each.
+        ``swap``: new weights may arrive while generating (:mod:`verl.rollout.partial`): they are taken
+        within a turn and between turns (while tools run), and ``policy_version_last`` says which
+        version drew each trajectory's last token."""
         batch, seeds = self.engine.sample_rows(prompts, params)
         seeds = seeds.tolist()
         ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu().bool()
@@ -164,7 +169,7 @@ class AgentLoop:
                 if not active:
                     break
                 calling, answered = [], []
-                for trajectory, (text, turn) in zip(active, self._assistant_turn(active, params)):
+                for trajectory, (text, turn) in zip(active, self._assistant_turn(active, params, swap)):
                     room = params.max_new_tokens - len(trajectory.tokens)
                     if room <= 0 or (limit is not None and trajectory.assistant_turns >= limit):
                         trajectory.done = True
@@ -180,7 +185,10 @@ class AgentLoop:
                     self._events.run(self._environment_replies(answered, params.max_new_tokens))
         finally:
             self._events.run(self._finish_instances(trajectories))
-        return self._assemble(batch, trajectories, params)
+        out = self._assemble(batch, trajectories, params)
+        if swap is not None:
+            out["policy_version_last"] = torch.tensor([t.version_last for t in trajectories], dtype=torch.long)
+        return out
 
     async def _reset_environments(self, trajectories: list[Trajectory], batch: Batch) -> None:
         """One environment per trajectory; a first message it gives joins the prompt (rendered after the
@@ -238,7 +246,8 @@ class AgentLoop:
                             f"{trajectory.row}: a turn's reward must be a finite number (or None for none)")
         return value
 
-    def _assistant_turn(self, active: list[Trajectory], params: SamplingParams) -> list[tuple[str, ParsedTurn]]:
+    def _assistant_turn(self, active: list[Trajectory], params: SamplingParams,
+                        swap=None) -> list[tuple[str, ParsedTurn]]:
         """One generation for every active trajectory, from its tokens so far; appends what it drew and
         returns each turn's text and the calls found in it."""
         input_ids, attention = left_pad([t.prompt_ids + t.tokens for t in active], self.engine.pad_token_id)
@@ -248,7 +257,12 @@ class AgentLoop:
         turn_params = dataclasses.replace(params, max_new_tokens=budget, n=1)
         if self.device is not None:
             input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
+        if swap is None:
+            responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
+        else:
+            responses, log_probs, last = generate_resumable(self.engine, input_ids, attention, turn_params, seeds, swap)
+            for trajectory, version in zip(active, last.tolist()):
+                trajectory.version_last = version
         responses = responses.cpu()
         eos = set(self.engine.eos_token_ids)
         turns = []

@@ -25,6 +25,7 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -46,11 +47,19 @@ class RolloutRequest:
 
 
 @dataclass
+class WeightUpdate:
+    """Weights sent on their own, the moment the trainer publishes them (partial rollouts): the
+    rollout takes them between two decode steps of whatever it is generating."""
+
+    weights: WeightMessage
+
+
+@dataclass
 class RolloutResult:
     step: int
     batch: Batch | None
     version: int
-    """The policy version that generated every row (-1: the model folder's, before any sync)."""
+    """The oldest policy version that generated a row (-1: the model folder's, before any sync)."""
     gen_seconds: float = 0.0
     idle_seconds: float = 0.0
     """How long the server waited for this request after answering the previous one."""
@@ -69,12 +78,56 @@ class WorkerSpec:
     max_response_length: int
     seed: int
     threads: int | None = None
+    partial: bool = False
+    """Partial rollouts: weights that arrive mid-generation are taken at once (:class:`_Inbox`)."""
 
     def build(self):
         from verl.workers.rollout_worker import RolloutWorker
 
         return RolloutWorker(self.config, device=self.device, max_response_length=self.max_response_length,
                              seed=self.seed)
+
+
+class _Inbox:
+    """The request queue as a partial rollout reads it (a :class:`verl.rollout.partial.WeightSwap`):
+    between decode steps it takes what has arrived without waiting; weights wait to be applied (the
+    newest wins), requests wait their turn, in order."""
+
+    def __init__(self, requests, worker):
+        self.requests, self.worker = requests, worker
+        self.backlog: deque = deque()
+        self.weights: WeightMessage | None = None
+        self.load_seconds = 0.0
+
+    @property
+    def version(self) -> int:
+        return -1 if self.worker.version is None else self.worker.version
+
+    def next(self):
+        """The next request (or None: stop), waiting for it; weights before it wait to be applied."""
+        while True:
+            item = self.backlog.popleft() if self.backlog else self.requests.get()
+            if not isinstance(item, WeightUpdate):
+                return item
+            self.weights = item.weights
+
+    def pending(self) -> bool:
+        while True:
+            try:
+                item = self.requests.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, WeightUpdate):
+                self.weights = item.weights
+            else:
+                self.backlog.append(item)
+        return self.weights is not None
+
+    def apply(self) -> None:
+        start = time.perf_counter()
+        message, self.weights = self.weights, None
+        self.worker.load_weights(unpack(message), message.version)
+        self.load_seconds += time.perf_counter() - start
 
 
 def serve(spec: WorkerSpec, requests, results) -> None:
@@ -84,10 +137,11 @@ def serve(spec: WorkerSpec, requests, results) -> None:
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
         results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
         return
+    inbox = _Inbox(requests, worker) if spec.partial else None
     results.put("ready")
     last = time.perf_counter()
     while True:
-        request = requests.get()
+        request = inbox.next() if inbox is not None else requests.get()
         if request is None:
             return
         start = time.perf_counter()
@@ -96,11 +150,16 @@ def serve(spec: WorkerSpec, requests, results) -> None:
             if request.weights is not None:
                 worker.load_weights(unpack(request.weights), request.weights.version)
                 load = time.perf_counter() - start
-            batch = worker.generate_sequences(request.prompts, request.params)
+            if inbox is not None:
+                inbox.load_seconds = 0.0
+            batch = worker.generate_sequences(request.prompts, request.params, swap=inbox)
+            if inbox is not None:
+                load += inbox.load_seconds
         except BaseException:  # noqa: BLE001
             results.put(RolloutResult(request.step, None, -1, error=traceback.format_exc()))
             return
-        version = -1 if worker.version is None else worker.version
+        version = int(batch["policy_version_first"].min()) if len(batch) else -1 if worker.version is None \
+            else worker.version
         step = request.step
         del request  # the weights it carried: mapped memory released before the next wait
         last = time.perf_counter()
@@ -164,6 +223,10 @@ class RolloutStream:
     def submit(self, request: RolloutRequest) -> None:
         self._put(request)
         self.submitted.append(request.step)
+
+    def send_weights(self, weights: WeightMessage) -> None:
+        """Weights on their own (partial rollouts): taken mid-generation, between two decode steps."""
+        self._put(WeightUpdate(weights))
 
     def result(self) -> RolloutResult:
         """The answer to the oldest request still open."""

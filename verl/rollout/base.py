@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.protocol import Batch
+from verl.rollout.partial import generate_resumable
 from verl.rollout.seeding import random_seeds, sample_seeds
 
 
@@ -64,17 +65,25 @@ class RolloutEngine(ABC):
         row's response must depend on its prompt, seed and the weights only, not on the other rows.
         """
 
-    def generate(self, prompts: Batch, params: SamplingParams) -> Batch:
+    def generate(self, prompts: Batch, params: SamplingParams, swap=None) -> Batch:
         """Prompts ``[B, T_prompt]`` -> the batch repeated ``n`` times with responses appended.
 
         Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``. Sample ``j``
         of a prompt is drawn with ``sample_seeds(prompts["rollout_seed"], n)``; prompts without a
         ``rollout_seed`` column get seeds from the engine's own generator (seeded by its ``seed``).
+        ``swap``: new weights may arrive while generating (:mod:`verl.rollout.partial`, hf and native);
+        each row's ``policy_version_last`` says which version drew its last token.
         """
         batch, seeds = self.sample_rows(prompts, params)
-        responses, log_probs = self.generate_responses(batch["input_ids"], batch["attention_mask"], params, seeds)
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        if swap is None:
+            responses, log_probs = self.generate_responses(ids, mask, params, seeds)
+        else:
+            responses, log_probs, last = generate_resumable(self, ids, mask, params, seeds, swap)
         out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                                log_probs=log_probs)
+        if swap is not None:
+            out["policy_version_last"] = last
         out.meta["temperature"] = params.logprob_temperature
         return out
 

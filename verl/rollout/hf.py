@@ -33,17 +33,27 @@ class _SeededDraw:
     """A logits processor that samples: each row's token is drawn with the row's own seed, and
     every other token's score is set to -inf so that generate's argmax takes the drawn one."""
 
-    def __init__(self, params: SamplingParams, seeds: torch.Tensor):
-        self.params, self.seeds = params, seeds
+    def __init__(self, params: SamplingParams, seeds: torch.Tensor, first_step: int = 0):
+        self.params, self.seeds, self.first_step = params, seeds, first_step
         self.log_probs: list[torch.Tensor] = []  # [B] per decode step
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         p = self.params
         logits = filter_logits(scores, p.temperature, p.top_k, p.top_p)
-        tokens, log_probs = draw(logits, self.seeds, len(self.log_probs))
+        tokens, log_probs = draw(logits, self.seeds, self.first_step + len(self.log_probs))
         self.log_probs.append(log_probs)
         chosen = torch.full_like(scores, float("-inf"))
         return chosen.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+
+
+class _Pause:
+    """A stopping criterion: every row stops once ``pause()`` says so (a partial rollout's weight swap)."""
+
+    def __init__(self, pause):
+        self.pause = pause
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), bool(self.pause()), dtype=torch.bool, device=input_ids.device)
 
 
 class HFRollout(RolloutEngine):
@@ -74,8 +84,10 @@ class HFRollout(RolloutEngine):
                                 do_sample=False)
 
     @torch.no_grad()
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
-        from transformers import LogitsProcessorList
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds, *, first_step: int = 0,
+                           pause=None):
+        """``first_step`` and ``pause``: as :meth:`verl.rollout.native.NativeRollout.generate_responses`."""
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         device = self.device
         config = self._generation_config(params)
@@ -87,9 +99,10 @@ class HFRollout(RolloutEngine):
             for start in range(0, input_ids.shape[0], chunk):
                 ids = input_ids[start:start + chunk].to(device)
                 mask = attention_mask[start:start + chunk].to(device)
-                sampler = None if params.greedy else _SeededDraw(params, seeds[start:start + chunk])
+                sampler = None if params.greedy else _SeededDraw(params, seeds[start:start + chunk], first_step)
                 out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                           logits_processor=LogitsProcessorList([sampler] if sampler else []),
+                                          stopping_criteria=StoppingCriteriaList([_Pause(pause)] if pause else []),
                                           output_scores=params.logprobs and params.greedy,
                                           return_dict_in_generate=True)
                 outs.append(out.sequences[:, ids.shape[1]:])

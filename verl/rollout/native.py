@@ -164,7 +164,11 @@ class NativeRollout(RolloutEngine):
             return tokens, torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
         return draw(filter_logits(logits, params.temperature, params.top_k, params.top_p), seeds, step)
 
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds, *, first_step: int = 0,
+                           pause=None):
+        """``first_step``: the decode step of the first token (a continued response's seeds go on from
+        there); ``pause``: a callable asked after every step, True stops every row there (a partial
+        rollout's weight swap, :mod:`verl.rollout.partial`)."""
         was_training = self.model.training
         self.model.eval()
         try:
@@ -172,12 +176,12 @@ class NativeRollout(RolloutEngine):
             # the caller gets ordinary tensors (inference tensors cannot join autograd later).
             with torch.inference_mode():
                 responses, log_probs = self._generate(input_ids.to(self.device), attention_mask.to(self.device),
-                                                      params, seeds.cpu())
+                                                      params, seeds.cpu(), first_step, pause)
         finally:
             self.model.train(was_training)
         return responses.clone(), None if log_probs is None else log_probs.clone()
 
-    def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds):
+    def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds, first_step: int = 0, pause=None):
         batch, prompt_len = input_ids.shape
         max_new = params.max_new_tokens
         responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
@@ -207,13 +211,13 @@ class NativeRollout(RolloutEngine):
         step_tokens, step_log_probs = responses.clone(), log_probs.clone()
         width = 0
         for step in range(max_new):
-            tokens, token_log_probs = self._pick(logits, params, row_seeds, step)
+            tokens, token_log_probs = self._pick(logits, params, row_seeds, first_step + step)
             step_tokens[:, step] = tokens
             step_log_probs[:, step] = token_log_probs
             width = step + 1
             live &= ~torch.isin(tokens, eos)
             still_going = int(live.sum())
-            if step + 1 == max_new or still_going == 0:
+            if step + 1 == max_new or still_going == 0 or (pause is not None and pause()):
                 break
             # Finished rows leave the batch and the cache once enough of them gather: every compaction
             # copies the cache, every dead row left in costs one row of decode compute per step.

@@ -54,9 +54,10 @@ PANELS = (
     Panel("grad_norm", "Gradient norm", ("actor/grad_norm", "critic/grad_norm")),
     Panel("timing", "Time per stage (s)", ("timing_s/*",), stacked=True),
     Panel("async_staleness", "Asynchronous: staleness and queue (versions, batches)",
-          ("async/staleness_mean", "async/staleness_max", "async/queue_depth", "async/in_flight"), optional=True),
-    Panel("async_idle", "Asynchronous: idle fractions", ("async/trainer_idle_frac", "async/rollout_idle_frac"),
-          optional=True),
+          ("async/staleness_mean", "async/staleness_max", "async/staleness_last_mean", "async/queue_depth",
+           "async/in_flight"), optional=True),
+    Panel("async_idle", "Asynchronous: idle fractions and samples spanning a weight swap",
+          ("async/trainer_idle_frac", "async/rollout_idle_frac", "async/partial_frac"), optional=True),
     Panel("async_sync", "Asynchronous: weight sync (s) and rollout-trainer gap (KL)",
           ("async/weight_sync_s", "async/mismatch_kl"), optional=True),
 )

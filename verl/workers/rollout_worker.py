@@ -47,14 +47,20 @@ class RolloutWorker:
         self.rollout.sync_weights(state)
         self.version = version
 
-    def generate_sequences(self, prompts: Batch, params: SamplingParams) -> Batch:
+    def generate_sequences(self, prompts: Batch, params: SamplingParams, swap=None) -> Batch:
         """Prompts -> prompts x n with responses, as ``ActorRolloutRefWorker.generate_sequences``, and
-        ``policy_version_first`` / ``policy_version_last`` on every row (one version per batch here)."""
+        ``policy_version_first`` / ``policy_version_last`` on every row: the version that drew its first
+        and its last token. They differ only with ``swap`` (:mod:`verl.rollout.partial`), where weights
+        that arrive mid-generation are taken at once."""
         check_context_length(self.model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
         generate = self.agent_loop.generate if self.agent_loop is not None else self.rollout.generate
+        if swap is not None and swap.pending():
+            swap.apply()  # weights that came before the request: every row starts on them
+        first = -1 if self.version is None else self.version
         with torch.no_grad():
-            out = generate(prompts.to(self.device), params)
-        version = torch.full((len(out),), -1 if self.version is None else self.version, dtype=torch.long)
-        out["policy_version_first"] = version
-        out["policy_version_last"] = version.clone()
+            out = generate(prompts.to(self.device), params) if swap is None else \
+                generate(prompts.to(self.device), params, swap=swap)
+        out["policy_version_first"] = torch.full((len(out),), first, dtype=torch.long)
+        if "policy_version_last" not in out:
+            out["policy_version_last"] = out["policy_version_first"].clone()
         return out

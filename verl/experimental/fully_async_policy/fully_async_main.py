@@ -13,8 +13,8 @@ sample, at most ``(1 + staleness_threshold)`` syncs' worth ahead. Here, each sai
 * ``rollout.total_rollout_steps`` prompts make ``trainer.total_training_steps`` (unless that is given),
   ``rollout.total_epochs`` and ``rollout.test_freq`` make ``trainer.total_epochs`` and ``trainer.test_freq``;
 * verl's ``data.train_batch_size=0`` and ``data.gen_batch_size`` (its streaming sizes) are not read;
-* ``async_training.partial_rollout``: verl's default (true) is not here yet: false unless asked (true is
-  refused).
+* ``async_training.partial_rollout``: verl's default (true): weights published while a step is being
+  generated are taken mid-generation (:mod:`verl.rollout.partial`).
 
 The defaults are those of verl's fully_async_ppo_trainer.yaml; any key given wins.
 """
@@ -28,7 +28,7 @@ FULLY_ASYNC_KEYS = [
     "async_training.enable=true",
     "async_training.staleness_threshold=0.1",
     "async_training.trigger_parameter_sync_step=4",
-    "async_training.partial_rollout=false",
+    "async_training.partial_rollout=true",
     "actor_rollout_ref.rollout.calculate_log_probs=true",
 ]
 STREAMING_SIZES = ("data.train_batch_size", "data.gen_batch_size")

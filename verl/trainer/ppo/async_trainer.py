@@ -18,6 +18,11 @@ is fixed by the configuration alone: a run is reproducible, ``max_staleness=0`` 
 run exactly, and a checkpoint holds the batches generated ahead (with their versions), so a resumed
 run continues as the uninterrupted one would.
 
+Partial rollouts (``partial_rollout=true``): the weights are sent the moment they are published and
+the rollout takes them mid-generation (:mod:`verl.rollout.partial`); a row's first version still
+obeys the bound, its last is newer. Where a swap falls depends on timing: such runs are not
+reproducible.
+
 Off-policy correction with stale samples (``max_staleness > 0``): the rollout reports its
 log-probs; they are pi_old of the PPO ratio (verl's bypass mode), or with
 ``compute_prox_log_prob`` the trainer's recomputed log-probs are the proximal policy and the
@@ -50,9 +55,6 @@ def prepare_async_config(config) -> list[str]:
                           f"reach the rollout every {k} steps, so a sample can be {k - 1} versions old before the "
                           f"next sync; set max_staleness >= {k - 1} or lower trigger_parameter_sync_step")
     refused = []
-    if a.partial_rollout:
-        refused.append("async_training.partial_rollout=true (not yet here: every batch is generated on one version; "
-                       "set it to false)")
     if a.require_batches != 1:
         refused.append("async_training.require_batches other than 1 (a step takes data.train_batch_size prompts)")
     if config.algorithm.filter_groups.enable:
@@ -81,6 +83,9 @@ def prepare_async_config(config) -> list[str]:
     said += [f"Asynchronous RL: the rollout runs in a {a.rollout_placement} of its own, ahead of the trainer by at most "
             f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
             f"{a.weight_backend()}"]
+    if a.partial_rollout:
+        said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
+                    "responses go on under them; async_training.partial_rollout=true)")
     if bound == 0:
         return said  # every sample is on-policy: the synchronous step exactly
     if not a.use_rollout_log_probs and not a.compute_prox_log_prob:
@@ -132,6 +137,7 @@ class AsyncRollouts:
         self.sender = sender
         self.bound = a.staleness_bound()
         self.sync_every = a.trigger_parameter_sync_step
+        self.partial = a.partial_rollout
         self.published = 0
         """P: the last version published to the rollout."""
         self.sent: int | None = None
@@ -149,24 +155,33 @@ class AsyncRollouts:
         while self.next_request <= t.total_steps and (self.next_request - 1) - self.published <= self.bound:
             step = self.next_request
             prompts = with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
-            weights = None
-            if self.sent != self.published:
-                state = t.actor_rollout_ref.call("rollout_weights")  # a collective under FSDP: every rank
-                if self.stream is not None:
-                    weights, cost = self.sender.pack(state, self.published)
-                    self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
-                self.sent = self.published
+            weights = self._weights() if self.sent != self.published else None
             if self.params is None:
                 self.params = t.actor_rollout_ref.call("sampling_params")
             if self.stream is not None:
                 self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
             self.next_request += 1
 
+    def _weights(self):
+        """The published weights as a message for the rollout (None on the ranks without the stream)."""
+        state = self.trainer.actor_rollout_ref.call("rollout_weights")  # a collective under FSDP: every rank
+        self.sent = self.published
+        if self.stream is None:
+            return None
+        weights, cost = self.sender.pack(state, self.published)
+        self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
+        return weights
+
     def publish(self, version: int) -> None:
-        """The trainer reached ``version``: publish it every ``trigger_parameter_sync_step`` steps and
-        submit what the bound now allows."""
+        """The trainer reached ``version``: publish it every ``trigger_parameter_sync_step`` steps (with
+        partial rollouts sent at once: the rollout takes it mid-generation) and submit what the bound
+        now allows."""
         if version % self.sync_every == 0:
             self.published = version
+            if self.partial and self.sent is not None:
+                weights = self._weights()
+                if self.stream is not None:
+                    self.stream.send_weights(weights)
         self.fill()
 
     def take(self, step: int) -> tuple[RolloutResult, int, int]:
@@ -199,11 +214,14 @@ class AsyncRollouts:
     def metrics(self, step: int, result: RolloutResult, ahead: int, in_flight: int, waited: float) -> dict[str, float]:
         trained_at = step - 1
         first = result.batch["policy_version_first"].float()
+        last = result.batch["policy_version_last"].float()
         staleness = trained_at - first
         pack_seconds, pack_bytes = self.sync_cost
         self.sync_cost = (0.0, 0)
         busy = result.gen_seconds + result.load_seconds
         return {"async/staleness_mean": staleness.mean().item(), "async/staleness_max": staleness.max().item(),
+                "async/staleness_last_mean": (trained_at - last).mean().item(),
+                "async/partial_frac": (last > first).float().mean().item(),
                 "async/trainer_version": trained_at, "async/rollout_version": first.min().item(),
                 "async/queue_depth": ahead, "async/in_flight": in_flight,
                 "async/trainer_wait_s": waited,
@@ -297,7 +315,7 @@ def open_rollout_stream(config):
         return None
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
-                      threads=split_threads(config))
+                      threads=split_threads(config), partial=a.partial_rollout)
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s)
 
 

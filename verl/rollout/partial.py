@@ -1,0 +1,69 @@
+"""Partial rollouts: new weights arrive while a batch is being generated, and its unfinished responses
+go on with them (``async_training.partial_rollout=true``, docs/async.md).
+
+The engine is asked after every decode step whether a swap waits (:meth:`WeightSwap.pending`); if so,
+every row stops there. Rows that finished keep what they drew; the weights are swapped
+(:meth:`WeightSwap.apply`), and the unfinished rows go on from their prompt and the tokens drawn so
+far, prefilled again under the new weights, their sampling seeds continued at the step where they
+stopped (:mod:`verl.rollout.seeding`: the token of step ``t`` is drawn with ``(seed, t)``). So a
+swap to the same weights changes nothing, and after a real one every token's log-prob is that of the
+weights that drew it: the rollout's log-probs describe the mixture of versions the response came from.
+Each row reports the version that drew its last token (``policy_version_last``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+import torch
+
+
+class WeightSwap(Protocol):
+    """What the rollout side offers a generation: new weights, when the trainer has sent some."""
+
+    version: int
+    """The policy version of the weights held now."""
+
+    def pending(self) -> bool:
+        """Whether newer weights wait to be loaded (never blocks)."""
+
+    def apply(self) -> None:
+        """Load the newest weights that wait; ``version`` becomes theirs."""
+
+
+def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Tensor, params, seeds: torch.Tensor,
+                       swap: WeightSwap) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``engine.generate_responses`` (hf or native) that swaps weights whenever ``swap`` has new ones:
+    responses ``[B, W]``, their log-probs (with ``params.logprobs``) and each row's last version ``[B]``."""
+    if swap.pending():
+        swap.apply()
+    batch, max_new = input_ids.shape[0], params.max_new_tokens
+    responses = torch.full((batch, max_new), engine.pad_token_id, dtype=torch.long)
+    log_probs = torch.zeros(batch, max_new)
+    last = torch.full((batch,), swap.version, dtype=torch.long)
+    rows = torch.arange(batch)  # the output rows still generating
+    eos = torch.tensor(engine.eos_token_ids)
+    done = 0  # tokens drawn by every row still generating
+    ids, mask = input_ids, attention_mask
+    while True:
+        part_params = dataclasses.replace(params, max_new_tokens=max_new - done)
+        part, part_log_probs = engine.generate_responses(ids, mask, part_params, seeds[rows], first_step=done,
+                                                         pause=swap.pending)
+        part = part.cpu()
+        width = part.shape[1]
+        responses[rows, done:done + width] = part
+        if part_log_probs is not None:
+            log_probs[rows, done:done + width] = part_log_probs.float().cpu()
+        last[rows] = swap.version
+        done += width
+        going = ~torch.isin(part, eos).any(dim=1)
+        if done >= max_new or not going.any():
+            break
+        # Stopped for a swap: the unfinished rows go on under the new weights from where they are.
+        swap.apply()
+        kept = going.nonzero().squeeze(-1)
+        ids = torch.cat([ids[kept.to(ids.device)], part[kept].to(ids.device)], dim=1)
+        mask = torch.cat([mask[kept.to(mask.device)], mask.new_ones(len(kept), width)], dim=1)
+        rows = rows[kept]
+    return responses[:, :done], (log_probs[:, :done] if params.logprobs else None), last
