@@ -70,8 +70,10 @@ def computed(out) -> dict[int, dict]:
 
 
 def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
-    # A process (weights through shared memory, or through a file), a thread (handed over in memory).
-    for placement, backend in (("process", "shm"), ("process", "file"), ("thread", "memory")):
+    # A process (weights through shared memory, a file, or a torch.distributed broadcast), a thread
+    # (handed over in memory).
+    for placement, backend in (("process", "shm"), ("process", "file"), ("process", "broadcast"),
+                               ("thread", "memory")):
         out = tmp_path / f"{placement}-{backend}"
         done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC,
                                   f"async_training.rollout_placement={placement}",
@@ -209,7 +211,9 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
     # partial rollouts (weights taken mid-generation) are its default.
     verl_keys = ["data.train_batch_size=0", "data.gen_batch_size=1", "rollout.total_rollout_steps=12",
                  "async_training.require_batches=1", "async_training.trigger_parameter_sync_step=2",
-                 "async_training.staleness_threshold=0.1", "async_training.use_rollout_log_probs=True"]
+                 "async_training.staleness_threshold=0.1", "async_training.use_rollout_log_probs=True",
+                 # weights sent by broadcast: one the partial rollout replaces before loading is still received
+                 "async_training.checkpoint_engine.backend=broadcast"]
     done = subprocess.run([sys.executable, "-m", "verl.experimental.fully_async_policy.fully_async_main", *base,
                            *verl_keys], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})

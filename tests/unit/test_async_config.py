@@ -57,7 +57,9 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
     (("rollout.n_gpus_per_node=2",), "rollout.n_gpus_per_node=2"),
     (("async_training.trigger_parameter_sync_step=3", "async_training.max_staleness=1"), "set max_staleness >= 2"),
-    (("async_training.checkpoint_engine.backend=memory",), "with rollout_placement=process use shm or file"),
+    (("async_training.checkpoint_engine.backend=memory",), "with rollout_placement=process use shm, file or broadcast"),
+    (("async_training.checkpoint_engine.backend=broadcast", "async_training.rollout_placement=thread"),
+     "with rollout_placement=thread use memory"),
     (("async_training.max_staleness=1", "async_training.use_rollout_log_probs=false"), "nothing corrects for it"),
 ])
 def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
@@ -89,6 +91,62 @@ def test_the_file_backend_writes_aside_renames_and_the_reader_deletes(tmp_path):
     got = unpack(message)
     assert all(torch.equal(got[k], state[k]) for k in state)
     assert not list((tmp_path / "sync").iterdir())
+
+
+def _receive_in_a_process(address, versions, out):
+    """The rollout's side of the broadcast backend: join, receive every message in order, report."""
+    from verl.distributed.weight_sync import BroadcastChannel
+
+    channel = BroadcastChannel.join(address)
+    for message in iter(versions.get, None):
+        state = unpack(message, channel)
+        out.put({k: v.clone() for k, v in state.items()})
+
+
+def test_the_broadcast_backend_sends_without_waiting_and_the_rollout_process_receives_each_version_in_order():
+    import torch.multiprocessing as mp
+
+    from verl.distributed.weight_sync import BroadcastChannel, flatten, unflatten
+
+    state = _state()
+    state["i"] = torch.arange(5)
+    layout, buffers = flatten(state)  # one flat buffer per dtype, each tensor at its offset
+    assert len(buffers) == 3 and {b.dtype for b in buffers} == {torch.float32, torch.bfloat16, torch.int64}
+    rebuilt = unflatten(layout, lambda empty: [e.copy_(b) for e, b in zip(empty, buffers)])
+    assert all(torch.equal(rebuilt[k], state[k]) for k in state)
+
+    ctx = mp.get_context("spawn")
+    channel = BroadcastChannel.open(timeout_s=60)
+    versions, out = ctx.Queue(), ctx.Queue()
+    process = ctx.Process(target=_receive_in_a_process, args=(channel.address, versions, out), daemon=True)
+    process.start()
+    try:
+        channel.connect(lambda: None if process.is_alive() else "died")
+        sender = WeightSender("broadcast", channel=channel)
+        sent = []
+        for version in (1, 2, 3):  # sent before the rollout reads any: nothing waits on the receiver
+            message, cost = sender.pack(state, version)
+            assert message.tensors is None and message.layout and cost.nbytes == message.nbytes
+            sent.append({k: v.clone() for k, v in state.items()})
+            state["w"].add_(1.0)  # the trainer's next update: what was sent stays as it was
+            versions.put(message)
+        versions.put(None)
+        for expected in sent:
+            got = out.get(timeout=60)
+            assert all(torch.equal(got[k], expected[k]) for k in expected) and got["b"].dtype == torch.bfloat16
+    finally:
+        process.join(timeout=30)
+        channel.close()
+    assert process.exitcode == 0
+
+
+def test_a_rollout_that_dies_before_joining_the_broadcast_is_said_at_once():
+    from verl.distributed.weight_sync import BroadcastChannel
+    from verl.errors import VerlError
+
+    channel = BroadcastChannel.open(timeout_s=600)
+    with pytest.raises(VerlError, match="died .* before joining the weight broadcast"):
+        channel.connect(lambda: "died (exited with code 1)")
 
 
 def test_a_backend_that_does_not_exist_is_named():

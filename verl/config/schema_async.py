@@ -17,13 +17,12 @@ class CheckpointEngineConfig(Section):
 
     enable: bool = option(True, help="verl: use the checkpoint engine for weight syncs. Read for compatibility: "
                           "here every sync goes through it (backend below).")
-    backend: Literal["auto", "shm", "file", "memory"] = option("auto", help="shm: the weights travel as shared-"
-                                                                "memory tensors; file: a safetensors file written "
-                                                                "aside and renamed into place (folder: "
-                                                                "trainer.default_local_dir/weight_sync); memory: "
-                                                                "handed over in this process (rollout_placement="
-                                                                "thread only); auto = shm for a process, memory for "
-                                                                "a thread.")
+    backend: Literal["auto", "shm", "file", "memory", "broadcast"] = option(
+        "auto", help="shm: the weights travel as shared-memory tensors; file: a safetensors file written aside "
+        "and renamed into place (folder: trainer.default_local_dir/weight_sync); broadcast: a torch.distributed "
+        "(gloo) broadcast over a group of the trainer's rank 0 and the rollout process, one flat buffer per "
+        "dtype, sent without waiting; memory: handed over in this process (rollout_placement=thread only); "
+        "auto = shm for a process, memory for a thread.")
     device_buffer_size_M: int = option(4096, bounds=">= 1", help="verl: bucket size of its NCCL sync. Read for "
                                        "compatibility: the weights move whole here (CPU shared memory or a file).")
     overlap_broadcast_and_consume: bool = option(False, help="verl: overlap the broadcast with loading. Read for "

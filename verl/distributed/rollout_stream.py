@@ -20,6 +20,7 @@ and at once when the process died, with one line naming the step, the process an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import threading
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verl.distributed.weight_sync import WeightMessage, unpack
+from verl.distributed.weight_sync import BroadcastChannel, WeightMessage, unpack
 from verl.errors import VerlError
 from verl.protocol import Batch
 
@@ -80,6 +81,8 @@ class WorkerSpec:
     threads: int | None = None
     partial: bool = False
     """Partial rollouts: weights that arrive mid-generation are taken at once (:class:`_Inbox`)."""
+    broadcast: tuple | None = None
+    """The trainer's :class:`~verl.distributed.weight_sync.BroadcastChannel` address (broadcast backend)."""
 
     def build(self):
         from verl.workers.rollout_worker import RolloutWorker
@@ -93,8 +96,8 @@ class _Inbox:
     between decode steps it takes what has arrived without waiting; weights wait to be applied (the
     newest wins), requests wait their turn, in order."""
 
-    def __init__(self, requests, worker):
-        self.requests, self.worker = requests, worker
+    def __init__(self, requests, worker, channel: BroadcastChannel | None):
+        self.requests, self.worker, self.channel = requests, worker, channel
         self.backlog: deque = deque()
         self.weights: WeightMessage | None = None
         self.load_seconds = 0.0
@@ -109,7 +112,14 @@ class _Inbox:
             item = self.backlog.popleft() if self.backlog else self.requests.get()
             if not isinstance(item, WeightUpdate):
                 return item
-            self.weights = item.weights
+            self._stash(item.weights)
+
+    def _stash(self, message: WeightMessage) -> None:
+        """``message`` is the newest weights; an older one waiting is dropped (a broadcast one received
+        first: every broadcast is received, in order)."""
+        if self.weights is not None and self.weights.backend == "broadcast":
+            unpack(self.weights, self.channel)
+        self.weights = message
 
     def pending(self) -> bool:
         while True:
@@ -118,7 +128,7 @@ class _Inbox:
             except queue.Empty:
                 break
             if isinstance(item, WeightUpdate):
-                self.weights = item.weights
+                self._stash(item.weights)
             else:
                 self.backlog.append(item)
         return self.weights is not None
@@ -126,18 +136,19 @@ class _Inbox:
     def apply(self) -> None:
         start = time.perf_counter()
         message, self.weights = self.weights, None
-        self.worker.load_weights(unpack(message), message.version)
+        self.worker.load_weights(unpack(message, self.channel), message.version)
         self.load_seconds += time.perf_counter() - start
 
 
 def serve(spec: WorkerSpec, requests, results) -> None:
     """The server loop: build the worker, say ``ready``, then answer requests until ``None`` arrives."""
     try:
+        channel = BroadcastChannel.join(spec.broadcast) if spec.broadcast else None
         worker = spec.build()
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
         results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
         return
-    inbox = _Inbox(requests, worker) if spec.partial else None
+    inbox = _Inbox(requests, worker, channel) if spec.partial else None
     results.put("ready")
     last = time.perf_counter()
     while True:
@@ -148,7 +159,7 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         idle, load = start - last, 0.0
         try:
             if request.weights is not None:
-                worker.load_weights(unpack(request.weights), request.weights.version)
+                worker.load_weights(unpack(request.weights, channel), request.weights.version)
                 load = time.perf_counter() - start
             if inbox is not None:
                 inbox.load_seconds = 0.0
@@ -309,8 +320,10 @@ class _Unreadable:
 
 
 class ProcessRolloutStream(RolloutStream):
-    def __init__(self, spec: WorkerSpec, timeout_s: float):
+    def __init__(self, spec: WorkerSpec, timeout_s: float, channel: BroadcastChannel | None = None):
         super().__init__(timeout_s)
+        self.channel = channel
+        """The trainer's end of the weight broadcast (broadcast backend), joined once the process has."""
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
@@ -322,6 +335,8 @@ class ProcessRolloutStream(RolloutStream):
         # half-written blocks (or fails) there, while the trainer's wait stays bounded by its deadline.
         self.inbox: queue.Queue = queue.Queue()
         threading.Thread(target=self._read_answers, name="verl-rollout-reader", daemon=True).start()
+        if channel is not None:
+            channel.connect(self._gone)
 
     def _read_answers(self) -> None:
         while True:
@@ -353,6 +368,8 @@ class ProcessRolloutStream(RolloutStream):
         return f"process (pid {self.process.pid})"
 
     def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
         if self.process.is_alive():
             try:
                 self.requests.put(None)
@@ -394,10 +411,16 @@ class ThreadRolloutStream(RolloutStream):
             self.thread.join(timeout=30)
 
 
-def open_stream(placement: str, spec: WorkerSpec, timeout_s: float) -> RolloutStream:
-    """A started stream of ``placement`` (``process`` or ``thread``)."""
-    cls = {"process": ProcessRolloutStream, "thread": ThreadRolloutStream}[placement]
-    stream = cls(spec, timeout_s)
+def open_stream(placement: str, spec: WorkerSpec, timeout_s: float, broadcast: bool = False) -> RolloutStream:
+    """A started stream of ``placement`` (``process`` or ``thread``); with ``broadcast`` (a process
+    only) the weights travel by torch.distributed broadcast over a channel of its own."""
+    if placement == "thread":
+        stream = ThreadRolloutStream(spec, timeout_s)
+    else:
+        channel = BroadcastChannel.open(timeout_s) if broadcast else None
+        if channel is not None:
+            spec = dataclasses.replace(spec, broadcast=channel.address)
+        stream = ProcessRolloutStream(spec, timeout_s, channel)
     try:
         stream.start()
     except BaseException:

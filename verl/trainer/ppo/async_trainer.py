@@ -73,7 +73,10 @@ def prepare_async_config(config) -> list[str]:
         raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
     if a.checkpoint_engine.backend == "memory" and a.rollout_placement == "process":
         raise ConfigError("async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
-                          "with rollout_placement=process use shm or file (or auto)")
+                          "with rollout_placement=process use shm, file or broadcast (or auto)")
+    if a.checkpoint_engine.backend == "broadcast" and a.rollout_placement == "thread":
+        raise ConfigError("async_training.checkpoint_engine.backend=broadcast sends the weights to a rollout process; "
+                          "with rollout_placement=thread use memory (or auto)")
     said = []
     if not config.actor_rollout_ref.hybrid_engine:
         # verl's scripts of these modes set it: their rollout is apart; the trainer here keeps one for validation.
@@ -258,7 +261,8 @@ class AsyncRLTrainer(RLTrainer):
         a = config.async_training
         folder = Path(self.out_dir) / "weight_sync" if a.weight_backend() == "file" else None
         self.distributed = launched_distributed()
-        self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder))
+        channel = getattr(stream, "channel", None)  # the broadcast backend's
+        self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder, channel))
 
     def resume(self) -> None:
         super().resume()
@@ -316,6 +320,7 @@ def open_rollout_stream(config):
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config), partial=a.partial_rollout)
-    return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s)
+    return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,
+                       broadcast=a.weight_backend() == "broadcast")
 
 
