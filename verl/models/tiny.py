@@ -133,8 +133,9 @@ def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int =
     return _save_new_model(AutoModelForCausalLM, config, tokenizer, path, seed)
 
 
-def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int) -> Path:
-    """A model of ``config`` with weights drawn from ``seed`` (the caller's RNG untouched), saved with its tokenizer."""
+def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int, extras: tuple = ()) -> Path:
+    """A model of ``config`` with weights drawn from ``seed`` (the caller's RNG untouched), saved with its
+    tokenizer (and ``extras``: an image processor, ...)."""
     import torch
 
     import os
@@ -149,6 +150,8 @@ def _save_new_model(auto_class, config, tokenizer, path: Path, seed: int) -> Pat
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.tmp-"))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    for extra in extras:
+        extra.save_pretrained(tmp)
     for file in tmp.iterdir():
         os.replace(file, path / file.name)
     tmp.rmdir()

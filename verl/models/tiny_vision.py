@@ -1,0 +1,108 @@
+"""Tiny vision-language models (Qwen2-VL, Qwen2.5-VL) in their real Hugging Face layout, built from config.
+
+The folder is what a hub checkpoint of the family holds: the model (``config.json`` with its
+``vision_config``, safetensors), a tokenizer with the vision special tokens and a chat template that
+renders image parts, and the image processor's ``preprocessor_config.json``. So
+``AutoModelForImageTextToText.from_pretrained`` loads it, and so does ``AutoProcessor`` where
+torchvision is installed (transformers' Qwen2-VL processor needs it for its video half);
+:func:`verl.models.vision.load_processor` loads it either way.
+
+The tokenizer is :mod:`verl.models.tiny`'s byte-level one (a token per byte) with four more specials;
+images are cut in 14-pixel patches merged 2 x 2, so a 56 x 56 image is 4 tokens of the prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verl.models.tiny import BOS, EOS, PAD, _byte_level_core
+
+VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
+VISION_SPECIALS = [VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]
+VL_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl")
+
+# The tiny chat template of verl.models.tiny (``Q: ...\n``, ``A: ...</s>``), where a user turn's content
+# may also be a list of parts: ``{"type": "image"}`` renders as the vision markers around one image pad
+# (the processor widens it to the image's tokens), ``{"type": "text", "text": ...}`` as its text.
+VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ 'Q: ' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}{{ '" + VISION_START + IMAGE_PAD + VISION_END + "' }}"
+    "{% elif part['type'] == 'video' %}{{ '" + VISION_START + VIDEO_PAD + VISION_END + "' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}{{ '\\n' }}"
+    "{% elif message['role'] == 'assistant' %}{{ 'A: ' + message['content'] + eos_token }}"
+    "{% else %}{{ message['content'] + '\\n' }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'A: ' }}{% endif %}"
+)
+
+
+def build_vl_tokenizer():
+    """The byte-level tokenizer with ``<pad> <s> </s>`` and the four vision tokens first (ids 0-6)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=_byte_level_core([PAD, BOS, EOS, *VISION_SPECIALS]), pad_token=PAD, bos_token=BOS,
+        eos_token=EOS, unk_token=EOS, padding_side="left", clean_up_tokenization_spaces=False,
+        extra_special_tokens={"image_token": IMAGE_PAD, "video_token": VIDEO_PAD,
+                              "vision_start_token": VISION_START, "vision_end_token": VISION_END})
+    tok.chat_template = VL_CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_vl_config(tokenizer, arch: str = "qwen2_vl", *, hidden_size: int = 64, num_layers: int = 2,
+                         vision_depth: int = 1, vision_hidden_size: int = 32):
+    """A config of ``arch`` with a language model of ``num_layers`` and a vision tower of ``vision_depth``
+    blocks (a few hundred thousand parameters)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("vision_start_token_id", VISION_START), ("vision_end_token_id", VISION_END),
+        ("image_token_id", IMAGE_PAD), ("video_token_id", VIDEO_PAD))}
+    head_dim = hidden_size // 4
+    # M-RoPE splits each head's rotary half over (time, height, width).
+    section = [head_dim // 2 - 2 * (head_dim // 6), head_dim // 6, head_dim // 6]
+    text = dict(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=1024, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                              "mrope_section": section},
+                pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=True)
+    vision = dict(depth=vision_depth, num_heads=2, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  in_channels=3)
+    if arch == "qwen2_vl":
+        vision.update(embed_dim=vision_hidden_size, hidden_size=hidden_size, mlp_ratio=2)
+        return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    if arch == "qwen2_5_vl":
+        vision.update(hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
+                      out_hidden_size=hidden_size, window_size=56, fullatt_block_indexes=[vision_depth - 1])
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    raise ValueError(f"unknown tiny vision-language architecture {arch!r}; choose one of {VL_ARCHITECTURES}")
+
+
+def build_image_processor(min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 16):
+    """The family's image processor (its PIL backend: no torchvision needed), sized for tiny images:
+    an image is resized to between ``min_pixels`` and ``max_pixels`` (4 to 16 prompt tokens)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    return Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2,
+                                    temporal_patch_size=2)
+
+
+def make_tiny_vl_model_folder(path: str | Path, *, arch: str = "qwen2_vl", seed: int = 0, **config_kwargs) -> Path:
+    """Write a randomly initialised tiny vision-language model of ``arch``, its tokenizer and image
+    processor to ``path`` (module docstring); returns the path."""
+    from transformers import AutoModelForImageTextToText
+
+    from verl.models.loading import _quiet_transformers
+    from verl.models.tiny import _save_new_model
+
+    _quiet_transformers()
+    path = Path(path)
+    tokenizer = build_vl_tokenizer()
+    config = build_tiny_vl_config(tokenizer, arch, **config_kwargs)
+    return _save_new_model(AutoModelForImageTextToText, config, tokenizer, path, seed,
+                           extras=(build_image_processor(),))

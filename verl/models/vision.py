@@ -1,0 +1,127 @@
+"""Vision-language inputs (Qwen2-VL family): the processor, chat messages and images rendered together,
+and the multimodal RoPE (M-RoPE) positions of the model.
+
+* :func:`load_processor`: the model folder's ``AutoProcessor``; where transformers cannot build it
+  because torchvision is missing (its Qwen2-VL processor builds a video processor that needs it),
+  :class:`QwenVLProcessor`, the same rendering from the folder's image processor (PIL backend) and
+  tokenizer, for images (videos are refused with one line).
+* :func:`image_parts`: verl's data layout, ``<image>`` placeholders in a message's text, turned into
+  the typed parts a chat template renders (``{"type": "image"}``, ``{"type": "text", ...}``).
+* :func:`rope_positions`: the ``[3, B, T]`` (time, height, width) positions of a left-padded batch,
+  computed by the model's own ``get_rope_index``: an image's tokens share a time step and count
+  rows and columns, the text after it resumes past the image's largest extent.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDERS = {"<image>": "image", "<video>": "video"}
+_PLACEHOLDER = re.compile("(<image>|<video>)")
+TEXT, IMAGE, VIDEO = 0, 1, 2
+"""``mm_token_type_ids`` values: what each token of a sequence is."""
+
+
+def image_parts(messages: list[dict]) -> list[dict]:
+    """``messages`` with every ``<image>`` / ``<video>`` in a string content split out as a typed part,
+    in order (verl's RLHFDataset does the same before rendering)."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, str) or not _PLACEHOLDER.search(content):
+            out.append(message)
+            continue
+        parts = []
+        for piece in _PLACEHOLDER.split(content):
+            if piece in PLACEHOLDERS:
+                parts.append({"type": PLACEHOLDERS[piece]})
+            elif piece:
+                parts.append({"type": "text", "text": piece})
+        out.append({**message, "content": parts})
+    return out
+
+
+class QwenVLProcessor:
+    """Qwen2-VL / Qwen2.5-VL rendering without torchvision: images through the folder's image processor,
+    each image pad of the text widened to ``grid_t x grid_h x grid_w / merge_size**2`` pads (what
+    transformers' ``Qwen2VLProcessor`` does), tokenised, and ``mm_token_type_ids`` marking them."""
+
+    def __init__(self, image_processor, tokenizer):
+        self.image_processor, self.tokenizer = image_processor, tokenizer
+        self.image_token = getattr(tokenizer, "image_token", None) or "<|image_pad|>"
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+        self.video_token = getattr(tokenizer, "video_token", None) or "<|video_pad|>"
+        self.chat_template = tokenizer.chat_template
+
+    def apply_chat_template(self, messages, **kwargs):
+        return self.tokenizer.apply_chat_template(messages, **kwargs)
+
+    def __call__(self, text, images=None, videos=None, return_tensors="pt", padding=True, **kwargs):
+        from transformers import BatchFeature
+
+        if videos:
+            raise ValueError("videos need transformers' own processor, which needs torchvision: install the "
+                             "torchvision build that matches your torch (the CPU one on a CPU machine)")
+        texts = [text] if isinstance(text, str) else list(text)
+        wanted = sum(t.count(self.image_token) for t in texts)
+        images = list(images or [])
+        if wanted != len(images):
+            raise ValueError(f"the text holds {wanted} image placeholder(s) ({self.image_token}) and "
+                             f"{len(images)} image(s) were given")
+        data = {}
+        if images:
+            data = dict(self.image_processor(images=images, return_tensors="pt"))
+            merge = self.image_processor.merge_size ** 2
+            counts = iter((data["image_grid_thw"].prod(-1) // merge).tolist())
+            marker = "\0"  # the pads, widened, must not be widened again
+            texts = [re.sub(re.escape(self.image_token), lambda _: marker * next(counts), t) for t in texts]
+            texts = [t.replace(marker, self.image_token) for t in texts]
+        encoded = self.tokenizer(texts, padding=padding, return_tensors=return_tensors, **kwargs)
+        data.update(encoded)
+        data["mm_token_type_ids"] = token_types(data["input_ids"], self.image_token_id)
+        return BatchFeature(data, tensor_type=return_tensors)
+
+
+def token_types(input_ids: torch.Tensor, image_token_id: int, video_token_id: int | None = None) -> torch.Tensor:
+    """``mm_token_type_ids``: 1 on image tokens, 2 on video tokens, 0 elsewhere."""
+    types = (input_ids == image_token_id).int() * IMAGE
+    if video_token_id is not None:
+        types += (input_ids == video_token_id).int() * VIDEO
+    return types
+
+
+_said_fallback = False
+
+
+def load_processor(path: str):
+    """The processor of the model folder (or hub id) ``path`` (module docstring)."""
+    global _said_fallback
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+
+    try:
+        return AutoProcessor.from_pretrained(path)
+    except ImportError as e:
+        if "torchvision" not in str(e).lower():
+            raise
+    if not _said_fallback:
+        _said_fallback = True
+        logger.warning("torchvision is not installed: %s renders images with its image processor and tokenizer "
+                       "(verl.models.vision.QwenVLProcessor); videos need torchvision", path)
+    return QwenVLProcessor(AutoImageProcessor.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+
+
+def rope_positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, image_grid_thw=None,
+                   mm_token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """``[3, B, T]`` M-RoPE positions of a (left-padded) batch, from the model's ``get_rope_index``
+    (padding gets 0): the positions the model's own forward computes when given none."""
+    inner = model.model if hasattr(model.model, "get_rope_index") else model
+    if mm_token_type_ids is None:
+        mm_token_type_ids = token_types(input_ids, model.config.image_token_id, model.config.video_token_id)
+    positions, _ = inner.get_rope_index(input_ids, mm_token_type_ids=mm_token_type_ids,
+                                        image_grid_thw=image_grid_thw, attention_mask=attention_mask)
+    return positions
