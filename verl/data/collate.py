@@ -13,6 +13,8 @@ from verl.data.io import DataError
 from verl.protocol import Batch
 
 NON_TENSOR_KEYS = ("raw_prompt", "data_source", "ground_truth", "extra_info", "index")
+# An image prompt's processed pixels and its images (verl.data.vision), carried per row when present.
+MEDIA_KEYS = ("multi_modal_inputs", "multi_modal_data")
 # What a dataset item must hold (an RLDataset item, or one of a data.custom_cls class).
 ITEM_KEYS = ("input_ids", *NON_TENSOR_KEYS)
 
@@ -58,7 +60,8 @@ def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
 
     Tensors: ``input_ids``, ``attention_mask``, ``position_ids`` ``[B, P]`` with P the longest prompt
     in this batch. Non-tensors: ``raw_prompt``, ``data_source``, ``ground_truth``, ``extra_info``,
-    ``index``, and ``uid``: a fresh unique id per prompt that its samples will share.
+    ``index``, and ``uid``: a fresh unique id per prompt that its samples will share; with images,
+    ``multi_modal_inputs`` and ``multi_modal_data`` (None on a row without).
     """
     if not items:
         raise DataError("collate_prompts got no items")
@@ -68,6 +71,9 @@ def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
             raise DataError(f"dataset item {i} of this batch {problem}; items must hold {', '.join(ITEM_KEYS)}")
     input_ids, attention_mask = left_pad([_token_ids(item["input_ids"]) for item in items], pad_token_id)
     non_tensors = {key: [item[key] for item in items] for key in NON_TENSOR_KEYS}
+    for key in MEDIA_KEYS:
+        if any(key in item for item in items):
+            non_tensors[key] = [item.get(key) for item in items]
     non_tensors["uid"] = [uuid.uuid4().hex for _ in items]
     return Batch({"input_ids": input_ids, "attention_mask": attention_mask,
                   "position_ids": position_ids_from_mask(attention_mask)}, non_tensors)

@@ -57,10 +57,12 @@ def conversation_prompt(messages: list[dict]) -> list[dict]:
 
 # The prompt settings RLDataset reads from a data config (``data.*``), with their defaults.
 SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
-                    "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None}
+                    "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None,
+                    "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None}
 
 
-# verl's columns of images and videos (data.image_key / data.video_key), which nothing here reads.
+# verl's columns of images and videos (data.image_key / data.video_key): read with a vision-language
+# processor (verl.data.vision), refused without one.
 MEDIA_COLUMNS = ("images", "videos", "image", "video")
 
 
@@ -101,7 +103,10 @@ class RLDataset(Dataset):
         tokenizer: a Hugging Face tokenizer.
         config: the data section (``TrainerConfig.data``, or a dict with its keys) to read the
             settings below from; None = their defaults.
-        processor: verl's multimodal processor; must be None (no vision/audio inputs here).
+        processor: a vision-language model's processor (:func:`verl.models.vision.load_processor`): rows
+            with images (``data.image_key``, ``<image>`` in the prompt) are rendered with them and their
+            items carry ``multi_modal_inputs`` / ``multi_modal_data`` (:mod:`verl.data.vision`); None: a
+            dataset with images is refused.
         max_samples: keep only the first this many rows; -1 = all.
 
     Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
@@ -121,8 +126,6 @@ class RLDataset(Dataset):
                  max_prompt_length: int | None = None, truncation: str | None = None,
                  filter_overlong_prompts: bool | None = None, apply_chat_template: bool | None = None,
                  chat_template_kwargs: dict | None = None, config_key: str = "data.train_files"):
-        if processor is not None:
-            raise DataError("RLDataset got a multimodal processor; vision and audio inputs are not supported here")
         # A keyword given here wins over config, which wins over the default.
         prompt_key = prompt_key if prompt_key is not None else _setting(config, "prompt_key")
         max_prompt_length = max_prompt_length if max_prompt_length is not None \
@@ -136,6 +139,13 @@ class RLDataset(Dataset):
             chat_template_kwargs = _setting(config, "chat_template_kwargs")
         self.config = config
         self.processor = processor
+        self.vision = None
+        if processor is not None:
+            from verl.data.vision import VisionPrompts
+
+            self.vision = VisionPrompts(processor, image_key=_setting(config, "image_key"),
+                                        video_key=_setting(config, "video_key"),
+                                        processor_kwargs=_setting(config, "mm_processor_kwargs"))
         if truncation not in TRUNCATION_MODES:
             raise DataError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
         if max_prompt_length < 1:
@@ -151,7 +161,8 @@ class RLDataset(Dataset):
             raise DataError(f"the files in `{config_key}` hold no rows: {data_files}")
         if max_samples is not None and max_samples >= 0:
             rows = rows[:max_samples]
-        _refuse_media(rows, config_key)
+        if self.vision is None:
+            _refuse_media(rows, config_key)
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
@@ -166,6 +177,11 @@ class RLDataset(Dataset):
             except DataError as e:
                 raise DataError(f"row {i}: {e}") from e
         all_ids = self._tokenize(prompts)
+        media = [self.vision is not None and self.vision.has_media(row) for row in rows]
+        for i, (row, prompt) in enumerate(zip(rows, prompts)):
+            if media[i]:
+                messages = prompt if is_messages(prompt) else [{"role": "user", "content": str(prompt)}]
+                all_ids[i] = self.vision.tokens_of(i, row, list(messages), self.chat_template_kwargs)
 
         self._rows: list[dict] = []
         self._prompts: list[Any] = []
@@ -177,6 +193,12 @@ class RLDataset(Dataset):
                 if filter_overlong_prompts:
                     self.num_filtered += 1
                     continue
+                if media[i]:
+                    raise DataError(
+                        f"prompt of row {i} with its images is {len(ids)} tokens long (each image counts its "
+                        f"tokens), over data.max_prompt_length={max_prompt_length}; raise data.max_prompt_length, "
+                        f"make the images smaller (data.mm_processor_kwargs: max_pixels), or set "
+                        f"data.filter_overlong_prompts=true to drop such prompts (truncation cannot cut images)")
                 if truncation == "error":
                     raise DataError(
                         f"prompt of row {i} is {len(ids)} tokens long, over data.max_prompt_length="
@@ -244,7 +266,9 @@ class RLDataset(Dataset):
     def _other_columns(self, row: dict) -> dict:
         # Rows without verl's extra_info (TRL-style data): the remaining columns take its place,
         # so reward functions see them (TRL passes every dataset column to a reward function).
-        return {k: v for k, v in row.items() if k not in (self.prompt_key, "messages", "data_source", "reward_model")}
+        media = (self.vision.image_key, self.vision.video_key) if self.vision is not None else ()
+        return {k: v for k, v in row.items()
+                if k not in (self.prompt_key, "messages", "data_source", "reward_model", *media)}
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -255,7 +279,7 @@ class RLDataset(Dataset):
         ``index`` is the row's position in the (concatenated) files, before any filtering.
         """
         row = self._rows[i]
-        return {
+        item = {
             "input_ids": list(self._ids[i]),
             "raw_prompt": self._prompts[i],
             "data_source": row.get("data_source"),
@@ -263,3 +287,6 @@ class RLDataset(Dataset):
             "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),
             "index": self._index[i],
         }
+        if self.vision is not None and self.vision.has_media(row):
+            item.update(self.vision.media_of(self._index[i], row))
+        return item
