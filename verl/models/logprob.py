@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from verl.algorithms import entropy_from_logits
 from verl.errors import VerlError
 from verl.models.shared_prompt import keeps_logits, shared_prompt_logits
+from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids, rope_positions
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -31,13 +32,14 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return -flat.view(labels.shape)
 
 
-def response_logits(model, input_ids, attention_mask, position_ids, response_length: int):
+def response_logits(model, input_ids, attention_mask, position_ids, response_length: int, **extra):
     """Logits ``[B, T_resp, V]`` that predict each response token (the LM head runs on those
     positions only where the model takes ``logits_to_keep``: a vocabulary of 150k makes it most of
-    the forward's memory)."""
+    the forward's memory). ``extra``: more inputs of the forward (a vision-language model's images;
+    their ``position_ids`` replace these)."""
     keep = {"logits_to_keep": response_length + 1} if keeps_logits(model) else {}
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                **keep)
+    inputs = {"position_ids": position_ids, **extra}
+    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs, **keep)
     return out.logits[:, -response_length - 1:-1, :]
 
 
@@ -119,7 +121,7 @@ def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 def compute_response_logprobs(model, input_ids, attention_mask, position_ids, responses, *,
                               temperature: float = 1.0, with_entropy: bool = False, remove_padding: bool = False,
-                              with_sum_pi_squared: bool = False, share_prompts: bool = False):
+                              with_sum_pi_squared: bool = False, share_prompts: bool = False, media=None):
     """Log-probs ``[B, T_resp]`` of ``responses`` (and entropies when asked) under ``model``.
 
     Logits are divided by the sampling temperature so the numbers describe the distribution the
@@ -127,8 +129,17 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     forward pass runs on the packed sequences and padding positions get 0. With
     ``with_sum_pi_squared`` a third value is returned: sum_v pi(v)^2 at each response token.
     With ``share_prompts`` each distinct prompt runs once (:mod:`verl.models.shared_prompt`).
+    ``media``: the rows' ``multi_modal_inputs`` (a vision-language model, :mod:`verl.models.vision`):
+    the padded forward with the images and the model's M-RoPE positions (packing and shared prompts
+    do not apply to rows with images).
     """
-    if remove_padding:
+    extra = multimodal_kwargs(media, input_ids, model, response_length=responses.shape[1])
+    if extra:
+        positions = rope_positions(model, input_ids, attention_mask, extra["image_grid_thw"],
+                                   extra["mm_token_type_ids"])
+        logits = response_logits(model, input_ids, attention_mask, positions, responses.shape[1], **extra)
+        labels = responses
+    elif remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])
         out = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)
         logits = packing.responses(out.logits)
@@ -139,6 +150,9 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     else:
         logits = response_logits(model, input_ids, attention_mask, position_ids, responses.shape[1])
         labels = responses
+    # A vision-language policy never emits its image placeholders (the rollout forbids them): a
+    # text model has none.
+    logits = forbid_placeholders(logits, placeholder_ids(model))
     if temperature != 1.0 and temperature > 0:
         logits = logits / temperature
     log_probs = logprobs_from_logits(logits, labels)

@@ -125,3 +125,62 @@ def rope_positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     positions, _ = inner.get_rope_index(input_ids, mm_token_type_ids=mm_token_type_ids,
                                         image_grid_thw=image_grid_thw, attention_mask=attention_mask)
     return positions
+
+
+MEDIA_COLUMN = "multi_modal_inputs"
+
+
+def is_vision_model(model) -> bool:
+    """Whether ``model`` (or its config) is a vision-language model of the Qwen-VL kind (it takes
+    ``pixel_values`` and ``image_grid_thw``)."""
+    config = getattr(model, "config", model)
+    return getattr(config, "vision_config", None) is not None and hasattr(config, "image_token_id")
+
+
+def multimodal_kwargs(media, input_ids: torch.Tensor, model, device=None, response_length: int = 0) -> dict:
+    """The keyword arguments a forward (or ``generate``) of ``model`` needs for rows ``media`` (each
+    row's ``multi_modal_inputs``, None for a row without images): the rows' pixels and grids
+    concatenated in row order and ``mm_token_type_ids`` of ``input_ids``; {} when no row has images.
+    The last ``response_length`` tokens are text whatever they are: a sampled response may hold an
+    image pad token, which is not an image."""
+    if media is None:
+        return {}
+    present = [m for m in media if m is not None]
+    if not present:
+        return {}
+    device = device if device is not None else input_ids.device
+    config = getattr(model, "config", model)
+    types = token_types(input_ids, config.image_token_id, getattr(config, "video_token_id", None))
+    if response_length:
+        types[:, -response_length:] = TEXT
+    return {"pixel_values": torch.cat([m["pixel_values"] for m in present]).to(device),
+            "image_grid_thw": torch.cat([m["image_grid_thw"] for m in present]).to(device),
+            "mm_token_type_ids": types.to(input_ids.device)}
+
+
+def media_of(batch) -> list | None:
+    """The rows' ``multi_modal_inputs`` of a :class:`~verl.protocol.Batch` (None: it has no such column)."""
+    return list(batch[MEDIA_COLUMN]) if MEDIA_COLUMN in batch else None
+
+
+NEVER = -1e9
+"""The logit of a token the policy may not emit (finite: an entropy over it stays a number)."""
+
+
+def placeholder_ids(model) -> list[int]:
+    """The image and video placeholder tokens of a vision-language model ([] for a text model). The
+    policy never emits them: a response holding one would read as an image without pixels in every
+    later forward, so the rollout forbids them and the actor's log-probs leave them out alike."""
+    if not is_vision_model(model):
+        return []
+    config = getattr(model, "config", model)
+    return [i for i in (config.image_token_id, getattr(config, "video_token_id", None)) if i is not None]
+
+
+def forbid_placeholders(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """``logits [..., V]`` with the ``ids`` columns set to :data:`NEVER` (a copy; unchanged without ids)."""
+    if not ids:
+        return logits
+    logits = logits.clone()
+    logits[..., ids] = NEVER
+    return logits

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from verl.models.vision import media_of
 from verl.protocol import Batch
 from verl.rollout.partial import generate_resumable
 from verl.rollout.seeding import random_seeds, sample_seeds
@@ -47,6 +48,8 @@ class RolloutEngine(ABC):
     """Generates ``n`` responses per prompt. Subclasses implement :meth:`generate_responses`."""
 
     name: str = "base"
+    takes_images: bool = False
+    """Whether ``generate_responses`` takes ``media`` (a vision-language model's images per row)."""
 
     def __init__(self, eos_token_id: int | list[int], pad_token_id: int, seed: int = 0):
         self.eos_token_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -76,7 +79,16 @@ class RolloutEngine(ABC):
         """
         batch, seeds = self.sample_rows(prompts, params)
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        if swap is None:
+        media = media_of(batch)
+        if media is not None and any(m is not None for m in media):
+            if not self.takes_images:
+                raise ValueError(f"the {self.name} rollout engine generates from text only and these prompts have "
+                                 f"images: use actor_rollout_ref.rollout.name=hf with a vision-language model")
+            if swap is not None:
+                raise ValueError("partial rollouts (async_training.partial_rollout=true) do not take images yet: "
+                                 "set it to false for a vision-language model")
+            responses, log_probs = self.generate_responses(ids, mask, params, seeds, media=media)
+        elif swap is None:
             responses, log_probs = self.generate_responses(ids, mask, params, seeds)
         else:
             responses, log_probs, last = generate_resumable(self, ids, mask, params, seeds, swap)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids
 from verl.rollout.seeding import draw, filter_logits
 
 
@@ -27,6 +28,17 @@ def _sampled_log_probs(scores: tuple[torch.Tensor, ...], tokens: torch.Tensor) -
     steps = [torch.log_softmax(step.float(), dim=-1).gather(-1, tokens[:, t:t + 1])
              for t, step in enumerate(scores)]
     return torch.cat(steps, dim=1)
+
+
+class _Forbid:
+    """A logits processor: the vision-language model's image and video placeholders are never drawn
+    (:func:`verl.models.vision.placeholder_ids`)."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return forbid_placeholders(scores, self.ids)
 
 
 class _SeededDraw:
@@ -58,6 +70,7 @@ class _Pause:
 
 class HFRollout(RolloutEngine):
     name = "hf"
+    takes_images = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None,
                  device: torch.device | str | None = None, seed: int = 0):
@@ -85,13 +98,15 @@ class HFRollout(RolloutEngine):
 
     @torch.no_grad()
     def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds, *, first_step: int = 0,
-                           pause=None):
-        """``first_step`` and ``pause``: as :meth:`verl.rollout.native.NativeRollout.generate_responses`."""
+                           pause=None, media=None):
+        """``first_step`` and ``pause``: as :meth:`verl.rollout.native.NativeRollout.generate_responses`;
+        ``media``: each row's ``multi_modal_inputs`` (a vision-language model's images, or None)."""
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         device = self.device
         config = self._generation_config(params)
         chunk = self.generation_batch_size or input_ids.shape[0]
+        forbidden = placeholder_ids(self.model)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -100,8 +115,10 @@ class HFRollout(RolloutEngine):
                 ids = input_ids[start:start + chunk].to(device)
                 mask = attention_mask[start:start + chunk].to(device)
                 sampler = None if params.greedy else _SeededDraw(params, seeds[start:start + chunk], first_step)
-                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                                          logits_processor=LogitsProcessorList([sampler] if sampler else []),
+                images = multimodal_kwargs(media[start:start + chunk] if media is not None else None, ids, self.model)
+                processors = ([_Forbid(forbidden)] if forbidden else []) + ([sampler] if sampler else [])
+                out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=config, **images,
+                                          logits_processor=LogitsProcessorList(processors),
                                           stopping_criteria=StoppingCriteriaList([_Pause(pause)] if pause else []),
                                           output_scores=params.logprobs and params.greedy,
                                           return_dict_in_generate=True)

@@ -13,6 +13,7 @@ from verl.algorithms.distillation import distillation_loss
 from verl.algorithms.rollout_correction import RolloutCorrection, rollout_correction_of
 from verl.config.key_errors import check_choice
 from verl.models.logprob import check_packing, compute_response_logprobs
+from verl.models.vision import media_of
 from verl.models.shared_prompt import resolve_prompt_sharing
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
@@ -34,6 +35,12 @@ LOSS_SETTINGS = {
 def _model_inputs(mb: Batch, device):
     return (mb["input_ids"].to(device), mb["attention_mask"].to(device), mb["position_ids"].to(device),
             mb["responses"].to(device))
+
+
+def _media(mb: Batch) -> dict:
+    """A vision-language batch's images, for compute_response_logprobs ({} without)."""
+    media = media_of(mb)
+    return {"media": media} if media is not None else {}
 
 
 class PolicyModel:
@@ -76,10 +83,11 @@ class PolicyModel:
         try:
             for rows in groups:
                 # An empty group (another rank needs more passes) still runs one, for FSDP's collectives.
+                mb = batch.index(rows or [0])
                 lp, ent, *spp = compute_response_logprobs(
-                    self.model, *_model_inputs(batch.index(rows or [0]), self.device), temperature=temperature,
+                    self.model, *_model_inputs(mb, self.device), temperature=temperature,
                     with_entropy=with_entropy, remove_padding=self.remove_padding,
-                    with_sum_pi_squared=with_sum_pi_squared, share_prompts=self.share_prompts)
+                    with_sum_pi_squared=with_sum_pi_squared, share_prompts=self.share_prompts, **_media(mb))
                 if rows:
                     log_probs.append(lp)
                     entropies.append(ent)
@@ -247,7 +255,7 @@ class Actor(PolicyModel):
             log_prob, entropy = compute_response_logprobs(
                 model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
                 temperature=temperature, with_entropy=True, remove_padding=self.remove_padding,
-                share_prompts=self.share_prompts)
+                share_prompts=self.share_prompts, **_media(mb))
             return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
 
         metrics = self.engine.train_batch(

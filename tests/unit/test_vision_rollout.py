@@ -1,0 +1,78 @@
+"""A vision-language model through the RL path's own parts (issue 27): prompts with images from the dataset,
+the hf engine samples with them, and the actor's (and reference's) log-probs of those samples, computed in
+micro-batches that cut the rows' images apart, equal the engine's; the loss reaches the vision tower."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from verl.data import RLDataset, collate_prompts, write_parquet
+from verl.models.logprob import compute_response_logprobs
+from verl.models.tiny_vision import make_tiny_vl_model_folder
+from verl.models.vision import load_processor, media_of
+from verl.rollout import HFRollout, SamplingParams
+from verl.rollout.native import NativeRollout
+from verl.workers.actor import PolicyModel
+
+
+def _png(width, height, seed):
+    rng = np.random.default_rng(seed)
+    buffer = io.BytesIO()
+    Image.fromarray((rng.random((height, width, 3)) * 255).astype("uint8")).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def vl(tmp_path_factory):
+    from transformers import AutoModelForImageTextToText
+
+    folder = tmp_path_factory.mktemp("vl")
+    path = make_tiny_vl_model_folder(folder / "model")
+    processor = load_processor(str(path))
+    rows = [{"prompt": [{"role": "user", "content": f"<image>how many? {i}"}],
+             "images": [{"bytes": _png(56 * (1 + i % 2), 56, i)}], "data_source": "dots",
+             "reward_model": {"ground_truth": str(i)}} for i in range(3)]
+    rows.append({"prompt": [{"role": "user", "content": "no image here"}], "data_source": "dots",
+                 "reward_model": {"ground_truth": "0"}})
+    write_parquet(rows, folder / "train.parquet")
+    data = RLDataset(str(folder / "train.parquet"), processor.tokenizer, processor=processor, max_prompt_length=64)
+    prompts = collate_prompts([data[i] for i in range(len(data))], processor.tokenizer.pad_token_id)
+    prompts["rollout_seed"] = torch.arange(len(data), dtype=torch.int64) + 11
+    return AutoModelForImageTextToText.from_pretrained(path).eval(), processor, prompts
+
+
+PARAMS = SamplingParams(max_new_tokens=8, n=2, temperature=1.0, logprobs=True)
+
+
+def test_the_hf_engine_samples_with_the_images_and_the_actors_log_probs_equal_its_own(vl):
+    model, processor, prompts = vl
+    out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    media = media_of(out)
+    assert len(media) == 8 and [m is None for m in media] == [False] * 6 + [True] * 2  # repeated with the rows
+    mask = out["response_mask"].bool()
+    for micro in (1, 3, None):  # micro-batches cut the rows (and their images) apart
+        log_prob, _ = PolicyModel(model, torch.device("cpu"), micro).compute_log_prob(out)
+        torch.testing.assert_close(log_prob[mask], out["rollout_log_probs"][mask], atol=1e-4, rtol=0)
+    # the images are read: the same samples with another image (of the same size) get other log-probs
+    swapped = out.index(list(range(8)))
+    swapped["multi_modal_inputs"] = [media[4], media[5], *media[2:4], media[0], media[1], *media[6:]]
+    other, _ = PolicyModel(model, torch.device("cpu")).compute_log_prob(swapped)
+    assert (other[:2] - log_prob[:2])[mask[:2]].abs().max() > 1e-4
+
+
+def test_the_policy_gradient_reaches_the_vision_tower_and_text_engines_refuse_images(vl):
+    model, processor, prompts = vl
+    out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    model.zero_grad()
+    log_prob, _ = compute_response_logprobs(model, out["input_ids"], out["attention_mask"], out["position_ids"],
+                                            out["responses"], media=media_of(out))
+    (-(log_prob * out["response_mask"]).sum()).backward()
+    vision_grads = [p.grad for n, p in model.named_parameters() if "visual" in n]
+    assert vision_grads and all(g is not None for g in vision_grads)
+    assert max(g.abs().max().item() for g in vision_grads) > 0
+    model.zero_grad()
+    with pytest.raises(ValueError, match="the native rollout engine generates from text only .*rollout.name=hf"):
+        NativeRollout(model, processor.tokenizer).generate(prompts, PARAMS)
