@@ -248,17 +248,26 @@ def test_disable_dropout_zeroes_every_dropout_setting_before_the_model_is_built(
     assert chosen.config.dropout == 0.2
 
 
-def test_a_vision_language_model_is_refused_by_name_before_its_weights_load(tmp_path):
-    from transformers import Qwen2_5_VLConfig
+def test_qwen_vision_language_models_load_with_their_images_and_other_multimodal_ones_are_refused_by_name(tmp_path):
+    from transformers import LlavaConfig, Qwen2_5_VLConfig
 
-    from verl.models.loading import ModelLoadError, load_causal_lm
+    from verl.models.loading import ModelLoadError, load_causal_lm, load_causal_lm_config
+    from verl.models.tiny_vision import make_tiny_vl_model_folder
 
     text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=1, vocab_size=200)
     Qwen2_5_VLConfig(text_config=text, vision_config=dict(depth=1, hidden_size=32, out_hidden_size=32)).save_pretrained(
-        tmp_path)  # a config only: the refusal comes before any weights are read
-    with pytest.raises(ModelLoadError, match=r"is a multimodal model \(qwen2_5_vl, with vision_config\).*only text"):
-        load_causal_lm(str(tmp_path))
+        tmp_path / "qwen")
+    assert load_causal_lm_config(str(tmp_path / "qwen")).model_type == "qwen2_5_vl"  # accepted
+    model = load_causal_lm(str(make_tiny_vl_model_folder(tmp_path / "tiny", arch="qwen2_5_vl")))
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    LlavaConfig(text_config={"model_type": "llama", **text},
+                vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                               "num_hidden_layers": 1, "num_attention_heads": 2}).save_pretrained(tmp_path / "llava")
+    # a config only: the refusal comes before any weights are read
+    with pytest.raises(ModelLoadError, match=r"is a multimodal model \(llava, with vision_config\): of those, only "
+                                             r"the vision-language families qwen2_vl, qwen2_5_vl"):
+        load_causal_lm(str(tmp_path / "llava"))
 
 
 def _encoder_folders(tmp_path):

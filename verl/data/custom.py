@@ -55,13 +55,14 @@ def load_dataset_class(path: str | os.PathLike, name: str | None) -> type[Datase
 
 
 def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "data.train_files",
-                      tools: list[dict] | None = None) -> Dataset:
+                      tools: list[dict] | None = None, processor=None) -> Dataset:
     """The prompt dataset of ``data_files`` as the trainer builds it from the data section ``config``:
     the class of ``config.custom_cls`` when its path is set, else :class:`RLDataset`.
 
     ``config_key`` names where the files came from (``data.val_files`` for validation) in errors.
     ``tools``: the OpenAI schemas of a multi-turn run's tools, which the chat template renders into
     every prompt (``apply_chat_template(..., tools=...)``), unless data.chat_template_kwargs sets tools.
+    ``processor``: a vision-language policy's (prompts with images, :mod:`verl.data.vision`), or None.
     """
     custom = dict(config.custom_cls)
     unknown = sorted(set(custom) - {"path", "name"})
@@ -71,13 +72,14 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
         kwargs = dict(config.chat_template_kwargs or {})
         if tools and "tools" not in kwargs:
             kwargs["tools"] = tools
-        return RLDataset(data_files, tokenizer, config, config_key=config_key, chat_template_kwargs=kwargs)
+        return RLDataset(data_files, tokenizer, config, processor=processor, config_key=config_key,
+                         chat_template_kwargs=kwargs)
 
     path, name = custom["path"], custom.get("name")
     cls = load_dataset_class(path, name)
     where = f"{SETTING}: {cls.__name__} from {path}"
     try:
-        dataset = cls(data_files=data_files, tokenizer=tokenizer, processor=None, config=config)
+        dataset = cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config)
     except Exception as e:
         raise ConfigError(f"{where} failed to build from {config_key}={data_files}: {type(e).__name__}: {e}; "
                           f"it is called as {cls.__name__}(data_files=..., tokenizer=..., processor=None, "

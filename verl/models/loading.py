@@ -200,7 +200,9 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     ``override_config`` is applied after, so it can still set a dropout on purpose.
     """
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from verl.models.vision import is_vision_model
 
     _quiet_transformers()
     path = os.path.expanduser(name_or_path)
@@ -212,9 +214,10 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     attn = resolve_attn_implementation(attn_implementation)
     if attn is not None:
         kwargs["attn_implementation"] = attn
+    auto = AutoModelForImageTextToText if is_vision_model(config) else AutoModelForCausalLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
-                                                     **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
+        model = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
+                                     **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
@@ -273,14 +276,19 @@ def _refuse_non_causal(config, name: str, config_key: str) -> None:
         f"model: reward_model.model.path)")
 
 
+# Vision-language families trained here (docs/vision.md): images through AutoModelForImageTextToText.
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+
+
 def _refuse_multimodal(config, name: str, config_key: str) -> None:
-    """A vision-language (or audio) model: refused by name, before its weights load."""
+    """A multimodal model of a family not trained here (audio, or vision beyond :data:`VISION_FAMILIES`):
+    refused by name, before its weights load."""
     towers = [key for key in ("vision_config", "audio_config", "visual", "vision_tower") if getattr(config, key, None)]
-    if towers:
+    if towers and not (config.model_type in VISION_FAMILIES and towers == ["vision_config"]):
         raise ModelLoadError(
-            f"{name!r} (from `{config_key}`) is a multimodal model ({config.model_type}, with {towers[0]}): "
-            f"vision and audio inputs are not supported here, only text causal LMs. Use a text model "
-            f"(e.g. Qwen/Qwen2.5-7B-Instruct for Qwen2.5-VL-7B-Instruct)")
+            f"{name!r} (from `{config_key}`) is a multimodal model ({config.model_type}, with {towers[0]}): of "
+            f"those, only the vision-language families {', '.join(VISION_FAMILIES)} (Qwen2-VL, Qwen2.5-VL) train "
+            f"here, with images. Use one of them, or a text model (e.g. Qwen/Qwen2.5-7B-Instruct)")
 
 
 def _zero_dropout_settings(config) -> None:

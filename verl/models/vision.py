@@ -61,6 +61,11 @@ class QwenVLProcessor:
     def apply_chat_template(self, messages, **kwargs):
         return self.tokenizer.apply_chat_template(messages, **kwargs)
 
+    def save_pretrained(self, folder) -> None:
+        """The tokenizer and the image processor, as the hub folder holds them."""
+        self.tokenizer.save_pretrained(folder)
+        self.image_processor.save_pretrained(folder)
+
     def __call__(self, text, images=None, videos=None, return_tensors="pt", padding=True, **kwargs):
         from transformers import BatchFeature
 

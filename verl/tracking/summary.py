@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 STAGE_ORDER = ("gen", "gen_baseline", "reward", "old_log_prob", "ref", "values", "adv", "update_critic",
                "update_actor", "validate", "save_checkpoint")
 
@@ -35,6 +37,8 @@ def format_summary(result: dict, *, warm_start=None, out_dir=None) -> str:
         how = "cached" if warm_start.cached else f"{warm_start.seconds:.1f}s"
         lines.append(f"SFT warm start: {warm_start.steps} steps, sampled accuracy {warm_start.accuracy:.2f} ({how})")
     if out_dir is not None:
-        lines.append(f"Trained policy: {out_dir}/huggingface  (AutoModelForCausalLM.from_pretrained)")
+        loader = "AutoModelForImageTextToText" if (Path(out_dir) / "huggingface" / "preprocessor_config.json").exists() \
+            else "AutoModelForCausalLM"
+        lines.append(f"Trained policy: {out_dir}/huggingface  ({loader}.from_pretrained)")
         lines.append(f"Metrics:        {out_dir}/metrics.jsonl")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ def run(config: TrainerConfig) -> dict:
     from verl.tracking.report import write_run_report
     from verl.models.loading import resolve_device
     from verl.tracking.summary import format_summary
-    from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names, prepare_async
+    from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names, prepare_async, prepare_vision
     from verl.trainer.ppo.memory_plan import check_memory_plan
     from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
     from verl.trainer.warmstart import warm_start
@@ -37,6 +37,7 @@ def run(config: TrainerConfig) -> dict:
         prepare_async(config)  # its refusals too
     device = resolve_device(config.trainer.device)  # trainer.device=cuda without CUDA: one line, before anything starts
     model_config = policy_config(config)  # config.json alone, read once for both
+    prepare_vision(config, model_config)  # a vision-language policy: what it takes, checked now
     resolve_rollout_engine(config, model_config)  # rollout.name=auto: which engine, said now
     check_memory_plan(config, device, model_config)  # prints the plan; a run that cannot fit stops here
     warm = None

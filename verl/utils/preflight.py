@@ -118,6 +118,8 @@ def model_context_length(model_config: Any) -> tuple[str, int] | None:
     Architectures name the limit differently (Llama/Qwen: max_position_embeddings, GPT-2:
     n_positions, others: max_sequence_length or seq_length); the first one present counts.
     """
+    if hasattr(model_config, "get_text_config"):  # a vision-language model: its language model's limit
+        model_config = model_config.get_text_config()
     for name in CONTEXT_LENGTH_KEYS:
         value = getattr(model_config, name, None)
         if isinstance(value, int) and value > 0:

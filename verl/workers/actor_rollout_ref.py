@@ -22,6 +22,7 @@ from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights
 from verl.models.tiny import builtin_model_path
+from verl.models.vision import is_vision_model, load_processor
 from verl.protocol import Batch
 from verl.rollout import SamplingParams, auto_engine, build_rollout
 from verl.utils.memory import memory_metrics
@@ -60,6 +61,8 @@ class ActorRolloutRefWorker:
         self.model_path = path
         self.tokenizer = tokenizer or load_policy_tokenizer(model_cfg, path)
         model = load_policy_model(model_cfg, path)
+        # A vision-language policy's export holds its image processor with the tokenizer.
+        self.processor = load_processor(model_cfg.tokenizer_path or path) if is_vision_model(model) else None
         if model_cfg.enable_gradient_checkpointing:
             model.gradient_checkpointing_enable()
         lora = lora_requested(model_cfg)
@@ -150,7 +153,7 @@ class ActorRolloutRefWorker:
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every
         rank must call this: gathering the sharded weights is a collective)."""
-        export_hf(self.actor.model, self.tokenizer, target)
+        export_hf(self.actor.model, self.processor or self.tokenizer, target)
 
     def sampling_params(self, validate: bool = False) -> SamplingParams:
         """Training sampling (with the engine's log-probs when asked for), or validation sampling."""

@@ -23,6 +23,7 @@ from verl.distributed.process_group import (ensure_process_group, is_main_proces
                                             launched_world_size)
 from verl.distributed.watchdog import Watchdog
 from verl.rewards.scorers import check_builtin_rows
+from verl.trainer.ppo.vision_run import policy_processor, prepare_vision_run
 from verl.rollout import OTHER_ENGINES, ROLLOUT_NAMES
 from verl.tracking import Tracker
 from verl.trainer.ppo import distillation, placement, roles
@@ -53,9 +54,9 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | None = None):
+def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | None = None, processor=None):
     """RLDataset, or the user's class of data.custom_cls (for validation as for training, as in verl)."""
-    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools)
+    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools, processor=processor)
 
 
 def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
@@ -174,7 +175,10 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         train_files, builtin_val = builtin_task_files(data_cfg.builtin_task)
         val_files = val_files if val_files is not None else builtin_val
     model_path = roles.policy_path(config)
+    model_config = roles.policy_config(config)
+    prepare_vision(config, model_config)
     tokenizer = roles.policy_tokenizer(config)
+    processor = policy_processor(config, model_config)
     teachers = None
     if config.distillation.enabled:  # checked before any model loads: a wrong teacher costs seconds
         teachers = distillation.resolve_teachers(config.distillation)
@@ -185,13 +189,13 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     # Multi-turn: the tools load here too (a broken tool file fails before any model does), and their
     # schemas go into every prompt through the chat template.
     tool_schemas = agent_tool_schemas(arr_cfg.rollout.multi_turn)
-    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files", tool_schemas)
+    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files", tool_schemas, processor)
     val_batches = []
     validating = trainer_cfg.val_before_train or trainer_cfg.test_freq > 0
     if val_files is not None and not validating:
         logger.info("validation is off (trainer.test_freq <= 0, val_before_train=false): %s not read", val_files)
     elif val_files is not None:
-        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas)
+        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
     if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
         check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
@@ -222,6 +226,18 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
 
 
 _PREPARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_VISION_PREPARED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def prepare_vision(config, model_config) -> None:
+    """A vision-language policy: checked and set up (:mod:`verl.trainer.ppo.vision_run`), said once per
+    config (main_ppo calls it before the memory plan; building the trainer calls it again)."""
+    if _VISION_PREPARED.get(id(config)) is config:
+        return
+    lines = prepare_vision_run(config, model_config)
+    _VISION_PREPARED[id(config)] = config
+    if lines and is_main_process():
+        print("\n".join(lines), flush=True)
 
 
 def prepare_async(config) -> None:

@@ -66,11 +66,17 @@ class ModelShape:
     def of(cls, hf_config) -> "ModelShape":
         """Counts parameters on the meta device (nothing is allocated) and reads the sizes the
         activations depend on, under the names the common architectures use."""
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+        from verl.models.vision import is_vision_model
+
+        # A vision-language model: its parameters count whole, its sizes are its language model's (the
+        # vision tower's activations are not in the plan).
+        auto = AutoModelForImageTextToText if is_vision_model(hf_config) else AutoModelForCausalLM
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hf_config)
+            model = auto.from_config(hf_config)
         params = sum(p.numel() for p in model.parameters())
+        hf_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
         get = lambda *names, default=None: next((getattr(hf_config, n) for n in names
                                                   if getattr(hf_config, n, None) is not None), default)
         hidden = get("hidden_size", "d_model", "n_embd")

@@ -1,0 +1,88 @@
+"""A vision-language policy trained by `python -m verl.trainer.main_ppo` (issue 27): a tiny Qwen2-VL built
+offline, prompts with images in verl's layout, GRPO with the reference's KL, validation; the export
+holds the processor and loads; a run resumed from its step-2 checkpoint equals the uninterrupted one."""
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from rl_compare import assert_same_metrics, assert_same_weights, run_plain, step_metrics
+from verl.data import write_parquet
+from verl.models.tiny_vision import make_tiny_vl_model_folder
+
+pytestmark = pytest.mark.slow
+
+# Any signal will do here (the model is random): a reward that varies between samples moves the weights.
+REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
+         "    return len(set(solution_str)) / 4\n"
+
+
+def dots(count: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    image = Image.new("RGB", (56, 56), "white")
+    draw = ImageDraw.Draw(image)
+    for x, y in rng.integers(6, 50, (count, 2)):
+        draw.ellipse([x - 4, y - 4, x + 4, y + 4], fill="black")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def vl_task(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vl-task")
+    rows = [{"prompt": [{"role": "user", "content": "<image>How many dots?"}],
+             "images": [{"bytes": dots(1 + i % 3, i)}], "data_source": "dots",
+             "reward_model": {"style": "rule", "ground_truth": str(1 + i % 3)}} for i in range(12)]
+    write_parquet(rows[:8], folder / "train.parquet")
+    write_parquet(rows[8:], folder / "val.parquet")
+    (folder / "reward.py").write_text(REWARD)
+    return make_tiny_vl_model_folder(folder / "model"), folder
+
+
+def args(model, folder, out, *extra):
+    # verl's geo3k example sets use_remove_padding=true: accepted, and said to be off here.
+    return [f"actor_rollout_ref.model.path={model}", f"data.train_files={folder / 'train.parquet'}",
+            f"data.val_files={folder / 'val.parquet'}", f"custom_reward_function.path={folder / 'reward.py'}",
+            "algorithm.adv_estimator=grpo", "data.train_batch_size=4", "data.max_prompt_length=32",
+            "data.max_response_length=4", "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.model.use_remove_padding=true", "trainer.total_training_steps=3", "trainer.test_freq=3",
+            "trainer.save_freq=2", "trainer.val_sampled=true", f"trainer.default_local_dir={out}",
+            "trainer.progress_bar=false", "trainer.write_report=false", *extra]
+
+
+def test_grpo_trains_a_vision_language_policy_exports_its_processor_and_resumes_exactly(vl_task, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    from verl.models.vision import load_processor
+
+    model, folder = vl_task
+    out = tmp_path / "run"
+    done = run_plain(args(model, folder, out))
+    assert "Vision-language policy (qwen2_vl)" in done.stdout and "use_remove_padding=true: off" in done.stdout
+    assert "(AutoModelForImageTextToText.from_pretrained)" in done.stdout
+    metrics = step_metrics(out)
+    assert all(metrics[step]["actor/pg_loss"] != 0 for step in (1, 2, 3))  # the samples' rewards differ
+    assert metrics[3]["actor/kl_loss"] > 0 and "val-core/dots/reward/mean@1" in metrics[3]
+    assert metrics[1]["prompt_length/mean"] > len("Q: How many dots?\nA: ")  # the image's tokens count
+    # The export: the model with its processor, loaded as the hub's are, and it generates from an image.
+    exported = out / "huggingface"
+    assert (exported / "preprocessor_config.json").exists()
+    policy = AutoModelForImageTextToText.from_pretrained(exported)
+    processor = load_processor(str(exported))
+    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "image"},
+                                                                       {"type": "text", "text": "How many?"}]}],
+                                         add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[Image.open(io.BytesIO(dots(2, 0)))], return_tensors="pt")
+    assert policy.generate(**inputs, max_new_tokens=2, do_sample=False).shape[1] == inputs["input_ids"].shape[1] + 2
+    # Resume from the step-2 checkpoint: step 3 and the final weights equal the uninterrupted run's.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out / "global_step_2", resumed / "global_step_2")
+    done = run_plain(args(model, folder, resumed))
+    assert done.stdout.count("Resumed from") == 1
+    assert_same_metrics({3: metrics[3]}, {3: step_metrics(resumed)[3]})
+    assert_same_weights(exported, resumed / "huggingface", model)
