@@ -8,7 +8,8 @@ A dict return must hold a ``"score"``; its other keys are reported per sample. T
 put its scorer in ``SCORERS`` under the ``data_source`` its rows carry.
 
 Besides the built-in tasks: GSM8K (``gsm8k``: the number after ``####``; ``gsm8k/flexible``: the
-last number), competition math (``math_answers``: the last ``\\boxed{}`` checked with math-verify)
+last number), competition math (``math_answers``: the last ``\\boxed{}`` checked with math-verify),
+Geometry3K (``geo3k``: the same, plus a format part, as verl weighs them)
 format rewards (``format``: ``format/think``, ``format/boxed``) and code run against test cases
 in a sandbox (``code``, ``apps``, ``taco``, ``codecontests``).
 """
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 from verl.data.tasks import TASKS
 from verl.errors import RewardError
-from verl.rewards.scorers import code, gsm8k, math_answers
+from verl.rewards.scorers import code, geo3k, gsm8k, math_answers
 from verl.rewards.scorers.format import boxed_format, think_format
 
 
@@ -37,6 +38,7 @@ SCORERS: dict[str, Callable[..., Any]] = {
     "gsm8k/flexible": gsm8k.compute_score_flexible,
     **dict.fromkeys(("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
                     math_answers.compute_score),
+    "hiyouga/geometry3k": geo3k.compute_score,  # verl's vision-language example (images in the prompts)
     "format/think": think_format,
     "format/boxed": boxed_format,
     # Model-written Python run against test cases in a sandbox (verl.rewards.sandbox); async, so a
