@@ -6,9 +6,11 @@ import io
 import shutil
 
 import numpy as np
+import torch
 import pytest
 from PIL import Image, ImageDraw
 
+from helpers import run_torchrun_module
 from rl_compare import assert_same_metrics, assert_same_weights, run_plain, step_metrics
 from verl.data import write_parquet
 from verl.models.tiny_vision import make_tiny_vl_model_folder
@@ -17,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 # Any signal will do here (the model is random): a reward that varies between samples moves the weights.
 REWARD = "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n" \
-         "    return len(set(solution_str)) / 4\n"
+         "    return float(ord(solution_str[0]) % 2) if solution_str else 0.0\n"
 
 
 def dots(count: int, seed: int) -> bytes:
@@ -55,14 +57,21 @@ def args(model, folder, out, *extra):
             "trainer.progress_bar=false", "trainer.write_report=false", *extra]
 
 
-def test_grpo_trains_a_vision_language_policy_exports_its_processor_and_resumes_exactly(vl_task, tmp_path):
+@pytest.fixture(scope="module")
+def one_process(vl_task, tmp_path_factory):
+    model, folder = vl_task
+    out = tmp_path_factory.mktemp("vl-run")
+    return out, run_plain(args(model, folder, out))
+
+
+def test_grpo_trains_a_vision_language_policy_exports_its_processor_and_resumes_exactly(vl_task, one_process,
+                                                                                       tmp_path):
     from transformers import AutoModelForImageTextToText
 
     from verl.models.vision import load_processor
 
     model, folder = vl_task
-    out = tmp_path / "run"
-    done = run_plain(args(model, folder, out))
+    out, done = one_process
     assert "Vision-language policy (qwen2_vl)" in done.stdout and "use_remove_padding=true: off" in done.stdout
     assert "(AutoModelForImageTextToText.from_pretrained)" in done.stdout
     metrics = step_metrics(out)
@@ -86,3 +95,45 @@ def test_grpo_trains_a_vision_language_policy_exports_its_processor_and_resumes_
     assert done.stdout.count("Resumed from") == 1
     assert_same_metrics({3: metrics[3]}, {3: step_metrics(resumed)[3]})
     assert_same_weights(exported, resumed / "huggingface", model)
+
+
+def test_two_torchrun_ranks_train_a_vision_language_policy_exactly_like_one_process(vl_task, one_process, tmp_path):
+    model, folder = vl_task
+    out = tmp_path / "two-ranks"
+    done = run_torchrun_module("verl.trainer.main_ppo", args(model, folder, out, "trainer.n_gpus_per_node=2"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    # each rank holds half of every step's rows and their images; FSDP shards both towers
+    assert_same_metrics(step_metrics(one_process[0]), step_metrics(out))
+    assert_same_weights(one_process[0] / "huggingface", out / "huggingface", model)
+
+
+def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_weights(vl_task, tmp_path):
+    from safetensors.torch import load_file
+
+    model, folder = vl_task
+    initial = load_file(model / "model.safetensors")
+
+    def changed(out):
+        final = load_file(out / "huggingface" / "model.safetensors")
+        moved = {name for name in initial if not torch.equal(initial[name], final[name])}
+        return {name for name in moved if "visual" in name}, {name for name in moved if "visual" not in name}
+
+    # verl's run_qwen2_5_vl-7b_freeze_vision.sh: the tower's weights stay, the language model trains
+    frozen = tmp_path / "frozen"
+    run_plain(args(model, folder, frozen, "actor_rollout_ref.actor.freeze_vision_tower=true",
+                   "trainer.total_training_steps=2"))
+    vision, language = changed(frozen)
+    assert not vision and language
+    # verl's run_qwen2_5_vl-7b_lora.sh (exclude_modules left unset: the tower is left out all the same);
+    # the rollout generates with the merged adapters: its log-probs are the actor's
+    lora = tmp_path / "lora"
+    run_plain(args(model, folder, lora, "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                   "actor_rollout_ref.model.target_modules=all-linear", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                   "trainer.total_training_steps=2"))
+    vision, language = changed(lora)
+    assert not vision and language
+    assert (lora / "huggingface" / "lora_adapter" / "adapter_config.json").exists()
+    adapter = load_file(lora / "huggingface" / "lora_adapter" / "adapter_model.safetensors")
+    assert adapter and not any("visual" in name for name in adapter)
+    metrics = step_metrics(lora)
+    assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-4 for step in (1, 2))

@@ -377,9 +377,9 @@ class _ActorCore(Section):
                                             "response token (batch key sum_pi_squared), which "
                                             "algorithm.adv_estimator=optimal_token_baseline reads; validate() "
                                             "switches it on for that estimator.")
-    freeze_vision_tower: bool = verl_option(False, help="Keep a vision-language model's vision tower frozen.",
-                                            inert=False, why="vision-language models are not supported",
-                                            refuse_if=bool, when="when true")
+    freeze_vision_tower: bool = option(False, help="Keep a vision-language model's vision tower frozen: only its "
+                                       "language model (and projector) train. A text model has none: said once, "
+                                       "no effect.")
     tau_pos: float = option(1.0, bounds="> 0", help="SAPO loss: temperature for positive advantages. Read by "
                             "loss_mode=sapo.")
     tau_neg: float = option(1.05, bounds="> 0", help="SAPO loss: temperature for negative advantages. Read by "

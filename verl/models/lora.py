@@ -41,6 +41,17 @@ def lora_requested(model_cfg) -> bool:
     return model_cfg.lora_rank > 0 or model_cfg.lora_adapter_path is not None
 
 
+VISION_EXCLUDE = r".*visual.*"
+"""What a vision-language model's LoRA leaves out when ``exclude_modules`` is unset: the vision tower
+(verl's Qwen2.5-VL LoRA example sets the same)."""
+
+
+def vision_tower(model: nn.Module) -> nn.Module | None:
+    """A vision-language model's vision tower (Qwen2-VL family: ``visual``), or None."""
+    inner = getattr(model, "model", None)
+    return getattr(inner, "visual", None) or getattr(model, "visual", None)
+
+
 def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_ref.model") -> nn.Module:
     """``model`` (a plain Hugging Face causal LM) with LoRA adapters, as a PEFT model.
 
@@ -48,7 +59,8 @@ def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_
     ``adapter_model.safetensors``, as :func:`save_adapter` or peft write it) is loaded, trainable,
     with its own rank, alpha and target modules; otherwise new adapters of ``lora_rank`` and
     ``lora_alpha`` go on ``target_modules`` ('all-linear' or a list of names) minus
-    ``exclude_modules`` (a regex or a list of names). Base weights are frozen either way.
+    ``exclude_modules`` (a regex or a list of names; unset on a vision-language model: its vision
+    tower, :data:`VISION_EXCLUDE`). Base weights are frozen either way.
     """
     try:
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -67,6 +79,8 @@ def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_
     else:
         target = model_cfg.target_modules
         exclude = model_cfg.exclude_modules
+        if exclude is None and vision_tower(model) is not None:
+            exclude = VISION_EXCLUDE  # a vision-language model: adapters on its language model alone
         config = LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0, bias="none",
                             task_type="CAUSAL_LM", target_modules=target if isinstance(target, str) else list(target),
                             exclude_modules=exclude if exclude is None or isinstance(exclude, str) else list(exclude))

@@ -124,7 +124,11 @@ def rope_positions(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                    mm_token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
     """``[3, B, T]`` M-RoPE positions of a (left-padded) batch, from the model's ``get_rope_index``
     (padding gets 0): the positions the model's own forward computes when given none."""
-    inner = model.model if hasattr(model.model, "get_rope_index") else model
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # under LoRA: peft's base
+    for _ in range(3):  # the module that owns get_rope_index (Qwen2-VL: the ForConditionalGeneration's .model)
+        if hasattr(type(inner), "get_rope_index") or not hasattr(inner, "model"):
+            break
+        inner = inner.model
     if mm_token_type_ids is None:
         mm_token_type_ids = token_types(input_ids, model.config.image_token_id, model.config.video_token_id)
     positions, _ = inner.get_rope_index(input_ids, mm_token_type_ids=mm_token_type_ids,

@@ -20,7 +20,7 @@ from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
-from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights
+from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights, vision_tower
 from verl.models.tiny import builtin_model_path
 from verl.models.vision import is_vision_model, load_processor
 from verl.protocol import Batch
@@ -85,6 +85,8 @@ class ActorRolloutRefWorker:
         # merged weights at every sync.
         if lora:
             model = apply_lora(model, model_cfg)
+        if config.actor.freeze_vision_tower:
+            freeze_vision_tower(model)
 
         actor_cfg, rollout_cfg = config.actor, config.rollout
         # Sharded here, from outside the roles, each by its own fsdp_config section.
@@ -212,6 +214,18 @@ class ActorRolloutRefWorker:
         self.sync_rollout_weights()
         metrics.update(memory_metrics(self.device))
         return metrics
+
+
+def freeze_vision_tower(model) -> None:
+    """``actor.freeze_vision_tower``: the vision tower's weights take no gradient (a text model has no
+    tower: said, nothing changes)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    tower = vision_tower(base)
+    if tower is None:
+        logger.warning("actor_rollout_ref.actor.freeze_vision_tower=true: %s has no vision tower; nothing to freeze",
+                       type(base).__name__)
+        return
+    tower.requires_grad_(False)
 
 
 def policy_folder(model_cfg) -> str:

@@ -1,10 +1,12 @@
 """A run whose policy is a vision-language model (Qwen2-VL family, docs/vision.md): what it takes, checked
 at start before any weights load, and the processor its datasets are built with.
 
-What works: one process, the ``hf`` rollout engine, the policy-gradient estimators without a critic
+What works: one process or torchrun ranks (FSDP over both towers), the ``hf`` rollout engine, the policy-gradient estimators without a critic
 (GRPO, RLOO, REINFORCE++, ...), the reference model and the KL terms, prompts with images and text
 prompts mixed. What does not yet is refused here with one line naming the key: other engines, a
-critic, multi-turn rollouts, LoRA, several ranks or Ray, asynchronous RL and distillation. Packing
+critic, multi-turn rollouts, Ray, asynchronous RL and distillation. LoRA goes on
+the language model (the vision tower is left out unless ``model.exclude_modules`` says otherwise);
+``actor.freeze_vision_tower`` keeps the tower's weights as they are. Packing
 (``model.use_remove_padding``) is switched off, said once: rows with images run padded.
 """
 
@@ -30,12 +32,8 @@ def prepare_vision_run(config, model_config) -> list[str]:
                        f"reinforce_plus_plus or another estimator without one)")
     if arr.rollout.multi_turn.enable:
         refused.append("multi-turn rollouts (actor_rollout_ref.rollout.multi_turn.enable=true)")
-    if arr.model.lora_rank and arr.model.lora_rank > 0:
-        refused.append(f"LoRA (actor_rollout_ref.model.lora_rank={arr.model.lora_rank}; set it to 0)")
-    ranks = trainer.nnodes * trainer.n_gpus_per_node
-    if ranks > 1 or trainer.backend == "ray":
-        refused.append(f"more than one process (trainer.nnodes x n_gpus_per_node = {ranks}, trainer.backend="
-                       f"{trainer.backend}; run it in one process)")
+    if trainer.backend == "ray":
+        refused.append("trainer.backend=ray (run it in one process or under torchrun)")
     if config.async_training.enable:
         refused.append("asynchronous RL (async_training.enable=true)")
     if config.distillation.enabled:
