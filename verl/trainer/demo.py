@@ -89,7 +89,30 @@ SPELL_PRESET = _GRPO_DEMO + [
     "sft_warmstart.eval_samples=64",
 ]
 
-PRESETS = {"addition": DEMO_PRESET, "calculator": CALCULATOR_PRESET, "spell": SPELL_PRESET}
+# ``data.builtin_task=shapes``: the visual demo. The built-in tiny Qwen2-VL says the colour of the largest
+# shape in a picture (docs/vision.md): a warm start with the pictures to held-out sampled accuracy 0.3,
+# checked every 10 steps (its accuracy jumps: a later stop leaves RL less room), then GRPO with the hf
+# engine (native decodes text models). RL's lr: 3e-4 rose steadily (sampled 0.32 -> 0.56 in 100 steps),
+# 1e-3 drifted (KL 0.2-0.7, no rise in 40), 1e-4 rose half as fast.
+SHAPES_PRESET = _GRPO_DEMO + [
+    "data.train_batch_size=16",
+    "data.max_prompt_length=48",
+    "data.max_response_length=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+    "actor_rollout_ref.actor.optim.lr=3e-4",
+    "actor_rollout_ref.rollout.name=hf",
+    "trainer.total_training_steps=100",
+    "trainer.test_freq=20",
+    "trainer.experiment_name=shapes",
+    "trainer.default_local_dir=outputs/shapes",
+    "sft_warmstart.lr=2e-3",
+    "sft_warmstart.batch_size=16",
+    "sft_warmstart.target_accuracy=0.3",
+    "sft_warmstart.eval_every=10",
+    "sft_warmstart.eval_samples=64",
+]
+
+PRESETS = {"addition": DEMO_PRESET, "calculator": CALCULATOR_PRESET, "spell": SPELL_PRESET, "shapes": SHAPES_PRESET}
 
 
 def demo_preset(config) -> list[str] | None:

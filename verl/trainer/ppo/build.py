@@ -235,7 +235,8 @@ def prepare_vision(config, model_config) -> None:
     if _VISION_PREPARED.get(id(config)) is config:
         return
     lines = prepare_vision_run(config, model_config)
-    _VISION_PREPARED[id(config)] = config
+    if lines:  # a vision-language policy (a text one may still become one: the shapes demo's warm start)
+        _VISION_PREPARED[id(config)] = config
     if lines and is_main_process():
         print("\n".join(lines), flush=True)
 

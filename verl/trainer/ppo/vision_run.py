@@ -1,13 +1,13 @@
 """A run whose policy is a vision-language model (Qwen2-VL family, docs/vision.md): what it takes, checked
 at start before any weights load, and the processor its datasets are built with.
 
-What works: one process or torchrun ranks (FSDP over both towers), the ``hf`` rollout engine, the policy-gradient estimators without a critic
-(GRPO, RLOO, REINFORCE++, ...), the reference model and the KL terms, prompts with images and text
-prompts mixed. What does not yet is refused here with one line naming the key: other engines, a
-critic, multi-turn rollouts, Ray, asynchronous RL and distillation. LoRA goes on
-the language model (the vision tower is left out unless ``model.exclude_modules`` says otherwise);
-``actor.freeze_vision_tower`` keeps the tower's weights as they are. Packing
-(``model.use_remove_padding``) is switched off, said once: rows with images run padded.
+What works: one process or torchrun ranks (FSDP over both towers), the ``hf`` rollout engine, the
+policy-gradient estimators without a critic (GRPO, RLOO, REINFORCE++, ...), the reference model and
+the KL terms, prompts with images and text prompts mixed, LoRA on the language model (the vision
+tower left out unless ``model.exclude_modules`` says otherwise) and ``actor.freeze_vision_tower``.
+What does not yet is refused here with one line naming the key: other engines, a critic, multi-turn
+rollouts, Ray, asynchronous RL and distillation. Packing (``model.use_remove_padding``) is switched
+off, said once: rows with images run padded.
 """
 
 from __future__ import annotations
