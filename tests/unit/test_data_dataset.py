@@ -120,7 +120,7 @@ def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tm
     rows = [{"prompt": [{"role": "user", "content": "<image>What is the angle?"}], "data_source": "geo3k",
              "images": [{"path": "a.png"}], "reward_model": {"ground_truth": "30"}}]
     path = write_parquet(rows, tmp_path / "geo.parquet")
-    with pytest.raises(DataError, match=r"row 0 of `data.train_files` has images .*vision inputs are not supported"):
+    with pytest.raises(DataError, match=r"row 0 of `data.train_files` has images .*the policy is a text model.*vision-language policy"):
         RLDataset(str(path), tokenizer)
     rows[0]["images"] = []  # an empty column (a text dataset written by a VL pipeline) is fine
     RLDataset(str(write_parquet(rows, tmp_path / "text.parquet")), tokenizer)

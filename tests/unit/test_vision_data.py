@@ -122,3 +122,13 @@ def test_videos_are_refused_with_the_column_named_and_images_without_a_processor
     write_parquet([row()], path)
     with pytest.raises(DataError, match="has images"):
         RLDataset(str(path), processor.tokenizer)
+
+
+def test_mm_processor_kwargs_size_the_images_and_their_token_count_alike(tmp_path, processor):
+    big = {"bytes": png(picture(112, 112))}
+    default = dataset(tmp_path, [row(images=[big])], processor, max_prompt_length=64)[0]
+    small = dataset(tmp_path, [row(images=[big])], processor, max_prompt_length=64,
+                    config={"mm_processor_kwargs": {"max_pixels": 56 * 56}})[0]
+    for item, tokens in ((default, 16), (small, 4)):
+        grid = item["multi_modal_inputs"]["image_grid_thw"]
+        assert int(grid.prod()) // 4 == tokens == item["input_ids"].count(processor.image_token_id)

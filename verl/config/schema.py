@@ -101,20 +101,19 @@ class DataConfig(Section):
                               "and validation: {path: a .py file, name: the class in it}; null path = the "
                               "built-in RLDataset. Built as cls(data_files=..., tokenizer=..., processor=None, "
                               "config=<this data section>); subclass verl.data.RLDataset (docs/data.md).")
-    image_key: str = verl_option("images", help="Column of the prompts' images.",
-                                 why="vision-language models are not supported; a dataset with values in an "
-                                 "images/image column is refused")
-    video_key: str = verl_option("videos", help="Column of the prompts' videos.",
-                                 why="vision-language models are not supported; a dataset with values in a "
-                                 "videos/video column is refused")
+    image_key: str = option("images", help="Column of the prompts' images, read with a vision-language policy "
+                            "(Qwen2-VL, Qwen2.5-VL; docs/vision.md): PIL images, {bytes} / {path} dicts or paths, "
+                            "one per <image> in the prompt. With a text policy a dataset with images is refused.")
+    video_key: str = option("videos", help="Column of the prompts' videos. Videos are refused (one line naming "
+                            "the row); a text policy refuses the column as it does images.")
     audio_key: str = verl_option("audios", help="Column of the prompts' audio.",
                                  why="audio inputs are not supported; the column is not read")
-    image_patch_size: int = verl_option(14, help="Vision patch size.", why="vision-language models are not supported")
+    image_patch_size: int = verl_option(14, help="Vision patch size.",
+                                        why="the model's image processor has its own (preprocessor_config.json)")
     return_multi_modal_inputs: bool = verl_option(True, help="Return processed multimodal inputs.",
-                                                  why="vision-language models are not supported")
-    mm_processor_kwargs: dict = verl_option({}, help="Keyword arguments of the multimodal processor.",
-                                            why="vision-language models are not supported")
-
+                                                  why="items with images always carry multi_modal_inputs")
+    mm_processor_kwargs: dict = option({}, help="Keyword arguments of a vision-language policy's image processor "
+                                       "(e.g. {max_pixels: 200704}): they change how many tokens an image takes.")
 
 @dataclass
 class KLControlConfig(Section):

@@ -73,9 +73,10 @@ def _refuse_media(rows: list[dict], config_key: str) -> None:
         for column in MEDIA_COLUMNS:
             value = row.get(column)
             if value is not None and (not hasattr(value, "__len__") or len(value) > 0):
-                raise DataError(f"row {i} of `{config_key}` has {column} (column {column!r}): vision inputs are not "
-                                f"supported here, and the prompts would reach the model without them. Use a "
-                                f"text-only dataset, or drop the {column!r} column if the prompts stand on their own")
+                raise DataError(f"row {i} of `{config_key}` has {column} (column {column!r}), and the policy is a text "
+                                f"model: the prompts would reach it without them. Images are read with a "
+                                f"vision-language policy (Qwen2-VL, Qwen2.5-VL: docs/vision.md); use one, or drop "
+                                f"the {column!r} column if the prompts stand on their own")
 
 
 def _setting(config: Any, name: str) -> Any:

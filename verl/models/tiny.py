@@ -187,22 +187,28 @@ def builtin_model_path() -> Path:
 
     This is what ``actor_rollout_ref.model.path: null`` means.
     """
+    return cached_model_folder(f"{BUILTIN_MODEL_NAME}-{builtin_model_key()}",
+                               lambda folder: make_tiny_model_folder(folder, **_BUILTIN_MODEL_ARGS))
+
+
+def cached_model_folder(name: str, make) -> Path:
+    """The model folder ``name`` in the cache, written by ``make(folder)`` on first use: into a temporary
+    folder renamed into place, so a crash never leaves a half-written model behind (and of two processes
+    writing it at once, the first rename wins)."""
     import os
+    import shutil
     import tempfile
 
     from verl.utils.cache import cache_dir
 
-    target = cache_dir("models") / f"{BUILTIN_MODEL_NAME}-{builtin_model_key()}"
+    target = cache_dir("models") / name
     if (target / "config.json").exists():
         return target
-    # Write to a temporary folder and rename, so a crash never leaves a half-written model behind.
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    make_tiny_model_folder(tmp, **_BUILTIN_MODEL_ARGS)
+    make(tmp)
     try:
         os.replace(tmp, target)
     except OSError:  # another process finished first
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 

@@ -121,21 +121,10 @@ def builtin_vl_model_path() -> Path:
     carries a hash of what shapes it."""
     import hashlib
     import json
-    import os
-    import shutil
-    import tempfile
 
-    from verl.utils.cache import cache_dir
+    from verl.models.tiny import cached_model_folder
 
     spec = {"revision": _BUILTIN_VL_REVISION, "args": _BUILTIN_VL_ARGS, "template": VL_CHAT_TEMPLATE}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    target = cache_dir("models") / f"{BUILTIN_VL_MODEL_NAME}-{key}"
-    if (target / "config.json").exists():
-        return target
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
-    make_tiny_vl_model_folder(tmp, **_BUILTIN_VL_ARGS)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process finished first
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return cached_model_folder(f"{BUILTIN_VL_MODEL_NAME}-{key}",
+                               lambda folder: make_tiny_vl_model_folder(folder, **_BUILTIN_VL_ARGS))
