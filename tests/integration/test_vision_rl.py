@@ -137,3 +137,19 @@ def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_wei
     assert adapter and not any("visual" in name for name in adapter)
     metrics = step_metrics(lora)
     assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-4 for step in (1, 2))
+
+
+def test_qwen3_vl_trains_with_lora_too(vl_task, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForImageTextToText
+
+    _, folder = vl_task
+    model = make_tiny_vl_model_folder(tmp_path / "qwen3-vl", arch="qwen3_vl")  # 16-pixel patches, deepstack
+    out = tmp_path / "qwen3"
+    done = run_plain(args(model, folder, out, "actor_rollout_ref.model.lora_rank=4", "trainer.total_training_steps=2"))
+    assert "Vision-language policy (qwen3_vl)" in done.stdout
+    adapter = load_file(out / "huggingface" / "lora_adapter" / "adapter_model.safetensors")
+    assert adapter and not any("visual" in name for name in adapter)
+    assert any(t.abs().max() > 0 for name, t in adapter.items() if "lora_B" in name)  # B starts at 0: it trained
+    assert type(AutoModelForImageTextToText.from_pretrained(out / "huggingface")).__name__ == \
+        "Qwen3VLForConditionalGeneration"

@@ -44,14 +44,16 @@ def test_the_folder_loads_as_a_hub_checkpoint_and_the_processor_widens_each_imag
     assert sum(p.numel() for p in model.parameters()) < 500_000 and model.config.vision_config.depth == 1
     text = render(processor)
     assert text.count(IMAGE_PAD) == 1 and text.startswith("Q: <|vision_start|>")
-    small, wide = image(56, 56), image(112, 56, seed=1)
+    side = 2 * model.config.vision_config.patch_size  # one prompt token's side: 2 x 2 patches
+    small, wide = image(2 * side, 2 * side), image(4 * side, 2 * side, seed=1)
     out = processor(text=[text, text], images=[small, wide], return_tensors="pt")
     grids = out["image_grid_thw"]
-    # 56 x 56 -> a 4 x 4 grid of 14-pixel patches -> 4 tokens after the 2 x 2 merge; 112 x 56 -> 8
+    # 56 x 56 -> a 4 x 4 grid of 14-pixel patches -> 4 tokens after the 2 x 2 merge; 112 x 56 -> 8 (Qwen3: 16)
     assert grids.tolist() == [[1, 4, 4], [1, 4, 8]]
     pads = (out["input_ids"] == processor.image_token_id).sum(1)
     assert pads.tolist() == [4, 8]
-    assert out["pixel_values"].shape == (16 + 32, 3 * 2 * 14 * 14)
+    patch = model.config.vision_config.patch_size
+    assert out["pixel_values"].shape == (16 + 32, 3 * 2 * patch * patch)
     assert torch.equal(out["mm_token_type_ids"], token_types(out["input_ids"], processor.image_token_id))
     with pytest.raises(ValueError, match="1 image placeholder"):
         processor(text=[text], images=[small, wide], return_tensors="pt")

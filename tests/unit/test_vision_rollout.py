@@ -11,7 +11,7 @@ from PIL import Image
 
 from verl.data import RLDataset, collate_prompts, write_parquet
 from verl.models.logprob import compute_response_logprobs
-from verl.models.tiny_vision import make_tiny_vl_model_folder
+from verl.models.tiny_vision import VL_ARCHITECTURES, make_tiny_vl_model_folder
 from verl.models.vision import load_processor, media_of
 from verl.rollout import HFRollout, SamplingParams
 from verl.rollout.native import NativeRollout
@@ -25,12 +25,12 @@ def _png(width, height, seed):
     return buffer.getvalue()
 
 
-@pytest.fixture(scope="module")
-def vl(tmp_path_factory):
+@pytest.fixture(scope="module", params=VL_ARCHITECTURES)
+def vl(request, tmp_path_factory):
     from transformers import AutoModelForImageTextToText
 
     folder = tmp_path_factory.mktemp("vl")
-    path = make_tiny_vl_model_folder(folder / "model")
+    path = make_tiny_vl_model_folder(folder / "model", arch=request.param)
     processor = load_processor(str(path))
     rows = [{"prompt": [{"role": "user", "content": f"<image>how many? {i}"}],
              "images": [{"bytes": _png(56 * (1 + i % 2), 56, i)}], "data_source": "dots",

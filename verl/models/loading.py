@@ -277,7 +277,7 @@ def _refuse_non_causal(config, name: str, config_key: str) -> None:
 
 
 # Vision-language families trained here (docs/vision.md): images through AutoModelForImageTextToText.
-VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def _refuse_multimodal(config, name: str, config_key: str) -> None:
@@ -287,8 +287,8 @@ def _refuse_multimodal(config, name: str, config_key: str) -> None:
     if towers and not (config.model_type in VISION_FAMILIES and towers == ["vision_config"]):
         raise ModelLoadError(
             f"{name!r} (from `{config_key}`) is a multimodal model ({config.model_type}, with {towers[0]}): of "
-            f"those, only the vision-language families {', '.join(VISION_FAMILIES)} (Qwen2-VL, Qwen2.5-VL) train "
-            f"here, with images. Use one of them, or a text model (e.g. Qwen/Qwen2.5-7B-Instruct)")
+            f"those, only the vision-language families {', '.join(VISION_FAMILIES)} (Qwen2-VL, Qwen2.5-VL, "
+            f"Qwen3-VL) train here, with images. Use one of them, or a text model (e.g. Qwen/Qwen2.5-7B-Instruct)")
 
 
 def _zero_dropout_settings(config) -> None:

@@ -1,4 +1,4 @@
-"""Tiny vision-language models (Qwen2-VL, Qwen2.5-VL) in their real Hugging Face layout, built from config.
+"""Tiny vision-language models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) in their real Hugging Face layout, built from config.
 
 The folder is what a hub checkpoint of the family holds: the model (``config.json`` with its
 ``vision_config``, safetensors), a tokenizer with the vision special tokens and a chat template that
@@ -8,7 +8,7 @@ torchvision is installed (transformers' Qwen2-VL processor needs it for its vide
 :func:`verl.models.vision.load_processor` loads it either way.
 
 The tokenizer is :mod:`verl.models.tiny`'s byte-level one (a token per byte) with four more specials;
-images are cut in 14-pixel patches merged 2 x 2, so a 56 x 56 image is 4 tokens of the prompt.
+images are cut in 14-pixel patches (Qwen3-VL: 16) merged 2 x 2, so a 56 x 56 image is 4 tokens of the prompt.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from verl.models.tiny import BOS, EOS, PAD, _byte_level_core
 
 VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD = "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"
 VISION_SPECIALS = [VISION_START, VISION_END, IMAGE_PAD, VIDEO_PAD]
-VL_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl")
+VL_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 # The tiny chat template of verl.models.tiny (``Q: ...\n``, ``A: ...</s>``), where a user turn's content
 # may also be a list of parts: ``{"type": "image"}`` renders as the vision markers around one image pad
@@ -57,7 +57,7 @@ def build_tiny_vl_config(tokenizer, arch: str = "qwen2_vl", *, hidden_size: int 
                          vision_depth: int = 1, vision_hidden_size: int = 32):
     """A config of ``arch`` with a language model of ``num_layers`` and a vision tower of ``vision_depth``
     blocks (a few hundred thousand parameters)."""
-    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
 
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
         ("vision_start_token_id", VISION_START), ("vision_end_token_id", VISION_END),
@@ -80,16 +80,23 @@ def build_tiny_vl_config(tokenizer, arch: str = "qwen2_vl", *, hidden_size: int 
         vision.update(hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
                       out_hidden_size=hidden_size, window_size=56, fullatt_block_indexes=[vision_depth - 1])
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    if arch == "qwen3_vl":  # 16-pixel patches, interleaved M-RoPE, deepstack features from the tower's block 0
+        text.update(head_dim=head_dim, rope_parameters={**text["rope_parameters"], "mrope_interleaved": True})
+        vision.update(hidden_size=vision_hidden_size, intermediate_size=2 * vision_hidden_size,
+                      out_hidden_size=hidden_size, patch_size=16, num_position_embeddings=64,
+                      deepstack_visual_indexes=[0])
+        return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
     raise ValueError(f"unknown tiny vision-language architecture {arch!r}; choose one of {VL_ARCHITECTURES}")
 
 
-def build_image_processor(min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 16):
+def build_image_processor(patch_size: int = 14):
     """The family's image processor (its PIL backend: no torchvision needed), sized for tiny images:
-    an image is resized to between ``min_pixels`` and ``max_pixels`` (4 to 16 prompt tokens)."""
+    an image is resized to between 4 and 16 prompt tokens (2 x 2 patches merged into one)."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    return Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2,
-                                    temporal_patch_size=2)
+    token = 2 * patch_size
+    return Qwen2VLImageProcessorPil(min_pixels=token * token * 4, max_pixels=token * token * 16, patch_size=patch_size,
+                                    merge_size=2, temporal_patch_size=2)
 
 
 def make_tiny_vl_model_folder(path: str | Path, *, arch: str = "qwen2_vl", seed: int = 0, **config_kwargs) -> Path:
@@ -105,7 +112,7 @@ def make_tiny_vl_model_folder(path: str | Path, *, arch: str = "qwen2_vl", seed:
     tokenizer = build_vl_tokenizer()
     config = build_tiny_vl_config(tokenizer, arch, **config_kwargs)
     return _save_new_model(AutoModelForImageTextToText, config, tokenizer, path, seed,
-                           extras=(build_image_processor(),))
+                           extras=(build_image_processor(config.vision_config.patch_size),))
 
 
 BUILTIN_VL_MODEL_NAME = "tiny-qwen2-vl"
