@@ -97,7 +97,8 @@ def test_grpo_trains_a_vision_language_policy_exports_its_processor_and_resumes_
     assert_same_weights(exported, resumed / "huggingface", model)
 
 
-def test_two_torchrun_ranks_train_a_vision_language_policy_exactly_like_one_process(vl_task, one_process, tmp_path):
+def test_two_torchrun_ranks_and_two_ray_actors_train_a_vision_language_policy_exactly_like_one_process(
+        vl_task, one_process, tmp_path):
     model, folder = vl_task
     out = tmp_path / "two-ranks"
     done = run_torchrun_module("verl.trainer.main_ppo", args(model, folder, out, "trainer.n_gpus_per_node=2"))
@@ -105,6 +106,12 @@ def test_two_torchrun_ranks_train_a_vision_language_policy_exactly_like_one_proc
     # each rank holds half of every step's rows and their images; FSDP shards both towers
     assert_same_metrics(step_metrics(one_process[0]), step_metrics(out))
     assert_same_weights(one_process[0] / "huggingface", out / "huggingface", model)
+    # Ray: the driver holds the data; each actor gets its rows with their images
+    ray = tmp_path / "ray"
+    run_plain(args(model, folder, ray, "trainer.backend=ray", "trainer.n_gpus_per_node=2"),
+              env={"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
+    assert_same_metrics(step_metrics(one_process[0]), step_metrics(ray))
+    assert_same_weights(one_process[0] / "huggingface", ray / "huggingface", model)
 
 
 def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_weights(vl_task, tmp_path):

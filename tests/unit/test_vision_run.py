@@ -21,7 +21,6 @@ def _config(*keys):
     (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
     (("algorithm.adv_estimator=gae",), "a critic (algorithm.adv_estimator=gae"),
     (("actor_rollout_ref.rollout.multi_turn.enable=true",), "multi-turn rollouts"),
-    (("trainer.backend=ray",), "trainer.backend=ray"),
     (("async_training.enable=true",), "asynchronous RL"),
     (("actor_rollout_ref.actor.use_prefix_grouper=true",), "use_prefix_grouper=true"),
 ])

@@ -1,12 +1,12 @@
 """A run whose policy is a vision-language model (Qwen2-VL family, docs/vision.md): what it takes, checked
 at start before any weights load, and the processor its datasets are built with.
 
-What works: one process or torchrun ranks (FSDP over both towers), the ``hf`` rollout engine, the
+What works: one process, torchrun ranks (FSDP over both towers) or Ray actors, the ``hf`` rollout engine, the
 policy-gradient estimators without a critic (GRPO, RLOO, REINFORCE++, ...), the reference model and
 the KL terms, prompts with images and text prompts mixed, LoRA on the language model (the vision
 tower left out unless ``model.exclude_modules`` says otherwise) and ``actor.freeze_vision_tower``.
 What does not yet is refused here with one line naming the key: other engines, a critic, multi-turn
-rollouts, Ray, asynchronous RL and distillation. Packing (``model.use_remove_padding``) is switched
+rollouts, asynchronous RL and distillation. Packing (``model.use_remove_padding``) is switched
 off, said once: rows with images run padded.
 """
 
@@ -32,8 +32,6 @@ def prepare_vision_run(config, model_config) -> list[str]:
                        f"reinforce_plus_plus or another estimator without one)")
     if arr.rollout.multi_turn.enable:
         refused.append("multi-turn rollouts (actor_rollout_ref.rollout.multi_turn.enable=true)")
-    if trainer.backend == "ray":
-        refused.append("trainer.backend=ray (run it in one process or under torchrun)")
     if config.async_training.enable:
         refused.append("asynchronous RL (async_training.enable=true)")
     if config.distillation.enabled:
