@@ -146,6 +146,15 @@ def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_wei
     assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-4 for step in (1, 2))
 
 
+def test_ppo_with_a_vision_language_critic(vl_task, tmp_path):
+    model, folder = vl_task
+    out = tmp_path / "ppo"
+    run_plain(args(model, folder, out, "algorithm.adv_estimator=gae", "critic.optim.lr=1e-2",
+                   "critic.model.use_remove_padding=true", "trainer.total_training_steps=2"))
+    metrics = step_metrics(out)
+    assert metrics[1]["critic/vf_loss"] > 0 and metrics[2]["critic/values/mean"] != 0  # the critic learned
+
+
 def test_qwen3_vl_trains_with_lora_too(vl_task, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForImageTextToText

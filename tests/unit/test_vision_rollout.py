@@ -76,3 +76,24 @@ def test_the_policy_gradient_reaches_the_vision_tower_and_text_engines_refuse_im
     model.zero_grad()
     with pytest.raises(ValueError, match="the native rollout engine generates from text only .*rollout.name=hf"):
         NativeRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+
+
+def test_the_critic_reads_the_images_and_its_values_do_not_depend_on_the_batch(vl):
+    import copy
+
+    from verl.models.value_model import ValueModel
+
+    model, processor, prompts = vl
+    out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    critic = ValueModel(copy.deepcopy(model)).eval()
+    torch.manual_seed(0)
+    torch.nn.init.normal_(critic.model.get_output_embeddings().weight)  # a trained head, not the zero start
+    media = media_of(out)
+    inputs = (out["input_ids"], out["attention_mask"], out["position_ids"], out["responses"].shape[1])
+    with torch.no_grad():
+        values = critic.response_values(*inputs, media=media)
+        alone = critic.response_values(*(x[2:3] if torch.is_tensor(x) else x for x in inputs), media=media[2:3])
+        swapped = critic.response_values(*inputs, media=[media[4], media[5], *media[2:4], media[0], media[1],
+                                                         *media[6:]])
+    torch.testing.assert_close(alone[0], values[2], atol=1e-5, rtol=0)
+    assert (swapped[:2] - values[:2]).abs().max() > 1e-4

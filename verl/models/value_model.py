@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from verl.models.logprob import Packing, check_packing
+from verl.models.vision import multimodal_kwargs, rope_positions
 
 
 class ValueModel(nn.Module):
@@ -28,22 +29,31 @@ class ValueModel(nn.Module):
         self.model = causal_lm
         self.config = causal_lm.config
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, *, last_hidden: bool = False) -> torch.Tensor:
-        """Values ``[B, T]``; with ``last_hidden`` the backbone's last hidden states ``[B, T, H]`` instead."""
+    def forward(self, input_ids, attention_mask=None, position_ids=None, *, last_hidden: bool = False,
+                **extra) -> torch.Tensor:
+        """Values ``[B, T]``; with ``last_hidden`` the backbone's last hidden states ``[B, T, H]`` instead.
+        ``extra``: more inputs of the backbone (a vision-language model's images)."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         use_cache=False, output_hidden_states=last_hidden)
+                         use_cache=False, output_hidden_states=last_hidden, **extra)
         if last_hidden:
             return out.hidden_states[-1].float()
         # clone: a view as the output of an FSDP-wrapped module would bypass its backward hook.
         return out.logits.squeeze(-1).float().clone()
 
     def response_values(self, input_ids, attention_mask, position_ids, response_length: int, *,
-                        remove_padding: bool = False) -> torch.Tensor:
+                        remove_padding: bool = False, media=None) -> torch.Tensor:
         """Values ``[B, T_resp]`` of the states from which each response token was chosen.
 
         With ``remove_padding`` the pass runs on the packed sequences (see
-        :mod:`verl.models.logprob`) and padding positions get 0.
+        :mod:`verl.models.logprob`) and padding positions get 0. ``media``: the rows'
+        ``multi_modal_inputs`` (a vision-language backbone): the padded pass with the images and the
+        model's M-RoPE positions.
         """
+        extra = multimodal_kwargs(media, input_ids, self.model, response_length=response_length)
+        if extra:
+            positions = rope_positions(self.model, input_ids, attention_mask, extra["image_grid_thw"],
+                                       extra["mm_token_type_ids"])
+            return self(input_ids, attention_mask, positions, **extra)[:, -response_length - 1:-1]
         if remove_padding:
             packing = Packing(input_ids, attention_mask, position_ids, response_length)
             return packing.unpack(packing.responses(self(packing.input_ids, None, packing.position_ids)))

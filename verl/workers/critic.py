@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms import compute_value_loss
+from verl.models.vision import media_of
 from verl.protocol import Batch
 from verl.workers.engine import TrainingEngine, agg_counts, micro_batch_groups, restore_order, token_counts
 
@@ -37,7 +38,7 @@ class Critic:
     def _values(self, mb: Batch) -> torch.Tensor:
         return self.model.response_values(mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device),
                                            mb["position_ids"].to(self.device), mb["responses"].shape[1],
-                                           remove_padding=self.remove_padding)
+                                           remove_padding=self.remove_padding, media=media_of(mb))
 
     @torch.no_grad()
     def compute_values(self, batch: Batch, *, micro_batch_size: int | None = None) -> torch.Tensor:
@@ -70,7 +71,8 @@ class Critic:
         """The clipped value loss of one micro-batch (on the device), normalised by the global counts."""
         mask = mb["response_mask"]
         vpreds = model.response_values(mb["input_ids"], mb["attention_mask"], mb["position_ids"],
-                                       mb["responses"].shape[1], remove_padding=self.remove_padding)
+                                       mb["responses"].shape[1], remove_padding=self.remove_padding,
+                                       media=media_of(mb))
         loss, metrics = compute_value_loss(vpreds, mb["values"], mb["returns"], mask,
                                            cliprange_value=self.config.cliprange_value,
                                            loss_agg_mode=self.config.loss_agg_mode, **agg_counts(counts, self.norm_len))
