@@ -126,11 +126,15 @@ def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_wei
         return {name for name in moved if "visual" in name}, {name for name in moved if "visual" not in name}
 
     # verl's run_qwen2_5_vl-7b_freeze_vision.sh: the tower's weights stay, the language model trains
+    # (rolled out by the native engine here: its log-probs with the images are the actor's)
     frozen = tmp_path / "frozen"
-    run_plain(args(model, folder, frozen, "actor_rollout_ref.actor.freeze_vision_tower=true",
-                   "trainer.total_training_steps=2"))
+    done = run_plain(args(model, folder, frozen, "actor_rollout_ref.actor.freeze_vision_tower=true",
+                          "actor_rollout_ref.rollout.name=native", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                          "trainer.total_training_steps=2"))
+    assert "rollouts by the native engine" in done.stdout
     vision, language = changed(frozen)
     assert not vision and language
+    assert all(step_metrics(frozen)[step]["actor/rollout_log_prob_diff"] < 1e-4 for step in (1, 2))
     # verl's run_qwen2_5_vl-7b_lora.sh (exclude_modules left unset: the tower is left out all the same);
     # the rollout generates with the merged adapters: its log-probs are the actor's
     lora = tmp_path / "lora"

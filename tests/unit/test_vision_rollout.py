@@ -14,6 +14,7 @@ from verl.models.logprob import compute_response_logprobs
 from verl.models.tiny_vision import VL_ARCHITECTURES, make_tiny_vl_model_folder
 from verl.models.vision import load_processor, media_of
 from verl.rollout import HFRollout, SamplingParams
+from verl.rollout.dummy import DummyRollout
 from verl.rollout.native import NativeRollout
 from verl.workers.actor import PolicyModel
 
@@ -47,9 +48,13 @@ def vl(request, tmp_path_factory):
 PARAMS = SamplingParams(max_new_tokens=8, n=2, temperature=1.0, logprobs=True)
 
 
-def test_the_hf_engine_samples_with_the_images_and_the_actors_log_probs_equal_its_own(vl):
+ENGINES = {"hf": HFRollout, "native": NativeRollout}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_engines_sample_with_the_images_and_the_actors_log_probs_equal_theirs(vl, engine):
     model, processor, prompts = vl
-    out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    out = ENGINES[engine](model, processor.tokenizer).generate(prompts, PARAMS)
     media = media_of(out)
     assert len(media) == 8 and [m is None for m in media] == [False] * 6 + [True] * 2  # repeated with the rows
     mask = out["response_mask"].bool()
@@ -63,6 +68,14 @@ def test_the_hf_engine_samples_with_the_images_and_the_actors_log_probs_equal_it
     assert (other[:2] - log_prob[:2])[mask[:2]].abs().max() > 1e-4
 
 
+def test_native_draws_what_hf_draws_from_the_same_seeds_images_included(vl):
+    model, processor, prompts = vl
+    hf = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    native = NativeRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    assert torch.equal(native["responses"], hf["responses"])
+    torch.testing.assert_close(native["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
 def test_the_policy_gradient_reaches_the_vision_tower_and_text_engines_refuse_images(vl):
     model, processor, prompts = vl
     out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
@@ -74,8 +87,9 @@ def test_the_policy_gradient_reaches_the_vision_tower_and_text_engines_refuse_im
     assert vision_grads and all(g is not None for g in vision_grads)
     assert max(g.abs().max().item() for g in vision_grads) > 0
     model.zero_grad()
-    with pytest.raises(ValueError, match="the native rollout engine generates from text only .*rollout.name=hf"):
-        NativeRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    dummy = DummyRollout(len(processor.tokenizer), processor.tokenizer.eos_token_id, processor.tokenizer.pad_token_id)
+    with pytest.raises(ValueError, match="the dummy rollout engine generates from text only .*rollout.name=hf"):
+        dummy.generate(prompts, PARAMS)
 
 
 def test_the_critic_reads_the_images_and_its_values_do_not_depend_on_the_batch(vl):

@@ -34,6 +34,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verl.models.shared_prompt import cache_kwarg, distinct_prompts
+from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids, rope_positions
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.seeding import draw, filter_logits
@@ -99,10 +100,11 @@ class _HFSteps:
     def __init__(self, engine: "NativeRollout"):
         self.engine = engine
 
-    def prefill(self, input_ids, attention_mask, positions, capacity: int) -> torch.Tensor:
+    def prefill(self, input_ids, attention_mask, positions, capacity: int, **extra) -> torch.Tensor:
+        """``extra``: more inputs of the prefill (a vision-language model's images)."""
         self.cache = make_cache(self.engine.model, self.engine.cache, capacity)
         self.mask = attention_mask
-        return self._forward(input_ids, positions)
+        return self._forward(input_ids, positions, **extra)
 
     def select(self, index: torch.Tensor) -> None:
         self.cache.batch_select_indices(index)
@@ -112,11 +114,11 @@ class _HFSteps:
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=1)
         return self._forward(tokens.unsqueeze(-1), positions.unsqueeze(-1))
 
-    def _forward(self, input_ids, position_ids) -> torch.Tensor:
+    def _forward(self, input_ids, position_ids, **extra) -> torch.Tensor:
         """Float32 logits ``[b, V]`` of the last position."""
         engine = self.engine
         out = engine.model(input_ids=input_ids, attention_mask=self.mask, position_ids=position_ids,
-                           use_cache=True, logits_to_keep=1, **{engine._cache_kwarg: self.cache})
+                           use_cache=True, logits_to_keep=1, **{engine._cache_kwarg: self.cache}, **extra)
         return out.logits[:, -1].float()
 
 
@@ -127,6 +129,7 @@ class NativeRollout(RolloutEngine):
     says which ran (``"fast"`` or ``"hf"``) and ``fallback_reason`` why the fast one did not."""
 
     name = "native"
+    takes_images = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, device: torch.device | str | None = None,
                  seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True):
@@ -165,10 +168,12 @@ class NativeRollout(RolloutEngine):
         return draw(filter_logits(logits, params.temperature, params.top_k, params.top_p), seeds, step)
 
     def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds, *, first_step: int = 0,
-                           pause=None):
+                           pause=None, media=None):
         """``first_step``: the decode step of the first token (a continued response's seeds go on from
         there); ``pause``: a callable asked after every step, True stops every row there (a partial
-        rollout's weight swap, :mod:`verl.rollout.partial`)."""
+        rollout's weight swap, :mod:`verl.rollout.partial`); ``media``: each row's ``multi_modal_inputs``
+        (a vision-language model: the model's forward, each row prefilled with its images at its M-RoPE
+        positions, then decoding on from its largest position)."""
         was_training = self.model.training
         self.model.eval()
         try:
@@ -176,12 +181,13 @@ class NativeRollout(RolloutEngine):
             # the caller gets ordinary tensors (inference tensors cannot join autograd later).
             with torch.inference_mode():
                 responses, log_probs = self._generate(input_ids.to(self.device), attention_mask.to(self.device),
-                                                      params, seeds.cpu(), first_step, pause)
+                                                      params, seeds.cpu(), first_step, pause, media)
         finally:
             self.model.train(was_training)
         return responses.clone(), None if log_probs is None else log_probs.clone()
 
-    def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds, first_step: int = 0, pause=None):
+    def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds, first_step: int = 0, pause=None,
+                  media=None):
         batch, prompt_len = input_ids.shape
         max_new = params.max_new_tokens
         responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
@@ -190,28 +196,41 @@ class NativeRollout(RolloutEngine):
         if max_new == 0 or batch == 0:
             return responses, log_probs if params.logprobs else None
 
-        # Prefill once per distinct prompt, then give every sample its prompt's cache rows and logits.
-        first, inverse = distinct_prompts(input_ids, attention_mask)
         mask = attention_mask.long()
-        positions = mask.cumsum(dim=1) - 1
-        positions = positions.masked_fill(mask == 0, 1)  # pads attend nowhere; as transformers' generate does
-        steps = self._steps(prompt_len + max_new)
-        logits = steps.prefill(input_ids[first], mask[first], positions[first], prompt_len + max_new)[inverse]
-        if len(first) < batch:
-            steps.select(inverse)
+        forbidden = placeholder_ids(self.model)
+        images = multimodal_kwargs(media, input_ids, self.model)
+        if images:
+            # Each row prefills with its own images (two prompts of the same ids may show different ones),
+            # at the model's M-RoPE positions; text then goes on from each row's largest position.
+            rope = rope_positions(self.model, input_ids, mask, images["image_grid_thw"], images["mm_token_type_ids"])
+            shift = rope.amax(dim=(0, 2)) + 1 - mask.sum(dim=1)
+            self.fallback_reason, self.last_path = "the prompts have images", "hf"
+            steps = _HFSteps(self)
+            logits = steps.prefill(input_ids, mask, rope, prompt_len + max_new, **images)
+        else:
+            # Prefill once per distinct prompt, then give every sample its prompt's cache rows and logits.
+            first, inverse = distinct_prompts(input_ids, attention_mask)
+            positions = mask.cumsum(dim=1) - 1
+            positions = positions.masked_fill(mask == 0, 1)  # pads attend nowhere; as transformers' generate does
+            steps = self._steps(prompt_len + max_new)
+            logits = steps.prefill(input_ids[first], mask[first], positions[first], prompt_len + max_new)[inverse]
+            if len(first) < batch:
+                steps.select(inverse)
+            shift = torch.zeros(batch, dtype=torch.long, device=self.device)
 
         rows = torch.arange(batch, device=self.device)  # the output row of each decode row
         live = torch.ones(batch, dtype=torch.bool, device=self.device)  # decode rows still generating
         seeds = seeds.to(self.device)
         row_seeds = seeds
-        next_position = mask.sum(dim=1)
+        next_position = mask.sum(dim=1) + shift
         eos = torch.tensor(self.eos_token_ids, device=self.device)
         # The decode rows' tokens and log-probs, one column per step; copied out to their output rows
         # when rows leave the batch and at the end. Tokens a finished row still draws are blanked at the end.
         step_tokens, step_log_probs = responses.clone(), log_probs.clone()
         width = 0
         for step in range(max_new):
-            tokens, token_log_probs = self._pick(logits, params, row_seeds, first_step + step)
+            tokens, token_log_probs = self._pick(forbid_placeholders(logits, forbidden), params, row_seeds,
+                                                 first_step + step)
             step_tokens[:, step] = tokens
             step_log_probs[:, step] = token_log_probs
             width = step + 1
