@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from verl.algorithms import entropy_from_logits
 from verl.errors import VerlError
 from verl.models.shared_prompt import keeps_logits, shared_prompt_logits
-from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids, rope_positions
+from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_ids
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -35,11 +35,10 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 def response_logits(model, input_ids, attention_mask, position_ids, response_length: int, **extra):
     """Logits ``[B, T_resp, V]`` that predict each response token (the LM head runs on those
     positions only where the model takes ``logits_to_keep``: a vocabulary of 150k makes it most of
-    the forward's memory). ``extra``: more inputs of the forward (a vision-language model's images;
-    their ``position_ids`` replace these)."""
+    the forward's memory). ``extra``: more inputs of the forward (a vision-language model's images)."""
     keep = {"logits_to_keep": response_length + 1} if keeps_logits(model) else {}
-    inputs = {"position_ids": position_ids, **extra}
-    out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs, **keep)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                **extra, **keep)
     return out.logits[:, -response_length - 1:-1, :]
 
 
@@ -133,11 +132,10 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     the padded forward with the images and the model's M-RoPE positions (packing and shared prompts
     do not apply to rows with images).
     """
-    extra = multimodal_kwargs(media, input_ids, model, response_length=responses.shape[1])
+    extra = forward_inputs(media, input_ids, attention_mask, model, response_length=responses.shape[1])
     if extra:
-        positions = rope_positions(model, input_ids, attention_mask, extra["image_grid_thw"],
-                                   extra["mm_token_type_ids"])
-        logits = response_logits(model, input_ids, attention_mask, positions, responses.shape[1], **extra)
+        logits = response_logits(model, input_ids, attention_mask, extra.pop("position_ids"), responses.shape[1],
+                                 **extra)
         labels = responses
     elif remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from verl.models.logprob import Packing, check_packing
-from verl.models.vision import multimodal_kwargs, rope_positions
+from verl.models.vision import forward_inputs
 
 
 class ValueModel(nn.Module):
@@ -49,11 +49,9 @@ class ValueModel(nn.Module):
         ``multi_modal_inputs`` (a vision-language backbone): the padded pass with the images and the
         model's M-RoPE positions.
         """
-        extra = multimodal_kwargs(media, input_ids, self.model, response_length=response_length)
+        extra = forward_inputs(media, input_ids, attention_mask, self.model, response_length=response_length)
         if extra:
-            positions = rope_positions(self.model, input_ids, attention_mask, extra["image_grid_thw"],
-                                       extra["mm_token_type_ids"])
-            return self(input_ids, attention_mask, positions, **extra)[:, -response_length - 1:-1]
+            return self(input_ids, attention_mask, **extra)[:, -response_length - 1:-1]
         if remove_padding:
             packing = Packing(input_ids, attention_mask, position_ids, response_length)
             return packing.unpack(packing.responses(self(packing.input_ids, None, packing.position_ids)))

@@ -146,7 +146,7 @@ def is_vision_model(model) -> bool:
     return getattr(config, "vision_config", None) is not None and hasattr(config, "image_token_id")
 
 
-def multimodal_kwargs(media, input_ids: torch.Tensor, model, device=None, response_length: int = 0) -> dict:
+def multimodal_kwargs(media, input_ids: torch.Tensor, model, response_length: int = 0) -> dict:
     """The keyword arguments a forward (or ``generate``) of ``model`` needs for rows ``media`` (each
     row's ``multi_modal_inputs``, None for a row without images): the rows' pixels and grids
     concatenated in row order and ``mm_token_type_ids`` of ``input_ids``; {} when no row has images.
@@ -157,14 +157,25 @@ def multimodal_kwargs(media, input_ids: torch.Tensor, model, device=None, respon
     present = [m for m in media if m is not None]
     if not present:
         return {}
-    device = device if device is not None else input_ids.device
+    device = input_ids.device
     config = getattr(model, "config", model)
     types = token_types(input_ids, config.image_token_id, getattr(config, "video_token_id", None))
     if response_length:
         types[:, -response_length:] = TEXT
     return {"pixel_values": torch.cat([m["pixel_values"] for m in present]).to(device),
             "image_grid_thw": torch.cat([m["image_grid_thw"] for m in present]).to(device),
-            "mm_token_type_ids": types.to(input_ids.device)}
+            "mm_token_type_ids": types.to(device)}
+
+
+def forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor, model,
+                   response_length: int = 0) -> dict:
+    """:func:`multimodal_kwargs` and the rows' M-RoPE ``position_ids`` (:func:`rope_positions`): all that a
+    padded forward of ``model`` over rows with images takes besides the ids and the mask ({} without)."""
+    extra = multimodal_kwargs(media, input_ids, model, response_length)
+    if extra:
+        extra["position_ids"] = rope_positions(model, input_ids, attention_mask, extra["image_grid_thw"],
+                                               extra["mm_token_type_ids"])
+    return extra
 
 
 def media_of(batch) -> list | None:

@@ -83,7 +83,8 @@ class RolloutEngine(ABC):
         if media is not None and any(m is not None for m in media):
             if not self.takes_images:
                 raise ValueError(f"the {self.name} rollout engine generates from text only and these prompts have "
-                                 f"images: use actor_rollout_ref.rollout.name=hf with a vision-language model")
+                                 f"images: use actor_rollout_ref.rollout.name=hf or native with a vision-language "
+                                 f"model")
             if swap is not None:
                 raise ValueError("partial rollouts (async_training.partial_rollout=true) do not take images yet: "
                                  "set it to false for a vision-language model")

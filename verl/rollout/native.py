@@ -34,7 +34,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verl.models.shared_prompt import cache_kwarg, distinct_prompts
-from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids, rope_positions
+from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_ids
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.seeding import draw, filter_logits
@@ -198,11 +198,11 @@ class NativeRollout(RolloutEngine):
 
         mask = attention_mask.long()
         forbidden = placeholder_ids(self.model)
-        images = multimodal_kwargs(media, input_ids, self.model)
+        images = forward_inputs(media, input_ids, mask, self.model)
         if images:
             # Each row prefills with its own images (two prompts of the same ids may show different ones),
             # at the model's M-RoPE positions; text then goes on from each row's largest position.
-            rope = rope_positions(self.model, input_ids, mask, images["image_grid_thw"], images["mm_token_type_ids"])
+            rope = images.pop("position_ids")
             shift = rope.amax(dim=(0, 2)) + 1 - mask.sum(dim=1)
             self.fallback_reason, self.last_path = "the prompts have images", "hf"
             steps = _HFSteps(self)

@@ -22,8 +22,9 @@ from verl.checkpoint import write_hf_folder
 from verl.data import RLDataset, collate_prompts, write_parquet
 from verl.models.logprob import compute_response_logprobs
 from verl.models.vision import load_processor, media_of
-from verl.rollout import HFRollout, SamplingParams
+from verl.rollout import HFRollout
 from verl.rollout.base import rollout_batch
+from verl.trainer.warmstart import sampled_accuracy
 
 
 def answer_batch(items: list[dict], tokenizer):
@@ -36,13 +37,6 @@ def answer_batch(items: list[dict], tokenizer):
     responses = torch.tensor([a + [tokenizer.pad_token_id] * (width - len(a)) for a in answers])
     mask = torch.tensor([[1] * len(a) + [0] * (width - len(a)) for a in answers])
     return rollout_batch(prompts, prompts["input_ids"], prompts["attention_mask"], responses, mask)
-
-
-def sampled_accuracy(model, tokenizer, prompts, task, max_new_tokens: int) -> float:
-    out = HFRollout(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
-    seen = out["response_mask"].bool()
-    texts = [tokenizer.decode(out["responses"][i][seen[i]], skip_special_tokens=True) for i in range(len(out))]
-    return sum(task.compute_score(task.DATA_SOURCE, t, g) for t, g in zip(texts, out["ground_truth"])) / len(texts)
 
 
 def train_vision_warm_start(config, task, base: Path, target: Path, progress: bool = True) -> tuple[int, float]:
@@ -78,7 +72,8 @@ def train_vision_warm_start(config, task, base: Path, target: Path, progress: bo
         if step % cfg.eval_every == 0:
             model.eval()
             with torch.no_grad():
-                accuracy = sampled_accuracy(model, tokenizer, held_out, task, config.data.max_response_length)
+                accuracy = sampled_accuracy(HFRollout(model, tokenizer), held_out, task,
+                                            config.data.max_response_length, tokenizer)
             model.train()
             if progress:
                 print(f"vision warm start step {step}: loss {loss.item():.3f}, held-out sampled accuracy "

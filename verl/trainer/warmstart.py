@@ -100,12 +100,14 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     task = TASKS[config.data.builtin_task]
     if getattr(task, "VISION", False):  # pictures: the vision-language warm start, on the built-in Qwen2-VL
         from verl.models.tiny_vision import builtin_vl_model_path
-        from verl.trainer.vision_warmstart import vision_warm_start
+        from verl.trainer import vision_warmstart
 
-        shaped_by = builtin_vl_model_path().name + Path(task.__file__).read_text() + Path(__file__).read_text()
+        # Keyed by the model and by the task's and the training loop's sources: an edit retrains.
+        shaped_by = builtin_vl_model_path().name + Path(task.__file__).read_text() + \
+            Path(vision_warmstart.__file__).read_text()
         folder = folder.with_name(f"{folder.name}-{hashlib.sha256(shaped_by.encode()).hexdigest()[:8]}")
         with cache_lock(folder, waiting=f"Another process is training this warm start ({folder}); waiting for it"):
-            return vision_warm_start(config, folder, progress)
+            return vision_warmstart.vision_warm_start(config, folder, progress)
     cached = _cached(folder)
     if cached is not None:
         return cached

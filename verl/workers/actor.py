@@ -37,12 +37,6 @@ def _model_inputs(mb: Batch, device):
             mb["responses"].to(device))
 
 
-def _media(mb: Batch) -> dict:
-    """A vision-language batch's images, for compute_response_logprobs ({} without)."""
-    media = media_of(mb)
-    return {"media": media} if media is not None else {}
-
-
 class PolicyModel:
     """A causal LM that scores responses: the base of the actor and the reference."""
 
@@ -87,7 +81,7 @@ class PolicyModel:
                 lp, ent, *spp = compute_response_logprobs(
                     self.model, *_model_inputs(mb, self.device), temperature=temperature,
                     with_entropy=with_entropy, remove_padding=self.remove_padding,
-                    with_sum_pi_squared=with_sum_pi_squared, share_prompts=self.share_prompts, **_media(mb))
+                    with_sum_pi_squared=with_sum_pi_squared, share_prompts=self.share_prompts, media=media_of(mb))
                 if rows:
                     log_probs.append(lp)
                     entropies.append(ent)
@@ -255,7 +249,7 @@ class Actor(PolicyModel):
             log_prob, entropy = compute_response_logprobs(
                 model, mb["input_ids"], mb["attention_mask"], mb["position_ids"], mb["responses"],
                 temperature=temperature, with_entropy=True, remove_padding=self.remove_padding,
-                share_prompts=self.share_prompts, **_media(mb))
+                share_prompts=self.share_prompts, media=media_of(mb))
             return loss_fn(mb, log_prob, entropy, agg_counts(counts, self.norm_len))
 
         metrics = self.engine.train_batch(

@@ -58,8 +58,7 @@ class RolloutWorker:
             swap.apply()  # weights that came before the request: every row starts on them
         first = -1 if self.version is None else self.version
         with torch.no_grad():
-            out = generate(prompts.to(self.device), params) if swap is None else \
-                generate(prompts.to(self.device), params, swap=swap)
+            out = generate(prompts.to(self.device), params, swap=swap)
         out["policy_version_first"] = torch.full((len(out),), first, dtype=torch.long)
         if "policy_version_last" not in out:
             out["policy_version_last"] = out["policy_version_first"].clone()
