@@ -58,14 +58,43 @@ def test_the_engines_sample_with_the_images_and_the_actors_log_probs_equal_their
     media = media_of(out)
     assert len(media) == 8 and [m is None for m in media] == [False] * 6 + [True] * 2  # repeated with the rows
     mask = out["response_mask"].bool()
-    for micro in (1, 3, None):  # micro-batches cut the rows (and their images) apart
-        log_prob, _ = PolicyModel(model, torch.device("cpu"), micro).compute_log_prob(out)
+    for micro, packed in ((1, False), (3, False), (None, False), (3, True), (None, True)):
+        # micro-batches cut the rows (and their images) apart; packed rows (use_remove_padding) run as one
+        policy = PolicyModel(model, torch.device("cpu"), micro, remove_padding=packed)
+        log_prob, _ = policy.compute_log_prob(out)
         torch.testing.assert_close(log_prob[mask], out["rollout_log_probs"][mask], atol=1e-4, rtol=0)
     # the images are read: the same samples with another image (of the same size) get other log-probs
     swapped = out.index(list(range(8)))
     swapped["multi_modal_inputs"] = [media[4], media[5], *media[2:4], media[0], media[1], *media[6:]]
     other, _ = PolicyModel(model, torch.device("cpu")).compute_log_prob(swapped)
     assert (other[:2] - log_prob[:2])[mask[:2]].abs().max() > 1e-4
+
+
+def test_packed_rows_with_images_equal_the_padded_ones_and_need_the_text_positions(vl):
+    from verl.models.logprob import Packing, check_packing
+    from verl.models.vision import packed_forward_inputs
+
+    model, processor, prompts = vl
+    out = HFRollout(model, processor.tokenizer).generate(prompts, PARAMS)
+    check_packing(model, torch.device("cpu"), "actor_rollout_ref.model.use_remove_padding")  # keeps them apart
+    args = (out["input_ids"], out["attention_mask"], out["position_ids"], out["responses"])
+    mask = out["response_mask"].bool()
+    padded, padded_entropy = compute_response_logprobs(model, *args, media=media_of(out), with_entropy=True)
+    packed, packed_entropy = compute_response_logprobs(model, *args, media=media_of(out), with_entropy=True,
+                                                       remove_padding=True)
+    torch.testing.assert_close(packed[mask], padded[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(packed_entropy[mask], padded_entropy[mask], atol=1e-5, rtol=0)
+    assert (packed[~mask] == 0).all()
+    # Without the leading row of text positions the model builds no per-sequence mask: rows leak.
+    packing = Packing(*args[:3], out["responses"].shape[1])
+    inputs = packed_forward_inputs(media_of(out), *args[:2], packing.position_ids, model, out["responses"].shape[1])
+    assert inputs["position_ids"].shape == (4, 1, int(out["attention_mask"].sum()))
+    inputs["position_ids"] = inputs["position_ids"][1:]
+    with torch.no_grad():
+        leaky = model(input_ids=packing.input_ids, use_cache=False, **inputs).logits
+    leaky = torch.log_softmax(packing.responses(leaky).float(), -1).gather(
+        -1, out["responses"][packing.response_valid][:, None]).squeeze(-1)
+    assert (leaky - padded[mask]).abs().max() > 1e-3
 
 
 def test_native_draws_what_hf_draws_from_the_same_seeds_images_included(vl):
@@ -109,5 +138,9 @@ def test_the_critic_reads_the_images_and_its_values_do_not_depend_on_the_batch(v
         alone = critic.response_values(*(x[2:3] if torch.is_tensor(x) else x for x in inputs), media=media[2:3])
         swapped = critic.response_values(*inputs, media=[media[4], media[5], *media[2:4], media[0], media[1],
                                                          *media[6:]])
+        packed = critic.response_values(*inputs, media=media, remove_padding=True)
     torch.testing.assert_close(alone[0], values[2], atol=1e-5, rtol=0)
+    valid = out["response_mask"].bool()  # the packed values: the padded ones at real tokens, 0 elsewhere
+    torch.testing.assert_close(packed[valid], values[valid], atol=1e-5, rtol=0)
+    critic.check_packing(torch.device("cpu"), "critic.model.use_remove_padding")
     assert (swapped[:2] - values[:2]).abs().max() > 1e-4

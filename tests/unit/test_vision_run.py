@@ -29,15 +29,15 @@ def test_what_a_vision_language_run_cannot_do_yet_is_refused_naming_the_key(keys
         prepare_vision_run(_config(*keys), VL)
 
 
-def test_packing_is_switched_off_and_said_auto_becomes_hf_and_a_text_model_is_left_alone():
+def test_packing_stays_on_auto_becomes_hf_and_a_text_model_is_left_alone():
     config = _config("actor_rollout_ref.model.use_remove_padding=true")
     lines = prepare_vision_run(config, VL)
     arr = config.actor_rollout_ref
-    assert not arr.model.use_remove_padding and arr.actor.use_prefix_grouper is False and arr.rollout.name == "hf"
-    assert "use_remove_padding=true: off" in lines[0] and "data.image_key=images" in lines[-1]
+    assert arr.model.use_remove_padding and arr.actor.use_prefix_grouper is False and arr.rollout.name == "hf"
+    assert len(lines) == 1 and "data.image_key=images" in lines[0]
     critic = _config("algorithm.adv_estimator=gae", "critic.model.use_remove_padding=true")
-    assert "critic.model.use_remove_padding=true: off" in prepare_vision_run(critic, VL)[0]
-    assert not critic.critic.model.use_remove_padding
+    prepare_vision_run(critic, VL)
+    assert critic.critic.model.use_remove_padding
     text = _config("actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.rollout.name=native",
                    "algorithm.adv_estimator=gae")
     assert prepare_vision_run(text, build_tiny_config(300)) == []

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from verl.algorithms import entropy_from_logits
 from verl.errors import VerlError
 from verl.models.shared_prompt import keeps_logits, shared_prompt_logits
-from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_ids
+from verl.models.vision import (forbid_placeholders, forward_inputs, packed_forward_inputs, packed_position_ids,
+                                 placeholder_ids)
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -52,7 +53,7 @@ class Packing:
     """
 
     def __init__(self, input_ids, attention_mask, position_ids, response_length: int):
-        valid = attention_mask.bool()
+        valid = self.valid = attention_mask.bool()
         positions = position_ids[valid]
         # Boundaries are found where the position ids restart, so each sequence must count 0, 1, ...
         starts = torch.cumsum(valid.sum(-1), 0) - valid.sum(-1)
@@ -86,7 +87,7 @@ def check_packing(model, device, key: str, *, forward=None) -> None:
     causal LM's logits). A collective under FSDP: every rank checks at the same time.
     """
     forward = forward or (lambda ids, pos: model(input_ids=ids, position_ids=pos, use_cache=False).logits)
-    vocab = model.config.vocab_size
+    vocab = model.config.get_text_config().vocab_size  # a vision-language model's: its language model's
     first, second = [(7 * i + 3) % vocab for i in range(5)], [(11 * i + 5) % vocab for i in range(4)]
     was_training = model.training
     model.eval()
@@ -94,8 +95,9 @@ def check_packing(model, device, key: str, *, forward=None) -> None:
         with torch.no_grad():
             ids = torch.tensor([first + second], device=device)
             pos = torch.tensor([list(range(len(first))) + list(range(len(second)))], device=device)
-            packed = forward(ids, pos).float()
-            alone = forward(torch.tensor([second], device=device), torch.arange(len(second), device=device)[None]).float()
+            packed = forward(ids, packed_position_ids(model, pos)).float()
+            alone_pos = packed_position_ids(model, torch.arange(len(second), device=device)[None])
+            alone = forward(torch.tensor([second], device=device), alone_pos).float()
     finally:
         model.train(was_training)
     error = (packed[0, len(first):] - alone[0]).abs().max().item()
@@ -129,17 +131,20 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     ``with_sum_pi_squared`` a third value is returned: sum_v pi(v)^2 at each response token.
     With ``share_prompts`` each distinct prompt runs once (:mod:`verl.models.shared_prompt`).
     ``media``: the rows' ``multi_modal_inputs`` (a vision-language model, :mod:`verl.models.vision`):
-    the padded forward with the images and the model's M-RoPE positions (packing and shared prompts
+    the forward (padded or packed) with the images and the model's M-RoPE positions (shared prompts
     do not apply to rows with images).
     """
-    extra = forward_inputs(media, input_ids, attention_mask, model, response_length=responses.shape[1])
+    extra = {} if remove_padding else forward_inputs(media, input_ids, attention_mask, model,
+                                                     response_length=responses.shape[1])
     if extra:
         logits = response_logits(model, input_ids, attention_mask, extra.pop("position_ids"), responses.shape[1],
                                  **extra)
         labels = responses
     elif remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])
-        out = model(input_ids=packing.input_ids, position_ids=packing.position_ids, use_cache=False)
+        out = model(input_ids=packing.input_ids, use_cache=False,
+                    **packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, model,
+                                            responses.shape[1]))
         logits = packing.responses(out.logits)
         labels = responses[packing.response_valid]
     elif share_prompts:

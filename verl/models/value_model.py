@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from verl.models.logprob import Packing, check_packing
-from verl.models.vision import forward_inputs
+from verl.models.vision import forward_inputs, packed_forward_inputs
 
 
 class ValueModel(nn.Module):
@@ -46,15 +46,17 @@ class ValueModel(nn.Module):
 
         With ``remove_padding`` the pass runs on the packed sequences (see
         :mod:`verl.models.logprob`) and padding positions get 0. ``media``: the rows'
-        ``multi_modal_inputs`` (a vision-language backbone): the padded pass with the images and the
-        model's M-RoPE positions.
+        ``multi_modal_inputs`` (a vision-language backbone): the pass (padded or packed) with the images
+        and the model's M-RoPE positions.
         """
+        if remove_padding:
+            packing = Packing(input_ids, attention_mask, position_ids, response_length)
+            extra = packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, self.model,
+                                          response_length)
+            return packing.unpack(packing.responses(self(packing.input_ids, None, **extra)))
         extra = forward_inputs(media, input_ids, attention_mask, self.model, response_length=response_length)
         if extra:
             return self(input_ids, attention_mask, **extra)[:, -response_length - 1:-1]
-        if remove_padding:
-            packing = Packing(input_ids, attention_mask, position_ids, response_length)
-            return packing.unpack(packing.responses(self(packing.input_ids, None, packing.position_ids)))
         values = self(input_ids, attention_mask, position_ids)
         return values[:, -response_length - 1:-1]
 

@@ -10,6 +10,8 @@ and the multimodal RoPE (M-RoPE) positions of the model.
 * :func:`rope_positions`: the ``[3, B, T]`` (time, height, width) positions of a left-padded batch,
   computed by the model's own ``get_rope_index``: an image's tokens share a time step and count
   rows and columns, the text after it resumes past the image's largest extent.
+* :func:`packed_forward_inputs`: the same for packed rows (``use_remove_padding``): the text positions
+  ride ahead of the M-RoPE rows (``[4, 1, N]``), which is how these models tell packed sequences apart.
 """
 
 from __future__ import annotations
@@ -175,6 +177,33 @@ def forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     if extra:
         extra["position_ids"] = rope_positions(model, input_ids, attention_mask, extra["image_grid_thw"],
                                                extra["mm_token_type_ids"])
+    return extra
+
+
+def packed_position_ids(model, positions: torch.Tensor) -> torch.Tensor:
+    """A packed row's text positions ``[1, N]`` (each sequence counting 0, 1, ...) as ``model`` takes them.
+    A vision-language model of the Qwen-VL kind reads the sequences' boundaries only from a first row of
+    text positions ahead of its three M-RoPE rows (``[4, 1, N]``); given ``[1, N]`` it builds no
+    per-sequence mask and packed sequences attend to each other. Text models take ``positions`` as is."""
+    if not is_vision_model(model):
+        return positions
+    return positions.unsqueeze(0).expand(4, -1, -1)
+
+
+def packed_forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
+                          model, response_length: int = 0) -> dict:
+    """What a packed forward of ``model`` takes besides the packed ids: ``position_ids`` (see
+    :func:`packed_position_ids`) and, for rows with images, the images' inputs. ``input_ids`` /
+    ``attention_mask``: the padded batch ``[B, T]``; ``positions``: its valid tokens' text positions
+    ``[1, N]`` in the packed row. The M-RoPE rows and token types are the padded batch's at its valid
+    tokens; the images stay in row order, which is the order of their tokens in the packed row."""
+    extra = forward_inputs(media, input_ids, attention_mask, model, response_length)
+    if not extra:
+        return {"position_ids": packed_position_ids(model, positions)}
+    valid = attention_mask.bool()
+    rope = extra["position_ids"][:, valid].unsqueeze(1)  # [3, 1, N]
+    extra["position_ids"] = torch.cat([positions.unsqueeze(0), rope.to(positions.dtype)])
+    extra["mm_token_type_ids"] = extra["mm_token_type_ids"][valid].unsqueeze(0)
     return extra
 
 

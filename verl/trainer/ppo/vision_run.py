@@ -6,9 +6,10 @@ rollout engines, the
 estimators with or without a critic (the value model is the same vision-language backbone), the
 reference model and the KL terms, prompts with images and text prompts mixed, LoRA on the language model (the vision
 tower left out unless ``model.exclude_modules`` says otherwise) and ``actor.freeze_vision_tower``.
+Packing (``model.use_remove_padding``) works with images: the packed row carries
+the text positions ahead of the M-RoPE rows (:func:`verl.models.vision.packed_forward_inputs`).
 What does not yet is refused here with one line naming the key: other engines, multi-turn rollouts,
-asynchronous RL and distillation. Packing (``model.use_remove_padding``) is switched
-off, said once: rows with images run padded.
+asynchronous RL and distillation.
 """
 
 from __future__ import annotations
@@ -46,13 +47,6 @@ def prepare_vision_run(config, model_config) -> list[str]:
                           f"here does not support yet: " + "; ".join(refused))
     said = []
     arr.actor.use_prefix_grouper = False
-    if arr.model.use_remove_padding:
-        arr.model.use_remove_padding = False
-        said.append("actor_rollout_ref.model.use_remove_padding=true: off for a vision-language model (its rows "
-                    "with images run padded)")
-    if config.critic_enabled() and config.critic.model.use_remove_padding:
-        config.critic.model.use_remove_padding = False
-        said.append("critic.model.use_remove_padding=true: off for a vision-language model")
     if arr.rollout.name == "auto":
         arr.rollout.name = "hf"  # generate's own loop: the path tested longest with images
     said.append(f"Vision-language policy ({model_config.model_type}): prompts take their images from "
