@@ -147,3 +147,17 @@ def test_engine_kwargs_reach_vllm(model_dir):
     assert not vcfg.cache_config.enable_prefix_caching
     out = worker.generate_sequences(_prompts(worker.tokenizer))
     assert out["responses"].shape[0] == len(TEXTS) * 3
+
+
+def test_this_cpu_build_cannot_serve_a_qwen2_vl_model_which_is_why_vision_runs_refuse_vllm(tmp_path):
+    """Tried for real (issue 27): vLLM's model code for Qwen2-VL imports transformers' image processor, which
+    needs torchvision, and no CPU torchvision matches this torch. When this test fails, vLLM can serve the
+    model here: lift the refusal in verl/trainer/ppo/vision_run.py and test the engine's log-probs instead."""
+    import importlib.util
+
+    from verl.models.tiny_vision import make_tiny_vl_model_folder
+
+    path = make_tiny_vl_model_folder(tmp_path / "tiny-qwen2-vl", arch="qwen2_vl")
+    assert importlib.util.find_spec("torchvision") is None
+    with pytest.raises(Exception, match=r"Qwen2VLForConditionalGeneration.*failed to be inspected"):
+        vllm.LLM(model=str(path), dtype="float32", max_model_len=256, enforce_eager=True)
