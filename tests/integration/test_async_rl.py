@@ -71,14 +71,17 @@ def computed(out) -> dict[int, dict]:
 
 def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
     # A process (weights through shared memory, a file, or a torch.distributed broadcast), a thread
-    # (handed over in memory).
-    for placement, backend in (("process", "shm"), ("process", "file"), ("process", "broadcast"),
-                               ("thread", "memory")):
-        out = tmp_path / f"{placement}-{backend}"
+    # (handed over in memory), a pool of two processes (each generates half of every step's prompts;
+    # the broadcast reaches both).
+    for placement, backend, processes in (("process", "shm", 1), ("process", "file", 1), ("process", "broadcast", 1),
+                                          ("thread", "memory", 1), ("process", "broadcast", 2)):
+        out = tmp_path / f"{placement}-{backend}-{processes}"
         done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC,
                                   f"async_training.rollout_placement={placement}",
-                                  f"async_training.checkpoint_engine.backend={backend}"))
-        assert f"the rollout runs in a {placement} of its own, ahead of the trainer by at most 0 step" in done.stdout
+                                  f"async_training.checkpoint_engine.backend={backend}",
+                                  f"rollout.n_gpus_per_node={processes}"))
+        where = "2 processes of its own (rollout.n_gpus_per_node)" if processes == 2 else f"a {placement} of its own"
+        assert f"the rollout runs in {where}, ahead of the trainer by at most 0 step" in done.stdout
         assert f"through {backend}" in done.stdout
         assert not (out / "weight_sync").exists() or not list((out / "weight_sync").iterdir())  # files read, gone
         metrics = step_metrics(out)
@@ -212,8 +215,9 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
     verl_keys = ["data.train_batch_size=0", "data.gen_batch_size=1", "rollout.total_rollout_steps=12",
                  "async_training.require_batches=1", "async_training.trigger_parameter_sync_step=2",
                  "async_training.staleness_threshold=0.1", "async_training.use_rollout_log_probs=True",
-                 # weights sent by broadcast: one the partial rollout replaces before loading is still received
-                 "async_training.checkpoint_engine.backend=broadcast"]
+                 # weights sent by broadcast: one the partial rollout replaces before loading is still received;
+                 # a rollout pool of two processes (verl's rollout resources), each taking every broadcast
+                 "async_training.checkpoint_engine.backend=broadcast", "rollout.n_gpus_per_node=2"]
     done = subprocess.run([sys.executable, "-m", "verl.experimental.fully_async_policy.fully_async_main", *base,
                            *verl_keys], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
@@ -223,6 +227,7 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
     assert "not read: data.train_batch_size=0 data.gen_batch_size=1" in done.stdout
     assert "trainer.total_training_steps=3" in done.stdout and "at most 1 step(s) ahead" in done.stdout
     assert "partial rollouts: weights published mid-generation are taken at once" in done.stdout
+    assert "the rollout runs in 2 processes of its own" in done.stdout
     metrics = step_metrics(out)
     # The bound holds on the oldest version of every row; a row finished under newer weights is
     # fresher (staleness of its last token), never older.
@@ -240,17 +245,24 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
-def _rollout_pid(pid: int) -> int:
+def _rollout_pids(pid: int) -> list[int]:
+    """The rollout processes under ``pid``, in the order they were started."""
+    found = []
     for child in _children(pid):
         cmdline = open(f"/proc/{child}/cmdline", "rb").read()
         if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
-            return child
-    raise AssertionError(f"no rollout process under {pid}")
+            found.append(child)
+    assert found, f"no rollout process under {pid}"
+    return sorted(found)
 
 
-def _start_long_run(tiny_model_dir, data_dir, out, timeout_s=60):
+def _rollout_pid(pid: int) -> int:
+    return _rollout_pids(pid)[0]
+
+
+def _start_long_run(tiny_model_dir, data_dir, out, timeout_s=60, *extra):
     args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
-                    "trainer.test_freq=-1", f"trainer.dist_timeout_s={timeout_s}")
+                    "trainer.test_freq=-1", f"trainer.dist_timeout_s={timeout_s}", *extra)
     return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
@@ -274,6 +286,19 @@ def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_ta
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0 and time.monotonic() - killed < 20
     assert "the rollout process (pid" in stderr and "died (was killed by signal 9) while generating step" in stderr
+    assert "checkpoints in trainer.default_local_dir are intact" in stderr
+    assert (out / "global_step_2" / "state.pt").exists()
+
+    # One process of a pool of two dies: the run ends naming which one.
+    out = tmp_path / "pool-member-killed"
+    proc = _start_long_run(tiny_model_dir, data_dir, out, 60, "rollout.n_gpus_per_node=2")
+    _wait_for(out / "global_step_2", proc)
+    _, second = _rollout_pids(proc.pid)
+    os.kill(second, signal.SIGKILL)
+    killed = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and time.monotonic() - killed < 20
+    assert f"the rollout process 2 of 2 (pid {second}) died (was killed by signal 9) while generating step" in stderr
     assert "checkpoints in trainer.default_local_dir are intact" in stderr
     assert (out / "global_step_2" / "state.pt").exists()
 

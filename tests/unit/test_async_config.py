@@ -45,6 +45,9 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     assert not correction.bypass_mode and correction.rollout_is == "token"
     assert "through memory" in lines[0] and "proximal policy" in lines[-1]
 
+    config = _config("rollout.n_gpus_per_node=2", "async_training.checkpoint_engine.backend=broadcast")
+    assert "runs in 2 processes of its own (rollout.n_gpus_per_node)" in prepare_async_config(config)[0]
+
     config = _config("actor_rollout_ref.hybrid_engine=false")  # verl's scripts of these modes set it
     lines = prepare_async_config(config)
     assert config.actor_rollout_ref.hybrid_engine and "hybrid_engine=false" in lines[0]
@@ -55,7 +58,10 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     (("algorithm.filter_groups.enable=true",), "filter_groups"),
     (("algorithm.adv_estimator=remax",), "remax"),
     (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
-    (("rollout.n_gpus_per_node=2",), "rollout.n_gpus_per_node=2"),
+    (("rollout.nnodes=2",), "rollout.nnodes=2 (the rollout's processes run on the trainer's machine"),
+    (("rollout.n_gpus_per_node=2", "async_training.rollout_placement=thread"), "a thread is one rollout"),
+    (("rollout.n_gpus_per_node=2", "async_training.checkpoint_engine.backend=file"), "a file is read once"),
+    (("rollout.n_gpus_per_node=3", "data.train_batch_size=2"), "at most 2 processes"),
     (("async_training.trigger_parameter_sync_step=3", "async_training.max_staleness=1"), "set max_staleness >= 2"),
     (("async_training.checkpoint_engine.backend=memory",), "with rollout_placement=process use shm, file or broadcast"),
     (("async_training.checkpoint_engine.backend=broadcast", "async_training.rollout_placement=thread"),
@@ -93,17 +99,17 @@ def test_the_file_backend_writes_aside_renames_and_the_reader_deletes(tmp_path):
     assert not list((tmp_path / "sync").iterdir())
 
 
-def _receive_in_a_process(address, versions, out):
-    """The rollout's side of the broadcast backend: join, receive every message in order, report."""
+def _receive_in_a_process(address, rank, versions, out):
+    """A rollout process's side of the broadcast backend: join, receive every message in order, report."""
     from verl.distributed.weight_sync import BroadcastChannel
 
-    channel = BroadcastChannel.join(address)
+    channel = BroadcastChannel.join(address, rank)
     for message in iter(versions.get, None):
         state = unpack(message, channel)
         out.put({k: v.clone() for k, v in state.items()})
 
 
-def test_the_broadcast_backend_sends_without_waiting_and_the_rollout_process_receives_each_version_in_order():
+def test_the_broadcast_backend_sends_without_waiting_and_each_rollout_process_receives_each_version_in_order():
     import torch.multiprocessing as mp
 
     from verl.distributed.weight_sync import BroadcastChannel, flatten, unflatten
@@ -116,12 +122,14 @@ def test_the_broadcast_backend_sends_without_waiting_and_the_rollout_process_rec
     assert all(torch.equal(rebuilt[k], state[k]) for k in state)
 
     ctx = mp.get_context("spawn")
-    channel = BroadcastChannel.open(timeout_s=60)
-    versions, out = ctx.Queue(), ctx.Queue()
-    process = ctx.Process(target=_receive_in_a_process, args=(channel.address, versions, out), daemon=True)
-    process.start()
+    channel = BroadcastChannel.open(timeout_s=60, members=2)  # a pool of two rollout processes
+    queues = [(ctx.Queue(), ctx.Queue()) for _ in range(2)]
+    processes = [ctx.Process(target=_receive_in_a_process, args=(channel.address, rank, *queues[rank - 1]),
+                             daemon=True) for rank in (1, 2)]
+    for process in processes:
+        process.start()
     try:
-        channel.connect(lambda: None if process.is_alive() else "died")
+        channel.connect(lambda: None if all(p.is_alive() for p in processes) else "died")
         sender = WeightSender("broadcast", channel=channel)
         sent = []
         for version in (1, 2, 3):  # sent before the rollout reads any: nothing waits on the receiver
@@ -129,15 +137,18 @@ def test_the_broadcast_backend_sends_without_waiting_and_the_rollout_process_rec
             assert message.tensors is None and message.layout and cost.nbytes == message.nbytes
             sent.append({k: v.clone() for k, v in state.items()})
             state["w"].add_(1.0)  # the trainer's next update: what was sent stays as it was
-            versions.put(message)
-        versions.put(None)
-        for expected in sent:
-            got = out.get(timeout=60)
-            assert all(torch.equal(got[k], expected[k]) for k in expected) and got["b"].dtype == torch.bfloat16
+            for versions, _ in queues:
+                versions.put(message)
+        for versions, out in queues:
+            versions.put(None)
+            for expected in sent:
+                got = out.get(timeout=60)
+                assert all(torch.equal(got[k], expected[k]) for k in expected) and got["b"].dtype == torch.bfloat16
     finally:
-        process.join(timeout=30)
+        for process in processes:
+            process.join(timeout=30)
         channel.close()
-    assert process.exitcode == 0
+    assert [p.exitcode for p in processes] == [0, 0]
 
 
 def test_a_rollout_that_dies_before_joining_the_broadcast_is_said_at_once():

@@ -35,9 +35,11 @@ class RolloutPoolConfig(Section):
     from the trainer's (trainer.nnodes x trainer.n_gpus_per_node)."""
 
     nnodes: int = option(1, bounds=">= 1", help="Nodes of the rollout (async_training.enable only). Here the "
-                         "rollout is one process: 1.")
-    n_gpus_per_node: int = option(1, bounds=">= 1", help="Devices per node of the rollout (async_training.enable "
-                                  "only). Here the rollout is one process on one device (or the CPU): 1.")
+                         "rollout's processes run on the trainer's machine: 1.")
+    n_gpus_per_node: int = option(1, bounds=">= 1", help="Processes of the rollout (async_training.enable only): "
+                                  "each generates a slice of every step's prompts, the answers joined in order. On "
+                                  "a CPU they share half the threads; on a GPU they share the trainer's device. At "
+                                  "most data.train_batch_size; weights through shm or broadcast.")
     total_rollout_steps: int | None = option(None, bounds=">= 1", help="verl's fully-async mode: prompts to "
                                              "generate in all; its entry point makes it "
                                              "trainer.total_training_steps (docs/async.md). null = the epochs'.")

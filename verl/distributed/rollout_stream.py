@@ -3,7 +3,7 @@
 The controller (``verl.trainer.ppo.async_trainer``) decides what to generate and when; this module
 only carries it. A :class:`RolloutRequest` names the step it is for, the prompts (with their
 sampling seeds), the sampling parameters and, when the rollout must change weights first, a
-:class:`~verl.distributed.weight_sync.WeightMessage`. The server (:func:`serve`) takes requests in
+:class:`~verl.distributed.weight_sync.WeightMessage`. The server (:func:`~verl.distributed.rollout_server.serve`) takes requests in
 order, loads the weights a request carries, generates, and answers with a :class:`RolloutResult`
 that says which policy version generated the batch and how the server spent its time.
 
@@ -13,6 +13,9 @@ Two placements, one protocol (``async_training.rollout_placement``):
   training overlap. It exits on its own within a second when the trainer's process is gone.
 * :class:`ThreadRolloutStream`: a thread of this process (breakpoints work; overlap only where
   torch releases the GIL).
+
+and :class:`RolloutPool`, several processes behind the same protocol (``rollout.n_gpus_per_node``):
+each request's prompts are cut into consecutive slices, one per process, and the answers joined.
 
 Nothing waits forever: :meth:`RolloutStream.result` gives up after ``timeout_s`` without an answer,
 and at once when the process died, with one line naming the step, the process and what to do.
@@ -25,173 +28,18 @@ import os
 import queue
 import threading
 import time
-import traceback
-from collections import deque
 from dataclasses import dataclass
 
-import torch
-
-from verl.distributed.weight_sync import BroadcastChannel, WeightMessage, unpack
+from verl.distributed.rollout_server import (POLL_S, RolloutRequest, RolloutResult, WeightUpdate, WorkerSpec,
+                                             _process_main, serve)
+from verl.distributed.weight_sync import BroadcastChannel, WeightMessage
 from verl.errors import VerlError
 from verl.protocol import Batch
 
-POLL_S = 0.5
+__all__ = ["RolloutRequest", "RolloutResult", "WorkerSpec", "RolloutStream", "ProcessRolloutStream",
+           "ThreadRolloutStream", "RolloutPool", "open_stream"]
+
 START_S = 300.0
-
-
-@dataclass
-class RolloutRequest:
-    step: int
-    prompts: Batch
-    params: object  # verl.rollout.SamplingParams
-    weights: WeightMessage | None = None
-
-
-@dataclass
-class WeightUpdate:
-    """Weights sent on their own, the moment the trainer publishes them (partial rollouts): the
-    rollout takes them between two decode steps of whatever it is generating."""
-
-    weights: WeightMessage
-
-
-@dataclass
-class RolloutResult:
-    step: int
-    batch: Batch | None
-    version: int
-    """The oldest policy version that generated a row (-1: the model folder's, before any sync)."""
-    gen_seconds: float = 0.0
-    idle_seconds: float = 0.0
-    """How long the server waited for this request after answering the previous one."""
-    load_seconds: float = 0.0
-    """Loading the weights the request carried."""
-    error: str | None = None
-
-
-@dataclass
-class WorkerSpec:
-    """What builds the server's :class:`~verl.workers.rollout_worker.RolloutWorker` (picklable: it
-    crosses to a spawned process)."""
-
-    config: object  # the actor_rollout_ref section
-    device: str | None
-    max_response_length: int
-    seed: int
-    threads: int | None = None
-    partial: bool = False
-    """Partial rollouts: weights that arrive mid-generation are taken at once (:class:`_Inbox`)."""
-    broadcast: tuple | None = None
-    """The trainer's :class:`~verl.distributed.weight_sync.BroadcastChannel` address (broadcast backend)."""
-
-    def build(self):
-        from verl.workers.rollout_worker import RolloutWorker
-
-        return RolloutWorker(self.config, device=self.device, max_response_length=self.max_response_length,
-                             seed=self.seed)
-
-
-class _Inbox:
-    """The request queue as a partial rollout reads it (a :class:`verl.rollout.partial.WeightSwap`):
-    between decode steps it takes what has arrived without waiting; weights wait to be applied (the
-    newest wins), requests wait their turn, in order."""
-
-    def __init__(self, requests, worker, channel: BroadcastChannel | None):
-        self.requests, self.worker, self.channel = requests, worker, channel
-        self.backlog: deque = deque()
-        self.weights: WeightMessage | None = None
-        self.load_seconds = 0.0
-
-    @property
-    def version(self) -> int:
-        return -1 if self.worker.version is None else self.worker.version
-
-    def next(self):
-        """The next request (or None: stop), waiting for it; weights before it wait to be applied."""
-        while True:
-            item = self.backlog.popleft() if self.backlog else self.requests.get()
-            if not isinstance(item, WeightUpdate):
-                return item
-            self._stash(item.weights)
-
-    def _stash(self, message: WeightMessage) -> None:
-        """``message`` is the newest weights; an older one waiting is dropped (a broadcast one received
-        first: every broadcast is received, in order)."""
-        if self.weights is not None and self.weights.backend == "broadcast":
-            unpack(self.weights, self.channel)
-        self.weights = message
-
-    def pending(self) -> bool:
-        while True:
-            try:
-                item = self.requests.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, WeightUpdate):
-                self._stash(item.weights)
-            else:
-                self.backlog.append(item)
-        return self.weights is not None
-
-    def apply(self) -> None:
-        start = time.perf_counter()
-        message, self.weights = self.weights, None
-        self.worker.load_weights(unpack(message, self.channel), message.version)
-        self.load_seconds += time.perf_counter() - start
-
-
-def serve(spec: WorkerSpec, requests, results) -> None:
-    """The server loop: build the worker, say ``ready``, then answer requests until ``None`` arrives."""
-    try:
-        channel = BroadcastChannel.join(spec.broadcast) if spec.broadcast else None
-        worker = spec.build()
-    except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
-        results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
-        return
-    inbox = _Inbox(requests, worker, channel) if spec.partial else None
-    results.put("ready")
-    last = time.perf_counter()
-    while True:
-        request = inbox.next() if inbox is not None else requests.get()
-        if request is None:
-            return
-        start = time.perf_counter()
-        idle, load = start - last, 0.0
-        try:
-            if request.weights is not None:
-                worker.load_weights(unpack(request.weights, channel), request.weights.version)
-                load = time.perf_counter() - start
-            if inbox is not None:
-                inbox.load_seconds = 0.0
-            batch = worker.generate_sequences(request.prompts, request.params, swap=inbox)
-            if inbox is not None:
-                load += inbox.load_seconds
-        except BaseException:  # noqa: BLE001
-            results.put(RolloutResult(request.step, None, -1, error=traceback.format_exc()))
-            return
-        version = int(batch["policy_version_first"].min()) if len(batch) else -1 if worker.version is None \
-            else worker.version
-        step = request.step
-        del request  # the weights it carried: mapped memory released before the next wait
-        last = time.perf_counter()
-        results.put(RolloutResult(step, batch, version, gen_seconds=last - start - load, idle_seconds=idle,
-                                  load_seconds=load))
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """In the rollout process: end it when the trainer's process is gone (a killed trainer leaves no
-    orphan generating for nobody)."""
-    while True:
-        time.sleep(POLL_S)
-        if os.getppid() != parent_pid:
-            os._exit(3)
-
-
-def _process_main(spec: WorkerSpec, requests, results, parent_pid: int) -> None:
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
-    if spec.threads:
-        torch.set_num_threads(spec.threads)
-    serve(spec, requests, results)
 
 
 class RolloutStream:
@@ -320,9 +168,13 @@ class _Unreadable:
 
 
 class ProcessRolloutStream(RolloutStream):
-    def __init__(self, spec: WorkerSpec, timeout_s: float, channel: BroadcastChannel | None = None):
+    def __init__(self, spec: WorkerSpec, timeout_s: float, channel: BroadcastChannel | None = None,
+                 name: str = "process"):
+        """``channel``: the broadcast backend's, connected here (a pool connects its own once every
+        process has started); ``name``: how messages call it (a pool's say which of its processes)."""
         super().__init__(timeout_s)
         self.channel = channel
+        self.name = name
         """The trainer's end of the weight broadcast (broadcast backend), joined once the process has."""
         import torch.multiprocessing as mp
 
@@ -365,7 +217,7 @@ class ProcessRolloutStream(RolloutStream):
         return f"died ({how})"
 
     def describe(self) -> str:
-        return f"process (pid {self.process.pid})"
+        return f"{self.name} (pid {self.process.pid})"
 
     def close(self) -> None:
         if self.channel is not None:
@@ -411,11 +263,85 @@ class ThreadRolloutStream(RolloutStream):
             self.thread.join(timeout=30)
 
 
-def open_stream(placement: str, spec: WorkerSpec, timeout_s: float, broadcast: bool = False) -> RolloutStream:
-    """A started stream of ``placement`` (``process`` or ``thread``); with ``broadcast`` (a process
-    only) the weights travel by torch.distributed broadcast over a channel of its own."""
+class RolloutPool(RolloutStream):
+    """Several rollout processes behind one stream. A request's prompts are cut into consecutive slices,
+    one per process (sizes differing by at most one), with the same weights; the answer is the slices'
+    rows joined in prompt order, its version the oldest of theirs. Each prompt's samples depend only on
+    its own seed, so the pool's batch is the one a single process would generate. Weights sent on their
+    own (partial rollouts) go to every process. Any process that dies or hangs ends the run, named."""
+
+    def __init__(self, members: list[ProcessRolloutStream], timeout_s: float, channel: BroadcastChannel | None = None):
+        super().__init__(timeout_s)
+        self.members = members
+        self.channel = channel
+        if channel is not None:
+            channel.connect(self._gone)
+
+    def start(self) -> None:
+        for member in self.members:
+            member.start()
+
+    def submit(self, request: RolloutRequest) -> None:
+        parts = request.prompts.chunk(len(self.members))
+        for member, part in zip(self.members, parts):
+            member.submit(dataclasses.replace(request, prompts=part))
+        self.submitted.append(request.step)
+
+    def send_weights(self, weights: WeightMessage) -> None:
+        for member in self.members:
+            member.send_weights(weights)
+
+    def result(self) -> RolloutResult:
+        if not self.submitted:
+            raise RuntimeError("no rollout request is open")
+        parts = [member.result() for member in self.members]  # each bounded by its deadline, its death said
+        step = self.submitted.pop(0)
+        idle = [p.idle_seconds / max(p.idle_seconds + p.gen_seconds + p.load_seconds, 1e-9) for p in parts]
+        return RolloutResult(step, Batch.concat([p.batch for p in parts]), min(p.version for p in parts),
+                             gen_seconds=max(p.gen_seconds for p in parts),
+                             idle_seconds=min(p.idle_seconds for p in parts),
+                             load_seconds=max(p.load_seconds for p in parts), idle_frac=sum(idle) / len(idle))
+
+    def answer_ready(self) -> bool:
+        return all(member.answer_ready() for member in self.members)
+
+    def _gone(self) -> str | None:
+        for member in self.members:
+            gone = member._gone()
+            if gone is not None:
+                return f"{member.describe()} {gone}"
+        return None
+
+    def describe(self) -> str:
+        return f"pool of {len(self.members)} processes (pids {', '.join(str(m.process.pid) for m in self.members)})"
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        for member in self.members:
+            member.close()
+
+
+def open_stream(placement: str, spec: WorkerSpec, timeout_s: float, broadcast: bool = False,
+                processes: int = 1) -> RolloutStream:
+    """A started stream of ``placement`` (``process`` or ``thread``); with ``broadcast`` (processes
+    only) the weights travel by torch.distributed broadcast over a channel of its own; ``processes`` > 1:
+    a :class:`RolloutPool` of that many."""
     if placement == "thread":
         stream = ThreadRolloutStream(spec, timeout_s)
+    elif processes > 1:
+        channel = BroadcastChannel.open(timeout_s, members=processes) if broadcast else None
+        members = []
+        try:
+            for i in range(processes):
+                member_spec = dataclasses.replace(spec, broadcast=channel.address if channel else None,
+                                                  broadcast_rank=i + 1)
+                members.append(ProcessRolloutStream(member_spec, timeout_s, name=f"process {i + 1} of {processes}"))
+            stream = RolloutPool(members, timeout_s, channel)
+        except BaseException:
+            for member in members:
+                member.close()
+            raise
     else:
         channel = BroadcastChannel.open(timeout_s) if broadcast else None
         if channel is not None:

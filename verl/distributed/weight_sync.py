@@ -8,8 +8,8 @@ One seam, four backends, chosen by ``async_training.checkpoint_engine.backend``:
   the trainer, and mapped by the rollout;
 * ``file``: a safetensors file written aside and renamed into place; the message carries its path
   (a rollout on another machine with a shared folder; the rollout deletes it once loaded);
-* ``broadcast``: a torch.distributed broadcast over a two-member group of its own (the trainer's
-  rank 0 and the rollout process; gloo, over TCP, so it crosses machines): the weights are packed
+* ``broadcast``: a torch.distributed broadcast over a group of its own (the trainer's rank 0 and the
+  rollout processes; gloo, over TCP, so it crosses machines): the weights are packed
   into one flat buffer per dtype and sent without waiting; the message carries only their layout,
   and the rollout receives the buffers when it loads it (:class:`BroadcastChannel`).
 
@@ -48,34 +48,38 @@ class WeightMessage:
 
 
 class BroadcastChannel:
-    """A torch.distributed group of two, apart from any the trainer is in: the trainer (root, rank 0)
-    and the rollout process (rank 1), met through a TCP store the trainer opens.
+    """A torch.distributed group apart from any the trainer is in: the trainer (root, rank 0) and the
+    rollout processes (ranks 1 .. members), met through a TCP store the trainer opens.
 
-    The trainer side: :meth:`open` (before the rollout process starts: its :attr:`address` goes to it),
-    then :meth:`connect` once it has; the rollout side: :meth:`join`. Sends never wait (the buffers
-    are kept until their broadcast completes); a receive waits at most ``timeout_s``."""
+    The trainer side: :meth:`open` (before the rollout processes start: its :attr:`address` goes to
+    them), then :meth:`connect` once they have; the rollout side: :meth:`join` with its rank. Sends never
+    wait (the buffers are kept until their broadcast completes); a receive waits at most ``timeout_s``."""
 
-    def __init__(self, store, rank: int, timeout_s: float):
+    def __init__(self, store, rank: int, timeout_s: float, world: int = 2):
         self.store, self.rank, self.timeout = store, rank, datetime.timedelta(seconds=timeout_s)
+        self.world = world
         self.group = None
         self.in_flight: list[tuple[list, list[torch.Tensor]]] = []
         """Sends not yet received: their works, and the buffers they read."""
 
     @property
-    def address(self) -> tuple[str, int, float]:
+    def address(self) -> tuple[str, int, float, int]:
+        """Where the rollout processes meet the trainer: host, port, timeout and the group's size."""
         return "127.0.0.1" if self.store.host in ("", "0.0.0.0") else self.store.host, self.store.port, \
-            self.timeout.total_seconds()
+            self.timeout.total_seconds(), self.world
 
     @classmethod
-    def open(cls, timeout_s: float) -> "BroadcastChannel":
+    def open(cls, timeout_s: float, members: int = 1) -> "BroadcastChannel":
+        """The trainer's end of a channel to ``members`` rollout processes."""
         import torch.distributed as dist
 
         host = os.environ.get("VERL_WEIGHT_SYNC_HOST", "127.0.0.1")
-        store = dist.TCPStore(host, 0, 2, True, datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
-        return cls(store, 0, timeout_s)
+        store = dist.TCPStore(host, 0, members + 1, True, datetime.timedelta(seconds=timeout_s),
+                              wait_for_workers=False)
+        return cls(store, 0, timeout_s, world=members + 1)
 
     def connect(self, gone) -> None:
-        """Build the trainer's end, waiting for the rollout to join; ``gone()`` says why the rollout can
+        """Build the trainer's end, waiting for every rollout process to join; ``gone()`` says why one can
         no longer join (it died), checked while waiting."""
         import torch.distributed as dist
 
@@ -83,7 +87,7 @@ class BroadcastChannel:
 
         def build():
             try:
-                built["group"] = dist.ProcessGroupGloo(self.store, 0, 2, self.timeout)
+                built["group"] = dist.ProcessGroupGloo(self.store, 0, self.world, self.timeout)
             except BaseException as e:  # noqa: BLE001 - said below
                 built["error"] = e
         thread = threading.Thread(target=build, name="verl-weight-broadcast", daemon=True)
@@ -100,13 +104,14 @@ class BroadcastChannel:
         self.group = built["group"]
 
     @classmethod
-    def join(cls, address: tuple[str, int, float]) -> "BroadcastChannel":
+    def join(cls, address: tuple[str, int, float, int], rank: int = 1) -> "BroadcastChannel":
+        """A rollout process's end (``rank`` 1 .. members) of the channel at ``address``."""
         import torch.distributed as dist
 
-        host, port, timeout_s = address
-        store = dist.TCPStore(host, port, 2, False, datetime.timedelta(seconds=timeout_s))
-        channel = cls(store, 1, timeout_s)
-        channel.group = dist.ProcessGroupGloo(store, 1, 2, channel.timeout)
+        host, port, timeout_s, world = address
+        store = dist.TCPStore(host, port, world, False, datetime.timedelta(seconds=timeout_s))
+        channel = cls(store, rank, timeout_s, world=world)
+        channel.group = dist.ProcessGroupGloo(store, rank, world, channel.timeout)
         return channel
 
     def _broadcast(self, buffer: torch.Tensor):

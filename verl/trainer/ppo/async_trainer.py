@@ -63,9 +63,21 @@ def prepare_async_config(config) -> list[str]:
     if config.algorithm.adv_estimator == "remax":
         refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
     pool = config.rollout
-    if pool.nnodes * pool.n_gpus_per_node != 1:
-        refused.append(f"a rollout of rollout.nnodes={pool.nnodes} x rollout.n_gpus_per_node={pool.n_gpus_per_node} "
-                       f"(the rollout is one process here: set both to 1)")
+    processes = rollout_processes(config)
+    if pool.nnodes != 1:
+        refused.append(f"rollout.nnodes={pool.nnodes} (the rollout's processes run on the trainer's machine here: set "
+                       f"rollout.nnodes=1 and give the pool's size as rollout.n_gpus_per_node)")
+    elif processes > 1:
+        if a.rollout_placement == "thread":
+            refused.append(f"rollout.n_gpus_per_node={processes} with rollout_placement=thread (a thread is one "
+                           f"rollout: set rollout_placement=process for a pool)")
+        elif a.weight_backend() not in ("shm", "broadcast"):
+            refused.append(f"rollout.n_gpus_per_node={processes} with checkpoint_engine.backend="
+                           f"{a.checkpoint_engine.backend} (a file is read once, by one process: use shm or broadcast)")
+        if processes > config.data.train_batch_size:
+            refused.append(f"rollout.n_gpus_per_node={processes} rollout processes for data.train_batch_size="
+                           f"{config.data.train_batch_size} prompts a step (each process takes a slice of the "
+                           f"prompts: at most {config.data.train_batch_size} processes)")
     rollout = config.actor_rollout_ref.rollout
     if rollout.name not in ("auto", "hf", "native"):
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
@@ -83,9 +95,11 @@ def prepare_async_config(config) -> list[str]:
         config.actor_rollout_ref.hybrid_engine = True
         said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training); the "
                     "trainer's validation decodes with its own weights, shared")
-    said += [f"Asynchronous RL: the rollout runs in a {a.rollout_placement} of its own, ahead of the trainer by at most "
-            f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
-            f"{a.weight_backend()}"]
+    where = f"{processes} processes of its own (rollout.n_gpus_per_node)" if processes > 1 \
+        else f"a {a.rollout_placement} of its own"
+    said += [f"Asynchronous RL: the rollout runs in {where}, ahead of the trainer by at most "
+             f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
+             f"{a.weight_backend()}"]
     if a.partial_rollout:
         said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
                     "responses go on under them; async_training.partial_rollout=true)")
@@ -111,20 +125,26 @@ def prepare_async_config(config) -> list[str]:
     return said
 
 
+def rollout_processes(config) -> int:
+    """How many processes generate (``rollout.nnodes x rollout.n_gpus_per_node``, verl's rollout pool)."""
+    return config.rollout.nnodes * config.rollout.n_gpus_per_node
+
+
 def split_threads(config) -> int | None:
-    """Torch threads of a rollout process: ``rollout_threads``, else on a CPU half of this process's,
-    whose own drop to the rest (two processes on the same cores each running all of them would run
-    several times slower). None: the rollout keeps torch's default (a GPU, or a thread)."""
+    """Torch threads of each rollout process: ``rollout_threads``, else on a CPU half of this process's
+    shared by the rollout's processes (at least one each), while this process's own drop to the rest
+    (processes on the same cores each running all of them would run several times slower). None: the
+    rollout keeps torch's default (a GPU, or a thread)."""
     a = config.async_training
     if a.rollout_placement != "process":
         return None
     on_cpu = str(config.trainer.device) == "cpu" or (config.trainer.device == "auto" and not torch.cuda.is_available())
     if not on_cpu:
         return a.rollout_threads
-    total = torch.get_num_threads()
-    threads = a.rollout_threads or max(1, total // 2)
-    torch.set_num_threads(max(1, total - threads))
-    return threads
+    total, processes = torch.get_num_threads(), rollout_processes(config)
+    each = a.rollout_threads or max(1, total // 2 // processes)
+    torch.set_num_threads(max(1, total - each * processes))
+    return each
 
 
 class AsyncRollouts:
@@ -228,7 +248,8 @@ class AsyncRollouts:
                 "async/trainer_version": trained_at, "async/rollout_version": first.min().item(),
                 "async/queue_depth": ahead, "async/in_flight": in_flight,
                 "async/trainer_wait_s": waited,
-                "async/rollout_idle_frac": result.idle_seconds / max(result.idle_seconds + busy, 1e-9),
+                "async/rollout_idle_frac": result.idle_frac if result.idle_frac is not None
+                else result.idle_seconds / max(result.idle_seconds + busy, 1e-9),
                 "async/rollout_gen_s": result.gen_seconds,
                 "async/weight_sync_s": pack_seconds + result.load_seconds, "async/weight_sync_bytes": pack_bytes}
 
@@ -321,6 +342,6 @@ def open_rollout_stream(config):
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config), partial=a.partial_rollout)
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,
-                       broadcast=a.weight_backend() == "broadcast")
+                       broadcast=a.weight_backend() == "broadcast", processes=rollout_processes(config))
 
 
