@@ -13,7 +13,9 @@ trained once and cached), with validation off unless ``--learn``:
 * ``sync2``: the same with two threads (the cores the asynchronous runs use);
 * ``one_step_off`` / ``two_steps_off``: ``async_training.enable=true`` with ``max_staleness`` 1 / 2:
   a rollout process and the trainer, one thread each, generating the next steps while the trainer updates;
-* ``one_step_off_partial``: one step off with ``partial_rollout=true`` (weights taken mid-generation).
+* ``one_step_off_partial``: one step off with ``partial_rollout=true`` (weights taken mid-generation);
+* ``one_step_off_pool2``: one step off with a rollout pool of two processes (``rollout.n_gpus_per_node=2``),
+  one thread each: three processes, so on two cores it measures the pool's cost more than its gain.
 
 Printed per mode: seconds per step (median of the steps after the first), samples per second over those
 steps, the trainer's and the rollout's idle fractions, the throughput against ``sync``, the staleness of
@@ -41,6 +43,8 @@ MODES = {
     "two_steps_off": (["async_training.enable=true", "async_training.max_staleness=2"], 1),
     "one_step_off_partial": (["async_training.enable=true", "async_training.max_staleness=1",
                               "async_training.partial_rollout=true"], 1),
+    "one_step_off_pool2": (["async_training.enable=true", "async_training.max_staleness=1",
+                            "rollout.n_gpus_per_node=2"], 1),
 }
 
 
