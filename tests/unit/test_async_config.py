@@ -186,3 +186,13 @@ def test_an_answer_that_cannot_be_read_is_said_as_the_rollouts_end():
     with pytest.raises(VerlError, match=r"process \(pid 7\) died \(was killed by signal 9\) while generating step 3 "
                                         r"\(its last answer could not be read: ConnectionRefusedError"):
         stream.result()
+
+
+@pytest.mark.parametrize("keys", [("rollout.n_gpus_per_node=2",), ("rollout.nnodes=2", "rollout.n_gpus_per_node=4")])
+def test_a_rollout_pool_in_a_synchronous_run_is_refused_not_ignored(keys):
+    config = TrainerConfig.from_cli(list(keys))
+    given = " ".join(k for k in keys)
+    with pytest.raises(ConfigError, match=f"{given} sizes the rollout of an asynchronous run, and "
+                       f"async_training.enable is false.*drop {given}"):
+        config.validate()
+    TrainerConfig.from_cli(["async_training.enable=true", *keys]).validate()  # where they mean something

@@ -189,6 +189,21 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
                         getattr(cfg.actor_rollout_ref, role).fsdp_config.fsdp_size)
     check_fsdp_size("critic.fsdp_config.fsdp_size", cfg.critic.fsdp_config.fsdp_size)
     _check_dapo(cfg)
+    _check_rollout_pool(cfg)
+
+
+def _check_rollout_pool(cfg: ConfigNode) -> None:
+    """verl's top-level ``rollout.nnodes`` / ``n_gpus_per_node`` size the rollout of an asynchronous run;
+    a synchronous run would ignore them, so they are refused there rather than dropped."""
+    pool = cfg.rollout
+    if not cfg.async_training.enable and (pool.nnodes, pool.n_gpus_per_node) != (1, 1):
+        given = " ".join(f"rollout.{key}={value}" for key, value in (("nnodes", pool.nnodes),
+                                                                      ("n_gpus_per_node", pool.n_gpus_per_node))
+                         if value != 1)
+        raise ConfigError(f"{given} sizes the rollout of an asynchronous run, and async_training.enable is false: "
+                          f"a synchronous run generates on the trainer's own ranks (trainer.nnodes x "
+                          f"trainer.n_gpus_per_node). Set async_training.enable=true for a rollout of its own, or "
+                          f"drop {given}")
 
 
 def check_fsdp_size(key: str, value: int) -> None:
