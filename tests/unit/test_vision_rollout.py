@@ -87,7 +87,7 @@ def test_packed_rows_with_images_equal_the_padded_ones_and_need_the_text_positio
     assert (packed[~mask] == 0).all()
     # Without the leading row of text positions the model builds no per-sequence mask: rows leak.
     packing = Packing(*args[:3], out["responses"].shape[1])
-    inputs = packed_forward_inputs(media_of(out), *args[:2], packing.position_ids, model, out["responses"].shape[1])
+    inputs = packed_forward_inputs(media_of(out), *args[:2], packing.position_ids, model)
     assert inputs["position_ids"].shape == (4, 1, int(out["attention_mask"].sum()))
     inputs["position_ids"] = inputs["position_ids"][1:]
     with torch.no_grad():

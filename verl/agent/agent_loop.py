@@ -13,6 +13,13 @@ computes would not be those of what the model sampled). The layout is the single
 A trajectory ends when the model answers without a tool call, after
 ``max_assistant_turns`` assistant turns, or when the response budget (``response_length``
 tokens, all turns and tool results together) is spent.
+
+A vision-language policy (docs/vision.md) sees its prompt's images in every turn, and a tool may
+return images (``ToolResponse(image=[...])``): the tool message holds them as the processor renders
+them (their pad tokens inside ``responses``, out of the loss), their pixels join the trajectory's
+``multi_modal_inputs`` after the prompt's, in order, and every later turn reads them. A tool result
+with images that does not fit in the response budget ends the trajectory whole (an image cut in half
+would not match its pixels). A text policy refuses a tool's images with one line.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from verl.agent.env import maybe_await
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.data.collate import left_pad
 from verl.errors import VerlError
+from verl.models.vision import MEDIA_COLUMN, is_vision_model, media_of
 from verl.protocol import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.partial import generate_resumable
@@ -74,16 +82,24 @@ class Trajectory:
     done: bool = False
     instances: dict[str, str] = field(default_factory=dict)
     env: object = None
+    media: dict | None = None  # a vision-language row's images: the prompt's, then the tools', in order
 
     def extend(self, ids: list[int], trained: bool, logprobs: list[float] | None = None) -> None:
         self.tokens += ids
         self.mask += [1 if trained else 0] * len(ids)
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
 
-    def splice(self, ids: list[int], max_new_tokens: int) -> None:
+    def splice(self, ids: list[int], max_new_tokens: int, media: dict | None = None) -> None:
         """Append a tool result or a reply (not trained on), cut at the response budget; a trajectory
-        whose budget ends inside it has nothing left to generate."""
+        whose budget ends inside it has nothing left to generate. With ``media`` (the images it holds)
+        it goes in whole or not at all."""
         room = max_new_tokens - len(self.tokens)
+        if media is not None:
+            if len(ids) > room:
+                self.done = True
+                return
+            self.media = media if self.media is None else {
+                key: torch.cat([self.media[key], media[key]]) for key in ("pixel_values", "image_grid_thw")}
         self.extend(ids[:room], trained=False)
         if len(ids) >= room:
             self.done = True
@@ -128,12 +144,36 @@ class AgentLoop:
         self.parser = tool_parser(self.settings.format)
         self._events = _EventLoop()
         self._delta_prefix = None
+        self._processor = None
 
     # ------------------------------------------------------------------ token pieces
     def message_ids(self, messages: list[dict]) -> list[int]:
         """Token ids the chat template puts after an assistant turn's end for ``messages`` (tool results
         or a user reply), through the next generation prompt. Rendered after a fixed stand-in
         conversation, so no earlier turn of the trajectory is re-tokenized."""
+        return self.tokenizer(self._delta_text(messages), add_special_tokens=False)["input_ids"]
+
+    def message_pieces(self, messages: list[dict], images: list) -> tuple[list[int], dict | None]:
+        """:meth:`message_ids` of ``messages`` whose image parts hold ``images`` (in order), each image's
+        pad widened to its tokens by the policy's processor, and the images' ``pixel_values`` /
+        ``image_grid_thw`` (None without images)."""
+        if not images:
+            return self.message_ids(messages), None
+        text = self._delta_text(messages)
+        if self._processor is None:
+            from verl.models.vision import load_processor
+
+            self._processor = load_processor(self.tokenizer.name_or_path)
+        placeholders = text.count(self._processor.image_token)
+        if placeholders != len(images):
+            raise VerlError(f"the chat template rendered {placeholders} image placeholder(s) for the {len(images)} "
+                            f"image(s) tools returned: its tool messages must render image parts "
+                            f"({{'type': 'image'}}) as the user's do")
+        out = self._processor(text=[text], images=images, return_tensors="pt", padding=False, add_special_tokens=False)
+        return out["input_ids"][0].tolist(), {"pixel_values": out["pixel_values"],
+                                              "image_grid_thw": out["image_grid_thw"]}
+
+    def _delta_text(self, messages: list[dict]) -> str:
         stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
         if self._delta_prefix is None:
             text = self.tokenizer.apply_chat_template(stand_in, tokenize=False)
@@ -146,7 +186,7 @@ class AgentLoop:
         if not full.startswith(self._delta_prefix):
             raise ValueError("the chat template renders a conversation differently once messages follow it; "
                              "multi-turn rollouts need a template whose earlier turns do not change")
-        return self.tokenizer(full[len(self._delta_prefix):], add_special_tokens=False)["input_ids"]
+        return full[len(self._delta_prefix):]
 
     # ------------------------------------------------------------------ the loop
     def generate(self, prompts: Batch, params: SamplingParams, swap=None) -> Batch:
@@ -158,6 +198,8 @@ class AgentLoop:
         seeds = seeds.tolist()
         ids, mask = batch["input_ids"].cpu(), batch["attention_mask"].cpu().bool()
         trajectories = [Trajectory(ids[i][mask[i]].tolist(), seeds[i], i) for i in range(len(batch))]
+        for trajectory, media in zip(trajectories, media_of(batch) or ()):
+            trajectory.media = media
         tools_kwargs = _tools_kwargs(batch)
         self._events.run(self._create_instances(trajectories, tools_kwargs))
         if self.environment is not None:
@@ -257,8 +299,12 @@ class AgentLoop:
         turn_params = dataclasses.replace(params, max_new_tokens=budget, n=1)
         if self.device is not None:
             input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        if swap is None:
-            responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds)
+        media = [t.media for t in active]
+        # A vision-language policy: every turn reads the prompt's images and those the tools returned.
+        # (Asynchronous runs, whose weights may swap mid-turn, refuse vision-language policies.)
+        images = {"media": media} if any(m is not None for m in media) else {}
+        if swap is None or images:
+            responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds, **images)
         else:
             responses, log_probs, last = generate_resumable(self.engine, input_ids, attention, turn_params, seeds, swap)
             for trajectory, version in zip(active, last.tolist()):
@@ -281,26 +327,53 @@ class AgentLoop:
     async def _run_tools(self, calling: list, max_new_tokens: int) -> None:
         """Every trajectory's calls of this turn, concurrently across the batch; results appended."""
         results = await asyncio.gather(*(self._calls_of(t, turn) for t, turn in calling))
-        for (trajectory, _), messages in zip(calling, results):
-            trajectory.splice(self.message_ids(messages), max_new_tokens)
+        for (trajectory, _), (messages, images) in zip(calling, results):
+            ids, media = self.message_pieces(messages, images)
+            trajectory.splice(ids, max_new_tokens, media)
 
-    async def _calls_of(self, trajectory: Trajectory, turn) -> list[dict]:
+    async def _calls_of(self, trajectory: Trajectory, turn) -> tuple[list[dict], list]:
+        """The tool messages of a turn's calls, and the images they hold (in order)."""
         calls = turn.calls[:max(self.settings.max_parallel_calls, 1)]
         trajectory.tool_calls += len(calls) + len(turn.errors)
         trajectory.tool_errors += len(turn.errors)
-        outputs = [f"Error: {error}" for error in turn.errors]
+        outputs = [(f"Error: {error}", []) for error in turn.errors]
         answers = await asyncio.gather(*(self._call(trajectory, call) for call in calls))
         outputs += answers
         side, limit = self.settings.tool_response_truncate_side, self.settings.max_tool_response_length
-        return [{"role": "tool", "content": truncate_text(text, limit, side)} for text in outputs]
+        messages, images = [], []
+        for text, pictures in outputs:
+            text = truncate_text(text, limit, side)
+            if pictures:
+                images += pictures
+                messages.append({"role": "tool", "content": [{"type": "image"} for _ in pictures] +
+                                 ([{"type": "text", "text": text}] if text else [])})
+            else:
+                messages.append({"role": "tool", "content": text})
+        return messages, images
 
-    async def _call(self, trajectory: Trajectory, parsed) -> str:
+    def _check_images(self, name: str, response) -> list:
+        """The images of a tool's response, which the policy must be able to read (else one line)."""
+        if response.video:
+            raise VerlError(f"tool {name} returned {len(response.video)} video(s): a tool's videos are not supported "
+                            f"here; return images (ToolResponse(image=[...])) or text")
+        if not response.image:
+            return []
+        model = getattr(self.engine, "model", None)
+        if model is None or not is_vision_model(model):
+            kind = getattr(getattr(model, "config", None), "model_type", "the rollout engine's")
+            raise VerlError(f"tool {name} returned {len(response.image)} image(s), and the policy ({kind}) is a text "
+                            f"model that cannot read them: return text from the tool, or train a vision-language "
+                            f"model (docs/vision.md)")
+        return list(response.image)
+
+    async def _call(self, trajectory: Trajectory, parsed) -> tuple[str, list]:
+        """A call's text for the conversation and the images it returned (a failed call: an error text)."""
         call, bad_json = OpenAIFunctionCallSchema.from_openai_function_parsed_schema(parsed)
         tool = self.tools.get(call.name)
         if tool is None or bad_json:
             trajectory.tool_errors += 1
             return (f"Error: no tool named {call.name!r}; tools: {', '.join(self.tools)}" if tool is None
-                    else f"Error: the arguments of {call.name} are not a JSON object")
+                    else f"Error: the arguments of {call.name} are not a JSON object"), []
         try:
             if isinstance(tool, FunctionTool):
                 coroutine = tool.call(call.arguments)
@@ -310,13 +383,13 @@ class AgentLoop:
                                                                                self.settings.tool_timeout_s))
         except asyncio.TimeoutError:
             trajectory.tool_errors += 1
-            return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s"
+            return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s", []
         except Exception as e:  # noqa: BLE001 - a failing tool is the model's feedback, not the run's end
             trajectory.tool_errors += 1
-            return f"Error: {type(e).__name__}: {e}"
+            return f"Error: {type(e).__name__}: {e}", []
         trajectory.tool_reward += reward
         trajectory.tool_rewards.append(float(reward or 0.0))
-        return response.text or ""
+        return response.text or "", self._check_images(call.name, response)
 
     async def _create_instances(self, trajectories: list[Trajectory], tools_kwargs) -> None:
         stateful = {name: tool for name, tool in self.tools.items() if not isinstance(tool, FunctionTool)}
@@ -366,6 +439,8 @@ class AgentLoop:
             prompt_ids, prompt_mask = left_pad([t.prompt_ids for t in trajectories], pad)
         out = rollout_batch(batch, prompt_ids, prompt_mask, responses, response_mask, response_attention=seen,
                             log_probs=log_probs if params.logprobs else None)
+        if any(t.media is not None for t in trajectories):
+            out[MEDIA_COLUMN] = [t.media for t in trajectories]  # the prompt's images and the tools', in order
         out["agent_turns"] = torch.tensor([t.assistant_turns for t in trajectories], dtype=torch.float32)
         out["agent_tool_calls"] = torch.tensor([t.tool_calls for t in trajectories], dtype=torch.float32)
         out["agent_tool_errors"] = torch.tensor([t.tool_errors for t in trajectories], dtype=torch.float32)

@@ -134,8 +134,7 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     the forward (padded or packed) with the images and the model's M-RoPE positions (shared prompts
     do not apply to rows with images).
     """
-    extra = {} if remove_padding else forward_inputs(media, input_ids, attention_mask, model,
-                                                     response_length=responses.shape[1])
+    extra = {} if remove_padding else forward_inputs(media, input_ids, attention_mask, model)
     if extra:
         logits = response_logits(model, input_ids, attention_mask, extra.pop("position_ids"), responses.shape[1],
                                  **extra)
@@ -143,8 +142,7 @@ def compute_response_logprobs(model, input_ids, attention_mask, position_ids, re
     elif remove_padding:
         packing = Packing(input_ids, attention_mask, position_ids, responses.shape[1])
         out = model(input_ids=packing.input_ids, use_cache=False,
-                    **packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, model,
-                                            responses.shape[1]))
+                    **packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, model))
         logits = packing.responses(out.logits)
         labels = responses[packing.response_valid]
     elif share_prompts:

@@ -24,17 +24,19 @@ VL_ARCHITECTURES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 # The tiny chat template of verl.models.tiny (``Q: ...\n``, ``A: ...</s>``), where a user turn's content
 # may also be a list of parts: ``{"type": "image"}`` renders as the vision markers around one image pad
 # (the processor widens it to the image's tokens), ``{"type": "text", "text": ...}`` as its text.
-VL_CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if message['role'] == 'user' %}{{ 'Q: ' }}"
+_VL_CONTENT = (  # a message's content: a string, or typed parts (images and videos as their pads)
     "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for part in message['content'] %}"
     "{% if part['type'] == 'image' %}{{ '" + VISION_START + IMAGE_PAD + VISION_END + "' }}"
     "{% elif part['type'] == 'video' %}{{ '" + VISION_START + VIDEO_PAD + VISION_END + "' }}"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}{{ '\\n' }}"
+)
+VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{{ 'Q: ' }}" + _VL_CONTENT +
     "{% elif message['role'] == 'assistant' %}{{ 'A: ' + message['content'] + eos_token }}"
-    "{% else %}{{ message['content'] + '\\n' }}{% endif %}"
+    "{% else %}" + _VL_CONTENT + "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ 'A: ' }}{% endif %}"
 )

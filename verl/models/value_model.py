@@ -51,10 +51,9 @@ class ValueModel(nn.Module):
         """
         if remove_padding:
             packing = Packing(input_ids, attention_mask, position_ids, response_length)
-            extra = packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, self.model,
-                                          response_length)
+            extra = packed_forward_inputs(media, input_ids, attention_mask, packing.position_ids, self.model)
             return packing.unpack(packing.responses(self(packing.input_ids, None, **extra)))
-        extra = forward_inputs(media, input_ids, attention_mask, self.model, response_length=response_length)
+        extra = forward_inputs(media, input_ids, attention_mask, self.model)
         if extra:
             return self(input_ids, attention_mask, **extra)[:, -response_length - 1:-1]
         values = self(input_ids, attention_mask, position_ids)

@@ -148,12 +148,12 @@ def is_vision_model(model) -> bool:
     return getattr(config, "vision_config", None) is not None and hasattr(config, "image_token_id")
 
 
-def multimodal_kwargs(media, input_ids: torch.Tensor, model, response_length: int = 0) -> dict:
+def multimodal_kwargs(media, input_ids: torch.Tensor, model) -> dict:
     """The keyword arguments a forward (or ``generate``) of ``model`` needs for rows ``media`` (each
     row's ``multi_modal_inputs``, None for a row without images): the rows' pixels and grids
     concatenated in row order and ``mm_token_type_ids`` of ``input_ids``; {} when no row has images.
-    The last ``response_length`` tokens are text whatever they are: a sampled response may hold an
-    image pad token, which is not an image."""
+    Every image pad token is an image, in the prompt or in a response (an image a tool returned): the
+    policy never draws one (:func:`placeholder_ids`)."""
     if media is None:
         return {}
     present = [m for m in media if m is not None]
@@ -162,18 +162,15 @@ def multimodal_kwargs(media, input_ids: torch.Tensor, model, response_length: in
     device = input_ids.device
     config = getattr(model, "config", model)
     types = token_types(input_ids, config.image_token_id, getattr(config, "video_token_id", None))
-    if response_length:
-        types[:, -response_length:] = TEXT
     return {"pixel_values": torch.cat([m["pixel_values"] for m in present]).to(device),
             "image_grid_thw": torch.cat([m["image_grid_thw"] for m in present]).to(device),
             "mm_token_type_ids": types.to(device)}
 
 
-def forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor, model,
-                   response_length: int = 0) -> dict:
+def forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor, model) -> dict:
     """:func:`multimodal_kwargs` and the rows' M-RoPE ``position_ids`` (:func:`rope_positions`): all that a
     padded forward of ``model`` over rows with images takes besides the ids and the mask ({} without)."""
-    extra = multimodal_kwargs(media, input_ids, model, response_length)
+    extra = multimodal_kwargs(media, input_ids, model)
     if extra:
         extra["position_ids"] = rope_positions(model, input_ids, attention_mask, extra["image_grid_thw"],
                                                extra["mm_token_type_ids"])
@@ -191,13 +188,13 @@ def packed_position_ids(model, positions: torch.Tensor) -> torch.Tensor:
 
 
 def packed_forward_inputs(media, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor,
-                          model, response_length: int = 0) -> dict:
+                          model) -> dict:
     """What a packed forward of ``model`` takes besides the packed ids: ``position_ids`` (see
     :func:`packed_position_ids`) and, for rows with images, the images' inputs. ``input_ids`` /
     ``attention_mask``: the padded batch ``[B, T]``; ``positions``: its valid tokens' text positions
     ``[1, N]`` in the packed row. The M-RoPE rows and token types are the padded batch's at its valid
     tokens; the images stay in row order, which is the order of their tokens in the packed row."""
-    extra = forward_inputs(media, input_ids, attention_mask, model, response_length)
+    extra = forward_inputs(media, input_ids, attention_mask, model)
     if not extra:
         return {"position_ids": packed_position_ids(model, positions)}
     valid = attention_mask.bool()
