@@ -243,6 +243,11 @@ class AgentLoop:
             first = await maybe_await(t.env.reset(sample))
             if first is None:
                 continue
+            if t.media is not None:
+                raise VerlError(f"{type(t.env).__name__}.reset returned a first message for row {t.row}, whose prompt "
+                                f"has images: a first message joins the prompt by rendering it again, which a "
+                                f"vision-language prompt's images do not allow here; return None from reset() and "
+                                f"put the message in the row's prompt")
             messages = sample["raw_prompt"]
             if not isinstance(messages, (list, tuple)) and not hasattr(messages, "tolist"):
                 raise ValueError("an environment's first message joins the prompt's chat messages, and this row has "
