@@ -221,3 +221,18 @@ def test_a_tools_video_is_refused_with_one_line(vl_agent):
     with pytest.raises(VerlError, match=r"tool clip returned 1 video\(s\): a tool's videos are not supported"):
         loop._check_images("clip", ToolResponse(video=[picture(0)]))
     assert loop._check_images("zoom", ToolResponse(text="no picture")) == []
+
+
+def test_an_environments_first_message_for_a_prompt_with_images_is_refused(vl_agent):
+    model, processor, folder = vl_agent
+
+    class Greeter:
+        def reset(self, sample):
+            return "look closely"
+
+        def step(self, text):
+            return None, 0.0, True
+
+    loop = AgentLoop(HFRollout(model, processor.tokenizer), processor.tokenizer, {}, environment=Greeter)
+    with pytest.raises(VerlError, match=r"Greeter.reset returned a first message for row 0, whose prompt has images"):
+        loop.generate(_prompts(processor, folder), SamplingParams(max_new_tokens=8, do_sample=False))
