@@ -179,6 +179,27 @@ def test_one_step_off_is_the_same_run_in_a_thread_and_after_a_resume(tiny_model_
     assert "holds 1 batch(es) generated ahead (steps [3])" in done.stderr
 
 
+def test_a_fractional_staleness_threshold_sends_part_of_the_next_step_early_and_resumes_exactly(
+        tiny_model_dir, data_dir, tmp_path):
+    # verl's staleness_threshold=0.5 with a sync every step: the first half of each step's prompts is
+    # generated one version early, the rest on the current weights (max_staleness would make it whole steps).
+    keys = (*GRPO, *ASYNC, "async_training.staleness_threshold=0.5")
+    out = tmp_path / "half"
+    done = run_plain(run_args(tiny_model_dir, data_dir, out, *keys))
+    assert "ahead of the trainer by at most 0 step(s) and the first 2 of the next step's 4 prompts" in done.stdout
+    metrics = step_metrics(out)
+    assert [metrics[step]["async/staleness_max"] for step in (1, 2, 3)] == [0, 1, 1]
+    assert [metrics[step]["async/staleness_mean"] for step in (2, 3)] == [0.5, 0.5]  # 2 of 4 prompts, n=2 each
+    # The checkpoint of step 2 holds step 3 (its head of version 1, its tail of version 2) and step 4's head,
+    # with step 4's other prompts: the resumed run is the same run.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(out / "global_step_2", resumed / "global_step_2")
+    done = run_plain(run_args(tiny_model_dir, data_dir, resumed, *keys))
+    assert done.stdout.count("Resumed from") == 1
+    assert_same_metrics({3: computed(out)[3]}, {3: computed(resumed)[3]})
+    assert_same_weights(out / "huggingface", resumed / "huggingface", tiny_model_dir)
+
+
 def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):
     out = tmp_path / "from-sync"
     shutil.copytree(sync_run / "global_step_2", out / "global_step_2")
@@ -225,7 +246,11 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
     # 1 x 2 prompts per mini-batch x 2 updates per sync = 4 prompts a step; 12 prompts = 3 steps
     assert "= 4 prompts (data.train_batch_size)" in done.stdout
     assert "not read: data.train_batch_size=0 data.gen_batch_size=1" in done.stdout
-    assert "trainer.total_training_steps=3" in done.stdout and "at most 1 step(s) ahead" in done.stdout
+    # verl's staleness_threshold=0.1: a tenth of a step's prompts one version early, at least one per process
+    assert "trainer.total_training_steps=3" in done.stdout
+    assert "at most 0 step(s) ahead and generates the first 10% of the next step's prompts one version early" \
+        in done.stdout
+    assert "ahead of the trainer by at most 0 step(s) and the first 2 of the next step's 4 prompts" in done.stdout
     assert "partial rollouts: weights published mid-generation are taken at once" in done.stdout
     assert "the rollout runs in 2 processes of its own" in done.stdout
     metrics = step_metrics(out)

@@ -26,6 +26,23 @@ def test_the_bound_comes_from_max_staleness_or_verls_threshold(keys, bound):
     assert _config(*keys).async_training.staleness_bound() == bound
 
 
+@pytest.mark.parametrize("keys, whole, part, head", [
+    ((), 0, 0.0, 0),
+    (("async_training.staleness_threshold=0.1",), 0, 0.1, 1),                 # ceil(0.1 x 8) = 1 prompt
+    (("async_training.staleness_threshold=0.5",), 0, 0.5, 4),
+    (("async_training.staleness_threshold=1.0",), 1, 0.0, 0),                 # a whole step: no part
+    (("async_training.staleness_threshold=0.1", "async_training.trigger_parameter_sync_step=4"), 3, 0.4, 4),
+    (("async_training.staleness_threshold=0.1", "rollout.n_gpus_per_node=2"), 0, 0.1, 2),  # one per process
+    (("async_training.staleness_threshold=0.5", "async_training.max_staleness=2"), 2, 0.0, 0),  # whole steps
+])
+def test_verls_threshold_is_whole_steps_and_the_first_prompts_of_the_next(keys, whole, part, head):
+    from verl.trainer.ppo.async_trainer import head_prompts
+
+    config = _config("data.train_batch_size=8", *keys)
+    got_whole, got_part = config.async_training.staleness_split()
+    assert got_whole == whole and got_part == pytest.approx(part) and head_prompts(config) == head
+
+
 def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs():
     config = _config()
     (line,) = prepare_async_config(config)

@@ -59,11 +59,12 @@ class AsyncTrainingConfig(Section):
                           "Set by verl's entry points verl.experimental.one_step_off_policy.main_ppo and "
                           "verl.experimental.fully_async_policy.fully_async_main.")
     staleness_threshold: float = option(0.0, bounds=">= 0", help="verl: how far the rollout may run ahead, as a "
-                                        "fraction of the samples between two weight syncs. Here the rollout runs "
-                                        "ahead by whole steps: max_staleness defaults to "
-                                        "trigger_parameter_sync_step - 1 + ceil(staleness_threshold x "
-                                        "trigger_parameter_sync_step); 0 = every step trains on samples of the "
-                                        "current weights, as a synchronous run.")
+                                        "fraction of the samples between two weight syncs: it generates up to "
+                                        "trigger_parameter_sync_step - 1 + staleness_threshold x "
+                                        "trigger_parameter_sync_step steps ahead, the fractional part as the first "
+                                        "prompts of the step after the whole ones (e.g. 0.1: a tenth of each step's "
+                                        "prompts one version old). 0 = every step trains on samples of the current "
+                                        "weights, as a synchronous run. max_staleness, when given, wins.")
     trigger_parameter_sync_step: int = option(1, bounds=">= 1", help="Send the trainer's weights to the rollout "
                                               "every this many steps.")
     max_staleness: int | None = option(None, bounds=">= 0", help="Most policy versions (trainer steps) a trained "
@@ -99,12 +100,24 @@ class AsyncTrainingConfig(Section):
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, help="verl's checkpoint engine: how "
                                                         "weights reach the rollout.")
 
-    def staleness_bound(self) -> int:
-        """The most versions a trained sample may lag the trainer (``max_staleness`` or its default)."""
+    def staleness_split(self) -> tuple[int, float]:
+        """How far the rollout may run ahead: whole steps, and the fraction of the step after them whose
+        prompts it may generate one version earlier still. ``max_staleness``: that many whole steps.
+        Else verl's ``staleness_threshold`` t: the rollout generates up to (1 + t) syncs' worth of samples
+        per weight sync, so ``k - 1 + t x k`` steps (k = ``trigger_parameter_sync_step``), whole and part."""
         if self.max_staleness is not None:
-            return self.max_staleness
+            return self.max_staleness, 0.0
         k = self.trigger_parameter_sync_step
-        return k - 1 + math.ceil(self.staleness_threshold * k - 1e-9)
+        extra = self.staleness_threshold * k
+        whole = math.floor(extra + 1e-9)
+        part = extra - whole
+        return k - 1 + whole, part if part > 1e-9 else 0.0
+
+    def staleness_bound(self) -> int:
+        """The most versions a trained sample may lag the trainer (``max_staleness`` or its default:
+        :meth:`staleness_split`'s whole steps, plus one for a part step)."""
+        whole, part = self.staleness_split()
+        return whole + (1 if part else 0)
 
     def weight_backend(self) -> str:
         """The checkpoint engine's backend, ``auto`` resolved: memory for a thread, shm for a process."""

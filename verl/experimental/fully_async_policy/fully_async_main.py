@@ -8,8 +8,9 @@ sample, at most ``(1 + staleness_threshold)`` syncs' worth ahead. Here, each sai
 * a step is one sync's worth: ``data.train_batch_size = require_batches x ppo_mini_batch_size x
   trigger_parameter_sync_step`` prompts, trained in mini-batches of ``ppo_mini_batch_size`` (the same
   updates), the weights synced after every step;
-* the rollout runs ahead by whole steps: ``max_staleness = ceil(staleness_threshold)`` (1 for verl's
-  0.1) unless given;
+* the rollout runs ahead as verl's ``staleness_threshold`` says, counted in these steps: its whole part in
+  whole steps, its fractional part as the first prompts of the next step (verl's 0.1: the first tenth
+  of each step's prompts is generated one version early), unless ``max_staleness`` is given;
 * ``rollout.total_rollout_steps`` prompts make ``trainer.total_training_steps`` (unless that is given),
   ``rollout.total_epochs`` and ``rollout.test_freq`` make ``trainer.total_epochs`` and ``trainer.test_freq``;
 * verl's ``data.train_batch_size=0`` and ``data.gen_batch_size`` (its streaming sizes) are not read;
@@ -21,7 +22,6 @@ The defaults are those of verl's fully_async_ppo_trainer.yaml; any key given win
 
 from __future__ import annotations
 
-import math
 import sys
 
 FULLY_ASYNC_KEYS = [
@@ -52,12 +52,12 @@ def load_fully_async_config(args: list[str]):
         said.append(f"not read: {' '.join(dropped)} (verl's streaming sizes; the rollout here generates a step's "
                     f"prompts at once)")
     config.data.train_batch_size = prompts
-    threshold_bound = a.staleness_bound()  # before the sync step becomes 1 below
     a.require_batches, a.trigger_parameter_sync_step = 1, 1
     if a.max_staleness is None:
-        a.max_staleness = math.ceil(a.staleness_threshold - 1e-9)  # in whole steps
+        whole, part = a.staleness_split()
         said.append(f"async_training.staleness_threshold={a.staleness_threshold}: the rollout runs at most "
-                    f"{a.max_staleness} step(s) ahead (in verl's sync steps it was {threshold_bound})")
+                    f"{whole} step(s) ahead" + (f" and generates the first {part:.0%} of the next step's prompts "
+                                               f"one version early" if part else ""))
     if pool.total_rollout_steps is not None:
         if trainer.total_training_steps is None:
             trainer.total_training_steps = max(1, pool.total_rollout_steps // prompts)

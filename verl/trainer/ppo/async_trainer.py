@@ -16,7 +16,9 @@ trained. Requests go out in order the moment the bound allows, each with the wei
 last (sent once, with the first request after the publish), so which version generates which step
 is fixed by the configuration alone: a run is reproducible, ``max_staleness=0`` is the synchronous
 run exactly, and a checkpoint holds the batches generated ahead (with their versions), so a resumed
-run continues as the uninterrupted one would.
+run continues as the uninterrupted one would. A fractional ``staleness_threshold`` adds part of a
+step: the first :func:`head_prompts` prompts of the step after the whole ones go out one version
+earlier than the rest of it (two requests, joined when the step is taken).
 
 Partial rollouts (``partial_rollout=true``): the weights are sent the moment they are published and
 the rollout takes them mid-generation (:mod:`verl.rollout.partial`); a row's first version still
@@ -31,6 +33,7 @@ rollout's weight each token (AReaL's decoupled objective; ``algorithm.rollout_co
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -39,6 +42,7 @@ from verl.distributed.process_group import broadcast_object, is_main_process, la
 from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream
 from verl.distributed.weight_sync import WeightSender
 from verl.errors import ConfigError
+from verl.protocol import Batch
 from verl.rollout.seeding import with_prompt_seeds
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.trainer.ppo.sampling import MAX_DRAWS_PER_STEP
@@ -97,9 +101,13 @@ def prepare_async_config(config) -> list[str]:
                     "trainer's validation decodes with its own weights, shared")
     where = f"{processes} processes of its own (rollout.n_gpus_per_node)" if processes > 1 \
         else f"a {a.rollout_placement} of its own"
-    said += [f"Asynchronous RL: the rollout runs in {where}, ahead of the trainer by at most "
-             f"{bound} step(s) (async_training.max_staleness), weights synced every {k} step(s) through "
-             f"{a.weight_backend()}"]
+    whole, _ = a.staleness_split()
+    head = head_prompts(config)
+    ahead = f"{whole} step(s)" + (f" and the first {head} of the next step's {config.data.train_batch_size} prompts "
+                                  f"(async_training.staleness_threshold={a.staleness_threshold})" if head else
+                                  " (async_training.max_staleness)")
+    said += [f"Asynchronous RL: the rollout runs in {where}, ahead of the trainer by at most {ahead}, weights synced "
+             f"every {k} step(s) through {a.weight_backend()}"]
     if a.partial_rollout:
         said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
                     "responses go on under them; async_training.partial_rollout=true)")
@@ -147,6 +155,26 @@ def split_threads(config) -> int | None:
     return each
 
 
+def head_prompts(config) -> int:
+    """Prompts of the step after the whole ones that a fractional ``staleness_threshold`` lets the rollout
+    generate one version earlier: its fraction of ``data.train_batch_size``, rounded up, at least one per
+    rollout process (each takes a slice); 0 without a fractional part."""
+    _, part = config.async_training.staleness_split()
+    if not part:
+        return 0
+    prompts = config.data.train_batch_size
+    return min(prompts, max(math.ceil(part * prompts - 1e-9), rollout_processes(config)))
+
+
+def joined(step: int, parts: list[RolloutResult]) -> RolloutResult:
+    """One step's answer from the answers to its requests (a head and a tail), rows in prompt order."""
+    if len(parts) == 1:
+        return parts[0]
+    return RolloutResult(step, Batch.concat([p.batch for p in parts]), min(p.version for p in parts),
+                         gen_seconds=sum(p.gen_seconds for p in parts), idle_seconds=sum(p.idle_seconds for p in parts),
+                         load_seconds=sum(p.load_seconds for p in parts))
+
+
 class AsyncRollouts:
     """The controller's side of the asynchronous rollout: what was submitted, what came back, the
     published version, and the metrics of both."""
@@ -159,6 +187,9 @@ class AsyncRollouts:
         self.stream = stream
         self.sender = sender
         self.bound = a.staleness_bound()
+        self.whole, _ = a.staleness_split()
+        self.head = head_prompts(trainer.config)
+        """Prompts of the step after the whole ones that may go out one version earlier (0: none)."""
         self.sync_every = a.trigger_parameter_sync_step
         self.partial = a.partial_rollout
         self.published = 0
@@ -166,24 +197,53 @@ class AsyncRollouts:
         self.sent: int | None = None
         """The version the rollout holds (None: a fresh rollout, which gets P with its first request)."""
         self.next_request = 1
-        self.done: dict[int, RolloutResult] = {}
-        """Answers taken from the stream, not yet trained on."""
+        """The first step whose prompts (or whose tail, when its head went out) are not yet submitted."""
+        self.tails: dict[int, object] = {}
+        """A step whose head went out: the rest of its prompts, until the bound lets them out."""
+        self.parts: dict[int, int] = {}
+        """How many requests each submitted step went out in (1, or 2: head and tail)."""
+        self.done: dict[int, list[RolloutResult]] = {}
+        """Answers taken from the stream, not yet trained on (a step's parts in order)."""
         self.sync_cost = (0.0, 0)
         self.params = None
 
     # ------------------------------------------------------------------ requests
     def fill(self) -> None:
-        """Submit every request the bound allows now (in step order, up to the run's last step)."""
+        """Submit every request the bound allows now, in step order up to the run's last step: a step
+        whole once ``(s - 1) - P`` is within the whole steps of the bound, and with a part step
+        (``staleness_threshold``) its first ``head`` prompts one version earlier, the rest later."""
         t = self.trainer
-        while self.next_request <= t.total_steps and (self.next_request - 1) - self.published <= self.bound:
+        while self.next_request <= t.total_steps:
             step = self.next_request
-            prompts = with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
-            weights = self._weights() if self.sent != self.published else None
-            if self.params is None:
-                self.params = t.actor_rollout_ref.call("sampling_params")
-            if self.stream is not None:
-                self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
-            self.next_request += 1
+            ahead = (step - 1) - self.published
+            if step in self.tails:  # its head went out: the rest once the whole steps allow
+                if ahead > self.whole:
+                    return
+                self._submit(step, self.tails.pop(step))
+                self.next_request += 1
+            elif ahead <= self.whole:
+                self.parts[step] = 1
+                self._submit(step, self._prompts(step))
+                self.next_request += 1
+            elif self.head and ahead == self.whole + 1:
+                prompts = self._prompts(step)
+                self.parts[step] = 2
+                self.tails[step] = prompts.index(slice(self.head, None))
+                self._submit(step, prompts.index(slice(0, self.head)))
+                return
+            else:
+                return
+
+    def _prompts(self, step: int):
+        t = self.trainer
+        return with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
+
+    def _submit(self, step: int, prompts) -> None:
+        weights = self._weights() if self.sent != self.published else None
+        if self.params is None:
+            self.params = self.trainer.actor_rollout_ref.call("sampling_params")
+        if self.stream is not None:
+            self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
 
     def _weights(self):
         """The published weights as a message for the rollout (None on the ranks without the stream)."""
@@ -211,11 +271,13 @@ class AsyncRollouts:
         """The answer for ``step`` (waiting for it), how many later steps' answers were already done, and
         how many requests are still open (on every rank: rank 0's, broadcast)."""
         if self.stream is None:
+            self.parts.pop(step, None)
             return broadcast_object(None)
         self._collect(block_for=None)
-        if step not in self.done:
+        while len(self.done.get(step, ())) < self.parts[step]:
             self._collect(block_for=step)
-        taken = (self.done.pop(step), len(self.done), len(self.stream.submitted))
+        self.parts.pop(step)
+        taken = (joined(step, self.done.pop(step)), len(self.done), len(self.stream.submitted))
         return broadcast_object(taken) if self.trainer.distributed else taken
 
     def _collect(self, block_for: int | None) -> None:
@@ -223,7 +285,7 @@ class AsyncRollouts:
             if block_for is None and not self.stream.answer_ready():
                 return
             result = self.stream.result()
-            self.done[result.step] = result
+            self.done.setdefault(result.step, []).append(result)
             if result.step == block_for:
                 return
 
@@ -231,7 +293,7 @@ class AsyncRollouts:
         """Wait for every open request (before a checkpoint: its batches go into it; rank 0 writes it)."""
         while self.stream is not None and self.stream.submitted:
             result = self.stream.result()
-            self.done[result.step] = result
+            self.done.setdefault(result.step, []).append(result)
 
     # ------------------------------------------------------------------ metrics
     def metrics(self, step: int, result: RolloutResult, ahead: int, in_flight: int, waited: float) -> dict[str, float]:
@@ -257,13 +319,24 @@ class AsyncRollouts:
     def state_dict(self) -> dict:
         self.drain()
         return {"published": self.published, "next_request": self.next_request,
-                "done": {step: (r.batch, r.version) for step, r in self.done.items()}}
+                "done": {step: [(r.batch, r.version) for r in parts] for step, parts in self.done.items()},
+                "tails": dict(self.tails), "parts": dict(self.parts)}
 
     def load_state_dict(self, state: dict) -> None:
         self.published, self.next_request = state["published"], state["next_request"]
-        self.done = {step: RolloutResult(step, batch, version) for step, (batch, version) in state["done"].items()}
+        # A checkpoint of an earlier release holds one (batch, version) per step, each step whole.
+        done = {step: value if isinstance(value, list) else [value] for step, value in state["done"].items()}
+        self.done = {step: [RolloutResult(step, batch, version) for batch, version in parts]
+                     for step, parts in done.items()}
+        self.tails = dict(state.get("tails", {}))
+        self.parts = dict(state.get("parts", {step: len(parts) for step, parts in done.items()}))
         self.sent = None
-        for step, result in sorted(self.done.items()):
+        if self.tails and not self.head:
+            step = min(self.tails)
+            raise ConfigError(f"the checkpoint holds the first prompts of step {step} generated ahead and the rest not "
+                              f"yet (a run with a fractional async_training.staleness_threshold); this run generates "
+                              f"whole steps: resume with the staleness_threshold of the run that wrote it")
+        for step, result in [(step, r) for step, parts in sorted(self.done.items()) for r in parts]:
             if (step - 1) - result.version > self.bound:
                 raise ConfigError(f"the checkpoint holds the batch of step {step}, generated with policy version "
                                   f"{result.version}: trained at version {step - 1} it would be "
