@@ -25,9 +25,10 @@ from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, mak
 pytestmark = pytest.mark.slow
 
 ASYNC = ("async_training.enable=true",)
-# Measurements of the run's timing, not results of the computation.
+# Measurements of the run's timing and traffic, not results of the computation (a resumed run has no
+# weights to send for the batches its checkpoint holds).
 MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/weight_sync_s", "async/trainer_wait_s",
-            "async/trainer_idle_frac", "async/queue_depth", "async/in_flight")
+            "async/trainer_idle_frac", "async/queue_depth", "async/in_flight", "async/weight_sync_bytes")
 LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
 ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
 SLOW_TOOL = '''
