@@ -3,9 +3,10 @@
 The controller (``verl.trainer.ppo.async_trainer``) decides what to generate and when; this module
 only carries it. A :class:`RolloutRequest` names the step it is for, the prompts (with their
 sampling seeds), the sampling parameters and, when the rollout must change weights first, a
-:class:`~verl.distributed.weight_sync.WeightMessage`. The server (:func:`~verl.distributed.rollout_server.serve`) takes requests in
-order, loads the weights a request carries, generates, and answers with a :class:`RolloutResult`
-that says which policy version generated the batch and how the server spent its time.
+:class:`~verl.distributed.weight_sync.WeightMessage`. The server
+(:func:`verl.distributed.rollout_server.serve`) takes requests in order, loads the weights a request
+carries, generates, and answers with a :class:`RolloutResult` that says which policy version
+generated the batch and how the server spent its time.
 
 Two placements, one protocol (``async_training.rollout_placement``):
 
