@@ -130,6 +130,14 @@ values = {"__PORT__": str(tcp.getsockname()[1]), "__ABSTRACT__": repr(abstract_n
           **{"__NR_%s__" % name: str(number) for name, number in spec["nr"].items()},
           "__TRAINER__": str(os.getpid())}
 
+shm_before = set()
+
+def _owned(path):
+    try:
+        return os.stat(path).st_uid == os.getuid()
+    except FileNotFoundError:
+        return False
+
 def escaped(stdout):
     found = []
     for listener in listeners:
@@ -161,12 +169,17 @@ def escaped(stdout):
     with open(shm) as f:
         if f.read() != spec["secret"]:
             found.append("changed " + shm)
-    made = sorted(set(os.listdir("/dev/shm")) - {os.path.basename(shm)})
-    made = [name for name in made if name.startswith(("verl-sandbox-made", "sem."))]
+    # Only what appeared while the program ran, and only the driver's own uid's: the host's /dev/shm is
+    # shared with every process of the machine (the test suite's other worker spawns processes whose
+    # semaphores come and go there). Only the program's own file is removed, never a semaphore: one
+    # that is not the program's belongs to a live process.
+    made = sorted(set(os.listdir("/dev/shm")) - shm_before - {os.path.basename(shm)})
+    made = [name for name in made if name.startswith(("verl-sandbox-made", "sem.")) and _owned("/dev/shm/" + name)]
     if made:
         found.append("made %s in /dev/shm" % made)
         for name in made:
-            os.remove("/dev/shm/" + name)
+            if name.startswith("verl-sandbox-made"):
+                os.remove("/dev/shm/" + name)
     if termios.tcgetattr(slave)[3] & termios.ECHO != echo:
         found.append("switched echo off on " + pts)
     try:
@@ -189,6 +202,7 @@ for attack in spec["attacks"]:
     for key, value in values.items():
         code = code.replace(key, value)
     limits = sandbox.SandboxLimits(**spec["limits"], audit_hook=attack["hook"], seccomp=attack["seccomp"])
+    shm_before = set(os.listdir("/dev/shm"))
     try:
         result = sandbox.run_python(code, limits=limits)
         entry = {"status": result.status, "wall": result.wall_seconds, "stdout": result.stdout[-3000:],
@@ -221,6 +235,7 @@ def score_through_the_reward_manager(bank, hook):
     return {name: {"score": score, "status": status}
             for name, score, status in zip(names, scores.sum(-1).tolist(), columns["status"])}
 for hook in spec["bank_hooks"]:
+    shm_before = set(os.listdir("/dev/shm"))
     try:
         if spec["manager"]:
             bank = {n: spec["bank"][n] for n in spec["bank"] if hook or n in spec["bank_no_hook"]}
