@@ -236,3 +236,13 @@ def test_an_environments_first_message_for_a_prompt_with_images_is_refused(vl_ag
     loop = AgentLoop(HFRollout(model, processor.tokenizer), processor.tokenizer, {}, environment=Greeter)
     with pytest.raises(VerlError, match=r"Greeter.reset returned a first message for row 0, whose prompt has images"):
         loop.generate(_prompts(processor, folder), SamplingParams(max_new_tokens=8, do_sample=False))
+
+
+def test_a_tools_image_may_be_bytes_or_a_path_and_anything_else_is_named(vl_agent, tmp_path):
+    model, processor, _ = vl_agent
+    loop = AgentLoop(HFRollout(model, processor.tokenizer), processor.tokenizer, {})
+    (tmp_path / "zoom.png").write_bytes(png(zoomed()))
+    images = loop._check_images("zoom", ToolResponse(image=[{"bytes": png(zoomed())}, str(tmp_path / "zoom.png")]))
+    assert [image.size for image in images] == [ZOOM_SIZE, ZOOM_SIZE] and images[0].mode == "RGB"
+    with pytest.raises(VerlError, match=r"tool zoom's image 0: int 7 is not an image"):
+        loop._check_images("zoom", ToolResponse(image=[7]))

@@ -369,7 +369,10 @@ class AgentLoop:
             raise VerlError(f"tool {name} returned {len(response.image)} image(s), and the policy ({kind}) is a text "
                             f"model that cannot read them: return text from the tool, or train a vision-language "
                             f"model (docs/vision.md)")
-        return list(response.image)
+        from verl.data.vision import load_image
+
+        # the forms a dataset's images take (PIL, {"bytes"}, {"path"}, a path); anything else is named
+        return [load_image(image, f"tool {name}'s image {i}") for i, image in enumerate(response.image)]
 
     async def _call(self, trajectory: Trajectory, parsed) -> tuple[str, list]:
         """A call's text for the conversation and the images it returned (a failed call: an error text)."""
