@@ -213,3 +213,34 @@ def test_a_rollout_pool_in_a_synchronous_run_is_refused_not_ignored(keys):
                        f"async_training.enable is false.*drop {given}"):
         config.validate()
     TrainerConfig.from_cli(["async_training.enable=true", *keys]).validate()  # where they mean something
+
+
+def _schedule(whole, head, prompts, steps):
+    """The requests a controller sends over a run of ``steps`` steps, as (published version, step, part):
+    after each version is published, everything :func:`next_request` allows, in step order."""
+    from verl.trainer.ppo.async_trainer import next_request
+
+    sent, tails, step = [], set(), 1
+    for published in range(steps):
+        while step <= steps:
+            action = next_request(step, published, whole, head, prompts, step in tails)
+            if action is None:
+                break
+            sent.append((published, step, action))
+            if action == "head":
+                tails.add(step)
+                break
+            tails.discard(step)
+            step += 1
+    return sent
+
+
+def test_the_schedule_sends_whole_steps_a_head_ahead_and_its_tail_one_version_later():
+    # one step off: steps 1 and 2 on version 0, then one step per version
+    assert _schedule(1, 0, 4, 3) == [(0, 1, "whole"), (0, 2, "whole"), (1, 3, "whole")]
+    # staleness_threshold=0.5, 4 prompts: half of the next step one version early, its rest on the next version
+    assert _schedule(0, 2, 4, 3) == [(0, 1, "whole"), (0, 2, "head"), (1, 2, "tail"), (1, 3, "head"), (2, 3, "tail")]
+    # a head of all the prompts (0.99 x 4 rounds up to 4) is the whole step, one further ahead
+    assert _schedule(0, 4, 4, 3) == [(0, 1, "whole"), (0, 2, "whole"), (1, 3, "whole")]
+    # bound 0: the synchronous order
+    assert _schedule(0, 0, 4, 3) == [(0, 1, "whole"), (1, 2, "whole"), (2, 3, "whole")]

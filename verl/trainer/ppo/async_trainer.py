@@ -166,6 +166,21 @@ def head_prompts(config) -> int:
     return min(prompts, max(math.ceil(part * prompts - 1e-9), rollout_processes(config)))
 
 
+def next_request(step: int, published: int, whole: int, head: int, prompts: int, tail_waiting: bool) -> str | None:
+    """What the controller may send for ``step`` while the rollout holds version ``published``: ``"tail"``
+    (the rest of a step whose ``head`` prompts went out), ``"whole"``, ``"head"``, or None (wait). A step
+    goes whole once it is within ``whole`` steps ahead; one step further, its head goes (the whole step,
+    when the head is all of its ``prompts``)."""
+    ahead = (step - 1) - published
+    if tail_waiting:
+        return "tail" if ahead <= whole else None
+    if ahead <= whole or (head >= prompts and ahead == whole + 1):
+        return "whole"
+    if head and ahead == whole + 1:
+        return "head"
+    return None
+
+
 def joined(step: int, parts: list[RolloutResult]) -> RolloutResult:
     """One step's answer from the answers to its requests (a head and a tail), rows in prompt order."""
     if len(parts) == 1:
@@ -215,24 +230,22 @@ class AsyncRollouts:
         t = self.trainer
         while self.next_request <= t.total_steps:
             step = self.next_request
-            ahead = (step - 1) - self.published
-            if step in self.tails:  # its head went out: the rest once the whole steps allow
-                if ahead > self.whole:
-                    return
+            action = next_request(step, self.published, self.whole, self.head, t.config.data.train_batch_size,
+                                  step in self.tails)
+            if action is None:
+                return
+            if action == "tail":
                 self._submit(step, self.tails.pop(step))
-                self.next_request += 1
-            elif ahead <= self.whole:
+            elif action == "whole":
                 self.parts[step] = 1
                 self._submit(step, self._prompts(step))
-                self.next_request += 1
-            elif self.head and ahead == self.whole + 1:
+            else:
                 prompts = self._prompts(step)
                 self.parts[step] = 2
                 self.tails[step] = prompts.index(slice(self.head, None))
                 self._submit(step, prompts.index(slice(0, self.head)))
-                return
-            else:
-                return
+                return  # its tail waits for the next version
+            self.next_request += 1
 
     def _prompts(self, step: int):
         t = self.trainer
