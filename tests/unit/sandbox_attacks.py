@@ -138,6 +138,24 @@ def _owned(path):
     except FileNotFoundError:
         return False
 
+def _mapped_in_shm():
+    """Inodes under /dev/shm that a live process maps (its semaphores; a semaphore's maps line names the
+    temporary file glibc created it as, so inodes, not names): the program's are not, it has ended."""
+    inodes = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/maps" % pid) as f:
+                inodes.update(int(line.split()[4]) for line in f if "/dev/shm/" in line)
+        except (OSError, IndexError, ValueError):
+            pass
+    return inodes
+
+def _inode(path):
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
 def escaped(stdout):
     found = []
     for listener in listeners:
@@ -169,12 +187,15 @@ def escaped(stdout):
     with open(shm) as f:
         if f.read() != spec["secret"]:
             found.append("changed " + shm)
-    # Only what appeared while the program ran, and only the driver's own uid's: the host's /dev/shm is
-    # shared with every process of the machine (the test suite's other worker spawns processes whose
-    # semaphores come and go there). Only the program's own file is removed, never a semaphore: one
-    # that is not the program's belongs to a live process.
+    # Only what appeared while the program ran, owned by the driver's uid and (a semaphore) mapped by no
+    # live process: the host's /dev/shm is shared with every process of the machine (the test suite's
+    # other worker spawns processes whose semaphores come and go there; the program has ended, so what it
+    # made is mapped by nobody). Only the program's own file is removed, never a semaphore.
     made = sorted(set(os.listdir("/dev/shm")) - shm_before - {os.path.basename(shm)})
     made = [name for name in made if name.startswith(("verl-sandbox-made", "sem.")) and _owned("/dev/shm/" + name)]
+    if any(name.startswith("sem.") for name in made):  # a live process's semaphore is mapped by it
+        in_use = _mapped_in_shm()
+        made = [name for name in made if not name.startswith("sem.") or _inode("/dev/shm/" + name) not in in_use]
     if made:
         found.append("made %s in /dev/shm" % made)
         for name in made:
