@@ -11,6 +11,21 @@ TOOL_CONVERSATION = [{"role": "user", "content": "12*34="}, {"role": "assistant"
                      {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]
 
 
+def fit(model, inputs, labels, steps: int) -> float:
+    """Train ``model`` on ``inputs`` (AdamW, lr 1e-2) until the loss is below 0.01 or ``steps`` are done;
+    leaves it in eval mode and returns the last loss."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = model(**inputs, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    return loss.item()
+
+
 def memorize(tmp_path_factory, name: str, conversations: list[list[dict]], hidden_size: int = 64):
     """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text)."""
     torch.manual_seed(0)
@@ -21,15 +36,7 @@ def memorize(tmp_path_factory, name: str, conversations: list[list[dict]], hidde
     texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
     batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(400):
-        loss = model(**batch, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
-    model.eval()
+    fit(model, batch, labels, steps=400)
     folder = tmp_path_factory.mktemp(f"{name}-trained")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

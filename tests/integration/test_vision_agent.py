@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from agent_models import TOOL_CONVERSATION, memorize
+from agent_models import TOOL_CONVERSATION, fit, memorize
 from rl_compare import run_plain, step_metrics
 from verl.agent.agent_loop import AgentLoop, AgentSettings
 from verl.data import RLDataset, collate_prompts, write_parquet
@@ -86,16 +86,7 @@ def vl_agent(tmp_path_factory):
     labels = inputs["input_ids"].masked_fill(inputs["input_ids"] == processor.image_token_id, -100)
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_pretrained(base)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    for _ in range(300):
-        loss = model(**inputs, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if loss.item() < 0.01:
-            break
-    assert loss.item() < 0.05
-    model.eval()
+    assert fit(model, inputs, labels, steps=300) < 0.05
     path = folder / "model"
     model.save_pretrained(path)
     processor.save_pretrained(path)
@@ -202,7 +193,7 @@ def test_grpo_trains_a_vision_language_agent_whose_tool_returns_pictures(vl_agen
 
 
 def test_a_tool_message_with_images_goes_in_whole_or_ends_the_trajectory():
-    from verl.agent.agent_loop import Trajectory
+    from verl.agent.trajectory import Trajectory
 
     first = {"pixel_values": torch.ones(16, 3), "image_grid_thw": torch.tensor([[1, 4, 4]])}
     tool = {"pixel_values": torch.zeros(4, 3), "image_grid_thw": torch.tensor([[1, 2, 2]])}
