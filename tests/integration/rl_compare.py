@@ -2,16 +2,14 @@
 command-line keys, and the comparisons of metrics and weights between two runs."""
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import REPO
+from zygote import run_module
 from verl.data import write_parquet
 
 REWARD_FILE = '''
@@ -61,9 +59,7 @@ def make_data_dir(folder):
 
 
 def run_plain(args, env=None) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO),
-                                                       "OMP_NUM_THREADS": "1", **(env or {})})
+    done = run_module("verl.trainer.main_ppo", args, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 

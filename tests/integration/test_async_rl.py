@@ -18,6 +18,7 @@ import time
 import pytest
 
 from helpers import REPO, run_torchrun_module
+from zygote import run_module
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
                         step_metrics, without_async)
@@ -167,9 +168,8 @@ def test_one_step_off_is_the_same_run_in_a_thread_and_after_a_resume(tiny_model_
     # A tighter bound than the one the checkpoint's batches were generated under is refused, naming both.
     tighter = tmp_path / "tighter"
     shutil.copytree(reference / "global_step_2", tighter / "global_step_2")
-    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo",
-                           *run_args(tiny_model_dir, data_dir, tighter, *GRPO, *ASYNC, "async_training.max_staleness=0")],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    done = run_module("verl.trainer.main_ppo",
+                      run_args(tiny_model_dir, data_dir, tighter, *GRPO, *ASYNC, "async_training.max_staleness=0"))
     assert done.returncode != 0
     assert "holds the batch of step 3, generated with policy version 1" in done.stderr
     assert "resume with max_staleness >= 1" in done.stderr
@@ -240,9 +240,7 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
                  # weights sent by broadcast: one the partial rollout replaces before loading is still received;
                  # a rollout pool of two processes (verl's rollout resources), each taking every broadcast
                  "async_training.checkpoint_engine.backend=broadcast", "rollout.n_gpus_per_node=2"]
-    done = subprocess.run([sys.executable, "-m", "verl.experimental.fully_async_policy.fully_async_main", *base,
-                           *verl_keys], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    done = run_module("verl.experimental.fully_async_policy.fully_async_main", [*base, *verl_keys])
     assert done.returncode == 0, done.stderr[-3000:]
     # 1 x 2 prompts per mini-batch x 2 updates per sync = 4 prompts a step; 12 prompts = 3 steps
     assert "= 4 prompts (data.train_batch_size)" in done.stdout

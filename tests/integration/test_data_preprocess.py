@@ -2,11 +2,10 @@
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 from helpers import REPO
+from zygote import run_script
 
 from verl.data import RLDataset, read_rows, write_parquet
 from verl.models.tiny import build_char_tokenizer
@@ -23,8 +22,7 @@ MATH_ANSWERS = {"train": ["\\frac{5}{6}", "6", "9\\pi", "5\\sqrt{2}", "6"],
 def preprocess(script, tmp_path, *args):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets-cache")}
-    return subprocess.run([sys.executable, str(script), *map(str, args)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return run_script(script, args, cwd=tmp_path, env=env, timeout=300)
 
 
 def check_ok(done):

@@ -1,18 +1,17 @@
 """``verl doctor`` run as a subprocess on this environment (offline: no network)."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from verl.cli import main
+from zygote import run_module
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=300)
+    assert args[0] == "-m"
+    return run_module(args[1], args[2:], env={"HF_HUB_OFFLINE": "1"}, timeout=300)
 
 
 @pytest.mark.slow

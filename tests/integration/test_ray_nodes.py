@@ -19,6 +19,7 @@ import pytest
 
 from helpers import REPO, ray_cluster
 from rl_compare import GRPO, assert_same_metrics, run_args, step_metrics
+from zygote import run_module
 
 pytest.importorskip("ray", reason="the ray extra (bash scripts/setup.sh --test installs it)")
 pytestmark = pytest.mark.slow
@@ -81,10 +82,9 @@ def test_a_lost_ray_node_ends_the_run_with_one_line_and_it_resumes_on_the_other(
         saved = sorted(int(p.name.rsplit("_", 1)[1]) for p in out.glob("global_step_*"))
         assert saved[-1] >= 2 and all((out / f"global_step_{s}" / "state.pt").exists() for s in saved)
         # The same run on the node that remains resumes from the last checkpoint.
-        resumed = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo",
-                                  *run_args(model, data, out, *quick, "trainer.nnodes=1",
-                                            f"trainer.total_training_steps={saved[-1] + 1}")],
-                                 cwd=REPO, capture_output=True, text=True, timeout=300, env={**ENV, **os.environ})
+        resumed = run_module("verl.trainer.main_ppo", run_args(model, data, out, *quick, "trainer.nnodes=1",
+                                                                f"trainer.total_training_steps={saved[-1] + 1}"),
+                             env={**ENV, **os.environ}, timeout=300)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert f"Resumed from {out / f'global_step_{saved[-1]}'}" in resumed.stdout
         assert max(step_metrics(out)) == saved[-1] + 1

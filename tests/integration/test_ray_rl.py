@@ -27,6 +27,7 @@ import pytest
 
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from helpers import REPO, free_port, ray_cluster
+from zygote import run_module
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, runs_once_per_keys, step_metrics, without_async)
 
@@ -69,8 +70,7 @@ def _driver(args, **popen) -> subprocess.Popen:
 
 
 def _ray(args, env=None) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **RAY_ENV, **(env or {})})
+    done = run_module("verl.trainer.main_ppo", args, env={**RAY_ENV, **(env or {})})
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 
@@ -292,11 +292,11 @@ def test_without_ray_backend_ray_names_the_install_and_plain_runs_work(tiny_mode
 
 def test_a_pool_the_cluster_cannot_hold_is_refused_within_the_timeout(tiny_model_dir, data_dir, tmp_path):
     """2 nodes x 3 ranks, each node's ranks packed on one machine, on a one-node cluster of 4 CPUs."""
-    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo",
-                           *run_args(tiny_model_dir, data_dir, tmp_path / "out", "trainer.backend=ray", "trainer.nnodes=2",
-                                     "trainer.n_gpus_per_node=3", "data.train_batch_size=6",
-                                     "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.dist_timeout_s=3")],
-                          cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **RAY_ENV})
+    done = run_module("verl.trainer.main_ppo",
+                      run_args(tiny_model_dir, data_dir, tmp_path / "out", "trainer.backend=ray", "trainer.nnodes=2",
+                               "trainer.n_gpus_per_node=3", "data.train_batch_size=6",
+                               "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.dist_timeout_s=3"),
+                      env=RAY_ENV, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and ("Ray could not reserve the resource pool global_pool (3 x {'CPU': 1} + 3 x {'CPU': 1}, "

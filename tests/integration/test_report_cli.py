@@ -2,13 +2,11 @@
 summary; the installed ``verl`` command compares runs and answers a folder without a run with exit 2."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.integration.helpers import REPO, echo_launch
+from tests.integration.helpers import echo_launch
+from zygote import run_module
 from verl.trainer.main_ppo import main
 
 pytestmark = pytest.mark.slow
@@ -20,8 +18,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def _verl(*args):
-    return subprocess.run([sys.executable, "-m", "verl.cli", *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return run_module("verl.cli", args, timeout=300)
 
 
 def test_a_short_run_writes_its_report_and_the_command_compares_runs(tiny_model_dir, tmp_path, capsys):

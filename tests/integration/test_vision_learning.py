@@ -2,14 +2,11 @@
 starts the built-in tiny Qwen2-VL on pictures of shapes (the colour of the largest one), then GRPO raises its
 held-out accuracy. The question's text is the same for every picture: only reading the image helps."""
 
-import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import REPO
 from rl_compare import step_metrics
+from zygote import run_module
 
 pytestmark = pytest.mark.slow
 
@@ -17,11 +14,8 @@ GREEDY, SAMPLED = "val-core/builtin/shapes/reward/mean@1", "val-aux/builtin/shap
 
 
 def test_the_shapes_demo_raises_held_out_accuracy_by_reading_the_pictures(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "data.builtin_task=shapes",
-                           f"trainer.default_local_dir={tmp_path / 'shapes'}", "trainer.progress_bar=false",
-                           "trainer.write_report=false"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    done = run_module("verl.trainer.main_ppo", ["data.builtin_task=shapes", f"trainer.default_local_dir={tmp_path / 'shapes'}",
+                                                "trainer.progress_bar=false", "trainer.write_report=false"], timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Vision-language policy (qwen2_vl)" in done.stdout
     metrics = step_metrics(tmp_path / "shapes")
