@@ -21,7 +21,10 @@ counted either), attention over the cache and the prefill. The machine's matmul 
 in the same run: a timed fp32 ``1024 x 1024 @ 1024 x 1024`` matmul at the same thread count.
 ``--engines`` also takes ``native-forward``: the ``native`` engine with its fast decoder switched off
 (``NativeRollout(fast=False)``: the same loop through the model's own forward), to see what the fast
-decoder (:mod:`verl.rollout.fast_decoder`) adds. A measurement: nothing is asserted.
+decoder (:mod:`verl.rollout.fast_decoder`) adds; ``native-seqs`` (``max_num_seqs=--max-num-seqs``: at most
+that many rows decode at once, waiting rows take the slots of finished ones) and ``native-waves`` (the
+same bound kept by generating ``--max-num-seqs`` rows at a time, each call until its longest row ends),
+to see what refilling slots (continuous batching) saves over waves. A measurement: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -77,6 +80,21 @@ def time_generate(engine, prompts, params, repeats: int = 1) -> tuple[float, int
     return best, int(out["response_mask"].sum())
 
 
+class Waves:
+    """An engine run on ``rows`` rows (``rows / n`` prompts) at a time, one ``generate`` after another."""
+
+    def __init__(self, engine, rows: int):
+        self.engine, self.rows = engine, rows
+        self.eos_token_ids = engine.eos_token_ids
+
+    def generate(self, prompts, params):
+        from verl.rollout import concat_rollouts
+
+        self.engine.eos_token_ids = self.eos_token_ids
+        calls = [self.engine.generate(part, params) for part in prompts.split(max(1, self.rows // params.n))]
+        return concat_rollouts(calls, self.engine.pad_token_id)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1,
@@ -87,7 +105,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--engines", nargs="+", default=["hf", "native"],
-                        help="hf, native, native-forward (native without its fast decoder), vllm")
+                        help="hf, native, native-forward (native without its fast decoder), native-seqs, "
+                             "native-waves, vllm")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="the row bound of native-seqs and native-waves")
     parser.add_argument("--stop-tokens", type=int, nargs="+", default=[0, 16])
     args = parser.parse_args()
 
@@ -125,6 +145,12 @@ def main() -> None:
                     from verl.rollout.native import NativeRollout
 
                     engine = NativeRollout(model, tokenizer, fast=False)
+                elif engine_name in ("native-seqs", "native-waves"):
+                    from verl.rollout.native import NativeRollout
+
+                    engine = NativeRollout(model, tokenizer, max_num_seqs=args.max_num_seqs)
+                    if engine_name == "native-waves":
+                        engine = Waves(NativeRollout(model, tokenizer), args.max_num_seqs)
                 else:
                     engine = build_rollout(engine_name, model, tokenizer, **extra)
                 eos = list(engine.eos_token_ids)

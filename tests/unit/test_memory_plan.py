@@ -50,6 +50,9 @@ def test_sharding_offload_lora_and_checkpointing_lower_what_they_should():
     two = small_plan(ranks=2)
     assert two.parts["actor", "optimizer"][0] == plain.parts["actor", "optimizer"][0] // 2
     assert two.parts["rollout", "KV cache"][0] == plain.parts["rollout", "KV cache"][0] // 2  # half the rows
+    # the engine decodes at most max_num_seqs rows at once (the others wait for a slot): 8 rows -> 3
+    capped = small_plan("actor_rollout_ref.rollout.max_num_seqs=3")
+    assert capped.parts["rollout", "KV cache"][0] == plain.parts["rollout", "KV cache"][0] * 3 // 8
     offload = small_plan("actor_rollout_ref.actor.fsdp_config.param_offload=true")
     assert offload.parts["actor", "weights"][0] == offload.parts["actor", "optimizer"][0] == 0
     assert small_plan("actor_rollout_ref.actor.fsdp_config.param_offload=true",

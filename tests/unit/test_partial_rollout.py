@@ -108,3 +108,26 @@ def test_nothing_pending_is_one_generation_and_a_swap_waiting_at_the_start_is_ta
     assert first.applied == 1 and (out["policy_version_last"] == 1).all()
     torch.testing.assert_close(out["rollout_log_probs"], actor_log_probs(model, out) * out["response_mask"],
                                atol=1e-4, rtol=0)
+
+
+def test_with_max_num_seqs_a_swap_stops_the_rows_holding_slots_and_the_rest_start_under_the_new_weights(qwen2):  # noqa: F811
+    """A pause stops every row, so rows waiting for a slot would have drawn nothing when it comes: the
+    engine is handed max_num_seqs rows at a time, each group resumable; groups after the swap are the
+    new weights' from their first token."""
+    model, tokenizer = qwen2
+    prompts = make_prompts(tokenizer)  # 5 prompts x 2 samples: groups of 4, 4 and 2 rows
+    worker_model, new = copy.deepcopy(model), copy.deepcopy(model)
+    new.load_state_dict(perturbed(model))
+    swap = ScriptedSwap(worker_model, model.state_dict())  # the same weights: nothing changes
+    out = NativeRollout(worker_model, tokenizer, max_num_seqs=4).generate(prompts, PARAMS, swap=swap)
+    whole = NativeRollout(model, tokenizer).generate(prompts, PARAMS)
+    assert torch.equal(out["responses"], whole["responses"])
+    lengths = whole["response_mask"].sum(1)
+    first = (lengths[:4] > BEFORE).long()  # the first group's rows still going at the swap end under version 1
+    assert torch.equal(out["policy_version_last"], torch.cat([first, torch.ones(6, dtype=torch.long)]))
+
+    swap = ScriptedSwap(copy.deepcopy(model), new.state_dict())
+    out = NativeRollout(swap.model, tokenizer, max_num_seqs=4).generate(prompts, PARAMS, swap=swap)
+    later = out["response_mask"][4:].bool()
+    torch.testing.assert_close(out["rollout_log_probs"][4:][later], actor_log_probs(new, out)[4:][later],
+                               atol=1e-4, rtol=0)

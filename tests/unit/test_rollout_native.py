@@ -203,6 +203,66 @@ def test_finished_rows_leave_the_decode_batch(qwen2):
     assert sizes[-1] < len(out)
 
 
+# --------------------------------------------------------------------------- continuous batching
+
+LONG_TAIL = TEXTS + ["3+3=", "long: 1000+2000=", "9"]  # 8 prompts, 3 samples each: 24 rows
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED[1]], ids=["greedy", "sampled"])
+# (12, 0.7): finished rows keep their slots long after their last token (their positions must not run on)
+@pytest.mark.parametrize("cap,compact", [(1, 0.0), (3, 0.0), (5, 0.25), (16, 0.125), (12, 0.7)])
+def test_max_num_seqs_refills_the_slots_of_finished_rows_and_draws_what_the_whole_batch_draws(qwen2, params, cap,
+                                                                                              compact):
+    model, tokenizer = qwen2
+    prompts = make_prompts(tokenizer, LONG_TAIL)
+    params = dataclasses.replace(params, n=3, max_new_tokens=14)
+    whole = NativeRollout(model, tokenizer).generate(prompts, params)
+    assert_lengths_differ(whole)
+    engine = NativeRollout(model, tokenizer, max_num_seqs=cap, compact_fraction=compact)
+    out = engine.generate(prompts, params)
+    assert engine.last_path == "fast"
+    # Each row's response depends on its prompt, seed and the weights only, not on when it got a slot.
+    assert torch.equal(out["responses"], whole["responses"])
+    torch.testing.assert_close(out["rollout_log_probs"], whole["rollout_log_probs"], atol=1e-5, rtol=0)
+    assert max(engine.last_decode_rows) <= cap
+    # The slots are refilled: never more decode steps than running the rows cap at a time, each wave until
+    # its longest row ends (the prefill draws each row's first token); fewer once a wave's rows differ in
+    # length (one slot, or 3 = a prompt's samples that end together, can only match it). At 0.7 slots
+    # are refilled only once most rows have ended: what is checked there is the samples.
+    if compact < 0.5:
+        lengths = whole["response_mask"].sum(1)
+        waves = sum(int(lengths[at:at + cap].max()) - 1 for at in range(0, len(lengths), cap))
+        assert len(engine.last_decode_rows) <= waves
+        if cap >= 5:
+            assert len(engine.last_decode_rows) < waves, (len(engine.last_decode_rows), waves)
+
+
+def test_max_num_seqs_on_the_model_forward_runs_waves_of_rows(qwen2):
+    """The model-forward path's cache takes no new rows: max_num_seqs rows at a time, the same samples."""
+    model, tokenizer = qwen2
+    prompts = make_prompts(tokenizer, LONG_TAIL)
+    params = dataclasses.replace(SAMPLED[0], max_new_tokens=12)
+    whole = NativeRollout(model, tokenizer, fast=False).generate(prompts, params)
+    engine = NativeRollout(model, tokenizer, fast=False, max_num_seqs=5)
+    out = engine.generate(prompts, params)
+    assert engine.last_path == "hf" and max(engine.last_decode_rows) <= 5
+    assert torch.equal(out["responses"], whole["responses"])
+    torch.testing.assert_close(out["rollout_log_probs"], whole["rollout_log_probs"], atol=1e-5, rtol=0)
+
+
+def test_the_rollout_sections_max_num_seqs_reaches_the_engines(qwen2):
+    from verl.config import TrainerConfig
+
+    model, tokenizer = qwen2
+    rollout = TrainerConfig().actor_rollout_ref.rollout
+    assert build_rollout("native", model, tokenizer, rollout_config=rollout).max_num_seqs == rollout.max_num_seqs
+    rollout.max_num_seqs = 64
+    assert build_rollout("hf", model, tokenizer, rollout_config=rollout).generation_batch_size == 64  # waves
+    engine = build_rollout("native", model, tokenizer, rollout_config=rollout, generation_batch_size=8)
+    assert engine.max_num_seqs == 8  # the smaller of the two bounds
+    assert build_rollout("native", model, tokenizer).max_num_seqs is None  # the Python API's default: all at once
+
+
 # --------------------------------------------------------------------------- engine plumbing
 
 def test_build_rollout_makes_the_native_engine_on_the_callers_model(qwen2):

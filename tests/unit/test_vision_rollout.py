@@ -103,6 +103,10 @@ def test_native_draws_what_hf_draws_from_the_same_seeds_images_included(vl):
     native = NativeRollout(model, processor.tokenizer).generate(prompts, PARAMS)
     assert torch.equal(native["responses"], hf["responses"])
     torch.testing.assert_close(native["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
+    # max_num_seqs with images: waves of rows, each with its own pictures (the same samples)
+    waves = NativeRollout(model, processor.tokenizer, max_num_seqs=1).generate(prompts, PARAMS)
+    assert torch.equal(waves["responses"], hf["responses"])
+    torch.testing.assert_close(waves["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
 
 
 def test_the_policy_gradient_reaches_the_vision_tower_and_text_engines_refuse_images(vl):

@@ -90,7 +90,9 @@ class RolloutConfig(Section):
                                            "(on a CPU, of the machine's memory; the CPU build's KV cache is "
                                            "sized from max_num_seqs and max_model_len instead).")
     tensor_model_parallel_size: int = option(1, bounds=">= 1", help="GPUs one vLLM model is split over.")
-    max_num_seqs: int = option(256, bounds=">= 1", help="vLLM: most sequences the engine decodes at once.")
+    max_num_seqs: int = option(256, bounds=">= 1", help="Most sequences the engine decodes at once; the others "
+                               "wait. vLLM and native give them the slots of sequences that finish (continuous "
+                               "batching); hf, and native on a model's own forward, run waves of this many.")
     max_model_len: int | None = option(None, bounds=">= 1", help="vLLM: longest sequence (prompt + response) the engine "
                                        "serves; null = data.max_prompt_length + data.max_response_length.")
     max_num_batched_tokens: int = option(8192, bounds=">= 1", help="vLLM: most tokens one engine step processes.")
@@ -108,7 +110,8 @@ class RolloutConfig(Section):
                                  "keys above). The sglang and trtllm entries are verl's; those engines are not "
                                  "supported here.")
     generation_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per generate call; null = "
-                                               "the whole step at once.")
+                                               "the whole step at once (hf and native: at most this many "
+                                               "sequences at once, with max_num_seqs).")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per forward pass "
                                                            "when recomputing old log-probs; null = all at once. Ignored with "
                                                            "log_prob_use_dynamic_bsz.")

@@ -244,36 +244,95 @@ class FastDecoder:
         """Float32 logits ``[U, V]`` of the last position of each left-padded prompt; fills the cache
         (``capacity`` positions: prompt + new tokens)."""
         rows, length = input_ids.shape
-        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         self._rope_tables(max(capacity, int(positions.max()) + 1))
+        self.keys, self.values = [], []
+
+        def store(k: torch.Tensor, v: torch.Tensor) -> None:
+            for cache, new in ((self.keys, k), (self.values, v)):
+                buffer = torch.empty(rows, self.kv_heads, capacity, self.head_dim, dtype=self.dtype, device=self.device)
+                buffer[:, :, :length] = new
+                cache.append(buffer.view(rows * self.kv_heads, capacity, self.head_dim))
+
+        logits, valid = self._prompts(input_ids, attention_mask, positions, store)
+        # Additive decode mask over the cache: 0 on real prompt keys and on every decode column.
+        bias = torch.zeros(rows, self.kv_heads, 1, capacity, dtype=self.dtype, device=self.device)
+        bias[:, :, 0, :length].masked_fill_(~valid[:, None, :], float("-inf"))
+        self.bias = bias.view(rows * self.kv_heads, 1, capacity)
+        self.start = torch.zeros(rows, dtype=torch.long, device=self.device)  # each row's first column
+        self.length = length
+        return logits
+
+    def refill(self, slots: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+               positions: torch.Tensor, samples: torch.Tensor, max_new: int) -> torch.Tensor:
+        """Continuous batching: new rows take the cache rows ``slots`` (rows that finished), in place. The
+        distinct left-padded prompts are prefilled once; slot ``i`` gets prompt ``samples[i]``, placed so
+        that it ends at the last filled column, every column before it masked, and it decodes on with
+        the other rows from the next column. When the cache lacks room for ``max_new`` more columns, it
+        is rebuilt without the columns no row reads any more, with room to spare. Returns each slot's
+        logits ``[len(slots), V]``."""
+        length = input_ids.shape[1]
+        filled, kv = self.length, self.kv_heads
+        offset = filled - length  # the new prompts' first column (prompts share their padded length)
+        if offset < 0:
+            raise ValueError(f"new prompts of {length} positions do not fit before column {filled}")
+        self.start[slots] = offset
+        capacity = self.keys[0].shape[1]
+        if filled + max_new > capacity:
+            first = int(self.start.min())  # columns before it are masked for every row
+            capacity = filled - first + 2 * max_new  # room for a few refills before the next rebuild
+
+            def rebuilt(buffer: torch.Tensor) -> torch.Tensor:
+                out = buffer.new_empty(buffer.shape[0], capacity, *buffer.shape[2:])
+                out[:, :filled - first] = buffer[:, first:filled]
+                return out
+
+            self.keys, self.values = [rebuilt(k) for k in self.keys], [rebuilt(v) for v in self.values]
+            bias = self.bias.new_zeros(self.bias.shape[0], 1, capacity)  # 0 on every decode column
+            bias[:, :, :filled - first] = self.bias[:, :, first:filled]
+            self.bias = bias
+            self.start -= first
+            filled, offset, self.length = filled - first, offset - first, filled - first
+        table = len(self.rot if self.complex else self.cos)
+        if table < int(positions.max()) + 1 + max_new:
+            self._rope_tables(int(positions.max()) + 1 + max_new)
+        layer = iter(range(len(self.layers)))
+
+        def store(k: torch.Tensor, v: torch.Tensor) -> None:  # each sample's prompt into its slot
+            i = next(layer)
+            for cache, new in ((self.keys, k), (self.values, v)):
+                cache[i].view(-1, kv, capacity, self.head_dim)[slots, :, offset:filled] = new[samples]
+
+        logits, valid = self._prompts(input_ids, attention_mask, positions, store)
+        bias = self.bias.view(-1, kv, capacity)
+        rows = bias[slots]
+        rows[:, :, :offset] = float("-inf")
+        rows[:, :, offset:] = 0
+        rows[:, :, offset:filled].masked_fill_(~valid[samples][:, None, :], float("-inf"))
+        bias[slots] = rows
+        return logits[samples]
+
+    def _prompts(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, positions: torch.Tensor, store):
+        """The forward of left-padded prompts: last-position logits and the mask of real positions ``[U, P]``;
+        each layer's rotated keys and values ``[U, kv, P, dim]`` go to ``store(keys, values)`` in layer order."""
+        rows, length = input_ids.shape
+        heads, kv, dim = self.heads, self.kv_heads, self.head_dim
         valid = attention_mask.bool()
         causal = torch.ones(length, length, dtype=torch.bool, device=self.device).tril()
         # A real query sees the real keys up to itself; a pad query only itself (no all-masked row).
         allowed = (causal & valid[:, None, :]) | torch.eye(length, dtype=torch.bool, device=self.device)
         allowed = allowed.unsqueeze(1)  # [U, 1, P, P]
-        # Additive decode mask over the cache: 0 on real prompt keys and on every decode column.
-        bias = torch.zeros(rows, kv, 1, capacity, dtype=self.dtype, device=self.device)
-        bias[:, :, 0, :length].masked_fill_(~valid[:, None, :], float("-inf"))
-        self.bias = bias.view(rows * kv, 1, capacity)
-        self.keys, self.values = [], []
         x = F.embedding(input_ids, self.embed).view(rows * length, -1)
         for layer in self.layers:
             h = F.rms_norm(x, layer.norm1.shape, layer.norm1, layer.eps1)
             qkv = _project(h, layer.qkv).view(rows, length, heads + 2 * kv, dim)
             qk = self._rope(qkv[:, :, :heads + kv], positions)
             q, k, v = qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv:]
-            keys = torch.empty(rows, kv, capacity, dim, dtype=self.dtype, device=self.device)
-            values = torch.empty_like(keys)
-            keys[:, :, :length] = k
-            values[:, :, :length] = v.transpose(1, 2)
-            self.keys.append(keys.view(rows * kv, capacity, dim))
-            self.values.append(values.view(rows * kv, capacity, dim))
+            store(k, v.transpose(1, 2))
             out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed, scale=self.scale,
                                                  enable_gqa=self.groups > 1)
             x = _project_residual(x, out.transpose(1, 2).reshape(rows * length, heads * dim), layer.o)
             x = self._mlp(x, layer)
-        self.length = length
-        return self._logits(x.view(rows, length, -1)[:, -1])
+        return self._logits(x.view(rows, length, -1)[:, -1]), valid
 
     # --------------------------------------------------------------------------- batch changes
     def select(self, index: torch.Tensor) -> None:
@@ -289,6 +348,7 @@ class FastDecoder:
 
         self.keys, self.values = [moved(k) for k in self.keys], [moved(v) for v in self.values]
         self.bias = self.bias[gather]
+        self.start = self.start[index]
 
     # --------------------------------------------------------------------------- decode
     def decode(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

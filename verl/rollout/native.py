@@ -14,6 +14,11 @@ with a transformers KV cache. ``last_path`` and ``fallback_reason`` tell which r
 - **finished rows leave the batch**: a row that emits EOS is dropped from the decode batch and its
   cache rows from the cache (a batch gather) once finished rows make up ``compact_fraction`` of the
   batch, so decode compute follows the rows still going instead of the longest response;
+- **continuous batching** (``max_num_seqs``, the rollout section's key): at most that many rows decode at
+  once; the others wait, and take the cache rows of finished ones (their prompts prefilled, placed to end
+  at the cache's last column, the columns before masked), so the decode batch stays full while rows wait
+  and the KV cache holds ``max_num_seqs`` rows, not the whole batch. The model-forward path runs waves of
+  ``max_num_seqs`` rows instead. A row's tokens do not depend on when it got its slot;
 - **the cache** (Hugging Face forward) is transformers' ``DynamicCache`` (``cache="dynamic"``, the default) or a
   preallocated one (``cache="static"``): each layer's keys and values in one buffer sized for the
   whole generation, written in place, attention reading views of the filled part. On a CPU the two
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
@@ -132,7 +138,8 @@ class NativeRollout(RolloutEngine):
     takes_images = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, device: torch.device | str | None = None,
-                 seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True):
+                 seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True,
+                 max_num_seqs: int | None = None):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         super().__init__(eos, tokenizer.pad_token_id, seed)
@@ -141,6 +148,8 @@ class NativeRollout(RolloutEngine):
         self.model, self.cache, self.fast = model, cache, fast
         # Finished rows are dropped from the decode batch once they are this share of it (at least one).
         self.compact_fraction = compact_fraction
+        # Most rows decoded at once; the others wait, and take the slots of rows that finish (None: all at once).
+        self.max_num_seqs = max_num_seqs
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self._cache_kwarg = cache_kwarg(model)
         self.last_path: str | None = None
@@ -195,11 +204,16 @@ class NativeRollout(RolloutEngine):
         self.last_decode_rows = []
         if max_new == 0 or batch == 0:
             return responses, log_probs if params.logprobs else None
+        cap = batch if self.max_num_seqs is None else min(batch, self.max_num_seqs)
+        if cap < batch and pause is not None:  # generate_resumable hands the engine max_num_seqs rows at a time
+            raise ValueError(f"a pausable generation takes at most max_num_seqs={self.max_num_seqs} rows, got {batch}")
 
         mask = attention_mask.long()
         forbidden = placeholder_ids(self.model)
         images = forward_inputs(media, input_ids, mask, self.model)
         if images:
+            if cap < batch:  # the HF forward's cache takes no new rows: waves of max_num_seqs rows
+                return self._waves(input_ids, attention_mask, params, seeds, first_step, media, cap)
             # Each row prefills with its own images (two prompts of the same ids may show different ones),
             # at the model's M-RoPE positions; text then goes on from each row's largest position.
             rope = images.pop("position_ids")
@@ -208,55 +222,107 @@ class NativeRollout(RolloutEngine):
             steps = _HFSteps(self)
             logits = steps.prefill(input_ids, mask, rope, prompt_len + max_new, **images)
         else:
-            # Prefill once per distinct prompt, then give every sample its prompt's cache rows and logits.
-            first, inverse = distinct_prompts(input_ids, attention_mask)
             positions = mask.cumsum(dim=1) - 1
             positions = positions.masked_fill(mask == 0, 1)  # pads attend nowhere; as transformers' generate does
             steps = self._steps(prompt_len + max_new)
-            logits = steps.prefill(input_ids[first], mask[first], positions[first], prompt_len + max_new)[inverse]
-            if len(first) < batch:
-                steps.select(inverse)
+            if cap < batch and not isinstance(steps, FastDecoder):
+                return self._waves(input_ids, attention_mask, params, seeds, first_step, media, cap)
+            logits = self._prefill(steps, input_ids[:cap], mask[:cap], positions[:cap], prompt_len + max_new)
             shift = torch.zeros(batch, dtype=torch.long, device=self.device)
 
-        rows = torch.arange(batch, device=self.device)  # the output row of each decode row
-        live = torch.ones(batch, dtype=torch.bool, device=self.device)  # decode rows still generating
         seeds = seeds.to(self.device)
-        row_seeds = seeds
-        next_position = mask.sum(dim=1) + shift
+        rows = torch.arange(cap, device=self.device)  # the output row of each decode row
+        waiting = cap  # rows [waiting, batch) wait for a slot
+        live = torch.ones(cap, dtype=torch.bool, device=self.device)  # decode rows still generating
+        row_seeds = seeds[:cap]
+        drawn = torch.zeros(cap, dtype=torch.long, device=self.device)  # tokens each decode row has drawn
+        next_position = (mask.sum(dim=1) + shift)[:cap]
         eos = torch.tensor(self.eos_token_ids, device=self.device)
-        # The decode rows' tokens and log-probs, one column per step; copied out to their output rows
-        # when rows leave the batch and at the end. Tokens a finished row still draws are blanked at the end.
-        step_tokens, step_log_probs = responses.clone(), log_probs.clone()
-        width = 0
-        for step in range(max_new):
+        # Each decode row's tokens and log-probs, a column per token it drew (one more column takes the draws
+        # of a row that has finished and is still in the batch); copied out to their output rows when rows
+        # leave the batch or give up their slot. Tokens a finished row still draws are blanked at the end.
+        step_tokens = responses.new_full((cap, max_new + 1), self.pad_token_id)
+        step_log_probs = log_probs.new_zeros(cap, max_new + 1)
+        lengths = torch.zeros(batch, dtype=torch.long, device=self.device)  # tokens drawn by each output row
+
+        def write_out(index):
+            responses[rows[index]], log_probs[rows[index]] = step_tokens[index, :max_new], step_log_probs[index, :max_new]
+            lengths[rows[index]] = drawn[index].clamp(max=max_new)
+
+        while True:
             tokens, token_log_probs = self._pick(forbid_placeholders(logits, forbidden), params, row_seeds,
-                                                 first_step + step)
-            step_tokens[:, step] = tokens
-            step_log_probs[:, step] = token_log_probs
-            width = step + 1
-            live &= ~torch.isin(tokens, eos)
+                                                 first_step + drawn)
+            index = (torch.arange(len(rows), device=self.device), drawn.clamp(max=max_new))
+            step_tokens[index], step_log_probs[index] = tokens, token_log_probs
+            drawn = drawn + 1
+            live &= ~torch.isin(tokens, eos) & (drawn < max_new)
             still_going = int(live.sum())
-            if step + 1 == max_new or still_going == 0 or (pause is not None and pause()):
+            if (still_going == 0 and waiting == batch) or (pause is not None and pause()):
                 break
-            # Finished rows leave the batch and the cache once enough of them gather: every compaction
-            # copies the cache, every dead row left in costs one row of decode compute per step.
-            if len(rows) - still_going >= max(1, int(self.compact_fraction * len(rows))):
+            # Rows that finished free their place once enough of them gather (each change costs a cache
+            # copy or a prefill, each dead row left in one row of decode compute per step): while rows
+            # wait, they take the finished rows' slots (continuous batching); after that the finished
+            # rows leave the batch and the cache.
+            enough = len(rows) - still_going >= max(1, int(self.compact_fraction * len(rows)))
+            if enough and waiting == batch:
                 keep, gone = live.nonzero().squeeze(-1), (~live).nonzero().squeeze(-1)
-                responses[rows[gone]], log_probs[rows[gone]] = step_tokens[gone], step_log_probs[gone]
+                write_out(gone)
                 steps.select(keep)
                 rows, live, next_position, tokens = rows[keep], live[keep], next_position[keep], tokens[keep]
-                step_tokens, step_log_probs, row_seeds = step_tokens[keep], step_log_probs[keep], seeds[rows]
-            self.last_decode_rows.append(len(rows))
-            logits = steps.decode(tokens, next_position)
-            next_position = next_position + 1
-        responses[rows], log_probs[rows] = step_tokens, step_log_probs
-        responses, log_probs = responses[:, :width], log_probs[:, :width]
-        # Everything after a row's first stop token: pad, log-prob 0.
+                step_tokens, step_log_probs, drawn = step_tokens[keep], step_log_probs[keep], drawn[keep]
+                row_seeds = seeds[rows]
+            if still_going:
+                self.last_decode_rows.append(len(rows))
+                logits = steps.decode(tokens, next_position)
+                next_position = next_position + live  # a finished row's draws are blanked: its position stays
+            if enough and waiting < batch:
+                slots = (~live).nonzero().squeeze(-1)[:batch - waiting]
+                new = torch.arange(waiting, waiting + len(slots), device=self.device)
+                waiting += len(slots)
+                write_out(slots)
+                first, samples = distinct_prompts(input_ids[new], mask[new])
+                logits[slots] = steps.refill(slots, input_ids[new][first], mask[new][first], positions[new][first],
+                                             samples, max_new)
+                rows[slots], live[slots], drawn[slots] = new, True, 0
+                next_position[slots] = mask[new].sum(dim=1)
+                step_tokens[slots], step_log_probs[slots] = self.pad_token_id, 0.0
+                row_seeds = seeds[rows]
+        write_out(torch.arange(len(rows), device=self.device))
+        # Everything after a row's first stop token: pad, log-prob 0. The output is as wide as the longest response.
         stopped = torch.isin(responses, eos).long()
         after = (stopped.cumsum(dim=1) - stopped) > 0
         responses.masked_fill_(after, self.pad_token_id)
         log_probs.masked_fill_(after, 0.0)
-        return responses, log_probs if params.logprobs else None
+        ended = torch.where(stopped.any(dim=1), stopped.argmax(dim=1) + 1, lengths)
+        width = int(torch.minimum(ended, lengths).max())
+        return responses[:, :width], log_probs[:, :width] if params.logprobs else None
+
+    @staticmethod
+    def _prefill(steps, input_ids, mask, positions, capacity: int):
+        """Logits of each row's prompt: every distinct prompt prefilled once, its cache rows and logits then
+        given to each of its samples."""
+        first, inverse = distinct_prompts(input_ids, mask)
+        logits = steps.prefill(input_ids[first], mask[first], positions[first], capacity)
+        if len(first) < len(input_ids):
+            steps.select(inverse)
+        return logits[inverse]
+
+    def _waves(self, input_ids, attention_mask, params, seeds, first_step, media, cap: int):
+        """``max_num_seqs`` rows at a time, one generation after another (the HF forward's path)."""
+        parts = []
+        limit, self.max_num_seqs = self.max_num_seqs, None
+        try:
+            for at in range(0, len(input_ids), cap):
+                part = slice(at, at + cap)
+                parts.append(self._generate(input_ids[part], attention_mask[part], params, seeds[part], first_step,
+                                            None, None if media is None else media[part]))
+        finally:
+            self.max_num_seqs = limit
+        width = max(p[0].shape[1] for p in parts)
+        responses = torch.cat([F.pad(p[0], (0, width - p[0].shape[1]), value=self.pad_token_id) for p in parts])
+        if not params.logprobs:
+            return responses, None
+        return responses, torch.cat([F.pad(p[1], (0, width - p[1].shape[1])) for p in parts])
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)

@@ -8,7 +8,9 @@ far, prefilled again under the new weights, their sampling seeds continued at th
 stopped (:mod:`verl.rollout.seeding`: the token of step ``t`` is drawn with ``(seed, t)``). So a
 swap to the same weights changes nothing, and after a real one every token's log-prob is that of the
 weights that drew it: the rollout's log-probs describe the mixture of versions the response came from.
-Each row reports the version that drew its last token (``policy_version_last``).
+Each row reports the version that drew its last token (``policy_version_last``). An engine with a row
+bound (``max_num_seqs``) is handed that many rows at a time: a swap stops every row, and rows still
+waiting for a slot would have drawn nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 
 class WeightSwap(Protocol):
@@ -36,6 +39,16 @@ def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Te
                        swap: WeightSwap) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``engine.generate_responses`` (hf or native) that swaps weights whenever ``swap`` has new ones:
     responses ``[B, W]``, their log-probs (with ``params.logprobs``) and each row's last version ``[B]``."""
+    cap = getattr(engine, "max_num_seqs", None)
+    if cap is not None and input_ids.shape[0] > cap:  # a pause stops every row: no slots refilled across it
+        parts = [generate_resumable(engine, input_ids[at:at + cap], attention_mask[at:at + cap], params,
+                                    seeds[at:at + cap], swap) for at in range(0, input_ids.shape[0], cap)]
+        width = max(part[0].shape[1] for part in parts)
+        responses = torch.cat([F.pad(part[0], (0, width - part[0].shape[1]), value=engine.pad_token_id)
+                               for part in parts])
+        log_probs = None if not params.logprobs else \
+            torch.cat([F.pad(part[1], (0, width - part[1].shape[1])) for part in parts])
+        return responses, log_probs, torch.cat([part[2] for part in parts])
     if swap.pending():
         swap.apply()
     batch, max_new = input_ids.shape[0], params.max_new_tokens

@@ -277,9 +277,9 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
 
 def _generation_rows(config, ranks: int) -> int:
     """Rows one generate call of a rank holds: its share of the step's samples, at most
-    ``rollout.generation_batch_size`` prompts' worth."""
+    ``rollout.generation_batch_size`` prompts' worth and ``rollout.max_num_seqs`` rows."""
     rollout = config.actor_rollout_ref.rollout
-    rows = config.data.train_batch_size * rollout.n // ranks
+    rows = min(config.data.train_batch_size * rollout.n // ranks, rollout.max_num_seqs)
     return min(rows, rollout.generation_batch_size * rollout.n) if rollout.generation_batch_size else rows
 
 
@@ -358,7 +358,8 @@ FIXES = {
                     f"smaller ppo_max_token_len_per_gpu)", f"{_ARR}.model.enable_gradient_checkpointing=true"),
     "forward": (f"a smaller {_ARR}.rollout.log_prob_micro_batch_size_per_gpu and {_ARR}.ref."
                 f"log_prob_micro_batch_size_per_gpu (null means the whole batch in one pass)",),
-    "KV cache": (f"{_ARR}.rollout.generation_batch_size (prompts per generate call)",
+    "KV cache": (f"a smaller {_ARR}.rollout.max_num_seqs (sequences decoded at once)",
+                 f"{_ARR}.rollout.generation_batch_size (prompts per generate call)",
                  "a shorter data.max_response_length or a smaller data.train_batch_size"),
     "weights": (f"{_ARR}.actor.fsdp_config.param_offload=true (on a GPU)", f"LoRA ({_ARR}.model.lora_rank=16)",
                 "more ranks (trainer.n_gpus_per_node / trainer.nnodes): FSDP shards weights, gradients and optimizer"),
