@@ -136,6 +136,21 @@ def test_hf_generation_in_chunks_equals_one_call(eos_prone_model, tokenizer, pro
     assert torch.equal(whole["attention_mask"], chunked["attention_mask"])
 
 
+def test_hf_generation_batch_size_counts_prompts_and_max_num_seqs_rows(eos_prone_model, tokenizer, prompts):
+    params = SamplingParams(max_new_tokens=3, n=3, do_sample=False)
+    rows = []
+    hook = eos_prone_model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]),
+                                                     with_kwargs=True)
+    try:
+        HFRollout(eos_prone_model, tokenizer, generation_batch_size=1).generate(prompts, params)
+        assert max(rows) == 3  # one prompt's 3 samples per call
+        rows.clear()
+        HFRollout(eos_prone_model, tokenizer, generation_batch_size=1, max_num_seqs=2).generate(prompts, params)
+        assert max(rows) == 2
+    finally:
+        hook.remove()
+
+
 def test_hf_generate_reports_the_sampling_temperature_and_restores_train_mode(eos_prone_model, tokenizer, prompts):
     eos_prone_model.train()
     try:

@@ -257,10 +257,13 @@ def test_the_rollout_sections_max_num_seqs_reaches_the_engines(qwen2):
     rollout = TrainerConfig().actor_rollout_ref.rollout
     assert build_rollout("native", model, tokenizer, rollout_config=rollout).max_num_seqs == rollout.max_num_seqs
     rollout.max_num_seqs = 64
-    assert build_rollout("hf", model, tokenizer, rollout_config=rollout).generation_batch_size == 64  # waves
+    one = SamplingParams(max_new_tokens=4)
+    assert build_rollout("hf", model, tokenizer, rollout_config=rollout).rows_at_once(one) == 64  # waves
     engine = build_rollout("native", model, tokenizer, rollout_config=rollout, generation_batch_size=8)
-    assert engine.max_num_seqs == 8  # the smaller of the two bounds
-    assert build_rollout("native", model, tokenizer).max_num_seqs is None  # the Python API's default: all at once
+    # generation_batch_size counts prompts (their n samples each), max_num_seqs rows: the smaller bound
+    assert engine.rows_at_once(dataclasses.replace(one, n=3)) == 24
+    assert engine.rows_at_once(dataclasses.replace(one, n=16)) == 64
+    assert build_rollout("native", model, tokenizer).rows_at_once(one) is None  # the Python API's default: all at once
 
 
 # --------------------------------------------------------------------------- engine plumbing

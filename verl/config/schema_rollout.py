@@ -110,8 +110,8 @@ class RolloutConfig(Section):
                                  "keys above). The sglang and trtllm entries are verl's; those engines are not "
                                  "supported here.")
     generation_batch_size: int | None = option(None, bounds=">= 1", help="Prompts per generate call; null = "
-                                               "the whole step at once (hf and native: at most this many "
-                                               "sequences at once, with max_num_seqs).")
+                                               "the whole step at once. hf and native: that many prompts' "
+                                               "samples at most are decoded at once, and max_num_seqs rows.")
     log_prob_micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per forward pass "
                                                            "when recomputing old log-probs; null = all at once. Ignored with "
                                                            "log_prob_use_dynamic_bsz.")

@@ -57,11 +57,11 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     if name == "auto":
         name = auto_engine(model.config.model_type)[0]
     # Rows decoded at once: vLLM's max_num_seqs (native refills finished rows' slots, hf runs waves of
-    # rows), within generation_batch_size.
-    caps = [c for c in (getattr(rollout_config, "max_num_seqs", None), generation_batch_size) if c]
-    rows_at_once = min(caps) if caps else None
+    # rows), and generation_batch_size prompts' samples.
+    max_num_seqs = getattr(rollout_config, "max_num_seqs", None)
     if name == "hf":
-        return HFRollout(model, tokenizer, generation_batch_size=rows_at_once, device=device, seed=seed)
+        return HFRollout(model, tokenizer, generation_batch_size=generation_batch_size, device=device, seed=seed,
+                         max_num_seqs=max_num_seqs)
     if name == "native":
         try:
             from verl.rollout.native import NativeRollout  # transformers' layered cache API (4.56+)
@@ -71,7 +71,8 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
             raise VerlError(f"actor_rollout_ref.rollout.name=native needs a newer transformers than "
                             f"{transformers.__version__} ({e}); upgrade it (pip install -U transformers) or "
                             f"use actor_rollout_ref.rollout.name=hf") from None
-        return NativeRollout(model, tokenizer, device=device, seed=seed, max_num_seqs=rows_at_once)
+        return NativeRollout(model, tokenizer, device=device, seed=seed, max_num_seqs=max_num_seqs,
+                             generation_batch_size=generation_batch_size)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":

@@ -51,11 +51,22 @@ class RolloutEngine(ABC):
     takes_images: bool = False
     """Whether ``generate_responses`` takes ``media`` (a vision-language model's images per row)."""
 
+    generation_batch_size: int | None = None
+    """Prompts per generate call (``rollout.generation_batch_size``): with ``n`` samples each, that many rows."""
+    max_num_seqs: int | None = None
+    """Rows decoded at once (``rollout.max_num_seqs``)."""
+
     def __init__(self, eos_token_id: int | list[int], pad_token_id: int, seed: int = 0):
         self.eos_token_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
         self.pad_token_id = pad_token_id
         # Seeds for prompts that carry no rollout_seed: two engines built with one seed draw alike.
         self.seed_generator = torch.Generator().manual_seed(seed)
+
+    def rows_at_once(self, params: SamplingParams) -> int | None:
+        """The most rows one decode batch holds under ``generation_batch_size`` and ``max_num_seqs`` (None: all)."""
+        bounds = [b for b in (self.generation_batch_size and self.generation_batch_size * params.n,
+                              self.max_num_seqs) if b]
+        return min(bounds) if bounds else None
 
     @abstractmethod
     def generate_responses(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,

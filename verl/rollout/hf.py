@@ -73,12 +73,13 @@ class HFRollout(RolloutEngine):
     takes_images = True
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None,
-                 device: torch.device | str | None = None, seed: int = 0):
+                 device: torch.device | str | None = None, seed: int = 0, max_num_seqs: int | None = None):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         super().__init__(eos, tokenizer.pad_token_id, seed)
         self.model = model
-        self.generation_batch_size = generation_batch_size
+        # Prompts per generate call (their n samples each) and rows at once: waves of the smaller.
+        self.generation_batch_size, self.max_num_seqs = generation_batch_size, max_num_seqs
         # Where inputs go: the compute device, which differs from the parameters' device when
         # they are offloaded to the CPU between uses.
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -105,7 +106,7 @@ class HFRollout(RolloutEngine):
 
         device = self.device
         config = self._generation_config(params)
-        chunk = self.generation_batch_size or input_ids.shape[0]
+        chunk = self.rows_at_once(params) or input_ids.shape[0]
         forbidden = placeholder_ids(self.model)
         was_training = self.model.training
         self.model.eval()

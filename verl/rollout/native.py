@@ -139,7 +139,7 @@ class NativeRollout(RolloutEngine):
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, device: torch.device | str | None = None,
                  seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True,
-                 max_num_seqs: int | None = None):
+                 max_num_seqs: int | None = None, generation_batch_size: int | None = None):
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         super().__init__(eos, tokenizer.pad_token_id, seed)
@@ -148,8 +148,9 @@ class NativeRollout(RolloutEngine):
         self.model, self.cache, self.fast = model, cache, fast
         # Finished rows are dropped from the decode batch once they are this share of it (at least one).
         self.compact_fraction = compact_fraction
-        # Most rows decoded at once; the others wait, and take the slots of rows that finish (None: all at once).
-        self.max_num_seqs = max_num_seqs
+        # Most rows decoded at once (max_num_seqs, and generation_batch_size prompts' samples); the others
+        # wait, and take the slots of rows that finish (None: all at once).
+        self.max_num_seqs, self.generation_batch_size = max_num_seqs, generation_batch_size
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self._cache_kwarg = cache_kwarg(model)
         self.last_path: str | None = None
@@ -204,9 +205,9 @@ class NativeRollout(RolloutEngine):
         self.last_decode_rows = []
         if max_new == 0 or batch == 0:
             return responses, log_probs if params.logprobs else None
-        cap = batch if self.max_num_seqs is None else min(batch, self.max_num_seqs)
-        if cap < batch and pause is not None:  # generate_resumable hands the engine max_num_seqs rows at a time
-            raise ValueError(f"a pausable generation takes at most max_num_seqs={self.max_num_seqs} rows, got {batch}")
+        cap = min(batch, self.rows_at_once(params) or batch)
+        if cap < batch and pause is not None:  # generate_resumable hands the engine that many rows at a time
+            raise ValueError(f"a pausable generation takes at most {cap} rows at once, got {batch}")
 
         mask = attention_mask.long()
         forbidden = placeholder_ids(self.model)
@@ -310,14 +311,15 @@ class NativeRollout(RolloutEngine):
     def _waves(self, input_ids, attention_mask, params, seeds, first_step, media, cap: int):
         """``max_num_seqs`` rows at a time, one generation after another (the HF forward's path)."""
         parts = []
-        limit, self.max_num_seqs = self.max_num_seqs, None
+        limits = self.max_num_seqs, self.generation_batch_size
+        self.max_num_seqs = self.generation_batch_size = None
         try:
             for at in range(0, len(input_ids), cap):
                 part = slice(at, at + cap)
                 parts.append(self._generate(input_ids[part], attention_mask[part], params, seeds[part], first_step,
                                             None, None if media is None else media[part]))
         finally:
-            self.max_num_seqs = limit
+            self.max_num_seqs, self.generation_batch_size = limits
         width = max(p[0].shape[1] for p in parts)
         responses = torch.cat([F.pad(p[0], (0, width - p[0].shape[1]), value=self.pad_token_id) for p in parts])
         if not params.logprobs:

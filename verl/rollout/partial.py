@@ -39,7 +39,7 @@ def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Te
                        swap: WeightSwap) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``engine.generate_responses`` (hf or native) that swaps weights whenever ``swap`` has new ones:
     responses ``[B, W]``, their log-probs (with ``params.logprobs``) and each row's last version ``[B]``."""
-    cap = getattr(engine, "max_num_seqs", None)
+    cap = engine.rows_at_once(params)
     if cap is not None and input_ids.shape[0] > cap:  # a pause stops every row: no slots refilled across it
         parts = [generate_resumable(engine, input_ids[at:at + cap], attention_mask[at:at + cap], params,
                                     seeds[at:at + cap], swap) for at in range(0, input_ids.shape[0], cap)]
