@@ -9,14 +9,13 @@ from verl.cli import main
 from zygote import run_module
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    assert args[0] == "-m"
-    return run_module(args[1], args[2:], env={"HF_HUB_OFFLINE": "1"}, timeout=300)
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    return run_module(module, args, env={"HF_HUB_OFFLINE": "1"}, timeout=300)
 
 
 @pytest.mark.slow
 def test_doctor_passes_here_and_runs_one_ppo_step():
-    done = _run("-m", "verl.cli", "doctor")
+    done = _run("verl.cli", "doctor")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     step = next(line for line in lines if "ppo step" in line)
@@ -27,7 +26,7 @@ def test_doctor_passes_here_and_runs_one_ppo_step():
 
 
 def test_json_output_parses_and_skip_step_skips():
-    done = _run("-m", "verl.doctor", "--json", "--skip-step")
+    done = _run("verl.doctor", "--json", "--skip-step")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["ok"] is True

@@ -14,9 +14,9 @@ filtered distribution; greedy log-probs come from the raw scores.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.partial import join_generations
 from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids
 from verl.rollout.seeding import draw, filter_logits
 
@@ -129,11 +129,8 @@ class HFRollout(RolloutEngine):
                                      else torch.stack(sampler.log_probs, dim=1)[:, :outs[-1].shape[1]])
         finally:
             self.model.train(was_training)
-        width = max(o.shape[1] for o in outs)
-        responses = torch.cat([F.pad(o, (0, width - o.shape[1]), value=self.pad_token_id) for o in outs])
-        if not params.logprobs:
-            return responses, None
-        return responses, torch.cat([F.pad(lp, (0, width - lp.shape[1])) for lp in log_probs])
+        return join_generations(list(zip(outs, log_probs if params.logprobs else [None] * len(outs))),
+                                self.pad_token_id)
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
@@ -43,6 +42,7 @@ from verl.models.shared_prompt import cache_kwarg, distinct_prompts
 from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_ids
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
+from verl.rollout.partial import join_generations
 from verl.rollout.seeding import draw, filter_logits
 
 CACHE_KINDS = ("dynamic", "static")
@@ -197,7 +197,8 @@ class NativeRollout(RolloutEngine):
         return responses.clone(), None if log_probs is None else log_probs.clone()
 
     def _generate(self, input_ids, attention_mask, params: SamplingParams, seeds, first_step: int = 0, pause=None,
-                  media=None):
+                  media=None, bounded: bool = True):
+        """``bounded``: at most :meth:`rows_at_once` rows decode at once (False: a wave, all of them)."""
         batch, prompt_len = input_ids.shape
         max_new = params.max_new_tokens
         responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
@@ -205,7 +206,7 @@ class NativeRollout(RolloutEngine):
         self.last_decode_rows = []
         if max_new == 0 or batch == 0:
             return responses, log_probs if params.logprobs else None
-        cap = min(batch, self.rows_at_once(params) or batch)
+        cap = min(batch, self.rows_at_once(params) or batch) if bounded else batch
         if cap < batch and pause is not None:  # generate_resumable hands the engine that many rows at a time
             raise ValueError(f"a pausable generation takes at most {cap} rows at once, got {batch}")
 
@@ -309,22 +310,11 @@ class NativeRollout(RolloutEngine):
         return logits[inverse]
 
     def _waves(self, input_ids, attention_mask, params, seeds, first_step, media, cap: int):
-        """``max_num_seqs`` rows at a time, one generation after another (the HF forward's path)."""
-        parts = []
-        limits = self.max_num_seqs, self.generation_batch_size
-        self.max_num_seqs = self.generation_batch_size = None
-        try:
-            for at in range(0, len(input_ids), cap):
-                part = slice(at, at + cap)
-                parts.append(self._generate(input_ids[part], attention_mask[part], params, seeds[part], first_step,
-                                            None, None if media is None else media[part]))
-        finally:
-            self.max_num_seqs, self.generation_batch_size = limits
-        width = max(p[0].shape[1] for p in parts)
-        responses = torch.cat([F.pad(p[0], (0, width - p[0].shape[1]), value=self.pad_token_id) for p in parts])
-        if not params.logprobs:
-            return responses, None
-        return responses, torch.cat([F.pad(p[1], (0, width - p[1].shape[1])) for p in parts])
+        """``cap`` rows at a time, one generation after another (the HF forward's path)."""
+        return join_generations([self._generate(input_ids[at:at + cap], attention_mask[at:at + cap], params,
+                                                seeds[at:at + cap], first_step, None,
+                                                None if media is None else media[at:at + cap], bounded=False)
+                                 for at in range(0, len(input_ids), cap)], self.pad_token_id)
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)

@@ -35,6 +35,17 @@ class WeightSwap(Protocol):
         """Load the newest weights that wait; ``version`` becomes theirs."""
 
 
+def join_generations(parts: list[tuple[torch.Tensor, torch.Tensor | None]],
+                     pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The ``(responses, log_probs or None)`` of generations of consecutive rows as one: padded to the widest
+    (pad tokens, log-prob 0) and stacked in order."""
+    width = max(responses.shape[1] for responses, _ in parts)
+    responses = torch.cat([F.pad(r, (0, width - r.shape[1]), value=pad_token_id) for r, _ in parts])
+    if parts[0][1] is None:
+        return responses, None
+    return responses, torch.cat([F.pad(lp, (0, width - lp.shape[1])) for _, lp in parts])
+
+
 def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Tensor, params, seeds: torch.Tensor,
                        swap: WeightSwap) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``engine.generate_responses`` (hf or native) that swaps weights whenever ``swap`` has new ones:
@@ -43,11 +54,7 @@ def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Te
     if cap is not None and input_ids.shape[0] > cap:  # a pause stops every row: no slots refilled across it
         parts = [generate_resumable(engine, input_ids[at:at + cap], attention_mask[at:at + cap], params,
                                     seeds[at:at + cap], swap) for at in range(0, input_ids.shape[0], cap)]
-        width = max(part[0].shape[1] for part in parts)
-        responses = torch.cat([F.pad(part[0], (0, width - part[0].shape[1]), value=engine.pad_token_id)
-                               for part in parts])
-        log_probs = None if not params.logprobs else \
-            torch.cat([F.pad(part[1], (0, width - part[1].shape[1])) for part in parts])
+        responses, log_probs = join_generations([part[:2] for part in parts], engine.pad_token_id)
         return responses, log_probs, torch.cat([part[2] for part in parts])
     if swap.pending():
         swap.apply()
