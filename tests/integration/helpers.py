@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import zygote
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -30,13 +32,18 @@ def code_blocks(markdown: str) -> list[tuple[str, str]]:
 
 
 def run_bash(block: str, cwd: Path) -> None:
-    """Run a shell block with this interpreter as ``python`` / ``.venv/bin/python`` and the checkout importable.
+    """Run a shell block with this interpreter as ``python`` / ``.venv/bin/python`` / ``torchrun`` and the
+    checkout importable; its Python commands start as forks of the tests' zygote (zygote.py).
 
     One thread, as in the test process: two threads per process crawl on a busy 2-core machine.
     """
-    script = block.replace(".venv/bin/python", sys.executable)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    from zygote import launchers
+
+    folder = launchers()
+    python = folder / "python" if folder is not None else Path(sys.executable)
+    script = block.replace(".venv/bin/python", str(python))
+    path = os.pathsep.join(str(p) for p in (folder, Path(sys.executable).parent) if p is not None)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PATH": f"{path}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, f"{block}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"
@@ -67,19 +74,16 @@ def run_torchrun(script: str, *args, tmp_path: Path, nproc: int = 2) -> None:
     # otherwise aborts now and then at interpreter exit, after all the work ("terminate called
     # without an active exception"). An error in the script still raises before it.
     path.write_text(script + "\n\nfrom verl.distributed.process_group import leave_job\n\nleave_job(0)\n")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                           str(path), *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    done = zygote.run_torchrun(["--standalone", f"--nproc_per_node={nproc}", path, *args])
     assert done.returncode == 0, done.stderr[-4000:]
 
 
 def run_torchrun_module(module: str, args: list[str], *, nproc: int = 2, env: dict | None = None,
                         timeout: float = 600) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node=nproc -m module args`` on CPU ranks (gloo), from the checkout;
-    returns the finished process (output captured) whatever its exit code."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                           "-m", module, *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})})
+    """``torchrun --nproc_per_node=nproc -m module args`` on CPU ranks (gloo), from the checkout, the ranks
+    forks of the tests' zygote; returns the finished process (output captured) whatever its exit code."""
+    return zygote.run_torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", module, *args], env=env,
+                               timeout=timeout)
 
 
 def gradient_of_one_step(trainer) -> tuple[float, dict]:

@@ -9,14 +9,13 @@ A checkpoint written by the two ranks holds full tensors, so one process resumes
 
 import json
 import logging
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import free_port
+from zygote import run_torchrun
 from transformers import AutoModelForCausalLM
 
 from verl.data import write_parquet
@@ -47,10 +46,8 @@ def args(tiny_model_dir, data, out, *extra) -> list[str]:
 
 
 def torchrun(module: str, argv: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "VERL_LOG_LEVEL": "DEBUG"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m", module, *argv],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = run_torchrun(["--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}", "-m",
+                         module, *argv], env={"VERL_LOG_LEVEL": "DEBUG"}, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 

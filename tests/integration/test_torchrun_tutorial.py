@@ -3,15 +3,12 @@
 offload, bf16 compute) runs on 2 CPU ranks and gives the losses of one process; only rank 0 prints."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from helpers import REPO
-from zygote import run_script
+from zygote import run_script, run_torchrun
 
 pytestmark = pytest.mark.slow
 SCRIPT = REPO / "examples" / "distributed" / "ppo_step.py"
@@ -19,9 +16,8 @@ LINE = re.compile(r"step (\d): policy_loss (\S+) value_loss (\S+) grad_norm (\S+
 
 
 def _run(launcher: list[str], folder, cwd, script=SCRIPT) -> str:
-    if launcher:  # torchrun: its ranks are fresh processes whatever starts it
-        done = subprocess.run([sys.executable, *launcher, str(script), str(folder)], cwd=cwd, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    if launcher:  # torchrun, its ranks forks of the zygote too
+        done = run_torchrun([*launcher, script, folder], cwd=cwd, timeout=300)
     else:
         done = run_script(script, [folder], cwd=cwd, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -35,7 +31,7 @@ def _losses(output: str) -> list[tuple[float, ...]]:
 
 def test_the_ppo_step_example_gives_one_process_losses_on_two_ranks(tmp_path):
     single = _losses(_run([], tmp_path / "tiny-opt", tmp_path))
-    double = _losses(_run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
+    double = _losses(_run(["--standalone", "--nproc_per_node=2"],
                           tmp_path / "tiny-opt-2", tmp_path))
     assert len(single) == 2 and len(double) == 2  # two steps, printed once (by rank 0)
     # The snippet computes in bf16, whose rounding differs with the split of the batch: the losses
@@ -76,7 +72,7 @@ def test_a_mini_batch_that_does_not_split_over_the_ranks_still_trains_like_one_p
     script = tmp_path / "uneven.py"
     script.write_text(UNEVEN)
     single = _run([], tmp_path / "one", tmp_path, script=script)
-    double = _run(["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"], tmp_path / "two", tmp_path,
+    double = _run(["--standalone", "--nproc_per_node=2"], tmp_path / "two", tmp_path,
                   script=script)
     (one,), (two,) = ([json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("LOSSES")]
                       for out in (single, double))

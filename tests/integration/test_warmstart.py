@@ -11,6 +11,7 @@ import time
 import pytest
 
 from helpers import REPO
+from zygote import run_torchrun
 from verl.config import TrainerConfig
 from verl.trainer.warmstart import warm_start
 
@@ -88,12 +89,10 @@ def test_an_interrupted_warm_start_resumes_from_its_last_step(tmp_path):
 def test_under_torchrun_rank_0_trains_the_warm_start_alone(tmp_path):
     """Two ranks run the demo: rank 0 trains and caches the warm start by itself (no process group
     yet: a world of one), the other waits at the barrier, and both train RL from its result."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "VERL_CACHE_DIR": str(tmp_path / "cache")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "verl.trainer.main_ppo", *TINY, "sft_warmstart.max_steps=4",
-                           "sft_warmstart.eval_every=2", "sft_warmstart.target_accuracy=0",
-                           "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'out'}"],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_torchrun(["--standalone", "--nproc_per_node=2", "-m", "verl.trainer.main_ppo", *TINY,
+                         "sft_warmstart.max_steps=4", "sft_warmstart.eval_every=2", "sft_warmstart.target_accuracy=0",
+                         "trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'out'}"],
+                        env={"VERL_CACHE_DIR": str(tmp_path / "cache")}, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("SFT warm start done: 2 steps") == 1  # trained once, by rank 0
     assert "RL: 1 steps" in done.stdout

@@ -3,15 +3,24 @@ torch, transformers and verl: the run itself is the same, its start-up is not pa
 
 A tiny ``main_ppo`` run costs about 6.5 CPU-seconds as a fresh interpreter and about 1.5 when forked
 from a process past its imports (torch's and transformers' imports, their first-call set-up); the
-suite launches such runs about a hundred times. :func:`run_module` returns what ``subprocess.run``
-returns (a ``CompletedProcess`` with the exit code, stdout and stderr as text) and runs the module as
-``python -m`` does: ``sys.argv``, ``__main__``, the working folder first on ``sys.path``, a normal
-interpreter exit (threads joined, ``atexit``, an uncaught exception's traceback, exit code 1).
+suite launches such runs, and torchrun ranks, well over a hundred times.
 
-A run goes to a fresh interpreter instead whenever the fork could differ from one: an environment
-variable that a module reads when it is imported (``HF_*``, ``TRANSFORMERS_*``, ``TORCH_*``, ``OMP_*``,
-``PYTHONPATH``, ...) differs from the zygote's, or the zygote could not start. Tests about the process
-itself (signals, Ctrl-C, a killed run) start real processes of their own.
+* :func:`run_module` / :func:`run_script` return what ``subprocess.run`` returns (a ``CompletedProcess``
+  with the exit code, stdout and stderr as text) and run the module as ``python -m`` does: ``sys.argv``,
+  ``__main__``, the working folder first on ``sys.path``, a normal interpreter exit (threads joined,
+  ``atexit``, an uncaught exception's traceback, exit code 1).
+* :func:`launchers` is a folder of ``python`` and ``torchrun`` commands that do the same for any
+  process that starts them: torchrun's ranks (``PYTHON_EXEC``, which torchrun runs its ranks with) and
+  the documents' bash blocks. Such a command stays the run's stand-in: it passes its files to the run,
+  forwards the signals it gets to the run's process group, exits as the run did (its code, or the
+  signal that ended it), and its own death kills the run.
+
+The server (zygote_server.py) forks each run from its imports; a run goes to a fresh interpreter
+instead whenever the fork could differ from one: an environment variable that a module reads when it
+is imported (``HF_*``, ``TRANSFORMERS_*``, ``TORCH_*``, ``OMP_*``, ``PYTHONPATH``, ...) differs from the
+server's, or other interpreter options. Tests about the process itself (signals to a rank, a killed
+torchrun, children found through /proc) start real processes of their own. ``VERL_TEST_NO_ZYGOTE=1``
+turns it all off.
 """
 
 from __future__ import annotations
@@ -20,98 +29,73 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Read by libraries when imported (or by the interpreter at start): a run whose value differs needs a
-# fresh interpreter.
-IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
-                   "KMP_", "CUDA_", "PYTHON", "SAFETENSORS_", "TQDM_", "LD_")
+SERVER = Path(__file__).with_name("zygote_server.py")
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "verl.trainer.main_ppo",
            "verl.trainer.ppo.build", "verl.trainer.ppo.trainer")
 
-SERVER = r"""
-import json, os, sys, threading
-import torch
-torch.set_num_threads(1)
-import importlib
-for name in PRELOAD:
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        pass
-requests = os.fdopen(os.dup(0), "rb", buffering=0)
-replies = os.dup(1)
-
-def say(message):
-    os.write(replies, (json.dumps(message) + "\n").encode())
-
-def serve():
-    if threading.active_count() != 1:
-        say({"error": f"{threading.active_count()} threads after the imports: forking is not safe"})
-        return None
-    say({"ready": True})
-    while True:
-        line = requests.readline()
-        if not line:
-            return None
-        request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            requests.close()
-            os.close(replies)
-            return request
-        say({"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        say({"status": status})
-
-request = serve()
-if request is None:
-    sys.exit(0)
-os.setpgid(0, 0)  # a group of its own, as the fresh process the test would have started
-null = os.open(os.devnull, os.O_RDONLY)
-os.dup2(null, 0)
-for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-    os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-os.chdir(request["cwd"])
-os.environ.clear()
-os.environ.update(request["env"])
-sys.argv = [request["target"], *request["args"]]
-import runpy
-if request["kind"] == "module":
-    sys.path[0] = os.getcwd()  # python -m puts the working folder first
-    sys.modules.pop(request["target"], None)  # preloaded: it runs afresh as __main__, as under python -m
-    runpy.run_module(request["target"], run_name="__main__", alter_sys=True)
-else:
-    sys.path[0] = os.path.dirname(os.path.abspath(request["target"]))  # python script.py puts its folder first
-    runpy.run_path(request["target"], run_name="__main__")
+# A launcher: a client of the server that stands in for the run (-S -E: the standard library only, at once).
+LAUNCHER = r"""#!{python} -SE
+import json, os, signal, socket, struct, sys
+ADDRESS, PYTHON, PREFIX, EXTRA_ENV = {address!r}, {python!r}, {prefix!r}, {extra_env!r}
+argv = PREFIX + sys.argv[1:]
+env = dict(os.environ, **EXTRA_ENV)
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(ADDRESS)
+except OSError:  # no server (any more): a fresh interpreter
+    os.execve(PYTHON, [PYTHON, *argv], env)
+socket.send_fds(sock, [b"Z"], [0, 1, 2])
+data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env}}).encode()
+sock.sendall(struct.pack("!Q", len(data)) + data)
+def forward(sig, frame):
+    sock.sendall(b"%d\n" % sig)
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(sig, forward)
+status = None
+for line in sock.makefile("rb"):
+    status = json.loads(line).get("status", status)
+if status is None:
+    os._exit(70)
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+os._exit(code)
 """
 
 
-def _import_time_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_ENV)}
-
-
 class Zygote:
-    """One forking server per test process, started at its first use."""
+    """One forking server per test process, started at its first use (with that run's environment:
+    torch sets ``TORCHINDUCTOR_CACHE_DIR`` in the test process after its first model, so an environment
+    taken at import would differ from every later run's)."""
 
     def __init__(self):
-        self.env: dict | None = None  # the environment it started in
         self.proc: subprocess.Popen | None = None
         self.broken: str | None = None
+        self.folder: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return str(self.folder / "socket")
 
     def start(self, env: dict) -> bool:
         if self.proc is not None or self.broken:
             return self.proc is not None
-        self.env = env
-        code = f"PRELOAD = {PRELOAD!r}\n" + SERVER
-        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=self.env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        first = self._read(timeout=300)
+        self.folder = Path(tempfile.mkdtemp(prefix="zygote-"))
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), self.address, ",".join(PRELOAD)], cwd=REPO,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 300)
+        first = json.loads(self.proc.stdout.readline() or "null") if ready else None
         if not first or not first.get("ready"):
             self.broken = (first or {}).get("error", "the zygote did not start")
             self.close()
@@ -127,58 +111,91 @@ class Zygote:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             self.proc = None
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _read(self, timeout: float | None) -> dict | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        return json.loads(line) if line else None
+    def launchers(self) -> Path:
+        """The folder of ``python`` and ``torchrun`` launchers (written once)."""
+        folder = self.folder / "bin"
+        if not folder.exists():
+            folder.mkdir()
+            python = folder / "python"
+            for name, prefix, extra in (("python", [], {}), ("python3", [], {}),
+                                        ("torchrun", ["-m", "torch.distributed.run"], {"PYTHON_EXEC": str(python)})):
+                path = folder / name
+                path.write_text(LAUNCHER.format(python=sys.executable, address=self.address, prefix=prefix,
+                                                extra_env=extra))
+                path.chmod(0o755)
+        return folder
 
-    def fits(self, env: dict) -> bool:
-        """Whether a run in ``env`` is what a fresh interpreter would run: the zygote started (or will start)
-        with the same variables that imports read."""
-        return self.env is None or _import_time_env(env) == _import_time_env(self.env)
-
-    def run(self, kind: str, target: str, args: list[str], cwd: Path, env: dict,
-            timeout: float) -> subprocess.CompletedProcess:
-        command = [sys.executable, *(["-m"] if kind == "module" else []), target, *args]
-        with tempfile.TemporaryDirectory(prefix="zygote-") as folder:
+    def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        command = [sys.executable, *argv]
+        with tempfile.TemporaryDirectory(prefix="zygote-run-") as folder, \
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"kind": kind, "target": target, "args": args, "cwd": str(cwd), "env": env,
-                       "stdout": str(out), "stderr": str(err)}
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
-            pid = self._read(timeout=60)["pid"]
-            reply = self._read(timeout=timeout)
-            if reply is None:  # over time: kill the run's group, as subprocess.run kills its child
-                os.killpg(pid, signal.SIGKILL)
-                self._read(timeout=60)
+            files = [os.open(os.devnull, os.O_RDONLY), os.open(out, os.O_WRONLY | os.O_CREAT, 0o644),
+                     os.open(err, os.O_WRONLY | os.O_CREAT, 0o644)]
+            try:
+                sock.connect(self.address)
+                socket.send_fds(sock, [b"Z"], files)
+            finally:
+                for fd in files:
+                    os.close(fd)
+            data = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+            sock.sendall(struct.pack("!Q", len(data)) + data)
+            replies = sock.makefile("rb")
+            pid = json.loads(replies.readline())["pid"]
+            if not select.select([sock], [], [], timeout)[0]:  # over time: kill the run's group, as
+                os.killpg(pid, signal.SIGKILL)                 # subprocess.run kills its child
+                replies.readline()
                 raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text())
-            code = os.waitstatus_to_exitcode(reply["status"])
+            code = os.waitstatus_to_exitcode(json.loads(replies.readline())["status"])
             return subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
 
 
 _ZYGOTE = Zygote()
 
 
+def _base_env(env: dict | None) -> dict:
+    """``os.environ`` + the checkout importable + one thread + ``env``."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
+
+
+def _serving(env: dict) -> bool:
+    return os.environ.get("VERL_TEST_NO_ZYGOTE") != "1" and _ZYGOTE.start(env)
+
+
 def run_module(module: str, args, *, cwd: Path = REPO, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m module args`` in ``cwd`` with ``os.environ`` + the checkout importable + one thread +
     ``env``; what ``subprocess.run(..., capture_output=True, text=True)`` returns."""
-    return _run("module", module, args, cwd, env, timeout)
+    return _run(["-m", module, *map(str, args)], cwd, env, timeout)
 
 
 def run_script(script, args, *, cwd: Path = REPO, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     """``python script args``, as :func:`run_module`."""
-    return _run("script", str(script), args, cwd, env, timeout)
+    return _run([str(script), *map(str, args)], cwd, env, timeout)
 
 
-def _run(kind, target, args, cwd, env, timeout) -> subprocess.CompletedProcess:
-    args = list(map(str, args))
-    full = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
-    if os.environ.get("VERL_TEST_NO_ZYGOTE") != "1" and _ZYGOTE.fits(full) and _ZYGOTE.start(full):
-        return _ZYGOTE.run(kind, target, args, Path(cwd), full, timeout)
-    command = [sys.executable, *(["-m"] if kind == "module" else []), target, *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full)
+def run_torchrun(args, *, cwd: Path = REPO, env: dict | None = None,
+                 timeout: float = 600) -> subprocess.CompletedProcess:
+    """``torchrun args`` (``python -m torch.distributed.run``), its ranks started as :func:`run_module`'s runs."""
+    full = _base_env(env)
+    if _serving(full):
+        full["PYTHON_EXEC"] = str(_ZYGOTE.launchers() / "python")
+    return _run(["-m", "torch.distributed.run", *map(str, args)], cwd, full, timeout)
+
+
+def launchers(env: dict | None = None) -> Path | None:
+    """The folder of ``python``, ``python3`` and ``torchrun`` launchers, to put first on ``PATH``; None
+    where the zygote is off or could not start."""
+    return _ZYGOTE.launchers() if _serving(_base_env(env)) else None
+
+
+def _run(argv, cwd, env, timeout) -> subprocess.CompletedProcess:
+    full = _base_env(env)
+    if _serving(full):
+        return _ZYGOTE.run(argv, Path(cwd), full, timeout)
+    return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=full)
