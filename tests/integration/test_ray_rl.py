@@ -27,7 +27,7 @@ import pytest
 
 from agent_models import SCALE_OUT_KEYS, tool_task_args
 from helpers import REPO, free_port, ray_cluster
-from zygote import run_module
+from zygote import ray_worker_keys, run_module
 from rl_compare import (GRPO, PPO, assert_resumes_across, assert_same_metrics, assert_same_weights,
                         run_args, run_plain, runs_once_per_keys, step_metrics, without_async)
 
@@ -65,12 +65,12 @@ def ray_run(tiny_model_dir, data_dir, tmp_path_factory):
 
 
 def _driver(args, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
+    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args, *ray_worker_keys()], cwd=REPO, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV}, **popen)
 
 
 def _ray(args, env=None) -> subprocess.CompletedProcess:
-    done = run_module("verl.trainer.main_ppo", args, env={**RAY_ENV, **(env or {})})
+    done = run_module("verl.trainer.main_ppo", [*args, *ray_worker_keys()], env={**RAY_ENV, **(env or {})})
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from helpers import run_torchrun_module
+from zygote import ray_worker_keys
 from rl_compare import assert_same_metrics, assert_same_weights, run_plain, step_metrics
 from verl.data import write_parquet
 from verl.models.tiny_vision import make_tiny_vl_model_folder
@@ -108,7 +109,7 @@ def test_two_torchrun_ranks_and_two_ray_actors_train_a_vision_language_policy_ex
     assert_same_weights(one_process[0] / "huggingface", out / "huggingface", model)
     # Ray: the driver holds the data; each actor gets its rows with their images
     ray = tmp_path / "ray"
-    run_plain(args(model, folder, ray, "trainer.backend=ray", "trainer.n_gpus_per_node=2"),
+    run_plain(args(model, folder, ray, "trainer.backend=ray", "trainer.n_gpus_per_node=2", *ray_worker_keys()),
               env={"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
     assert_same_metrics(step_metrics(one_process[0]), step_metrics(ray))
     assert_same_weights(one_process[0] / "huggingface", ray / "huggingface", model)

@@ -106,6 +106,14 @@ def test_a_signal_to_the_launcher_reaches_the_run(probe, sig, code):
     assert ("interrupted" in out) == (sig == signal.SIGINT)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_run_ended_by_a_signal_ends_its_launcher_by_the_same_signal(probe, sig):
+    launched = _launch(probe, "sleep", probe / "pid")
+    os.kill(_wait_for_pid(probe / "pid", launched), sig)
+    _, err = launched.communicate(timeout=60)
+    assert launched.returncode == -sig and "Traceback" not in err
+
+
 def test_a_killed_launcher_takes_its_run_along(probe):
     launched = _launch(probe, "sleep", probe / "pid")
     run = _wait_for_pid(probe / "pid", launched)

@@ -68,7 +68,8 @@ if status is None:
     os._exit(70)
 code = os.waitstatus_to_exitcode(status)
 if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
+    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 os._exit(code)
 """
@@ -191,6 +192,13 @@ def launchers(env: dict | None = None) -> Path | None:
     """The folder of ``python``, ``python3`` and ``torchrun`` launchers, to put first on ``PATH``; None
     where the zygote is off or could not start."""
     return _ZYGOTE.launchers() if _serving(_base_env(env)) else None
+
+
+def ray_worker_keys(env: dict | None = None) -> list[str]:
+    """The override of verl's key for the Ray workers' interpreter (``ray_kwargs.ray_init.runtime_env.
+    py_executable``) that starts a run's Ray actors as forks too; [] where the zygote is off."""
+    folder = launchers(env)
+    return [] if folder is None else [f"ray_kwargs.ray_init.runtime_env.py_executable={folder / 'python'}"]
 
 
 def _run(argv, cwd, env, timeout) -> subprocess.CompletedProcess:
