@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -74,7 +75,13 @@ def _launch(probe, *args, **kwargs):
     python = launchers() / "python"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([str(python), "-m", "zprobe", *map(str, args)], cwd=probe, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_plain_signals, **kwargs)
+
+
+def _plain_signals():
+    """A launcher started as from a shell: no signal blocked or ignored (whatever the test process inherited)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_pid(path, launched) -> int:
@@ -112,6 +119,24 @@ def test_a_run_ended_by_a_signal_ends_its_launcher_by_the_same_signal(probe, sig
     os.kill(_wait_for_pid(probe / "pid", launched), sig)
     _, err = launched.communicate(timeout=60)
     assert launched.returncode == -sig and "Traceback" not in err
+
+
+def test_the_run_inherits_the_signals_its_launcher_blocks_or_ignores(probe):
+    """As a fresh interpreter would (exec keeps both): here SIGINT ignored, SIGUSR1 blocked."""
+    def ignoring():
+        signal.pthread_sigmask(signal.SIG_SETMASK, [signal.SIGUSR1])
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    python = launchers() / "python"
+    code = ("import signal, sys; print(sys.orig_argv[1] != '-m', signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "
+            "sorted(map(int, signal.pthread_sigmask(signal.SIG_BLOCK, []))), flush=True)")
+    (probe / "zsignals.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for launcher in (python, sys.executable):  # the fork, and a fresh interpreter started the same way
+        done = subprocess.run([str(launcher), "-m", "zsignals"], cwd=probe, env=env, capture_output=True, text=True,
+                              preexec_fn=ignoring, timeout=60)
+        forked = str(launcher == python)
+        assert done.stdout.split(None, 2) == [forked, "True", f"[{int(signal.SIGUSR1)}]\n"], (launcher, done)
 
 
 def test_a_killed_launcher_takes_its_run_along(probe):

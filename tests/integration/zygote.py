@@ -55,12 +55,17 @@ try:
 except OSError:  # no server (any more): a fresh interpreter
     os.execve(PYTHON, [PYTHON, *argv], env)
 socket.send_fds(sock, [b"Z"], [0, 1, 2])
-data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env}}).encode()
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what a fresh interpreter here would inherit
+ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
+data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env, "blocked": sorted(map(int, blocked)),
+                   "ignored": ignored}}).encode()
 sock.sendall(struct.pack("!Q", len(data)) + data)
 def forward(sig, frame):
     sock.sendall(b"%d\n" % sig)
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(sig, forward)
+for sig in FORWARDED:
+    if sig not in ignored:
+        signal.signal(sig, forward)
 status = None
 for line in sock.makefile("rb"):
     status = json.loads(line).get("status", status)
@@ -142,7 +147,7 @@ class Zygote:
             finally:
                 for fd in files:
                     os.close(fd)
-            data = json.dumps({"argv": argv, "cwd": str(cwd), "env": env}).encode()
+            data = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, **_signal_state()}).encode()
             sock.sendall(struct.pack("!Q", len(data)) + data)
             replies = sock.makefile("rb")
             pid = json.loads(replies.readline())["pid"]
@@ -155,6 +160,14 @@ class Zygote:
 
 
 _ZYGOTE = Zygote()
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _signal_state() -> dict:
+    """The blocked and ignored signals that a process started from here inherits (through exec too)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return {"blocked": sorted(map(int, blocked)),
+            "ignored": [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]}
 
 
 def _base_env(env: dict | None) -> dict:

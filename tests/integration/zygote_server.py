@@ -31,6 +31,7 @@ import threading
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
                    "KMP_", "CUDA_", "PYTHON", "SAFETENSORS_", "TQDM_", "LD_")
 RUN_TIME_ENV = ("PYTHON_EXEC", "TORCH_NCCL_")  # torchrun's: the ranks' interpreter, NCCL's error handling
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def import_time_env(env: dict) -> dict:
@@ -171,6 +172,14 @@ def prepare(request: dict, fds: list[int], base: dict):
             os.close(fd)
     env, argv = request["env"], request["argv"]
     os.chdir(request["cwd"])
+    # What the client's fresh interpreter would have started with: its blocked and ignored signals
+    # (both survive exec), Python's own KeyboardInterrupt handler otherwise.
+    signal.pthread_sigmask(signal.SIG_SETMASK, request.get("blocked", []))
+    for sig in FORWARDED:
+        if sig in request.get("ignored", []):
+            signal.signal(sig, signal.SIG_IGN)
+        else:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     job = parse(argv)
     if job is None or import_time_env(env) != base:
         os.execve(sys.executable, [sys.executable, *argv], env)
