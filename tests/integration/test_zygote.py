@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,7 +109,11 @@ def test_a_signal_to_the_launcher_reaches_the_run(probe, sig, code):
     run = _wait_for_pid(probe / "pid", launched)
     assert run != launched.pid  # the run is a fork of the zygote, not the launcher
     launched.send_signal(sig)
-    out, _ = launched.communicate(timeout=60)
+    try:
+        out, _ = launched.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # what the run started with, to tell why it did not end
+        state = Path(f"/proc/{run}/status").read_text() if Path(f"/proc/{run}").exists() else "gone"
+        raise AssertionError(f"the run {run} did not end: {state}") from None
     assert launched.returncode == code
     assert ("interrupted" in out) == (sig == signal.SIGINT)
 

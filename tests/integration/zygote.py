@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("zygote_server.py")
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "verl.trainer.main_ppo",
-           "verl.trainer.ppo.build", "verl.trainer.ppo.trainer")
+           "verl.trainer.ppo.build")
 
 # A launcher: a client of the server that stands in for the run (-S -E: the standard library only, at once).
 LAUNCHER = r"""#!{python} -SE

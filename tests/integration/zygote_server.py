@@ -29,7 +29,7 @@ import threading
 # Read by libraries when imported (or by the interpreter at start): a run whose value differs needs a
 # fresh interpreter. Variables a launcher sets that nothing reads at import are left out.
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
-                   "KMP_", "CUDA_", "PYTHON", "SAFETENSORS_", "TQDM_", "LD_")
+                   "KMP_", "CUDA_", "PYTHON", "SAFETENSORS_", "TQDM_", "LD_", "VLLM_", "TRITON_")
 RUN_TIME_ENV = ("PYTHON_EXEC", "TORCH_NCCL_")  # torchrun's: the ranks' interpreter, NCCL's error handling
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
