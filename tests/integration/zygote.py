@@ -56,16 +56,19 @@ except OSError:  # no server (any more): a fresh interpreter
     os.execve(PYTHON, [PYTHON, *argv], env)
 socket.send_fds(sock, [b"Z"], [0, 1, 2])
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what a fresh interpreter here would inherit
+# What a fresh interpreter started here would inherit: the blocked signals, the ignored ones. The
+# others are held back while the request goes out, then forwarded (none is lost, none cuts the request).
+blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
 ignored = [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]
-data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env, "blocked": sorted(map(int, blocked)),
-                   "ignored": ignored}}).encode()
-sock.sendall(struct.pack("!Q", len(data)) + data)
 def forward(sig, frame):
     sock.sendall(b"%d\n" % sig)
 for sig in FORWARDED:
     if sig not in ignored:
         signal.signal(sig, forward)
+data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env, "blocked": sorted(map(int, blocked)),
+                   "ignored": ignored}}).encode()
+sock.sendall(struct.pack("!Q", len(data)) + data)
+signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 status = None
 for line in sock.makefile("rb"):
     status = json.loads(line).get("status", status)
@@ -73,7 +76,7 @@ if status is None:
     os._exit(70)
 code = os.waitstatus_to_exitcode(status)
 if code < 0:
-    if -code not in (signal.SIGKILL, signal.SIGSTOP):
+    if -code != signal.SIGKILL:
         signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
 os._exit(code)
