@@ -38,6 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from zygote_server import FORWARDED
+
 REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("zygote_server.py")
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "verl.trainer.main_ppo",
@@ -163,7 +165,6 @@ class Zygote:
 
 
 _ZYGOTE = Zygote()
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
 def _signal_state() -> dict:
