@@ -19,7 +19,7 @@ import pytest
 
 from helpers import REPO, ray_cluster
 from rl_compare import GRPO, assert_same_metrics, run_args, step_metrics
-from zygote import run_module
+from zygote import ray_worker_keys, run_module
 
 pytest.importorskip("ray", reason="the ray extra (bash scripts/setup.sh --test installs it)")
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def test_a_lost_ray_node_ends_the_run_with_one_line_and_it_resumes_on_the_other(
     model, data = rl_inputs
     out, timeout_s = tmp_path / "out", 40
     quick = [*GRPO, "trainer.backend=ray", "trainer.n_gpus_per_node=1", "trainer.test_freq=-1",
-             "trainer.val_before_train=false"]  # run_args saves every 2 steps
+             "trainer.val_before_train=false", *ray_worker_keys()]  # run_args saves every 2 steps
     with ray_cluster(tmp_path, num_cpus=1, more_nodes=(1,), env=ENV) as (_, (second,)):
         proc = _driver(run_args(model, data, out, *quick, "trainer.nnodes=2", "trainer.total_training_steps=100000",
                                 f"trainer.dist_timeout_s={timeout_s}"))
