@@ -37,13 +37,11 @@ def run_bash(block: str, cwd: Path) -> None:
 
     One thread, as in the test process: two threads per process crawl on a busy 2-core machine.
     """
-    from zygote import launchers
-
-    folder = launchers()
+    folder = zygote.launchers()
     python = folder / "python" if folder is not None else Path(sys.executable)
     script = block.replace(".venv/bin/python", str(python))
-    path = os.pathsep.join(str(p) for p in (folder, Path(sys.executable).parent) if p is not None)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PATH": f"{path}{os.pathsep}{os.environ['PATH']}"}
+    path = os.pathsep.join(str(p) for p in (folder, Path(sys.executable).parent, os.environ["PATH"]) if p is not None)
+    env = zygote.base_env({"PATH": path})
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, f"{block}\n--- stdout\n{done.stdout[-2000:]}\n--- stderr\n{done.stderr[-3000:]}"

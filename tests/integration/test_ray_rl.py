@@ -65,8 +65,9 @@ def ray_run(tiny_model_dir, data_dir, tmp_path_factory):
 
 
 def _driver(args, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args, *ray_worker_keys()], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV}, **popen)
+    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args, *ray_worker_keys()], cwd=REPO,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **RAY_ENV},
+                            **popen)
 
 
 def _ray(args, env=None) -> subprocess.CompletedProcess:

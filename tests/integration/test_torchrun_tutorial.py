@@ -15,9 +15,11 @@ SCRIPT = REPO / "examples" / "distributed" / "ppo_step.py"
 LINE = re.compile(r"step (\d): policy_loss (\S+) value_loss (\S+) grad_norm (\S+)")
 
 
-def _run(launcher: list[str], folder, cwd, script=SCRIPT) -> str:
-    if launcher:  # torchrun, its ranks forks of the zygote too
-        done = run_torchrun([*launcher, script, folder], cwd=cwd, timeout=300)
+def _run(torchrun: list[str], folder, cwd, script=SCRIPT) -> str:
+    """``script folder`` in one process, or under torchrun with the options ``torchrun`` (its ranks forks of
+    the zygote too)."""
+    if torchrun:
+        done = run_torchrun([*torchrun, script, folder], cwd=cwd, timeout=300)
     else:
         done = run_script(script, [folder], cwd=cwd, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -31,8 +33,7 @@ def _losses(output: str) -> list[tuple[float, ...]]:
 
 def test_the_ppo_step_example_gives_one_process_losses_on_two_ranks(tmp_path):
     single = _losses(_run([], tmp_path / "tiny-opt", tmp_path))
-    double = _losses(_run(["--standalone", "--nproc_per_node=2"],
-                          tmp_path / "tiny-opt-2", tmp_path))
+    double = _losses(_run(["--standalone", "--nproc_per_node=2"], tmp_path / "tiny-opt-2", tmp_path))
     assert len(single) == 2 and len(double) == 2  # two steps, printed once (by rank 0)
     # The snippet computes in bf16, whose rounding differs with the split of the batch: the losses
     # agree to bf16 precision (exact equality in fp32 is tests/integration/test_torchrun_rl.py's).
@@ -72,8 +73,7 @@ def test_a_mini_batch_that_does_not_split_over_the_ranks_still_trains_like_one_p
     script = tmp_path / "uneven.py"
     script.write_text(UNEVEN)
     single = _run([], tmp_path / "one", tmp_path, script=script)
-    double = _run(["--standalone", "--nproc_per_node=2"], tmp_path / "two", tmp_path,
-                  script=script)
+    double = _run(["--standalone", "--nproc_per_node=2"], tmp_path / "two", tmp_path, script=script)
     (one,), (two,) = ([json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("LOSSES")]
                       for out in (single, double))
     assert len(one) == 2 and one[1]["policy_loss"] != one[0]["policy_loss"]  # it trained

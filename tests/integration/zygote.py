@@ -174,7 +174,7 @@ def _signal_state() -> dict:
             "ignored": [int(s) for s in FORWARDED if signal.getsignal(s) == signal.SIG_IGN]}
 
 
-def _base_env(env: dict | None) -> dict:
+def base_env(env: dict | None = None) -> dict:
     """``os.environ`` + the checkout importable + one thread + ``env``."""
     return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **(env or {})}
 
@@ -199,7 +199,7 @@ def run_script(script, args, *, cwd: Path = REPO, env: dict | None = None,
 def run_torchrun(args, *, cwd: Path = REPO, env: dict | None = None,
                  timeout: float = 600) -> subprocess.CompletedProcess:
     """``torchrun args`` (``python -m torch.distributed.run``), its ranks started as :func:`run_module`'s runs."""
-    full = _base_env(env)
+    full = base_env(env)
     if _serving(full):
         full["PYTHON_EXEC"] = str(_ZYGOTE.launchers() / "python")
     return _run(["-m", "torch.distributed.run", *map(str, args)], cwd, full, timeout)
@@ -208,7 +208,7 @@ def run_torchrun(args, *, cwd: Path = REPO, env: dict | None = None,
 def launchers(env: dict | None = None) -> Path | None:
     """The folder of ``python``, ``python3`` and ``torchrun`` launchers, to put first on ``PATH``; None
     where the zygote is off or could not start."""
-    return _ZYGOTE.launchers() if _serving(_base_env(env)) else None
+    return _ZYGOTE.launchers() if _serving(base_env(env)) else None
 
 
 def ray_worker_keys(env: dict | None = None) -> list[str]:
@@ -219,7 +219,7 @@ def ray_worker_keys(env: dict | None = None) -> list[str]:
 
 
 def _run(argv, cwd, env, timeout) -> subprocess.CompletedProcess:
-    full = _base_env(env)
+    full = base_env(env)
     if _serving(full):
         return _ZYGOTE.run(argv, Path(cwd), full, timeout)
     return subprocess.run([sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=timeout,
