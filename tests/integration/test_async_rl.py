@@ -347,3 +347,49 @@ def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_ta
         time.sleep(0.1)
     state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
     assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"
+
+
+WRAPPED_TRAINER = '''
+import multiprocessing, os, sys, time
+
+from verl.distributed.rollout_server import _exit_with_parent
+
+
+def rollout(parent_pid, pids):
+    import threading
+
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    pids.put(os.getpid())
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    multiprocessing.set_executable(sys.argv[1])  # the rollout's parent is the wrapper, not this process
+    ctx = multiprocessing.get_context("spawn")
+    pids = ctx.Queue()
+    ctx.Process(target=rollout, args=(os.getpid(), pids), daemon=True).start()
+    print(pids.get(timeout=120), flush=True)
+    time.sleep(600)
+'''
+
+
+def test_a_rollout_started_through_a_wrapper_executable_still_ends_with_its_trainer(tmp_path):
+    # multiprocessing.set_executable(wrapper): the rollout's parent is then the wrapper, which outlives
+    # the trainer; the rollout watches multiprocessing's parent pipe, which closes when the trainer dies.
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"\nexit $?\n')  # sh stays the parent (no exec)
+    wrapper.chmod(0o755)
+    (tmp_path / "trainer.py").write_text(WRAPPED_TRAINER)
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(wrapper)], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    rollout = int(proc.stdout.readline())
+    assert open(f"/proc/{rollout}/status").read().count(f"PPid:\t{proc.pid}\n") == 0  # the wrapper is its parent
+    time.sleep(1.5)  # the rollout's watch runs (it ends nothing while the trainer lives)
+    assert os.path.exists(f"/proc/{rollout}")
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
+    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"

@@ -163,3 +163,32 @@ def test_torchrun_ranks_are_forks_and_the_job_ends_as_torchrun_would(probe):
     assert [(s["rank"], s["forked"], s["argv"]) for s in seen] == [("0", True, ["ok"]), ("1", True, ["ok"])]
     failed = run_torchrun(["--standalone", "--nproc_per_node=2", probe / "zprobe.py", "exit"], cwd=probe)
     assert failed.returncode != 0 and "exitcode  : 3" in failed.stderr, failed.stderr[-2000:]
+
+
+SPAWNER = '''
+import json, multiprocessing, os, sys
+
+
+def child(queue, code):
+    queue.put({"forked": "torch" in sys.modules, "parent_alive": multiprocessing.parent_process().is_alive()})
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    process = ctx.Process(target=child, args=(queue, 7))
+    process.start()
+    seen = queue.get(timeout=120)
+    process.join()
+    print(json.dumps({**seen, "exitcode": process.exitcode}))
+'''
+
+
+def test_multiprocessing_spawns_from_a_run_are_forks_with_their_pipes(tmp_path):
+    # multiprocessing passes its pipes to a spawned process by number (-c 'spawn_main(pipe_handle=N)'):
+    # through the launcher the process is a fork too, with those pipes, its parent's pipe open, its exit code.
+    (tmp_path / "spawner.py").write_text(SPAWNER)
+    done = run_module("spawner", [], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"forked": True, "parent_alive": True, "exitcode": 7}

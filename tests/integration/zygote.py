@@ -10,8 +10,11 @@ suite launches such runs, and torchrun ranks, well over a hundred times.
   ``__main__``, the working folder first on ``sys.path``, a normal interpreter exit (threads joined,
   ``atexit``, an uncaught exception's traceback, exit code 1).
 * :func:`launchers` is a folder of ``python`` and ``torchrun`` commands that do the same for any
-  process that starts them: torchrun's ranks (``PYTHON_EXEC``, which torchrun runs its ranks with) and
-  the documents' bash blocks. Such a command stays the run's stand-in: it passes its files to the run,
+  process that starts them: torchrun's ranks (``PYTHON_EXEC``, which torchrun runs its ranks with),
+  the documents' bash blocks, and the processes a run starts with multiprocessing's spawn (the
+  asynchronous rollout: a run's ``multiprocessing.set_executable`` is the launcher, and the launcher
+  passes on every open file, as multiprocessing hands its pipes over by number). Such a command stays
+  the run's stand-in: it passes its files to the run,
   forwards the signals it gets to the run's process group, exits as the run did (its code, or the
   signal that ended it), and its own death kills the run.
 
@@ -48,7 +51,7 @@ PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", 
 # A launcher: a client of the server that stands in for the run (-S -E: the standard library only, at once).
 LAUNCHER = r"""#!{python} -SE
 import json, os, signal, socket, struct, sys
-ADDRESS, PYTHON, PREFIX, EXTRA_ENV = {address!r}, {python!r}, {prefix!r}, {extra_env!r}
+ADDRESS, PYTHON, PREFIX, EXTRA_ENV, LAUNCHER = {address!r}, {python!r}, {prefix!r}, {extra_env!r}, {launcher!r}
 argv = PREFIX + sys.argv[1:]
 env = dict(os.environ, **EXTRA_ENV)
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -56,7 +59,15 @@ try:
     sock.connect(ADDRESS)
 except OSError:  # no server (any more): a fresh interpreter
     os.execve(PYTHON, [PYTHON, *argv], env)
-socket.send_fds(sock, [b"Z"], [0, 1, 2])
+def is_open(fd):
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+# Every file a fresh interpreter would have (multiprocessing passes its pipes by number too).
+fds = [fd for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")) if fd != sock.fileno() and is_open(fd)]
+socket.send_fds(sock, [b"Z"], fds)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 # What a fresh interpreter started here would inherit: the blocked signals, the ignored ones. The
 # others are held back while the request goes out, then forwarded (none is lost, none cuts the request).
@@ -68,7 +79,7 @@ for sig in FORWARDED:
     if sig not in ignored:
         signal.signal(sig, forward)
 data = json.dumps({{"argv": argv, "cwd": os.getcwd(), "env": env, "blocked": sorted(map(int, blocked)),
-                   "ignored": ignored}}).encode()
+                   "ignored": ignored, "fds": fds, "launcher": LAUNCHER}}).encode()
 sock.sendall(struct.pack("!Q", len(data)) + data)
 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 status = None
@@ -135,7 +146,7 @@ class Zygote:
                                         ("torchrun", ["-m", "torch.distributed.run"], {"PYTHON_EXEC": str(python)})):
                 path = folder / name
                 path.write_text(LAUNCHER.format(python=sys.executable, address=self.address, prefix=prefix,
-                                                extra_env=extra))
+                                                extra_env=extra, launcher=str(python)))
                 path.chmod(0o755)
         return folder
 
@@ -152,7 +163,9 @@ class Zygote:
             finally:
                 for fd in files:
                     os.close(fd)
-            data = json.dumps({"argv": argv, "cwd": str(cwd), "env": env, **_signal_state()}).encode()
+            request = {"argv": argv, "cwd": str(cwd), "env": env, "launcher": str(self.launchers() / "python"),
+                       **_signal_state()}
+            data = json.dumps(request).encode()
             sock.sendall(struct.pack("!Q", len(data)) + data)
             replies = sock.makefile("rb")
             pid = json.loads(replies.readline())["pid"]

@@ -16,6 +16,7 @@ Usage: ``python zygote_server.py SOCKET_PATH MODULE,MODULE,...``; it prints ``{"
 serves and ends when its standard input closes.
 """
 
+import fcntl
 import io
 import json
 import os
@@ -31,6 +32,7 @@ import threading
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
                    "KMP_", "CUDA_", "PYTHON", "SAFETENSORS_", "TQDM_", "LD_", "VLLM_", "TRITON_")
 RUN_TIME_ENV = ("PYTHON_EXEC", "TORCH_NCCL_")  # torchrun's: the ranks' interpreter, NCCL's error handling
+MAX_FDS = 253  # the kernel's limit on the files of one message (SCM_MAX_FD)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -43,8 +45,9 @@ def send(conn: socket.socket, message: dict) -> None:
 
 
 def receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
-    """The client's three files (sent with the first byte), then a length-prefixed JSON request."""
-    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+    """The client's open files (sent with the first byte; the request's ``fds`` says which numbers they had
+    there, 0, 1 and 2 by default), then a length-prefixed JSON request."""
+    _, fds, _, _ = socket.recv_fds(conn, 1, MAX_FDS)
     (size,) = struct.unpack("!Q", _exactly(conn, 8))
     return json.loads(_exactly(conn, size)), fds
 
@@ -148,15 +151,30 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def open_fds() -> list[int]:
+    """The files open in this process (not the one that lists them)."""
+    listed = sorted(int(name) for name in os.listdir("/proc/self/fd"))
+    out = []
+    for fd in listed:
+        try:
+            os.fstat(fd)
+            out.append(fd)
+        except OSError:
+            pass
+    return out
+
+
 def parse(argv: list[str]):
-    """``[-u] -m MODULE ARGS`` or ``[-u] SCRIPT ARGS`` -> (kind, target, args, unbuffered); None for
-    any other interpreter command line."""
+    """``[-u] [-B] -m MODULE ARGS``, ``-c CODE ARGS`` (as multiprocessing starts its processes) or
+    ``SCRIPT ARGS`` -> (kind, target, args, unbuffered); None for any other interpreter command line."""
     unbuffered = False
     i = 0
-    while i < len(argv) and argv[i] == "-u":
-        unbuffered, i = True, i + 1
-    if i + 1 < len(argv) and argv[i] == "-m":
-        return "module", argv[i + 1], argv[i + 2:], unbuffered
+    while i < len(argv) and argv[i] in ("-u", "-B"):
+        if argv[i] == "-B":  # no .pyc files written (multiprocessing passes on this process's -B)
+            sys.dont_write_bytecode = True
+        unbuffered, i = unbuffered or argv[i] == "-u", i + 1
+    if i + 1 < len(argv) and argv[i] in ("-m", "-c"):
+        return {"-m": "module", "-c": "code"}[argv[i]], argv[i + 1], argv[i + 2:], unbuffered
     if i < len(argv) and not argv[i].startswith("-"):
         return "script", argv[i], argv[i + 1:], unbuffered
     return None
@@ -165,11 +183,18 @@ def parse(argv: list[str]):
 def prepare(request: dict, fds: list[int], base: dict):
     """The run's process: the client's files, folder, environment and arguments."""
     os.setsid()  # a session and group of its own, as a launcher's fresh process has
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    targets = request.get("fds", [0, 1, 2])
+    # A file the client had at a number this process already uses (for something a preloaded library
+    # opened) cannot be put there without breaking that: such a run gets a fresh interpreter.
+    taken = set(open_fds()) - set(fds) - {0, 1, 2}
+    clash = bool(taken & set(targets))
+    above = max([*targets, *taken, *fds]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]  # out of the way of every target first
     for fd in fds:
-        if fd > 2:
-            os.close(fd)
+        os.close(fd)
+    for fd, target in zip(moved, targets):
+        os.dup2(fd, target)  # inheritable, as the client's were
+        os.close(fd)
     env, argv = request["env"], request["argv"]
     os.chdir(request["cwd"])
     # What the client's fresh interpreter would have started with: its blocked and ignored signals
@@ -181,12 +206,16 @@ def prepare(request: dict, fds: list[int], base: dict):
         else:
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     job = parse(argv)
-    if job is None or import_time_env(env) != base:
+    if job is None or clash or import_time_env(env) != base:
         os.execve(sys.executable, [sys.executable, *argv], env)
     kind, target, args, unbuffered = job
+    if request.get("launcher"):  # multiprocessing's processes start through the launcher too
+        import multiprocessing
+
+        multiprocessing.set_executable(request["launcher"])
     os.environ.clear()
     os.environ.update(env)
-    sys.argv = [target, *args]
+    sys.argv = ["-c" if kind == "code" else target, *args]
     encoding, errors = sys.stdout.encoding, sys.stdout.errors
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=encoding)
     for fd, name in ((1, "stdout"), (2, "stderr")):
@@ -211,6 +240,12 @@ if __name__ == "__main__":
         sys.path[0] = os.getcwd()  # python -m puts the working folder first
         sys.modules.pop(target, None)  # preloaded: it runs afresh as __main__, as under python -m
         runpy.run_module(target, run_name="__main__", alter_sys=True)
+    elif kind == "code":
+        import types
+
+        sys.path[0] = ""  # python -c puts the working folder first, as ''
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        exec(compile(target, "<string>", "exec"), vars(main))
     else:
         sys.path[0] = os.path.dirname(os.path.abspath(target))  # python script.py puts its folder first
         runpy.run_path(target, run_name="__main__")

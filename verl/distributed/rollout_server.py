@@ -173,10 +173,16 @@ def serve(spec: WorkerSpec, requests, results) -> None:
 
 def _exit_with_parent(parent_pid: int) -> None:
     """In the rollout process: end it when the trainer's process is gone (a killed trainer leaves no
-    orphan generating for nobody)."""
+    orphan generating for nobody). The trainer is the parent, or, where multiprocessing starts its
+    processes through a wrapper (``multiprocessing.set_executable``), the one that holds the other end
+    of multiprocessing's parent pipe: its end closes when the trainer dies, whoever the parent is."""
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    direct = os.getppid() == parent_pid
     while True:
         time.sleep(POLL_S)
-        if os.getppid() != parent_pid:
+        if (direct and os.getppid() != parent_pid) or (parent is not None and not parent.is_alive()):
             os._exit(3)
 
 
