@@ -55,6 +55,45 @@ def test_wandb_offline_writes_a_local_run_with_the_logged_keys(tmp_path, monkeyp
     assert (tmp_path / "out" / "metrics.jsonl").exists()
 
 
+def _no_wandb_login(tmp_path, monkeypatch):
+    """An environment where wandb has no API key (no variable, no ~/.netrc) and is not offline."""
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL", "NETRC"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for var, sub in (("WANDB_DIR", "wandb-dir"), ("WANDB_CACHE_DIR", "cache"), ("WANDB_CONFIG_DIR", "config"),
+                     ("WANDB_DATA_DIR", "data")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def test_wandb_without_a_login_fails_in_one_line_naming_the_ways_out(tmp_path, monkeypatch):
+    import wandb
+
+    _no_wandb_login(tmp_path, monkeypatch)
+    with pytest.raises(VerlError, match=r"^trainer.logger includes 'wandb' but wandb could not start a run \(.*API key"
+                                        r".*\); log in with `wandb login` or set WANDB_API_KEY, or set WANDB_MODE=offline"):
+        Tracker(["console", "wandb"], tmp_path / "out")
+    wandb.teardown()
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()  # nothing left open
+
+
+def test_a_run_logging_to_wandb_without_a_login_stops_before_any_model_loads(tmp_path, monkeypatch):
+    import wandb
+
+    from verl.trainer import main_ppo
+    from verl.trainer.ppo import placement
+
+    _no_wandb_login(tmp_path, monkeypatch)
+    placed = []
+    monkeypatch.setattr(placement, "place_roles", lambda *args, **kwargs: placed.append(1))
+    with pytest.raises(VerlError, match="log in with `wandb login`"):
+        main_ppo.run(TrainerConfig.from_overrides(["trainer.logger=[console,wandb]", "trainer.total_training_steps=1",
+                                                   "sft_warmstart.enable=false",
+                                                   f"trainer.default_local_dir={tmp_path / 'run'}"]))
+    wandb.teardown()
+    assert placed == []  # the roles (and their models) were never placed
+
+
 def test_the_short_logger_section_wins_over_the_trainer_keys_where_given():
     config = TrainerConfig.from_overrides(["trainer.logger=[console,wandb]", "trainer.project_name=p",
                                            "trainer.experiment_name=e"])

@@ -145,8 +145,14 @@ class _Wandb:
         # WANDB_DIR, when set, says where the user keeps wandb's files; else the run's folder.
         run_dir = Path(os.environ.get("WANDB_DIR") or out_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=project, name=experiment, config=config, dir=str(run_dir),
-                              reinit="finish_previous")
+        try:
+            self.run = wandb.init(project=project, name=experiment, config=config, dir=str(run_dir),
+                                  reinit="finish_previous")
+        except (wandb.errors.UsageError, wandb.errors.AuthenticationError, wandb.errors.CommError) as e:
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise VerlError(f"trainer.logger includes 'wandb' but wandb could not start a run ({detail}); log in "
+                            f"with `wandb login` or set WANDB_API_KEY, or set WANDB_MODE=offline to keep the run on "
+                            f"disk (`wandb sync` uploads it later), or remove wandb from trainer.logger") from None
 
     def log(self, metrics: dict, step: int) -> None:
         self.run.log(metrics, step=step)

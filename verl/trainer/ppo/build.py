@@ -208,12 +208,18 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     total_steps = (trainer_cfg.total_training_steps if trainer_cfg.total_training_steps is not None
                    else trainer_cfg.total_epochs * len(loader))
 
-    placed = placement.place_roles(config, total_steps=total_steps, tokenizer=tokenizer, watchdog=watchdog,
-                                   reward_worker=reward_worker, teachers=teachers)
+    # The loggers start before any model loads: a wandb that is not logged in fails in seconds, not
+    # after the models have loaded; a run that then fails to place its roles is closed as failed.
+    tracker = Tracker.from_config(config, out_dir, record=is_main_process())
+    try:
+        placed = placement.place_roles(config, total_steps=total_steps, tokenizer=tokenizer, watchdog=watchdog,
+                                       reward_worker=reward_worker, teachers=teachers)
+    except BaseException:
+        tracker.close(failed=True)
+        raise
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.yaml").write_text(config.to_yaml())
-    tracker = Tracker.from_config(config, out_dir, record=is_main_process())
     parts = dict(actor_rollout_ref=placed.actor_rollout_ref, critic=placed.critic, reward=placed.reward,
                  train_loader=loader, val_batches=val_batches, tracker=tracker, out_dir=out_dir,
                  total_steps=total_steps, use_ref=roles.uses_reference(config), watchdog=watchdog,
