@@ -91,3 +91,27 @@ def test_an_unreachable_ray_address_is_one_line_naming_it_within_seconds(how, mo
     text = str(err.value)
     source = "RAY_ADDRESS" if how == "env" else "ray_kwargs.ray_init.address"
     assert f"no Ray cluster answers at {address} (from {source})" in text and f"--port={port}" in text
+
+
+def test_ranks_asked_of_a_plain_process_are_said_once_with_the_ways_to_start_them(caplog, monkeypatch):
+    # verl's scripts set trainer.n_gpus_per_node=8 and let Ray start the ranks; a plain python run with
+    # backend=auto is one process, which trains the same numbers on one device: said, not silent.
+    from verl.trainer.ppo.build import warn_unstarted_ranks
+
+    for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.build"):
+        warn_unstarted_ranks(TrainerConfig.from_cli(["trainer.nnodes=2", "trainer.n_gpus_per_node=4"]))
+    (record,) = caplog.records
+    assert record.getMessage().startswith("trainer.nnodes x trainer.n_gpus_per_node = 8 ranks, but this is one "
+                                          "process (trainer.backend=auto, not under torchrun): it trains on one "
+                                          "device, not 8")
+    assert "torchrun --nproc_per_node=4 -m verl.trainer.main_ppo" in record.getMessage()
+    assert "trainer.backend=ray" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.build"):
+        warn_unstarted_ranks(TrainerConfig())  # one rank asked: one process is what is meant
+        warn_unstarted_ranks(_config("trainer.n_gpus_per_node=4"))  # Ray starts them
+        monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun started them
+        warn_unstarted_ranks(TrainerConfig.from_cli(["trainer.n_gpus_per_node=4"]))
+    assert caplog.records == []

@@ -121,12 +121,27 @@ def build_rl_trainer(config) -> RLTrainer:
                           "trainer.backend=auto to run under torchrun")
     # The data-parallel size is the job's: torchrun's world size, else what the config declares.
     config.validate(dp_size=launched_world_size() if launched_distributed() else None)
+    warn_unstarted_ranks(config)
     check_algorithm_names(config)
     # Under torchrun: collectives time out a minute after the watchdog would report a lost rank.
     ensure_process_group(timeout_s=config.trainer.dist_timeout_s)
     watchdog = Watchdog.start(config.trainer.dist_timeout_s)  # inert in one process
     with watchdog.stage("build"):
         return _build_rl_trainer(config, watchdog)
+
+
+def warn_unstarted_ranks(config) -> None:
+    """verl's scripts set trainer.n_gpus_per_node=8 and let Ray start the ranks. Here a plain ``python``
+    run with trainer.backend=auto is one process: it trains the same numbers on one device, which is said
+    once, with the two ways to start the ranks it asks for."""
+    ranks = config.trainer.nnodes * config.trainer.n_gpus_per_node
+    if ranks > 1 and not launched_distributed() and not placement.uses_ray(config) and is_main_process():
+        logger.warning("trainer.nnodes x trainer.n_gpus_per_node = %d ranks, but this is one process "
+                       "(trainer.backend=auto, not under torchrun): it trains on one device, not %d (the same samples "
+                       "and updates, more time). Start the ranks with torchrun --nproc_per_node=%d -m "
+                       "verl.trainer.main_ppo ..., or set trainer.backend=ray to start them as Ray actors (as verl "
+                       "does); trainer.n_gpus_per_node=1 says one process is meant", ranks,
+                       ranks, config.trainer.n_gpus_per_node)
 
 
 def agent_tool_schemas(multi_turn) -> list[dict] | None:
