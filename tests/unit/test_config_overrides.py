@@ -397,6 +397,17 @@ def test_an_unparsable_interpolation_in_a_yaml_file_is_an_error_at_its_key():
         TrainerConfig.from_yaml("trainer:\n  experiment_name: ${foo\n")
 
 
+def test_a_tab_in_a_yaml_file_is_named_with_its_line_and_the_fix(tmp_path):
+    # Editors insert tabs; YAML refuses them where it expects spaces, with a scanner message that does not say so.
+    for text, line in (("data:\n\ttrain_batch_size: 8\n", 2), ("data:\n  train_batch_size: 8\n\tshuffle: true\n", 3)):
+        path = tmp_path / f"tab{line}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=rf"^cannot parse YAML config file {re.escape(str(path))}: line {line} has "
+                                              r"a tab where YAML takes spaces only; indent with spaces \(2 per level"):
+            TrainerConfig.from_yaml(path)
+    assert TrainerConfig.from_yaml("trainer:\n  experiment_name: 'a\tb'\n").trainer.experiment_name == "a\tb"
+
+
 @pytest.mark.parametrize("given", ["+trainer.total_epochs=3", "+data.train_batch_size=8",
                                    "+actor_rollout_ref.actor.fsdp_config.model_dtype=bf16",  # from a verl example
                                    "+actor_rollout_ref.rollout"])

@@ -31,6 +31,10 @@ def read_yaml(source: str | os.PathLike) -> dict:
     try:
         data = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
     except (yaml.YAMLError, OmegaConfBaseException) as e:
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None and "'\\t'" in str(e):  # the commonest slip: a tab where YAML wants spaces
+            raise ConfigError(f"cannot parse YAML config {where}: line {mark.line + 1} has a tab where YAML takes "
+                              f"spaces only; indent with spaces (2 per level in verl's configs)") from None
         raise ConfigError(f"cannot parse YAML config {where}: {str(e).strip()}") from None
     if not isinstance(data, DictConfig):
         raise ConfigError("a YAML config must be a mapping of keys at the top level, got a list")
