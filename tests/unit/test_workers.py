@@ -190,3 +190,25 @@ def test_rollout_name_auto_is_resolved_once_at_start_and_said(tiny_model_dir, ca
     assert resolve_rollout_engine(cfg) == "native" and capsys.readouterr().out == ""  # resolved: nothing more said
     named = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)), rollout=dict(name="hf")))
     assert resolve_rollout_engine(named) == "hf" and capsys.readouterr().out == ""  # a named engine is kept
+
+
+def test_the_worker_takes_its_section_the_whole_config_or_a_mapping_of_its_keys_and_names_a_wrong_one(tiny_model_dir):
+    from omegaconf import OmegaConf
+
+    from verl.errors import ConfigError
+
+    section = worker_config(tiny_model_dir)
+    whole = section._root()  # a newcomer passes the TrainerConfig itself: its section, still in its tree
+    assert ActorRolloutRefWorker(config=whole).config is whole.actor_rollout_ref
+    assert ActorRolloutRefWorker(config=whole).max_response_length == RESPONSE_LENGTH  # data.max_response_length
+    keys = {"model": {"path": str(tiny_model_dir)}, "rollout": {"n": 2, "response_length": RESPONSE_LENGTH}}
+    for given in (keys, OmegaConf.create(keys)):  # verl's workers take OmegaConf sections
+        worker = ActorRolloutRefWorker(config=given)
+        assert worker.config.rollout.n == 2 and worker.max_response_length == RESPONSE_LENGTH
+    with pytest.raises(ConfigError, match=r"unknown config key 'rollout.temprature'; did you mean rollout.temperature"):
+        ActorRolloutRefWorker(config={"rollout": {"temprature": 0.5}})
+    with pytest.raises(ConfigError, match=r"^ActorRolloutRefWorker\(config=...\) takes the actor_rollout_ref section, "
+                                          r"got the actor_rollout_ref.actor section; pass config=cfg.actor_rollout_ref"):
+        ActorRolloutRefWorker(config=section.actor)
+    with pytest.raises(ConfigError, match=r"got a str; pass config=cfg.actor_rollout_ref"):
+        ActorRolloutRefWorker(config=str(tiny_model_dir))

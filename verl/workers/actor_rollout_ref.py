@@ -32,13 +32,42 @@ from verl.workers.actor import Actor, PolicyModel
 logger = logging.getLogger(__name__)
 
 
+def worker_section(config):
+    """The ``actor_rollout_ref`` section a worker reads, from what a user may hand it: the section
+    itself (the tutorial's ``config.actor_rollout_ref``), the whole ``TrainerConfig`` (its section, still
+    in its tree), or the section's keys as a dict or an OmegaConf ``DictConfig`` (what verl's workers
+    take), checked key by key. Another section is refused naming what it is and what to pass."""
+    from collections.abc import Mapping
+
+    from verl.config import ConfigNode, TrainerConfig
+    from verl.config.schema_actor import ActorRolloutRefConfig
+    from verl.errors import ConfigError
+
+    if isinstance(config, ActorRolloutRefConfig):
+        return config
+    if isinstance(config, TrainerConfig):
+        return config.actor_rollout_ref
+    if type(config).__name__ == "DictConfig":  # verl's workers are built from OmegaConf sections
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.to_container(config, resolve=True)
+    if isinstance(config, Mapping):
+        return ActorRolloutRefConfig.from_dict(config)
+    what = f"the {config._path() or type(config).__name__} section" if isinstance(config, ConfigNode) \
+        else f"a {type(config).__name__}"
+    raise ConfigError(f"ActorRolloutRefWorker(config=...) takes the actor_rollout_ref section, got {what}; pass "
+                      f"config=cfg.actor_rollout_ref (cfg a TrainerConfig), or a dict of its keys (model, actor, "
+                      f"rollout, ref)")
+
+
 class ActorRolloutRefWorker:
     """Holds ``actor_model`` (a Hugging Face causal LM), ``rollout`` and ``ref_model``.
 
     Methods take and return :class:`~verl.protocol.Batch`: :meth:`generate_sequences`,
     :meth:`compute_log_prob`, :meth:`compute_ref_log_prob`, :meth:`update_actor`.
 
-    It reads its own section only (``config`` is ``TrainerConfig.actor_rollout_ref``); the rest is
+    It reads its own section only (``config`` is ``TrainerConfig.actor_rollout_ref``; the whole
+    ``TrainerConfig``, or a dict or ``DictConfig`` of the section's keys, are taken too: :func:`worker_section`); the rest is
     passed in: ``device`` (default ``auto``; the trainer passes ``trainer.device``), ``seed``
     (default 1; the trainer passes ``trainer.seed``), ``max_response_length`` (default
     ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig),
@@ -50,7 +79,7 @@ class ActorRolloutRefWorker:
     def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
                  max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None,
                  rollout_correction=None):
-        self.config = config
+        self.config = config = worker_section(config)
         # Everything comes from this section or the arguments: the rollout's prompt_length and
         # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
         self.device = resolve_device(device or "auto")
