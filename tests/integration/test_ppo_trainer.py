@@ -86,6 +86,50 @@ def test_a_reward_of_the_wrong_size_is_rejected_with_both_shapes(tiny_model_dir)
         trainer.step(batch)
 
 
+def _with(**changes):
+    return {**tutorial_batch(), **changes}
+
+
+BAD_BATCHES = [
+    # A mask of another length: named with both shapes, not a reshape error.
+    (_with(attention_mask=torch.ones(1, 5, dtype=torch.long)),
+     r"^attention_mask has shape \[1, 5\] but input_ids has \[1, 14\]; give attention_mask the shape of input_ids"),
+    (_with(prompt_mask=torch.ones(2, 14, dtype=torch.long)), r"^prompt_mask has shape \[2, 14\] but input_ids has \[1, 14\]"),
+    # Ids of another tokenizer: named with row and position, not "index out of range in self" from the embedding.
+    (_with(input_ids=torch.tensor([[1, 71, 13, 121, 29, 71, 13, 121, 29, 30, 71, 13, 121, 100_000]])),
+     r"^input_ids holds token id 100000 \(row 0, position 13\), outside the model's \d+ token ids"),
+    (_with(input_ids=torch.tensor([[1, -1, 13, 121, 29, 71, 13, 121, 29, 30, 71, 13, 121, 29]])),
+     r"^input_ids holds token id -1 \(row 0, position 1\)"),
+    (_with(input_ids=tutorial_batch()["input_ids"] + 0.5), r"^input_ids must hold token ids \(whole numbers\)"),
+    # A reward that is not a number would turn the whole update into NaN.
+    (_with(reward=torch.tensor([float("nan")])), r"^reward of row 0 is nan \(1 row\(s\) not finite\)"),
+    (_with(reward=float("inf")), r"^reward of row 0 is inf"),
+]
+
+
+@pytest.mark.parametrize("batch, message", BAD_BATCHES, ids=["mask", "prompt_mask", "vocab", "negative", "fraction",
+                                                             "nan", "inf"])
+def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tiny_model_dir, batch, message):
+    worker = make_worker(tiny_model_dir)
+    trainer = PPOTrainer(actor_rollout_ref_worker=worker)
+    before = params(worker.actor_model)
+    with pytest.raises(ValueError, match=message):
+        trainer.step(batch)
+    assert not changed(before, worker.actor_model)
+    # Whole numbers as floats are token ids; keys the step does not read are said, once.
+    trainer.step(_with(input_ids=tutorial_batch()["input_ids"].float()))
+
+
+def test_keys_the_step_does_not_read_are_said_once(tiny_model_dir, caplog):
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.step_batch"):
+        trainer.step(_with(advantages=torch.ones(1, 14), labels=torch.ones(1, 14)))
+        trainer.step(_with(advantages=torch.ones(1, 14), labels=torch.ones(1, 14)))
+    said = [r.getMessage() for r in caplog.records]
+    assert said == ["PPOTrainer.step does not read ['advantages', 'labels'] of the batch dict (it computes log-probs, "
+                    "values and advantages itself); it reads input_ids, prompt_mask, reward, attention_mask"]
+
+
 def test_compute_loss_override_changes_the_objective_and_keeps_the_rest(tiny_model_dir, tmp_path):
     calls = []
 

@@ -66,7 +66,21 @@ def _dotted(parts: tuple[int, ...]) -> str:
 
 # ------------------------------------------------------------------------------------ reward
 def normalize_reward(reward: Any, batch_size: int) -> torch.Tensor:
-    """One float reward per row, shape ``[B]``, from what a reward model or function returned.
+    """One finite float reward per row, shape ``[B]`` (see :func:`_reward_vector`); a NaN or infinite
+    reward, which would turn the whole update into NaN, is an error naming its row."""
+    import torch
+
+    values = _reward_vector(reward, batch_size).float()
+    bad = (~torch.isfinite(values)).nonzero().flatten().tolist()
+    if bad:
+        raise VerlError(f"reward of row {bad[0]} is {values[bad[0]].item()} ({len(bad)} row(s) not finite); every "
+                        f"reward must be a finite number: check the reward model or function for a division by "
+                        f"zero or an empty input")
+    return values
+
+
+def _reward_vector(reward: Any, batch_size: int) -> torch.Tensor:
+    """One reward per row, shape ``[B]``, from what a reward model or function returned.
 
     Accepted: a Python number or 0-d tensor when ``batch_size`` is 1 (the tutorial's scalar
     reward), and a tensor / numpy array / list of shape ``[B]``, ``[B, 1]`` or ``[1, B]``.

@@ -86,7 +86,8 @@ class PPOTrainer(BaseTrainer):
     def prepare(self, data: dict | Batch) -> Batch:
         """Log-probs, values, KL-penalised token rewards, advantages and returns for a batch."""
         batch = data if isinstance(data, Batch) else batch_from_dict(
-            data, self.worker.tokenizer.pad_token_id, normalize_reward)
+            data, self.worker.tokenizer.pad_token_id, normalize_reward,
+            vocab_size=self.worker.actor_model.get_input_embeddings().num_embeddings)
         response_length = batch["responses"].shape[1]
         check_context_length(self.worker.actor_model.config, batch["input_ids"].shape[1] - response_length,
                              response_length, truncation_key="tokenizer(truncation=True)",

@@ -7,25 +7,67 @@ Rows may be padded on either side; only tokens with attention 1 count.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from verl.data.collate import left_pad
 from verl.errors import VerlError
 from verl.protocol import Batch
 
+logger = logging.getLogger(__name__)
+
 REQUIRED = ("input_ids", "prompt_mask", "reward")
+READ = (*REQUIRED, "attention_mask")
+NEEDS = "PPOTrainer.step needs input_ids [B, T], prompt_mask [B, T] (1 on prompt tokens), reward [B] and " \
+        "optionally attention_mask [B, T]"
+_unread_said: set[tuple[str, ...]] = set()
 
 
-def batch_from_dict(data: dict, pad_token_id: int, normalize_reward) -> Batch:
+def _token_ids(value) -> torch.Tensor:
+    """Token ids as integers: a float tensor of whole numbers is taken (and converted), a fraction is not."""
+    ids = torch.as_tensor(value)
+    if ids.is_floating_point() or ids.is_complex():
+        if ids.is_complex() or not torch.equal(ids, ids.round()):
+            raise VerlError(f"input_ids must hold token ids (whole numbers), got a {ids.dtype} tensor with "
+                            f"fractions; encode the text with the worker's tokenizer")
+        ids = ids.long()
+    return ids
+
+
+def _mask(value, name: str, input_ids: torch.Tensor) -> torch.Tensor:
+    mask = torch.as_tensor(value)
+    if mask.numel() != input_ids.numel():
+        raise VerlError(f"{name} has shape {list(mask.shape)} but input_ids has {list(input_ids.shape)}; give "
+                        f"{name} the shape of input_ids (one entry per token)")
+    return mask.reshape(input_ids.shape)
+
+
+def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size: int | None = None) -> Batch:
+    """``vocab_size``: the model's number of token ids (its embedding rows); an id outside it is an error
+    naming the row and position (ids of another tokenizer), not an index error deep in the model."""
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise VerlError(f"the batch dict lacks {missing}; PPOTrainer.step needs input_ids [B, T], "
-                        f"prompt_mask [B, T] (1 on prompt tokens), reward [B] and optionally attention_mask")
-    input_ids = torch.as_tensor(data["input_ids"])
+        raise VerlError(f"the batch dict lacks {missing}; {NEEDS}")
+    unread = tuple(sorted(str(k) for k in data if k not in READ))
+    if unread and unread not in _unread_said:  # e.g. "advantages" or "labels": said once, not used silently
+        _unread_said.add(unread)
+        logger.warning("PPOTrainer.step does not read %s of the batch dict (it computes log-probs, values and "
+                       "advantages itself); it reads %s", list(unread), ", ".join(READ))
+    input_ids = _token_ids(data["input_ids"])
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
-    attention_mask = torch.as_tensor(data.get("attention_mask", torch.ones_like(input_ids))).reshape(input_ids.shape)
-    prompt_mask = torch.as_tensor(data["prompt_mask"]).reshape(input_ids.shape)
+    if input_ids.dim() != 2:
+        raise VerlError(f"input_ids has shape {list(input_ids.shape)}; {NEEDS}")
+    if vocab_size is not None and input_ids.numel():
+        outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
+        if len(outside):
+            row, position = outside[0].tolist()
+            raise VerlError(f"input_ids holds token id {int(input_ids[row, position])} (row {row}, position "
+                            f"{position}), outside the model's {vocab_size} token ids: were the ids made by another "
+                            f"tokenizer? Encode the text with the worker's (worker.tokenizer)")
+    attention_mask = _mask(data.get("attention_mask", torch.ones_like(input_ids)), "attention_mask", input_ids)
+    prompt_mask = _mask(data["prompt_mask"], "prompt_mask", input_ids)
     prompts, responses = [], []
     for row in range(input_ids.shape[0]):
         real = attention_mask[row].bool()
