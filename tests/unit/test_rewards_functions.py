@@ -2,6 +2,7 @@
 
 import asyncio
 import functools
+import re
 
 import pytest
 import torch
@@ -220,3 +221,39 @@ def test_reward_worker_adds_the_reward_model_score_with_its_weight():
     assert list(out["reward_extra/rm_score"]) == [10.0, 11.0]
     rm_only = RewardWorker(None, ConstantRewardModel()).score(batch)
     assert last_token_scores(rm_only["token_level_scores"], batch) == [10.0, 11.0]
+
+
+@pytest.mark.parametrize("define, missing", [
+    ("def compute_score(solution, gt):\n    return 1.0\n", "missing a required argument: 'solution'"),
+    ("def compute_score(data_source, solution_str, ground_truth):\n    return 1.0\n",
+     "got an unexpected keyword argument 'extra_info'"),
+    ("def compute_score(data_source, response, ground_truth, extra_info=None):\n    return 1.0\n",
+     "missing a required argument: 'response'"),
+])
+def test_a_function_that_cannot_take_verls_arguments_fails_when_loaded_not_at_the_first_step(tmp_path, define, missing):
+    # With reward.on_error=zero its TypeError would otherwise score every sample of the run 0.
+    path = tmp_path / "my_reward.py"
+    path.write_text(define)
+    with pytest.raises(RewardError, match=r"^reward function compute_score\(.*\) cannot be called with the arguments "
+                                          r"data_source, solution_str, ground_truth, extra_info \(" + re.escape(missing)
+                                          + r"\); define it as def compute_score\(data_source, solution_str, "
+                                            r"ground_truth, extra_info=None\)"):
+        build_reward_functions([], custom_path=str(path))
+
+
+def test_verl_and_trl_signatures_that_take_the_arguments_load():
+    def keywords(**kwargs):
+        return 1.0
+
+    def with_defaults(data_source, solution_str, ground_truth, extra_info=None, scale=2.0):
+        return scale
+
+    def trl_with_a_column(prompts, completions, level, **kwargs):  # level: a column of the data, given at the call
+        return [0.0] * len(completions)
+
+    for fn in (keywords, with_defaults, trl_with_a_column, functools.partial(with_defaults, scale=3.0)):
+        RewardFunction(fn)
+    with pytest.raises(RewardError, match=r"^reward function strict\(prompts, completions\) cannot be called with "
+                                          r"the arguments prompts, completions, completion_ids, .*unexpected keyword "
+                                          r"argument 'completion_ids'.*def reward\(prompts, completions, \*\*kwargs\)"):
+        RewardFunction(lambda prompts, completions: [0.0], name="strict")

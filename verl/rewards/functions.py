@@ -64,6 +64,7 @@ class RewardFunction:
         if self.style not in ("verl", "trl"):
             raise RewardError(f"reward function {self.name}: style must be 'verl' or 'trl', got {self.style!r}")
         self.is_async = _is_async(self.fn)
+        _check_parameters(self)
 
     async def results(self, samples: list[dict], max_concurrency: int) -> list[Any]:
         """One raw result per sample, in order; an exception raised for a sample is returned in its
@@ -101,6 +102,32 @@ class RewardFunction:
             raise RewardError(f"reward function {self.name} returned {len(out)} scores for {len(samples)} "
                               f"completions; return exactly one score per completion")
         return out
+
+
+# What every call passes by name, whatever the data (TRL's style also passes each extra_info key).
+_ALWAYS = {"verl": ("data_source", "solution_str", "ground_truth", "extra_info"),
+           "trl": (*TRL_PARAMETERS, "ground_truth", "data_source", "extra_info", "solution", "answer")}
+_DEFINE = {"verl": "def compute_score(data_source, solution_str, ground_truth, extra_info=None)",
+           "trl": "def reward(prompts, completions, **kwargs) (TRL's style: kwargs holds the dataset's columns)"}
+
+
+def _check_parameters(function: RewardFunction) -> None:
+    """A function that cannot take the arguments every call passes fails now, when it is loaded, not at
+    the first step after the models have loaded (and, with reward.on_error=zero, not as a zero for every
+    sample of the run)."""
+    try:
+        signature = inspect.signature(function.fn)
+    except (TypeError, ValueError):  # no signature to read (some C callables): the call will tell
+        return
+    # TRL's style may also name a column of the data (an extra_info key), given at the call: only an
+    # argument it cannot take is an error here.
+    bind = signature.bind if function.style == "verl" else signature.bind_partial
+    try:
+        bind(**dict.fromkeys(_ALWAYS[function.style]))
+    except TypeError as e:
+        raise RewardError(f"reward function {function.name}{signature} cannot be called with the arguments "
+                          f"{', '.join(_ALWAYS[function.style])} ({e}); define it as {_DEFINE[function.style]}, "
+                          f"with these parameter names") from None
 
 
 def _capture(call: Callable[[], Any]) -> Any:
