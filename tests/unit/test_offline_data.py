@@ -106,6 +106,11 @@ def test_preference_and_kto_datasets_check_their_columns_and_labels():
     missing = r"lacks the column 'rejected' \(columns found: prompt, chosen\); set data.rejected_key"
     with pytest.raises(DataError, match=missing):
         PreferenceDataset([{"prompt": "a", "chosen": "b"}], encoder())
+    # The column is there, one row has no value in it (a null cell of a parquet file): said as such.
+    with pytest.raises(DataError, match=r"^row 1 of data.train_files has no value \(null\) in 'rejected'; fill it "
+                                        r"in or drop the row"):
+        PreferenceDataset([{"prompt": "a", "chosen": "b", "rejected": "c"},
+                           {"prompt": "a", "chosen": "b", "rejected": None}], encoder())
     with pytest.raises(DataError, match="data.label_key"):
         KTODataset([{"prompt": "a", "completion": "b"}], encoder())
     with pytest.raises(DataError, match="must be true .desirable. or false"):

@@ -160,6 +160,10 @@ def check_columns(rows: list[dict], needed: dict[str, str], source: str, extra_h
     if not rows:
         raise DataError(f"{source} holds no rows")
     for i, row in enumerate(rows):
+        empty = [col for col in needed if col in row and row[col] is None]
+        if empty:  # the column is there, this row has no value in it: say so, not "lacks the column"
+            raise DataError(f"row {i} of {source} has no value (null) in {', '.join(repr(c) for c in empty)}; fill "
+                            f"it in or drop the row{extra_hint}")
         missing = [(col, key) for col, key in needed.items() if row.get(col) is None]
         if missing:
             found = ", ".join(row) or "none"
