@@ -79,7 +79,10 @@ def test_state_after_the_last_batch_of_an_epoch_resumes_with_the_next_epoch(data
 
 def test_resume_with_other_settings_is_refused(dataset):
     state = make(dataset, batch_size=4).state_dict()
-    with pytest.raises(DataError, match="batch_size: saved 4 now 2"):
+    with pytest.raises(DataError, match=r"^cannot resume the prompt loader: batch_size: saved 4 now 2; the resumed run "
+                                        r"would see a different order of prompts. Use the saved settings and data to "
+                                        r"resume, or start a new run \(another trainer.default_local_dir, or "
+                                        r"trainer.resume_mode=disable"):
         make(dataset, batch_size=2).load_state_dict(state)
 
 
