@@ -61,6 +61,24 @@ def test_one_step_per_mini_batch_and_one_schedule_step_per_call():
     assert metrics["test/total_weight"] == pytest.approx((3 + 5) / 2)  # mean over the two mini-batches
 
 
+def test_a_checkpoint_of_another_model_is_refused_naming_a_weight_that_does_not_fit():
+    # The same default_local_dir with another model.path: said before torch's copy fails deep in the load.
+    engine, _ = train(1, mini=2, shuffle=False)
+    state = engine.state_dict()
+    wider = make_engine(torch.nn.Linear(3, 2))
+    before = [p.detach().clone() for p in wider.model.parameters()]
+    with pytest.raises(ValueError, match=r"^this checkpoint of the test was written for another model: 2 weights differ "
+                                         r"in shape, 0 are missing and 0 are not in the model \(first: weight: \[1, 3\] in "
+                                         r"the checkpoint, \[2, 3\] in the model\)\. Resume with the model.path the run "
+                                         r"was started with, or start a new run"):
+        wider.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(before, wider.model.parameters()))  # nothing loaded
+    deeper = make_engine(torch.nn.Sequential(torch.nn.Linear(3, 1)))
+    with pytest.raises(ValueError, match=r"0 weights differ in shape, 2 are missing and 2 are not in the model "
+                                         r"\(first: 0.bias is not in the checkpoint\)"):
+        deeper.load_state_dict(state)
+
+
 def test_state_dict_resumes_exactly_including_the_shuffle():
     engine, _ = train(2, mini=2, shuffle=True)
     resumed = make_engine(copy.deepcopy(engine.model))

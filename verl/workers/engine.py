@@ -151,12 +151,35 @@ class TrainingEngine:
                                 f"but not its frozen base weights, and the model loaded now has other base weights "
                                 f"({len(changed)} tensors differ, first: {changed[0]}): resume with the model.path "
                                 f"the run was started with")
+            partial = not current  # a rank other than 0: the trained weights alone (rank 0's whole set loads)
             current.update(weights)
             weights = current
+        else:
+            partial = False
+        self._check_fits(weights, partial)
         load_full_state_dict(self.model, weights)
         load_full_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
         self.lr_scheduler.load_state_dict(state["lr_scheduler"])
         self.generator.set_state(state["generator"])
+
+    def _check_fits(self, weights: dict, partial: bool = False) -> None:
+        """A checkpoint of another model (the same default_local_dir, another model.path) is said as such,
+        naming a weight that does not fit, before torch fails deep inside the load. ``partial``: ``weights``
+        holds only some of the model's (missing ones are not an error)."""
+        expected = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}  # full shapes (DTensor)
+        given = {name: tuple(t.shape) for name, t in weights.items()}
+        differ = [f"{name}: {list(given[name])} in the checkpoint, {list(shape)} in the model"
+                  for name, shape in expected.items() if name in given and given[name] != shape]
+        missing = [] if partial else sorted(expected.keys() - given.keys())
+        extra = sorted(given.keys() - expected.keys())
+        if differ or missing or extra:
+            first = differ[0] if differ else f"{missing[0]} is not in the checkpoint" if missing else \
+                f"{extra[0]} is not in the model"
+            raise VerlError(f"this checkpoint of the {self.metric_prefix} was written for another model: "
+                            f"{len(differ)} weights differ in shape, {len(missing)} are missing and {len(extra)} are "
+                            f"not in the model (first: {first}). Resume with the model.path the run was started "
+                            f"with, or start a new run (another trainer.default_local_dir, or "
+                            f"trainer.resume_mode=disable to train from the start there)")
 
     def _frozen_names(self) -> set[str]:
         # remove_duplicate=False: a tied output layer is the embedding under a second name
