@@ -45,13 +45,32 @@ def main(argv: list[str] | None = None) -> int:
         from verl.doctor import main as doctor
 
         return doctor(rest)
-    if command == "version":
+    if command in ("version", "--version", "-V"):
         from verl import __version__
 
         print(__version__)
         return 0
-    print(f"verl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    print(f"verl: unknown command {command!r}{_hint(command)}\n\n{USAGE}", file=sys.stderr)
     return 2
+
+
+# Names people reach for that are one of the commands under another name.
+_MEANT = {"ppo": "train", "grpo": "train", "rl": "train", "rlhf": "train", "dapo": "train", "main_ppo": "train",
+          "main_sft": "sft", "main_dpo": "dpo", "main_kto": "kto", "check": "doctor", "env": "doctor"}
+
+
+def _hint(command: str) -> str:
+    """``; did you mean ...?`` for a typo or another name of a command ('' when nothing is close)."""
+    import difflib
+
+    name = command.lower().lstrip("-")
+    commands = [*TRAINERS, "report", "runs", "config", "doctor", "version"]
+    meant = _MEANT.get(name) or next(iter(difflib.get_close_matches(name, commands, n=1, cutoff=0.6)), None)
+    if meant is None:
+        return ""
+    why = f" ({command} runs as verl train with its algorithm keys, e.g. algorithm.adv_estimator=grpo)" \
+        if meant == "train" and name in ("grpo", "dapo") else ""
+    return f"; did you mean verl {meant}?{why}"
 
 
 if __name__ == "__main__":

@@ -17,7 +17,22 @@ def test_version_and_usage(capsys):
     assert main(["version"]) == 0
     assert capsys.readouterr().out.strip() == __version__
     assert main([]) == 2 and "usage: verl" in capsys.readouterr().out
-    assert main(["trian"]) == 2 and "unknown command 'trian'" in capsys.readouterr().err
+    assert main(["trian"]) == 2 and "unknown command 'trian'; did you mean verl train?" in capsys.readouterr().err
+    for flag in ("--version", "-V"):
+        assert main([flag]) == 0 and capsys.readouterr().out.strip() == __version__
+
+
+@pytest.mark.parametrize("typed, hint", [
+    ("ppo", "; did you mean verl train?\n"), ("main_sft", "; did you mean verl sft?\n"),
+    ("doctr", "; did you mean verl doctor?\n"),
+    ("grpo", "; did you mean verl train? (grpo runs as verl train with its algorithm keys, e.g. "
+             "algorithm.adv_estimator=grpo)"),
+    ("zzz", "unknown command 'zzz'\n"),  # nothing close: no guess
+])
+def test_an_unknown_command_names_the_one_probably_meant(typed, hint, capsys):
+    assert main([typed]) == 2
+    err = capsys.readouterr().err
+    assert hint in err and "usage: verl" in err
 
 
 def test_config_prints_the_shipped_defaults(capsys):
