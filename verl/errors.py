@@ -5,6 +5,10 @@ problem and the fix, so a traceback would only hide it.
 """
 
 
+# The way out when a checkpoint cannot be resumed with what was given now.
+NEW_RUN = "start a new run (another trainer.default_local_dir, or trainer.resume_mode=disable to train from the start there)"
+
+
 class VerlError(ValueError):
     """Bad input (config, data, model path, reward function). The message says what to change."""
 

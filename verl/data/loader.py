@@ -18,6 +18,7 @@ import torch
 
 from verl.data.collate import collate_prompts
 from verl.data.io import DataError
+from verl.errors import NEW_RUN
 from verl.protocol import Batch
 
 
@@ -121,8 +122,7 @@ class PromptLoader:
             changed = ", ".join(f"{k}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
             raise DataError(f"cannot resume the {'prompt' if self.unit == 'prompts' else 'data'} loader: {changed}; "
                             f"the resumed run would see a different order of {self.unit}. Use the saved settings "
-                            f"and data to resume, or start a new run (another trainer.default_local_dir, or "
-                            f"trainer.resume_mode=disable to train from the start there)")
+                            f"and data to resume, or {NEW_RUN}")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
         if self.replacement:

@@ -39,6 +39,8 @@ def worker_section(config):
     take), checked key by key. Another section is refused naming what it is and what to pass."""
     from collections.abc import Mapping
 
+    from omegaconf import DictConfig, OmegaConf
+
     from verl.config import ConfigNode, TrainerConfig
     from verl.config.schema_actor import ActorRolloutRefConfig
     from verl.errors import ConfigError
@@ -47,9 +49,7 @@ def worker_section(config):
         return config
     if isinstance(config, TrainerConfig):
         return config.actor_rollout_ref
-    if type(config).__name__ == "DictConfig":  # verl's workers are built from OmegaConf sections
-        from omegaconf import OmegaConf
-
+    if isinstance(config, DictConfig):  # verl's workers are built from OmegaConf sections
         config = OmegaConf.to_container(config, resolve=True)
     if isinstance(config, Mapping):
         return ActorRolloutRefConfig.from_dict(config)
@@ -67,8 +67,8 @@ class ActorRolloutRefWorker:
     :meth:`compute_log_prob`, :meth:`compute_ref_log_prob`, :meth:`update_actor`.
 
     It reads its own section only (``config`` is ``TrainerConfig.actor_rollout_ref``; the whole
-    ``TrainerConfig``, or a dict or ``DictConfig`` of the section's keys, are taken too: :func:`worker_section`); the rest is
-    passed in: ``device`` (default ``auto``; the trainer passes ``trainer.device``), ``seed``
+    ``TrainerConfig``, or a dict or ``DictConfig`` of the section's keys, are taken too:
+    :func:`worker_section`); the rest is passed in: ``device`` (default ``auto``; the trainer passes ``trainer.device``), ``seed``
     (default 1; the trainer passes ``trainer.seed``), ``max_response_length`` (default
     ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig),
     ``rollout_correction`` (verl's ``algorithm.rollout_correction`` as a

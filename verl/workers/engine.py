@@ -30,7 +30,7 @@ import torch
 from verl.distributed.fsdp import (check_finite_weights, full_optimizer_state_dict, full_state_dict,
                                    load_full_optimizer_state_dict, load_full_state_dict)
 from verl.distributed.process_group import all_gather_objects, all_reduce_sum
-from verl.errors import VerlError
+from verl.errors import NEW_RUN, VerlError
 from verl.protocol import Batch
 from verl.workers.optim import build_training, clip_and_step
 from verl.workers.token_balance import balanced_groups, fewest_groups
@@ -155,7 +155,7 @@ class TrainingEngine:
             current.update(weights)
             weights = current
         else:
-            partial = False
+            partial = not weights  # a rank other than 0 may hold an empty dict: rank 0's is what loads
         self._check_fits(weights, partial)
         load_full_state_dict(self.model, weights)
         load_full_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
@@ -178,8 +178,7 @@ class TrainingEngine:
             raise VerlError(f"this checkpoint of the {self.metric_prefix} was written for another model: "
                             f"{len(differ)} weights differ in shape, {len(missing)} are missing and {len(extra)} are "
                             f"not in the model (first: {first}). Resume with the model.path the run was started "
-                            f"with, or start a new run (another trainer.default_local_dir, or "
-                            f"trainer.resume_mode=disable to train from the start there)")
+                            f"with, or {NEW_RUN}")
 
     def _frozen_names(self) -> set[str]:
         # remove_duplicate=False: a tied output layer is the embedding under a second name
