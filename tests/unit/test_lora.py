@@ -4,6 +4,7 @@ folder reload, and a checkpoint resumes exactly."""
 
 import dataclasses
 import io
+import re
 
 import pytest
 import torch
@@ -177,3 +178,23 @@ def test_a_bad_adapter_path_or_target_is_a_clear_error(tiny_model_dir, tmp_path)
         .actor_rollout_ref.model
     with pytest.raises(ModelLoadError, match="linear layers"):
         apply_lora(load_causal_lm(str(tiny_model_dir)), section)
+
+
+def test_a_mistyped_target_module_is_refused_naming_the_layers_not_left_out_quietly(tiny_model_dir):
+    # PEFT adapts the names that match and says nothing of one that matches none: a typo beside a good
+    # name would train fewer layers than asked.
+    def lora(target):
+        section = TrainerConfig(actor_rollout_ref=dict(model=dict(lora_rank=2, target_modules=target))) \
+            .actor_rollout_ref.model
+        return apply_lora(load_causal_lm(str(tiny_model_dir)), section)
+
+    with pytest.raises(ModelLoadError, match=re.escape(
+            "actor_rollout_ref.model.target_modules=['q_prj', 'v_proj'] names 'q_prj', which no layer of "
+            "Qwen2ForCausalLM has: LoRA would leave it out. The model's linear layers are named down_proj, gate_proj, "
+            "k_proj, lm_head, o_proj, q_proj, up_proj, v_proj (did you mean q_prj -> q_proj?); or give "
+            "target_modules=all-linear")):
+        lora(["q_prj", "v_proj"])
+    with pytest.raises(ModelLoadError, match=r"target_modules='q_prj'.*not found in the base model.* The model's "
+                                             r"linear layers are named .*did you mean q_prj -> q_proj\?"):
+        lora("q_prj")  # one name: PEFT's own error, with the names added
+    lora(["self_attn.q_proj", "v_proj"])  # a dotted suffix matches, as in PEFT

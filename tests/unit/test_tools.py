@@ -2,6 +2,7 @@
 the Hermes tool-call parser."""
 
 import asyncio
+import re
 import textwrap
 
 import pytest
@@ -40,8 +41,14 @@ def test_a_function_without_a_docstring_is_refused_naming_what_it_lacks():
     def add(a: int, b: int) -> int:
         return a + b
 
-    with pytest.raises(VerlError, match=r"add: .*needs a type hint on every parameter and a docstring"):
+    with pytest.raises(VerlError, match=r"add in .*test_tools.py: .*needs a type hint on every parameter and a docstring"):
         schema_of(add)
+
+
+def test_a_tool_of_a_file_is_named_with_its_file_not_the_generated_module(tmp_path):
+    (tmp_path / "my_tools.py").write_text("def add(a, b):\n    return a + b\n")
+    with pytest.raises(VerlError, match=rf"^tool add in {re.escape(str(tmp_path / 'my_tools.py'))}: .*no docstring"):
+        load_tools(None, tmp_path / "my_tools.py")
 
 
 def test_a_file_of_functions_gives_its_public_functions_or_only_the_decorated_ones(tmp_path):
@@ -160,6 +167,9 @@ def test_verl_tool_yaml_builds_the_tool_classes_with_config_and_schema(tmp_path,
     ("tools: []", r"expected a top-level 'tools:' list"),
     ("tools:\n  - class_name: nowhere_module.Tool\n    config: {type: native}", r"cannot import nowhere_module"),
     ("tools:\n  - class_name: json.JSONDecoder\n    config: {type: mcp}", r"only native tools"),
+    # A ':' forgotten after class_name makes the entry a string: shown as given.
+    ("tools:\n  - class_name json.JSONDecoder", r"tools\[0\]: each entry needs a class_name \(a mapping such as "
+                                                  r"class_name: pkg.module.MyTool\), got 'class_name json.JSONDecoder'"),
 ])
 def test_a_broken_tool_yaml_is_one_error_naming_the_entry(tmp_path, text, message):
     (tmp_path / "tools.yaml").write_text(text)

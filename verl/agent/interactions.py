@@ -41,7 +41,8 @@ def load_interactions(path: str | Path) -> dict[str, object]:
     for i, entry in enumerate(entries):
         where = f"{INTERACTION_KEY}={path}, interaction[{i}]"
         if not isinstance(entry, dict) or not entry.get("class_name"):
-            raise VerlError(f"{where}: each entry needs a class_name")
+            raise VerlError(f"{where}: each entry needs a class_name (a mapping such as name: ..., class_name: "
+                            f"pkg.module.MyInteraction), got {entry!r:.120}")
         dotted = str(entry["class_name"])
         cls = import_class(dotted, where)
         class_name = dotted.rpartition(".")[2]

@@ -52,6 +52,35 @@ def vision_tower(model: nn.Module) -> nn.Module | None:
     return getattr(inner, "visual", None) or getattr(model, "visual", None)
 
 
+def _linear_names(model: torch.nn.Module, target) -> str:
+    """The names target_modules can take in ``model`` (its linear layers), with the one a mistyped name
+    probably meant."""
+    import difflib
+
+    names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                    if isinstance(module, torch.nn.Linear)})
+    if not names:
+        return ""
+    typed = [target] if isinstance(target, str) else list(target or ())
+    guesses = [f"{t} -> {close[0]}" for t in typed if t not in names
+               for close in [difflib.get_close_matches(t, names, n=1, cutoff=0.6)] if close]
+    meant = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+    return f". The model's linear layers are named {', '.join(names)}{meant}; or give target_modules=all-linear"
+
+
+def _check_targets(model: torch.nn.Module, target, config_key: str) -> None:
+    """Each name of a target_modules list matches a layer: PEFT applies the adapters to the names that
+    match and says nothing of one that matches none (a typo would quietly train fewer layers)."""
+    if isinstance(target, str) or not target:  # one name, all-linear or a regular expression: PEFT checks it
+        return
+    names = [name for name, _ in model.named_modules()]
+    unmatched = [t for t in target if not any(name == t or name.endswith(f".{t}") for name in names)]
+    if unmatched:
+        raise ModelLoadError(f"{config_key}.target_modules={list(target)!r} names {', '.join(map(repr, unmatched))}, "
+                             f"which no layer of {type(model).__name__} has: LoRA would leave it out"
+                             f"{_linear_names(model, unmatched)}")
+
+
 def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_ref.model") -> nn.Module:
     """``model`` (a plain Hugging Face causal LM) with LoRA adapters, as a PEFT model.
 
@@ -81,6 +110,7 @@ def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_
         exclude = model_cfg.exclude_modules
         if exclude is None and vision_tower(model) is not None:
             exclude = VISION_EXCLUDE  # a vision-language model: adapters on its language model alone
+        _check_targets(model, target, config_key)
         config = LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0, bias="none",
                             task_type="CAUSAL_LM", target_modules=target if isinstance(target, str) else list(target),
                             exclude_modules=exclude if exclude is None or isinstance(exclude, str) else list(exclude))
@@ -89,7 +119,9 @@ def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_
                 peft_model = get_peft_model(model, config, adapter_name=ADAPTER, autocast_adapter_dtype=False)
         except ValueError as exc:  # no module matched target_modules, and the like
             raise ModelLoadError(f"LoRA ({config_key}.target_modules={target!r}, exclude_modules={exclude!r}) "
-                                 f"could not be applied to {type(model).__name__}: {exc}") from None
+                                 f"could not be applied to {type(model).__name__}: {str(exc).rstrip('.')}"
+                                 f"{_linear_names(model, target)}"
+                                 ) from None
     _check_linear_only(peft_model, config_key)
     if model_cfg.enable_gradient_checkpointing:
         # Checkpointed blocks must see an input that requires grad, or the adapters inside them

@@ -73,7 +73,9 @@ def schema_of(fn: Callable, name: str | None = None) -> OpenAIFunctionToolSchema
     """The OpenAI tool schema of ``fn``, or a VerlError saying what the function lacks."""
     from transformers.utils import get_json_schema
 
-    label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+    code = getattr(fn, "__code__", None)  # named by its file: the module of a tool file has a generated name
+    label = f"{getattr(fn, '__qualname__', fn)} in {code.co_filename}" if code is not None else \
+        f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
     variadic = [p.name for p in inspect.signature(fn).parameters.values()
                 if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
     if variadic:

@@ -64,7 +64,8 @@ def load_tool_config(path: str | Path) -> list[BaseTool]:
     for i, entry in enumerate(entries):
         where = f"{TOOL_CONFIG_KEY}={path}, tools[{i}]"
         if not isinstance(entry, dict) or "class_name" not in entry:
-            raise VerlError(f"{where}: each entry needs a class_name")
+            raise VerlError(f"{where}: each entry needs a class_name (a mapping such as class_name: pkg.module.MyTool), "
+                            f"got {entry!r:.120}")
         config = dict(entry.get("config") or {})
         kind = config.get("type", "native")
         if kind != "native":
