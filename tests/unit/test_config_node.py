@@ -2,6 +2,7 @@
 
 import copy
 import pickle
+import re
 
 import pytest
 
@@ -36,6 +37,21 @@ def test_assigning_a_dict_to_a_section_builds_a_fresh_node_of_defaults_plus_keys
     assert rollout.name == "vllm" and rollout.temperature == 1.0
     with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.temperature expects float"):
         rollout.temperature = "hot"
+
+
+def test_a_value_given_for_a_section_is_refused_with_the_sections_first_keys_as_the_example():
+    # e.g. mixed_precision="bf16" (accelerate's spelling): the example shows what the section takes.
+    key = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    expected = (f"{key} expects MixedPrecisionConfig, got 'bf16' (str); e.g. {key}={{param_dtype: auto, "
+                f"reduce_dtype: fp32, buffer_dtype: fp32}}")
+    cfg = TrainerConfig()
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision = "bf16"
+    with pytest.raises(ConfigError, match=f"^{re.escape(expected)}$"):
+        TrainerConfig.from_overrides([f"{key}=bf16"])
+    with pytest.raises(ConfigError, match=r"^data expects DataConfig, got 3 \(int\); e.g. data=\{builtin_task: addition, "
+                                          r"prompt_key: prompt, reward_fn_key: data_source, \.\.\.\}$"):
+        TrainerConfig(data=3)
 
 
 def test_deep_attribute_assignment_is_validated_with_the_full_dotted_key():

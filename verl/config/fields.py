@@ -211,8 +211,14 @@ def dotted_keys(cls: type) -> tuple[str, ...]:
 
 
 def example_of(spec: FieldSpec) -> str:
-    """A good value of a leaf for error messages: its default, as typed on the command line."""
-    return "" if spec.default is None or spec.node_type else format_flow(spec.default)
+    """A good value for error messages, as typed on the command line: a leaf's default; for a section,
+    its first keys with their defaults (``{param_dtype: bf16, reduce_dtype: float32, ...}``)."""
+    if spec.node_type is not None:
+        fields = list(field_specs(spec.node_type).values())
+        shown = [f for f in fields if f.node_type is None and f.default is not None][:3]
+        more = ", ..." if len(shown) < len(fields) else ""
+        return "{" + ", ".join(f"{f.name}: {format_flow(f.default)}" for f in shown) + more + "}"
+    return "" if spec.default is None else format_flow(spec.default)
 
 
 @functools.cache

@@ -195,7 +195,7 @@ class ConfigNode(metaclass=_NodeMeta):
             return value
         if isinstance(value, Mapping):
             return spec.node_type._build(value, parent=self, key=spec.name)
-        raise mismatch(value, spec.node_type, self._path(spec.name), "{key: value, ...}")
+        raise mismatch(value, spec.node_type, self._path(spec.name), lambda: example_of(spec))
 
     # ---------------------------------------------------------------- dotted access
     def get(self, key: str, default: Any = MISSING) -> Any:

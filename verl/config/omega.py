@@ -148,7 +148,7 @@ def not_a_section(path: str, name: str) -> ConfigError:
 # ------------------------------------------------------------------ applying values
 def _mismatch(target: Target, value: Any) -> ConfigError:
     if target.spec.node_type is not None and not target.tail:
-        return mismatch(value, target.spec.node_type, target.key, "{key: value, ...}")
+        return mismatch(value, target.spec.node_type, target.key, example_of(target.spec))
     return mismatch(value, target.spec.type if not target.tail else Any, target.key, example_of(target.spec))
 
 
