@@ -53,7 +53,12 @@ def test_a_short_run_writes_its_report_and_the_command_compares_runs(tiny_model_
     assert score_row.split()[-2:] == finals
     assert (tmp_path / "cmp" / "runs.html").exists() and (tmp_path / "cmp" / "runs.png").exists()
 
-    done = _verl("report", tmp_path)  # the run's parent: no metrics.jsonl there
+    done = _verl("report", tmp_path)  # the runs' parent: no metrics.jsonl there, the run folders below it named
     assert done.returncode == 2
     assert done.stderr.strip() == (f"error: {tmp_path}: no metrics.jsonl in this folder; expected a run's output "
-                                   "folder (trainer.default_local_dir), which holds metrics.jsonl")
+                                   f"folder (trainer.default_local_dir), which holds metrics.jsonl; the run folders "
+                                   f"below it: {out}, {seed2 / 'out'}")
+    done = _verl("report", tmp_path / "no-such-run")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"error: {tmp_path / 'no-such-run'}: no such folder; give a run's output folder "
+                                   f"(trainer.default_local_dir)")

@@ -74,9 +74,15 @@ def load_metrics(run_dir: str | Path) -> list[dict]:
     """The rows of ``run_dir/metrics.jsonl`` merged per step (validation is logged as a row of its own
     at the same step; a resumed run may log a step again: the later value wins), sorted by step."""
     path = Path(run_dir) / METRICS_FILE
+    if not Path(run_dir).is_dir():
+        raise VerlError(f"{run_dir}: no such folder; give a run's output folder (trainer.default_local_dir)")
     if not path.is_file():
+        # Where a run's folder is below the one given (verl report outputs, not outputs/demo): name them.
+        below = sorted(str(p.parent) for pattern in (f"*/{METRICS_FILE}", f"*/*/{METRICS_FILE}")
+                       for p in Path(run_dir).glob(pattern))[:5]
+        hint = f"; the run folders below it: {', '.join(below)}" if below else ""
         raise VerlError(f"{run_dir}: no {METRICS_FILE} in this folder; expected a run's output folder "
-                        f"(trainer.default_local_dir), which holds {METRICS_FILE}")
+                        f"(trainer.default_local_dir), which holds {METRICS_FILE}{hint}")
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
     by_step: dict[int, dict] = {}
