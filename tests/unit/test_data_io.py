@@ -31,9 +31,33 @@ def test_missing_file_names_path_and_setting(tmp_path):
 
 
 def test_unknown_extension_lists_supported(tmp_path):
-    (tmp_path / "d.csv").write_text("a,b\n")
-    with pytest.raises(DataError, match=r"'\.csv'.*\.parquet, \.jsonl, \.json"):
-        read_rows(tmp_path / "d.csv")
+    (tmp_path / "d.xlsx").write_text("a,b\n")
+    with pytest.raises(DataError, match=r"'\.xlsx'.*\.parquet, \.jsonl, \.json, \.csv, \.tsv"):
+        read_rows(tmp_path / "d.xlsx")
+
+
+def test_csv_and_tsv_tables_read_as_text_with_empty_cells_as_none(tmp_path):
+    (tmp_path / "d.csv").write_text('prompt,data_source,ground_truth\n"What is 1+1, exactly?",gsm8k,2\n2+2=,gsm8k,\n')
+    assert read_rows(tmp_path / "d.csv") == [
+        {"prompt": "What is 1+1, exactly?", "data_source": "gsm8k", "ground_truth": "2"},  # a quoted comma stays
+        {"prompt": "2+2=", "data_source": "gsm8k", "ground_truth": None}]                # an empty cell is None
+    (tmp_path / "d.tsv").write_text("prompt\tanswer\n1,2=\t3\n")
+    assert read_rows(tmp_path / "d.tsv") == [{"prompt": "1,2=", "answer": "3"}]
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n1,2,3\n")
+    with pytest.raises(DataError, match=r"bad\.csv, row 2: 3 cells for 2 header columns; quote cells that hold the "
+                                        r"delimiter"):
+        read_rows(tmp_path / "bad.csv")
+
+
+def test_a_pattern_reads_its_matches_in_name_order_and_one_matching_nothing_is_named(tmp_path):
+    # Sharded datasets: train-00000-of-00002.parquet, train-00001-of-00002.parquet.
+    for shard in (1, 0):
+        write_parquet([{"shard": shard}], tmp_path / f"train-0000{shard}-of-00002.parquet")
+    assert read_rows(str(tmp_path / "train-*.parquet")) == [{"shard": 0}, {"shard": 1}]
+    assert read_rows([str(tmp_path / "train-00001*"), str(tmp_path / "train-00000*")]) == [{"shard": 1}, {"shard": 0}]
+    with pytest.raises(DataError, match=r"^no file matches .*val-\*\.parquet \(from `data.val_files`\); check the "
+                                        r"pattern"):
+        read_rows(str(tmp_path / "val-*.parquet"), config_key="data.val_files")
 
 
 def test_bad_jsonl_line_is_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Reading and writing row files: parquet (verl's format) and JSON lines; Hugging Face datasets
+"""Reading and writing row files: parquet (verl's format), JSON lines and CSV/TSV; Hugging Face datasets
 (a dataset folder or a hub name, see :mod:`verl.data.hf`) are read too.
 
 Rows are plain python dicts. Nested parquet columns come back as python objects: a struct
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 from verl.errors import DataError
 
-SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json")
+SUPPORTED_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv", ".tsv")
 
 
 def is_messages(value: Any) -> bool:
@@ -23,10 +23,24 @@ def is_messages(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
 
 
-def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike], config_key: str) -> list[Path]:
+    """The files named; a pattern (``data/train-*.parquet``, a sharded dataset) is its matches, in name order."""
+    import glob
+
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return [Path(os.path.expanduser(str(p))) for p in paths]
+    out = []
+    for given in paths:
+        path = os.path.expanduser(str(given))
+        if glob.has_magic(path) and not os.path.exists(path):
+            matches = sorted(glob.glob(path))
+            if not matches:
+                raise DataError(f"no file matches {given} (from `{config_key}`); check the pattern, or give the "
+                                f"files themselves")
+            out.extend(Path(m) for m in matches)
+        else:
+            out.append(Path(path))
+    return out
 
 
 def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -35,7 +49,7 @@ def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
 
     ``config_key`` is the setting the paths came from; errors name it so the user knows what to fix.
     """
-    files = _as_paths(paths)
+    files = _as_paths(paths, config_key)
     if not files:
         raise DataError(f"no data files given; set `{config_key}` to a .parquet or .jsonl file (or a list)")
     rows: list[dict] = []
@@ -49,6 +63,8 @@ def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
             rows.extend(_read_parquet(path, config_key))
         elif suffix in (".jsonl", ".json"):
             rows.extend(_read_json(path, config_key))
+        elif suffix in (".csv", ".tsv"):
+            rows.extend(_read_csv(path, config_key, "\t" if suffix == ".tsv" else ","))
         else:
             raise DataError(f"cannot read {path} (from `{config_key}`): unknown extension {suffix!r}; "
                             f"supported: {', '.join(SUPPORTED_EXTENSIONS)}")
@@ -79,6 +95,24 @@ def _read_parquet(path: Path, config_key: str) -> list[dict]:
         raise DataError(f"{path} (from `{config_key}`) is not a readable parquet file ({detail}); the file is "
                         f"truncated or corrupt: write it again (e.g. verl.data.write_parquet, or pandas "
                         f"DataFrame.to_parquet)") from None
+
+
+def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
+    """A table with a header row; every value is text (a number column too, as typed in the file), and
+    an empty cell is None. Chat messages and other nested values need JSON lines or parquet."""
+    import csv
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = [{key: (value if value != "" else None) for key, value in row.items()}
+                    for row in csv.DictReader(f, delimiter=delimiter)]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{path} (from `{config_key}`) is not a readable UTF-8 {path.suffix[1:]} file ({e})") from None
+    for i, row in enumerate(rows):
+        if None in row:  # more cells than the header has columns
+            raise DataError(f"{path}, row {i + 1}: {len(row) - 1 + len(row[None])} cells for {len(row) - 1} "
+                            f"header columns; quote cells that hold the delimiter")
+    return rows
 
 
 def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
