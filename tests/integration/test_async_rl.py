@@ -300,6 +300,17 @@ def _wait_for(path, proc, seconds=120):
         time.sleep(0.2)
 
 
+def _kill_and_check_the_rollout_follows(trainer: subprocess.Popen, rollout: int) -> None:
+    """SIGKILL the trainer; its rollout process ``rollout`` is gone (or a zombie) within 10 s."""
+    trainer.kill()
+    trainer.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
+    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"
+
+
 def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_rollout_along(
         tiny_model_dir, data_dir, tmp_path):
     out = tmp_path / "rollout-killed"
@@ -340,13 +351,7 @@ def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_ta
     proc = _start_long_run(tiny_model_dir, data_dir, out)
     _wait_for(out / "global_step_2", proc)
     rollout = _rollout_pid(proc.pid)
-    proc.kill()
-    proc.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
-    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"
+    _kill_and_check_the_rollout_follows(proc, rollout)
 
 
 WRAPPED_TRAINER = '''
@@ -386,10 +391,4 @@ def test_a_rollout_started_through_a_wrapper_executable_still_ends_with_its_trai
     assert open(f"/proc/{rollout}/status").read().count(f"PPid:\t{proc.pid}\n") == 0  # the wrapper is its parent
     time.sleep(1.5)  # the rollout's watch runs (it ends nothing while the trainer lives)
     assert os.path.exists(f"/proc/{rollout}")
-    proc.kill()
-    proc.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
-    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"
+    _kill_and_check_the_rollout_follows(proc, rollout)
