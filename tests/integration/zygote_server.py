@@ -165,18 +165,17 @@ def open_fds() -> list[int]:
 
 
 def parse(argv: list[str]):
-    """``[-u] [-B] -m MODULE ARGS``, ``-c CODE ARGS`` (as multiprocessing starts its processes) or
-    ``SCRIPT ARGS`` -> (kind, target, args, unbuffered); None for any other interpreter command line."""
-    unbuffered = False
+    """``[-u] [-B]`` then ``-m MODULE ARGS``, ``-c CODE ARGS`` (as multiprocessing starts its processes)
+    or ``SCRIPT ARGS`` -> (kind, target, args, options), ``options`` the set of ``-u`` / ``-B`` given; None
+    for any other interpreter command line."""
     i = 0
     while i < len(argv) and argv[i] in ("-u", "-B"):
-        if argv[i] == "-B":  # no .pyc files written (multiprocessing passes on this process's -B)
-            sys.dont_write_bytecode = True
-        unbuffered, i = unbuffered or argv[i] == "-u", i + 1
+        i += 1
+    options = set(argv[:i])
     if i + 1 < len(argv) and argv[i] in ("-m", "-c"):
-        return {"-m": "module", "-c": "code"}[argv[i]], argv[i + 1], argv[i + 2:], unbuffered
+        return {"-m": "module", "-c": "code"}[argv[i]], argv[i + 1], argv[i + 2:], options
     if i < len(argv) and not argv[i].startswith("-"):
-        return "script", argv[i], argv[i + 1:], unbuffered
+        return "script", argv[i], argv[i + 1:], options
     return None
 
 
@@ -208,7 +207,10 @@ def prepare(request: dict, fds: list[int], base: dict):
     job = parse(argv)
     if job is None or clash or import_time_env(env) != base:
         os.execve(sys.executable, [sys.executable, *argv], env)
-    kind, target, args, unbuffered = job
+    kind, target, args, options = job
+    unbuffered = "-u" in options
+    if "-B" in options:  # no .pyc files written (multiprocessing passes on its process's -B)
+        sys.dont_write_bytecode = True
     if request.get("launcher"):  # multiprocessing's processes start through the launcher too
         import multiprocessing
 

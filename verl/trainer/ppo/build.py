@@ -135,7 +135,7 @@ def warn_unstarted_ranks(config) -> None:
     run with trainer.backend=auto is one process: it trains the same numbers on one device, which is said
     once, with the two ways to start the ranks it asks for."""
     ranks = config.trainer.nnodes * config.trainer.n_gpus_per_node
-    if ranks > 1 and not launched_distributed() and not placement.uses_ray(config) and is_main_process():
+    if ranks > 1 and not launched_distributed() and not placement.uses_ray(config):
         logger.warning("trainer.nnodes x trainer.n_gpus_per_node = %d ranks, but this is one process "
                        "(trainer.backend=auto, not under torchrun): it trains on one device, not %d (the same samples "
                        "and updates, more time). Start the ranks with torchrun --nproc_per_node=%d -m "
