@@ -45,8 +45,12 @@ from zygote_server import FORWARDED
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("zygote_server.py")
+# What a run imports, so that a forked run does not: the libraries, and what a run of main_ppo imports
+# after its start (the run report's matplotlib, pandas, Hydra's parser, PEFT for LoRA; ~0.8 CPU-s).
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "verl.trainer.main_ppo",
-           "verl.trainer.ppo.build")
+           "verl.trainer.ppo.build", "verl.trainer.warmstart", "verl.rollout.native", "verl.tracking.report",
+           "verl.trainer.ppo.memory_plan", "matplotlib.figure", "matplotlib.backends.backend_agg", "pandas",
+           "hydra", "peft")
 
 # A launcher: a client of the server that stands in for the run (-S -E: the standard library only, at once).
 LAUNCHER = r"""#!{python} -SE
