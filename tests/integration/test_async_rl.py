@@ -227,6 +227,58 @@ def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_m
         assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
 
 
+RANKS = ("async_training.rollout_placement=ranks",)
+
+
+def test_rollout_ranks_of_a_torchrun_job_train_exactly_like_one_process(tiny_model_dir, data_dir, sync_run,
+                                                                          one_step_off_run, tmp_path):
+    # The job's last rollout.n_gpus_per_node ranks generate, the first ones train: 1 + 2 ranks at bound 0 (a
+    # pool of two rollout ranks, weights by broadcast), 2 + 1 ranks one step off (weights in shared memory).
+    for name, rollout_ranks, keys, reference in (
+            ("1+2", 2, (*LOG_PROBS, *ASYNC, *RANKS, "async_training.checkpoint_engine.backend=broadcast",
+                        "rollout.n_gpus_per_node=2"), sync_run),
+            ("2+1", 1, (*ONE_STEP_OFF, *RANKS), one_step_off_run[0])):
+        out = tmp_path / name
+        done = run_torchrun_module("verl.trainer.main_ppo", run_args(tiny_model_dir, data_dir, out, *GRPO, *keys),
+                                   nproc=3)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.stdout.count(f"the rollout runs in the torchrun job's last {rollout_ranks} rank(s)") == 1
+        ours = computed(out)
+        if name == "1+2":
+            ours = without_async(ours)
+        assert_same_metrics(computed(reference) if name == "2+1" else step_metrics(reference), ours)
+        assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
+
+
+def test_a_rollout_rank_that_dies_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path):
+    out = tmp_path / "dies"
+    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, *RANKS, "trainer.total_training_steps=200",
+                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    _wait_for(out / "global_step_2", job)  # training (a death at start-up is torchrun's to report)
+    (rollout,) = [pid for pid in _children(job.pid) if b"RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()]
+    os.kill(rollout, signal.SIGKILL)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode != 0
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and f"the rollout on rank 1 of the torchrun job (pid {rollout} on " in lines[0] and \
+        "closed its connection (it died or left the job) while generating step" in lines[0], err[-3000:]
+    assert "run the same command again to resume" in lines[0]
+    assert int((out / "latest_checkpointed_iteration.txt").read_text()) >= 2  # what it had saved is intact
+
+
+def test_rollout_ranks_are_refused_outside_torchrun_and_without_ranks_to_train(tiny_model_dir, data_dir, tmp_path):
+    args = run_args(tiny_model_dir, data_dir, tmp_path / "alone", *GRPO, *ASYNC, *RANKS)
+    done = run_module("verl.trainer.main_ppo", args)
+    assert done.returncode == 2 and "not started by torchrun: start it with torchrun --nproc_per_node=T+1" \
+        in done.stderr, done.stderr[-2000:]
+    done = run_torchrun_module("verl.trainer.main_ppo", [*args, "rollout.n_gpus_per_node=2"])
+    assert done.returncode != 0 and "the torchrun job has 2 rank(s) and the rollout takes the last 2" \
+        in done.stderr, done.stderr[-2000:]
+
+
 def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollouts(tiny_model_dir, data_dir,
                                                                                      tmp_path):
     out = tmp_path / "fully-async"

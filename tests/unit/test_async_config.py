@@ -84,10 +84,54 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     (("async_training.checkpoint_engine.backend=broadcast", "async_training.rollout_placement=thread"),
      "with rollout_placement=thread use memory"),
     (("async_training.max_staleness=1", "async_training.use_rollout_log_probs=false"), "nothing corrects for it"),
+    (("async_training.rollout_placement=ranks",), "rollout_placement=ranks outside a torchrun job"),
 ])
 def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         prepare_async_config(_config(*keys))
+
+
+@pytest.fixture
+def torchrun_env(monkeypatch):
+    """What torchrun sets for a rank, on one machine of ``world`` ranks."""
+    def launched(rank: int, world: int, nodes: int = 1):
+        for key, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", rank), ("GROUP_WORLD_SIZE", nodes)):
+            monkeypatch.setenv(key, str(value))
+        monkeypatch.delenv("VERL_ROLLOUT_RANKS", raising=False)
+    return launched
+
+
+def test_rollout_ranks_are_the_jobs_last_ranks_and_the_trainers_world_is_the_rest(torchrun_env):
+    import os
+
+    from verl.distributed.rollout_ranks import split_job
+
+    config = _config("async_training.rollout_placement=ranks", "rollout.n_gpus_per_node=2")
+    torchrun_env(rank=4, world=5)
+    assert split_job(config) == 1 and os.environ["WORLD_SIZE"] == "5"  # the second rollout rank; nothing changed
+    torchrun_env(rank=1, world=5)
+    assert split_job(config) is None and os.environ["WORLD_SIZE"] == "3" and os.environ["VERL_ROLLOUT_RANKS"] == "2"
+    lines = prepare_async_config(config)  # now in a job split for it
+    assert "the torchrun job's last 2 rank(s)" in lines[0] and "through shm" in lines[0]
+    torchrun_env(rank=0, world=4, nodes=2)  # over two machines: shared memory cannot reach them
+    split_job(config)
+    assert config.async_training.weight_backend() == "broadcast"
+    torchrun_env(rank=0, world=2)
+    with pytest.raises(ConfigError, match=r"the torchrun job has 2 rank\(s\) and the rollout takes the last 2"):
+        split_job(config)
+    torchrun_env(rank=0, world=3)
+    split_job(config)
+    with pytest.raises(ConfigError, match="backend=memory .* with rollout_placement=ranks use shm"):
+        prepare_async_config(_config("async_training.rollout_placement=ranks",
+                                     "async_training.checkpoint_engine.backend=memory"))
+
+
+def test_rollout_ranks_outside_torchrun_name_the_command(monkeypatch):
+    from verl.distributed.rollout_ranks import split_job
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(ConfigError, match=r"not started by torchrun: start it with torchrun --nproc_per_node=T\+1"):
+        split_job(_config("async_training.rollout_placement=ranks"))
 
 
 def _state():

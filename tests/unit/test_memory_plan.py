@@ -195,3 +195,7 @@ def test_an_asynchronous_rollout_counts_its_copy_kv_cache_and_process_in_every_p
         2 * 25120 * 4 + 8 * 16 * 2 * 2 * 2 * 8 * 4 + cpu.parts["async", "runtime"][0], abs=64 * 2**20)
     thread = small_plan("async_training.enable=true", "async_training.rollout_placement=thread", device="cpu")
     assert ("async", "runtime") not in thread.parts  # a thread of this process
+    # Rollout ranks: on GPUs their copy and KV cache are on devices of their own; on a CPU, in this machine's memory.
+    ranks = ("async_training.enable=true", "async_training.rollout_placement=ranks")
+    assert small_plan(*ranks).phases == plain.phases
+    assert small_plan(*ranks, device="cpu").parts["async", "weights"] == cpu.parts["async", "weights"]

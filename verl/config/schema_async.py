@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +23,8 @@ class CheckpointEngineConfig(Section):
         "and renamed into place (folder: trainer.default_local_dir/weight_sync); broadcast: a torch.distributed "
         "(gloo) broadcast over a group of the trainer's rank 0 and the rollout process, one flat buffer per "
         "dtype, sent without waiting; memory: handed over in this process (rollout_placement=thread only); "
-        "auto = shm for a process, memory for a thread.")
+        "auto = shm for a process (and for rollout ranks on the trainer's machine), broadcast for rollout ranks on "
+        "other machines, memory for a thread.")
     device_buffer_size_M: int = option(4096, bounds=">= 1", help="verl: bucket size of its NCCL sync. Read for "
                                        "compatibility: the weights move whole here (CPU shared memory or a file).")
     overlap_broadcast_and_consume: bool = option(False, help="verl: overlap the broadcast with loading. Read for "
@@ -90,11 +92,11 @@ class AsyncTrainingConfig(Section):
                                          "PPO objective).")
     use_trainer_do_validate: bool = option(True, help="verl: validate with the trainer's weights. Here validation "
                                            "always runs in the trainer.")
-    rollout_placement: Literal["process", "thread"] = option("process", help="Where the rollout runs: process (a "
-                                                              "process of its own: generation and training overlap) "
-                                                              "or thread (in this process: breakpoints work, for "
-                                                              "debugging; they overlap only where torch releases "
-                                                              "the GIL).")
+    rollout_placement: Literal["process", "thread", "ranks"] = option(
+        "process", help="Where the rollout runs: process (a process of its own: generation and training overlap), "
+        "thread (in this process: breakpoints work, for debugging; they overlap only where torch releases the GIL) "
+        "or ranks (under torchrun, the job's last rollout.nnodes x rollout.n_gpus_per_node ranks, each with its "
+        "own device: verl's separate resource pools; start T + that many ranks).")
     rollout_threads: int | None = option(None, bounds=">= 1", help="Torch threads of a rollout process on a CPU; "
                                          "null = half the cores (the trainer keeps the other half).")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, help="verl's checkpoint engine: how "
@@ -120,8 +122,11 @@ class AsyncTrainingConfig(Section):
         return whole + (1 if part else 0)
 
     def weight_backend(self) -> str:
-        """The checkpoint engine's backend, ``auto`` resolved: memory for a thread, shm for a process."""
+        """The checkpoint engine's backend, ``auto`` resolved: memory for a thread, shm for a process or the
+        rollout ranks of a one-machine torchrun job (torchrun's ``GROUP_WORLD_SIZE``), broadcast across machines."""
         backend = self.checkpoint_engine.backend
         if backend == "auto":
+            if self.rollout_placement == "ranks":  # shared memory reaches the ranks of this machine only
+                return "shm" if int(os.environ.get("GROUP_WORLD_SIZE", "1")) == 1 else "broadcast"
             return "memory" if self.rollout_placement == "thread" else "shm"
         return backend

@@ -271,7 +271,7 @@ class RolloutPool(RolloutStream):
     its own seed, so the pool's batch is the one a single process would generate. Weights sent on their
     own (partial rollouts) go to every process. Any process that dies or hangs ends the run, named."""
 
-    def __init__(self, members: list[ProcessRolloutStream], timeout_s: float, channel: BroadcastChannel | None = None):
+    def __init__(self, members: list[RolloutStream], timeout_s: float, channel: BroadcastChannel | None = None):
         super().__init__(timeout_s)
         self.members = members
         self.channel = channel
@@ -314,7 +314,9 @@ class RolloutPool(RolloutStream):
         return None
 
     def describe(self) -> str:
-        return f"pool of {len(self.members)} processes (pids {', '.join(str(m.process.pid) for m in self.members)})"
+        if all(isinstance(m, ProcessRolloutStream) for m in self.members):
+            return f"pool of {len(self.members)} processes (pids {', '.join(str(m.process.pid) for m in self.members)})"
+        return f"pool of {len(self.members)} ranks ({'; '.join(m.describe() for m in self.members)})"
 
     def close(self) -> None:
         if self.channel is not None:

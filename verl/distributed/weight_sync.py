@@ -69,11 +69,12 @@ class BroadcastChannel:
             self.timeout.total_seconds(), self.world
 
     @classmethod
-    def open(cls, timeout_s: float, members: int = 1) -> "BroadcastChannel":
-        """The trainer's end of a channel to ``members`` rollout processes."""
+    def open(cls, timeout_s: float, members: int = 1, host: str | None = None) -> "BroadcastChannel":
+        """The trainer's end of a channel to ``members`` rollout processes, reached at ``host`` (default
+        ``VERL_WEIGHT_SYNC_HOST``, else the loopback)."""
         import torch.distributed as dist
 
-        host = os.environ.get("VERL_WEIGHT_SYNC_HOST", "127.0.0.1")
+        host = host or os.environ.get("VERL_WEIGHT_SYNC_HOST", "127.0.0.1")
         store = dist.TCPStore(host, 0, members + 1, True, datetime.timedelta(seconds=timeout_s),
                               wait_for_workers=False)
         return cls(store, 0, timeout_s, world=members + 1)

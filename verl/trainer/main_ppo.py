@@ -24,14 +24,20 @@ def load_config(args: list[str]) -> TrainerConfig:
 
 
 def run(config: TrainerConfig) -> dict:
-    from verl.tracking.report import write_run_report
+    from verl.distributed.rollout_ranks import serve_rank, split_job, uses_ranks
     from verl.models.loading import resolve_device
+    from verl.tracking.report import write_run_report
     from verl.tracking.summary import format_summary
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names, prepare_async, prepare_vision
     from verl.trainer.ppo.memory_plan import check_memory_plan
     from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
     from verl.trainer.warmstart import warm_start
 
+    if uses_ranks(config):  # the rollout on the torchrun job's last ranks: those serve it and return here
+        index = split_job(config)
+        if index is not None:
+            serve_rank(index, config.trainer.dist_timeout_s)
+            return {}
     check_algorithm_names(config)  # before the warm start trains anything
     if config.async_training.enable:
         prepare_async(config)  # its refusals too

@@ -34,6 +34,7 @@ rollout's weight each token (AReaL's decoupled objective; ``algorithm.rollout_co
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -68,7 +69,12 @@ def prepare_async_config(config) -> list[str]:
         refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
     pool = config.rollout
     processes = rollout_processes(config)
-    if pool.nnodes != 1:
+    ranks = a.rollout_placement == "ranks"
+    if ranks and "VERL_ROLLOUT_RANKS" not in os.environ:
+        refused.append("rollout_placement=ranks outside a torchrun job started by python -m verl.trainer.main_ppo (or "
+                       "its verl entry points) with room for the rollout's ranks: start it with torchrun "
+                       f"--nproc_per_node=T+{processes}, or set async_training.rollout_placement=process")
+    if pool.nnodes != 1 and not ranks:
         refused.append(f"rollout.nnodes={pool.nnodes} (the rollout's processes run on the trainer's machine here: set "
                        f"rollout.nnodes=1 and give the pool's size as rollout.n_gpus_per_node)")
     elif processes > 1:
@@ -87,9 +93,9 @@ def prepare_async_config(config) -> list[str]:
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
     if refused:
         raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
-    if a.checkpoint_engine.backend == "memory" and a.rollout_placement == "process":
-        raise ConfigError("async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
-                          "with rollout_placement=process use shm, file or broadcast (or auto)")
+    if a.checkpoint_engine.backend == "memory" and a.rollout_placement != "thread":
+        raise ConfigError(f"async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
+                          f"with rollout_placement={a.rollout_placement} use shm, file or broadcast (or auto)")
     if a.checkpoint_engine.backend == "broadcast" and a.rollout_placement == "thread":
         raise ConfigError("async_training.checkpoint_engine.backend=broadcast sends the weights to a rollout process; "
                           "with rollout_placement=thread use memory (or auto)")
@@ -99,8 +105,12 @@ def prepare_async_config(config) -> list[str]:
         config.actor_rollout_ref.hybrid_engine = True
         said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training); the "
                     "trainer's validation decodes with its own weights, shared")
-    where = f"{processes} processes of its own (rollout.n_gpus_per_node)" if processes > 1 \
-        else f"a {a.rollout_placement} of its own"
+    if ranks:
+        where = f"the torchrun job's last {processes} rank(s) (rollout.nnodes x rollout.n_gpus_per_node)"
+    elif processes > 1:
+        where = f"{processes} processes of its own (rollout.n_gpus_per_node)"
+    else:
+        where = f"a {a.rollout_placement} of its own"
     whole, _ = a.staleness_split()
     head = head_prompts(config)
     ahead = f"{whole} step(s)" + (f" and the first {head} of the next step's {config.data.train_batch_size} prompts "
@@ -427,6 +437,17 @@ def open_rollout_stream(config):
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config), partial=a.partial_rollout)
+    if a.rollout_placement == "ranks":  # each rank resolves the device for itself: cuda:LOCAL_RANK on GPUs
+        from verl.distributed.rollout_ranks import open_rank_streams
+
+        stream = open_rank_streams(spec, rollout_processes(config), config.trainer.dist_timeout_s,
+                                   broadcast=a.weight_backend() == "broadcast")
+        try:
+            stream.start()
+        except BaseException:
+            stream.close()
+            raise
+        return stream
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,
                        broadcast=a.weight_backend() == "broadcast", processes=rollout_processes(config))
 

@@ -202,7 +202,7 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
         resident_here = peak_rss_bytes()
         parts["process", "runtime"] = (resident_here + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
-        if config.async_training.enable and config.async_training.rollout_placement == "process":
+        if config.async_training.enable and config.async_training.rollout_placement != "thread":
             # The rollout process imports what this one does: about this process's footprint again.
             parts["async", "runtime"] = (resident_here, "the rollout process itself (the same imports)")
         extra = parts["process", "runtime"][0] + parts.get(("async", "runtime"), (0, ""))[0]
@@ -292,7 +292,10 @@ def _kv_cache_bytes(run: _Run, rows: int) -> int:
 def _async_rollout_parts(config, run: _Run) -> Parts:
     """``async_training.enable``: the rollout apart holds its own copy of the weights and the KV cache of
     a whole step's generation, all along (it generates while the trainer trains), and one more copy
-    of the weights is on its way to it after every sync (shared memory or a file's pages)."""
+    of the weights is on its way to it after every sync (shared memory or a file's pages). Rollout ranks
+    on GPUs (``rollout_placement=ranks``) hold theirs on devices of their own: nothing on this rank's."""
+    if run.on_gpu and config.async_training.rollout_placement == "ranks":
+        return {}
     shape = run.shape
     rows = _generation_rows(config, ranks=1)  # one rollout generates every step's rows
     parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
