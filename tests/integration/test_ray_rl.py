@@ -127,6 +127,20 @@ def test_an_asynchronous_run_on_ray_at_bound_zero_trains_exactly_like_one_proces
     _assert_no_hosts_left()
 
 
+def test_rollout_actors_of_a_pool_of_their_own_train_exactly_like_one_process(tiny_model_dir, data_dir, plain_run,
+                                                                               tmp_path):
+    # rollout_placement=ranks under Ray: two rollout actors (rollout.n_gpus_per_node) beside the 2-rank global
+    # pool, reached by the driver over sockets, the weights by broadcast.
+    out = tmp_path / "rollout-pool"
+    done = _ray(run_args(tiny_model_dir, data_dir, out, *GRPO, *RAY2, "async_training.enable=true",
+                         "async_training.rollout_placement=ranks", "rollout.n_gpus_per_node=2"))
+    assert "the rollout runs in 2 Ray actor(s) of a pool of its own" in done.stdout and "through broadcast" in done.stdout
+    assert_same_metrics(step_metrics(plain_run(*GRPO)), without_async(step_metrics(out)))
+    assert_same_weights(plain_run(*GRPO) / "huggingface", out / "huggingface", tiny_model_dir)
+    _assert_no_hosts_left()
+    assert not subprocess.run(["pgrep", "-f", "ray::RolloutHost"], capture_output=True, text=True).stdout.split()
+
+
 def test_multi_turn_trains_on_two_ray_actors_exactly_like_one_process(tool_run, tmp_path):
     """Tool calls under Ray: the agent loop runs in each actor for its rows (test_agent_scale_out.py:
     the same run under torchrun)."""
@@ -232,6 +246,26 @@ def test_a_lost_actor_ends_the_run_with_role_rank_and_stage(tiny_model_dir, data
         assert f"trainer.dist_timeout_s={timeout_s}" in error[0] and "did not finish" in error[0]
     assert "Traceback" not in err
     assert took < timeout_s + 45  # bounded by the timeout, not a hang (generous: a busy machine)
+    _assert_no_hosts_left()
+
+
+def test_a_lost_rollout_actor_ends_the_run_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path):
+    proc = _driver(_long_run(tiny_model_dir, data_dir, tmp_path / "out", "trainer.dist_timeout_s=30",
+                             "async_training.enable=true", "async_training.max_staleness=1",
+                             "async_training.rollout_placement=ranks"))
+    try:
+        _wait_for_first_step(proc, tmp_path / "out")
+        (victim,) = [int(p) for p in subprocess.run(["pgrep", "-f", "ray::RolloutHost"], capture_output=True,
+                                                   text=True).stdout.split()]
+        os.kill(victim, signal.SIGKILL)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err[-3000:]
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"the rollout on Ray actor 1 of 1 (pid {victim} on " in error[0] and \
+        "closed its connection (it died or left the job) while generating step" in error[0], err[-3000:]
     _assert_no_hosts_left()
 
 

@@ -126,6 +126,16 @@ def test_rollout_ranks_are_the_jobs_last_ranks_and_the_trainers_world_is_the_res
                                      "async_training.checkpoint_engine.backend=memory"))
 
 
+def test_under_ray_rollout_ranks_are_actors_of_their_own_pool_fed_by_broadcast(monkeypatch):
+    monkeypatch.delenv("VERL_ROLLOUT_RANKS", raising=False)
+    config = _config("trainer.backend=ray", "async_training.rollout_placement=ranks", "rollout.n_gpus_per_node=3")
+    line = prepare_async_config(config)[0]
+    assert "the rollout runs in 3 Ray actor(s) of a pool of its own" in line and "through broadcast" in line
+    config = _config("trainer.backend=ray", "async_training.rollout_placement=ranks",
+                     "async_training.checkpoint_engine.backend=shm")  # chosen: kept (one machine)
+    assert "through shm" in prepare_async_config(config)[0]
+
+
 def test_rollout_ranks_outside_torchrun_name_the_command(monkeypatch):
     from verl.distributed.rollout_ranks import split_job
 

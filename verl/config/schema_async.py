@@ -95,8 +95,9 @@ class AsyncTrainingConfig(Section):
     rollout_placement: Literal["process", "thread", "ranks"] = option(
         "process", help="Where the rollout runs: process (a process of its own: generation and training overlap), "
         "thread (in this process: breakpoints work, for debugging; they overlap only where torch releases the GIL) "
-        "or ranks (under torchrun, the job's last rollout.nnodes x rollout.n_gpus_per_node ranks, each with its "
-        "own device: verl's separate resource pools; start T + that many ranks).")
+        "or ranks (devices of its own, verl's separate resource pools: under torchrun the job's last rollout.nnodes "
+        "x rollout.n_gpus_per_node ranks, so start T + that many; under trainer.backend=ray that many actors in a "
+        "pool of their own).")
     rollout_threads: int | None = option(None, bounds=">= 1", help="Torch threads of a rollout process on a CPU; "
                                          "null = half the cores (the trainer keeps the other half).")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, help="verl's checkpoint engine: how "

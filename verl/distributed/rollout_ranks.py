@@ -31,6 +31,7 @@ import queue
 import secrets
 import socket
 import threading
+import time
 from multiprocessing.connection import Client, Listener
 
 from verl.distributed.rollout_server import serve
@@ -111,8 +112,7 @@ class _Requests:
         try:
             return pickle.loads(self.conn.recv_bytes())
         except (EOFError, OSError):
-            raise VerlError("the trainer's rank 0 closed its connection to this rollout rank (it ended or died); "
-                            "torchrun stops the job") from None
+            raise VerlError("the trainer closed its connection to this rollout (it ended or died)") from None
 
     def get_nowait(self):
         if not self.conn.poll(0):
@@ -134,7 +134,13 @@ def serve_rank(index: int, timeout_s: float) -> None:
     store = _job_store(timeout_s)
     store.wait(["address"], datetime.timedelta(seconds=timeout_s))
     host, port = store.get("address").decode().rsplit(":", 1)
-    conn = Client((host, int(port)), authkey=store.get("authkey"))
+    serve_at(index, (host, int(port)), store.get("authkey"))
+
+
+def serve_at(index: int, address: tuple[str, int], authkey: bytes) -> None:
+    """Connect to the trainer's listener at ``address``, say who this is, build the worker it describes
+    and answer its requests until it says stop."""
+    conn = Client(address, authkey=authkey)
     conn.send_bytes(pickle.dumps({"index": index, "pid": os.getpid(), "host": socket.gethostname()}))
     spec = pickle.loads(conn.recv_bytes())
     try:
@@ -195,54 +201,74 @@ class RankRolloutStream(RolloutStream):
         self.conn.close()
 
 
-def open_rank_streams(spec, count: int, timeout_s: float, broadcast: bool) -> RolloutStream:
-    """On the trainer's rank 0: wait for the ``count`` rollout ranks to connect, send each its worker spec
-    (with the weight broadcast's address, ``broadcast``), and return their stream (a pool of them when
-    more than one), not yet started."""
+class _Listener:
+    """The trainer's end before the rollout connects: a socket listening at ``host`` (any interface unless
+    it is the loopback), with a fresh key that every connection must prove."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.authkey = secrets.token_bytes(16)
+        self.listener = Listener(("127.0.0.1" if host == "127.0.0.1" else "0.0.0.0", 0), authkey=self.authkey)
+        self.address = (host, self.listener.address[1])
+
+    def accept(self, count: int, timeout_s: float, what: str, check=None, fix: str = "") -> dict[int, tuple]:
+        """The ``count`` connections, by the index each says it has, within ``timeout_s``; ``check()``, called
+        while waiting, raises when a member can no longer connect (it failed to start)."""
+        hellos: dict[int, tuple] = {}
+        failure: list[BaseException] = []
+
+        def accept():
+            try:
+                while len(hellos) < count:
+                    conn = self.listener.accept()
+                    hello = pickle.loads(conn.recv_bytes())
+                    hellos[hello["index"]] = (conn, hello)
+            except BaseException as e:  # noqa: BLE001 - said below
+                failure.append(e)
+
+        thread = threading.Thread(target=accept, name="verl-rollout-accept", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout_s
+        try:
+            while thread.is_alive() and time.monotonic() < deadline:
+                thread.join(0.5)
+                if check is not None and thread.is_alive():
+                    check()
+        except BaseException:
+            self._close(hellos)
+            raise
+        finally:
+            self.listener.close()
+        if thread.is_alive() or failure:
+            self._close(hellos)
+            missing = [i + 1 for i in range(count) if i not in hellos]
+            why = f": {failure[0]}" if failure else ""
+            raise VerlError(f"{what} {missing} of {count} did not reach the trainer within {timeout_s:.0f} s "
+                            f"(trainer.dist_timeout_s){why}{fix}")
+        return hellos
+
+    @staticmethod
+    def _close(hellos) -> None:
+        for conn, _ in hellos.values():
+            conn.close()
+
+
+def _streams(hellos: dict[int, tuple], spec, timeout_s: float, broadcast: bool, host: str, name) -> RolloutStream:
+    """Send each connected member its worker spec (with the weight broadcast's address when ``broadcast``)
+    and return their stream: one member's, or a pool of them. ``name(index, hello)``: how errors call one."""
     import dataclasses
 
     from verl.distributed.weight_sync import BroadcastChannel
 
-    host = _listen_host()
-    authkey = secrets.token_bytes(16)
-    listener = Listener(("127.0.0.1" if host == "127.0.0.1" else "0.0.0.0", 0), authkey=authkey)
-    store = _job_store(timeout_s)
-    store.set("authkey", authkey)
-    store.set("address", f"{host}:{listener.address[1]}")
-    hellos: dict[int, tuple] = {}
-    failure: list[BaseException] = []
-
-    def accept():
-        try:
-            while len(hellos) < count:
-                conn = listener.accept()
-                hello = pickle.loads(conn.recv_bytes())
-                hellos[hello["index"]] = (conn, hello)
-        except BaseException as e:  # noqa: BLE001 - said below
-            failure.append(e)
-
-    thread = threading.Thread(target=accept, name="verl-rollout-rank-accept", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    listener.close()
-    if thread.is_alive() or failure:
-        missing = sorted(set(range(count)) - set(hellos))
-        for conn, _ in hellos.values():
-            conn.close()
-        why = f": {failure[0]}" if failure else ""
-        raise VerlError(f"rollout rank(s) {missing} of {count} did not reach the trainer within {timeout_s:.0f} s "
-                        f"(trainer.dist_timeout_s){why}; every rank must run the same command with "
-                        f"async_training.rollout_placement=ranks")
+    count = len(hellos)
     channel = BroadcastChannel.open(timeout_s, members=count, host=host) if broadcast else None
-    trainers = int(os.environ["WORLD_SIZE"])
     members = []
     for index in range(count):
         conn, hello = hellos[index]
         member_spec = dataclasses.replace(spec, broadcast=channel.address if channel else None,
                                           broadcast_rank=index + 1)
         conn.send_bytes(pickle.dumps(member_spec, protocol=pickle.HIGHEST_PROTOCOL))
-        name = f"on rank {trainers + index} of the torchrun job (pid {hello['pid']} on {hello['host']})"
-        members.append(RankRolloutStream(conn, timeout_s, name))
+        members.append(RankRolloutStream(conn, timeout_s, name(index, hello)))
     if count == 1:
         stream = members[0]
         if channel is not None:
@@ -250,3 +276,95 @@ def open_rank_streams(spec, count: int, timeout_s: float, broadcast: bool) -> Ro
             channel.connect(stream._gone)
         return stream
     return RolloutPool(members, timeout_s, channel)
+
+
+def open_rank_streams(spec, count: int, timeout_s: float, broadcast: bool) -> RolloutStream:
+    """On the trainer's rank 0 of a torchrun job: wait for the job's ``count`` rollout ranks to connect (the
+    address goes through torchrun's store) and return their stream, not yet started."""
+    host = _listen_host()
+    listener = _Listener(host)
+    store = _job_store(timeout_s)
+    store.set("authkey", listener.authkey)
+    store.set("address", f"{host}:{listener.address[1]}")
+    hellos = listener.accept(count, timeout_s, "rollout rank(s)",
+                             fix="; every rank must run the same command (async_training.rollout_placement=ranks)")
+    trainers = int(os.environ["WORLD_SIZE"])
+    return _streams(hellos, spec, timeout_s, broadcast, host,
+                    lambda index, hello: f"on rank {trainers + index} of the torchrun job (pid {hello['pid']} on "
+                                         f"{hello['host']})")
+
+
+# ------------------------------------------------------------------ Ray: rollout actors of a pool of their own
+class RolloutHost:
+    """A Ray actor of the rollout's own pool: :meth:`serve` connects back to the driver and answers its
+    requests, as a rollout rank of a torchrun job does."""
+
+    def __init__(self, env: dict, cwd: str | None, threads: int | None, use_gpu: bool):
+        import torch
+
+        os.environ.update(env)
+        if cwd and os.path.isdir(cwd):
+            os.chdir(cwd)
+        if threads and not use_gpu:
+            torch.set_num_threads(threads)
+
+    def serve(self, index: int, address: tuple[str, int], authkey: bytes) -> None:
+        serve_at(index, address, authkey)
+
+
+def open_ray_rollout(spec, count: int, timeout_s: float, broadcast: bool, *, use_gpu: bool,
+                     threads: int | None) -> RolloutStream:
+    """On the Ray driver: a placement group of ``count`` bundles (a GPU each on GPUs), one
+    :class:`RolloutHost` per bundle, connected back to this process; their stream, not yet started. Closing
+    it kills the actors and frees their bundles."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from verl.distributed.ray_pool import _PASSED_ENV_PREFIXES, import_ray
+
+    ray = import_ray()
+    bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    group = placement_group([dict(bundle) for _ in range(count)], strategy="PACK", name="verl-rollout_pool")
+    actors: list = []
+
+    def release() -> None:
+        for actor in actors:
+            ray.kill(actor)
+        remove_placement_group(group)
+
+    try:
+        ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+        if not ready:
+            raise VerlError(f"Ray could not reserve the rollout's pool ({count} x {bundle}: rollout.nnodes x "
+                            f"rollout.n_gpus_per_node) within trainer.dist_timeout_s={timeout_s:g} s; the cluster has "
+                            f"{ray.available_resources()} free. Lower rollout.n_gpus_per_node or add machines")
+        host = os.environ.get("VERL_WEIGHT_SYNC_HOST") or ray.util.get_node_ip_address()
+        listener = _Listener(host)
+        env = {k: v for k, v in os.environ.items() if k.startswith(_PASSED_ENV_PREFIXES)}
+        host_cls = ray.remote(RolloutHost)
+        actors = [host_cls.options(num_cpus=1, num_gpus=1 if use_gpu else 0, scheduling_strategy=
+                                   PlacementGroupSchedulingStrategy(placement_group=group,
+                                                                    placement_group_bundle_index=i)
+                                   ).remote(env, os.getcwd(), threads, use_gpu) for i in range(count)]
+        served = [actor.serve.remote(i, listener.address, listener.authkey) for i, actor in enumerate(actors)]
+
+        def check():  # an actor that could not start, or failed before connecting, says why at once
+            done, _ = ray.wait(served, num_returns=len(served), timeout=0)
+            for ref in done:
+                ray.get(ref)  # raises its error
+        hellos = listener.accept(count, timeout_s, "Ray rollout actor(s)", check)
+        stream = _streams(hellos, spec, timeout_s, broadcast, host,
+                          lambda index, hello: f"on Ray actor {index + 1} of {count} (pid {hello['pid']} on "
+                                               f"{hello['host']})")
+    except BaseException:
+        release()
+        raise
+    close = stream.close
+
+    def close_and_release() -> None:
+        try:
+            close()
+        finally:
+            release()
+    stream.close = close_and_release
+    return stream

@@ -33,7 +33,7 @@ def run(config: TrainerConfig) -> dict:
     from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
     from verl.trainer.warmstart import warm_start
 
-    if uses_ranks(config):  # the rollout on the torchrun job's last ranks: those serve it and return here
+    if uses_ranks(config) and config.trainer.backend != "ray":  # the torchrun job's last ranks serve the rollout
         index = split_job(config)
         if index is not None:
             serve_rank(index, config.trainer.dist_timeout_s)

@@ -70,7 +70,7 @@ def prepare_async_config(config) -> list[str]:
     pool = config.rollout
     processes = rollout_processes(config)
     ranks = a.rollout_placement == "ranks"
-    if ranks and "VERL_ROLLOUT_RANKS" not in os.environ:
+    if ranks and config.trainer.backend != "ray" and "VERL_ROLLOUT_RANKS" not in os.environ:
         refused.append("rollout_placement=ranks outside a torchrun job started by python -m verl.trainer.main_ppo (or "
                        "its verl entry points) with room for the rollout's ranks: start it with torchrun "
                        f"--nproc_per_node=T+{processes}, or set async_training.rollout_placement=process")
@@ -93,6 +93,8 @@ def prepare_async_config(config) -> list[str]:
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
     if refused:
         raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
+    if ranks and config.trainer.backend == "ray" and a.checkpoint_engine.backend == "auto":
+        a.checkpoint_engine.backend = "broadcast"  # Ray may place the rollout's actors on other machines
     if a.checkpoint_engine.backend == "memory" and a.rollout_placement != "thread":
         raise ConfigError(f"async_training.checkpoint_engine.backend=memory hands weights over inside one process; "
                           f"with rollout_placement={a.rollout_placement} use shm, file or broadcast (or auto)")
@@ -105,7 +107,9 @@ def prepare_async_config(config) -> list[str]:
         config.actor_rollout_ref.hybrid_engine = True
         said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training); the "
                     "trainer's validation decodes with its own weights, shared")
-    if ranks:
+    if ranks and config.trainer.backend == "ray":
+        where = f"{processes} Ray actor(s) of a pool of its own (rollout.nnodes x rollout.n_gpus_per_node)"
+    elif ranks:
         where = f"the torchrun job's last {processes} rank(s) (rollout.nnodes x rollout.n_gpus_per_node)"
     elif processes > 1:
         where = f"{processes} processes of its own (rollout.n_gpus_per_node)"
@@ -438,10 +442,19 @@ def open_rollout_stream(config):
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config), partial=a.partial_rollout)
     if a.rollout_placement == "ranks":  # each rank resolves the device for itself: cuda:LOCAL_RANK on GPUs
-        from verl.distributed.rollout_ranks import open_rank_streams
+        from verl.distributed.rollout_ranks import open_rank_streams, open_ray_rollout
 
-        stream = open_rank_streams(spec, rollout_processes(config), config.trainer.dist_timeout_s,
-                                   broadcast=a.weight_backend() == "broadcast")
+        count, timeout_s, broadcast = rollout_processes(config), config.trainer.dist_timeout_s, \
+            a.weight_backend() == "broadcast"
+        if config.trainer.backend == "ray":
+            from verl.models.loading import resolve_device
+
+            ranks = config.trainer.nnodes * config.trainer.n_gpus_per_node + count
+            stream = open_ray_rollout(spec, count, timeout_s, broadcast,
+                                      use_gpu=resolve_device(config.trainer.device).type == "cuda",
+                                      threads=max(1, (os.cpu_count() or 1) // ranks))
+        else:
+            stream = open_rank_streams(spec, count, timeout_s, broadcast)
         try:
             stream.start()
         except BaseException:

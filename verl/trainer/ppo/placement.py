@@ -220,6 +220,8 @@ def _place_on_ray(config, *, total_steps: int, reward_worker, teachers) -> Roles
         if name not in used:
             logger.warning("Ray pool %s has no role mapped to it and is not started (trainer.role_pools)", name)
     total_ranks = sum(sum(specs[name]) for name in used)
+    if config.async_training.enable and config.async_training.rollout_placement == "ranks":
+        total_ranks += config.rollout.nnodes * config.rollout.n_gpus_per_node  # the rollout's own pool
     use_gpu = resolve_device(config.trainer.device).type == "cuda"
     init_ray(config, total_ranks)
     threads = max(1, (os.cpu_count() or 1) // total_ranks)
