@@ -21,7 +21,7 @@ from verl.config.schema_critic import (  # noqa: F401  (re-exported)
     CriticConfig, CriticModelConfig, CustomRewardFunctionConfig, RewardConfig, RewardModelConfig,
     RewardModelModelConfig)
 from verl.config.schema_actor import KL_ESTIMATOR_NAMES, ActorRolloutRefConfig
-from verl.config.schema_async import AsyncTrainingConfig, RolloutPoolConfig
+from verl.config.schema_async import AsyncTrainingConfig, RolloutPoolConfig, TrainerV1Config
 
 
 @dataclass
@@ -306,11 +306,10 @@ class TrainerSectionConfig(Section):
                                                         "seconds.", why="under trainer.backend=ray, "
                                                         "trainer.dist_timeout_s bounds every wait for an actor, "
                                                         "its start included")
-    use_v1: bool = verl_option(True, help="verl's v1 trainer loop.", why="one trainer loop here")
-    v1: dict = verl_option(verl_defaults.trainer_v1_defaults(), inert=False, help="verl's v1 trainer modes.",
-                           why="training is synchronous (on-policy) here",
-                           refuse_if=lambda v: v.get("trainer_mode", "sync") != "sync",
-                           when="unless trainer_mode=sync", keys=("trainer_mode",))
+    use_v1: bool = option(True, help="verl: its V1 trainer loop, whose modes trainer.v1.trainer_mode chooses; false "
+                          "(verl's legacy loop) leaves trainer.v1 unread. One loop here: the V1 modes run on this "
+                          "project's asynchronous RL (docs/async.md).")
+    v1: TrainerV1Config = section(TrainerV1Config, help="verl's V1 trainer modes (read with trainer.use_v1=true).")
 
 
 # verl's per-token estimators of KL(student || teacher) (Schulman's k1/k2/k3 and their other names).

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from verl.config.node import option, section
-from verl.config.verl_rules import Section
+from verl.config.verl_rules import Section, verl_option
 
 
 @dataclass
@@ -36,8 +36,9 @@ class RolloutPoolConfig(Section):
     """verl's top-level `rollout` keys of its asynchronous modes: the rollout's own resources, apart
     from the trainer's (trainer.nnodes x trainer.n_gpus_per_node)."""
 
-    nnodes: int = option(1, bounds=">= 1", help="Nodes of the rollout (async_training.enable only). Here the "
-                         "rollout's processes run on the trainer's machine: 1.")
+    nnodes: int = option(1, bounds=">= 1", help="Nodes of the rollout (async_training.enable only): with "
+                         "async_training.rollout_placement=ranks the rollout's ranks (or Ray actors) span this many; "
+                         "processes the trainer starts run on its machine: 1.")
     n_gpus_per_node: int = option(1, bounds=">= 1", help="Processes of the rollout (async_training.enable only): "
                                   "each generates a slice of every step's prompts, the answers joined in order. On "
                                   "a CPU they share half the threads; on a GPU they share the trainer's device. At "
@@ -131,3 +132,70 @@ class AsyncTrainingConfig(Section):
                 return "shm" if int(os.environ.get("GROUP_WORLD_SIZE", "1")) == 1 else "broadcast"
             return "memory" if self.rollout_placement == "thread" else "shm"
         return backend
+
+
+# ------------------------------------------------------------------ verl's V1 trainer modes
+@dataclass
+class V1WarmupConfig(Section):
+    """verl V1: ``trainer.v1.colocate_async``."""
+
+    num_warmup_batches: int = option(1, bounds=">= 0", help="verl V1: batches generated before the first training "
+                                     "step. Here: steps the rollout runs ahead (async_training.max_staleness, "
+                                     "capped by sampler.max_off_policy_threshold).")
+
+
+@dataclass
+class V1SeparateConfig(Section):
+    """verl V1: ``trainer.v1.separate_async``."""
+
+    num_warmup_batches: int = option(1, bounds=">= 0", help="verl V1: batches generated before the first training "
+                                     "step. Here: steps the rollout runs ahead (async_training.max_staleness, "
+                                     "capped by sampler.max_off_policy_threshold).")
+    parameter_sync_step: int = option(4, bounds=">= 1", help="verl V1: mini-batch updates between two weight syncs; "
+                                      "data.train_batch_size must be parameter_sync_step x ppo_mini_batch_size (a "
+                                      "step here is one sync's worth).")
+    hybrid_rollout: dict = verl_option(
+        {"enable_switch": False, "switch_threshold_ratio": 0.4, "adaptive_switch_threshold": True,
+         "switch_threshold_step_up": 0.05, "switch_threshold_step_down": 0.03, "switch_threshold_release_steps": 2,
+         "switch_cost_window_size": 3}, help="verl V1: lending the trainer's devices to generation between steps.",
+        why="the trainer's devices are not lent to the rollout here", inert=False,
+        refuse_if=lambda v: bool(v.get("enable_switch")), when="with enable_switch=true",
+        instead="set trainer.v1.separate_async.hybrid_rollout.enable_switch=false", keys=("enable_switch",))
+
+
+@dataclass
+class V1SamplerConfig(Section):
+    """verl V1: ``trainer.v1.sampler``, its staleness control."""
+
+    max_off_policy_threshold: int = option(8, bounds=">= 0", help="verl V1: most model versions between a sample's "
+                                           "first token and its training. Here it caps the steps the rollout runs "
+                                           "ahead (async_training.max_staleness), so no sample is older.")
+    max_off_policy_strategy: Literal["drop", "wait"] = option("drop", help="verl V1: what happens to a sample "
+                                                              "reaching the threshold. Here the rollout never "
+                                                              "generates one (it waits for the bound), so drop and "
+                                                              "wait train the same samples.")
+    sync_refill_failed_groups: bool = verl_option(False, help="verl V1: refill groups whose rollout failed.",
+                                                  why="a failed rollout ends the run here, naming it")
+    custom_sampler: dict = verl_option({"path": None, "name": None}, help="verl V1: a sampler class of your own.",
+                                       why="the sampler is built in here", inert=False,
+                                       refuse_if=lambda v: v.get("path") is not None, when="with a path",
+                                       instead="leave trainer.v1.sampler.custom_sampler.path unset",
+                                       keys=("path", "name"))
+    sampler_kwargs: dict = verl_option({}, help="verl V1: arguments of the custom sampler.",
+                                       why="there is no custom sampler here")
+
+
+@dataclass
+class TrainerV1Config(Section):
+    """verl's V1 trainer (``trainer.use_v1=true``): its modes run on this project's asynchronous RL
+    (docs/async.md, "verl's V1 trainer modes")."""
+
+    trainer_mode: Literal["sync", "colocate_async", "separate_async"] = option(
+        "sync", help="verl V1 (with trainer.use_v1=true): sync (the synchronous step), colocate_async (the rollout "
+        "runs ahead on the trainer's devices: async_training with rollout_placement=process and partial "
+        "rollouts) or separate_async (the rollout on devices of its own, actor_rollout_ref.rollout.nnodes x "
+        "n_gpus_per_node: rollout_placement=ranks).")
+    sync: dict = verl_option({}, help="verl V1: settings of the sync mode.", why="it has none here")
+    colocate_async: V1WarmupConfig = section(V1WarmupConfig, help="verl V1: the colocate_async mode.")
+    separate_async: V1SeparateConfig = section(V1SeparateConfig, help="verl V1: the separate_async mode.")
+    sampler: V1SamplerConfig = section(V1SamplerConfig, help="verl V1: the staleness control of its async modes.")

@@ -136,18 +136,6 @@ def transfer_queue_defaults() -> dict:
                                           "local_buffer_size": 1073741824, "device_name": ""}}}
 
 
-def trainer_v1_defaults() -> dict:
-    """verl's `trainer.v1` section (its newer trainer loop's modes)."""
-    hybrid = {"enable_switch": False, "switch_threshold_ratio": 0.4, "adaptive_switch_threshold": True,
-              "switch_threshold_step_up": 0.05, "switch_threshold_step_down": 0.03,
-              "switch_threshold_release_steps": 2, "switch_cost_window_size": 3}
-    return {"trainer_mode": "sync", "sync": {}, "colocate_async": {"num_warmup_batches": 1},
-            "separate_async": {"num_warmup_batches": 1, "parameter_sync_step": 4, "hybrid_rollout": hybrid},
-            "sampler": {"max_off_policy_threshold": 8, "max_off_policy_strategy": "drop",
-                        "sync_refill_failed_groups": False, "custom_sampler": {"path": None, "name": None},
-                        "sampler_kwargs": {}}}
-
-
 def skip_defaults() -> dict:
     """verl's top-level `skip` section (rollout caching for debugging)."""
     return {name: {"enable": False, "dump_dir": "~/.verl/rollout_dump", "steps": [], "action": "cache"}

@@ -31,8 +31,10 @@ def run(config: TrainerConfig) -> dict:
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names, prepare_async, prepare_vision
     from verl.trainer.ppo.memory_plan import check_memory_plan
     from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
+    from verl.trainer.ppo.v1_modes import apply_v1_mode
     from verl.trainer.warmstart import warm_start
 
+    apply_v1_mode(config)  # verl's trainer.v1.trainer_mode: onto async_training, said once
     if uses_ranks(config) and config.trainer.backend != "ray":  # the torchrun job's last ranks serve the rollout
         index = split_job(config)
         if index is not None:

@@ -119,6 +119,9 @@ def build_rl_trainer(config) -> RLTrainer:
         raise ConfigError("trainer.backend=ray under torchrun: Ray places the ranks itself; start the driver with "
                           "plain python (python -m verl.trainer.main_ppo trainer.backend=ray ...), or leave "
                           "trainer.backend=auto to run under torchrun")
+    from verl.trainer.ppo.v1_modes import apply_v1_mode
+
+    apply_v1_mode(config)  # verl's trainer.v1.trainer_mode (main_ppo has applied it already)
     # The data-parallel size is the job's: torchrun's world size, else what the config declares.
     config.validate(dp_size=launched_world_size() if launched_distributed() else None)
     warn_unstarted_ranks(config)
