@@ -259,11 +259,12 @@ def test_an_answer_that_cannot_be_read_is_said_as_the_rollouts_end():
         stream.result()
 
 
-@pytest.mark.parametrize("keys", [("rollout.n_gpus_per_node=2",), ("rollout.nnodes=2", "rollout.n_gpus_per_node=4")])
+@pytest.mark.parametrize("keys", [("rollout.n_gpus_per_node=2",), ("rollout.nnodes=2", "rollout.n_gpus_per_node=4"),
+                                  ("async_training.rollout_placement=ranks",)])
 def test_a_rollout_pool_in_a_synchronous_run_is_refused_not_ignored(keys):
     config = TrainerConfig.from_cli(list(keys))
     given = " ".join(k for k in keys)
-    with pytest.raises(ConfigError, match=f"{given} sizes the rollout of an asynchronous run, and "
+    with pytest.raises(ConfigError, match=f"{given} sizes or places the rollout of an asynchronous run, and "
                        f"async_training.enable is false.*drop {given}"):
         config.validate()
     TrainerConfig.from_cli(["async_training.enable=true", *keys]).validate()  # where they mean something

@@ -193,14 +193,18 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
 
 
 def _check_rollout_pool(cfg: ConfigNode) -> None:
-    """verl's top-level ``rollout.nnodes`` / ``n_gpus_per_node`` size the rollout of an asynchronous run;
-    a synchronous run would ignore them, so they are refused there rather than dropped."""
-    pool = cfg.rollout
-    if not cfg.async_training.enable and (pool.nnodes, pool.n_gpus_per_node) != (1, 1):
-        given = " ".join(f"rollout.{key}={value}" for key, value in (("nnodes", pool.nnodes),
-                                                                      ("n_gpus_per_node", pool.n_gpus_per_node))
-                         if value != 1)
-        raise ConfigError(f"{given} sizes the rollout of an asynchronous run, and async_training.enable is false: "
+    """verl's top-level ``rollout.nnodes`` / ``n_gpus_per_node`` size the rollout of an asynchronous run, and
+    ``async_training.rollout_placement`` places it; a synchronous run would ignore them, so they are refused
+    there rather than dropped."""
+    pool, a = cfg.rollout, cfg.async_training
+    given = [f"rollout.{key}={value}" for key, value in (("nnodes", pool.nnodes), ("n_gpus_per_node",
+                                                                                    pool.n_gpus_per_node)) if value != 1]
+    if a.rollout_placement != "process":
+        given.append(f"async_training.rollout_placement={a.rollout_placement}")
+    if not a.enable and given:
+        given = " ".join(given)
+        raise ConfigError(f"{given} sizes or places the rollout of an asynchronous run, and async_training.enable is "
+                          f"false: "
                           f"a synchronous run generates on the trainer's own ranks (trainer.nnodes x "
                           f"trainer.n_gpus_per_node). Set async_training.enable=true for a rollout of its own, or "
                           f"drop {given}")
