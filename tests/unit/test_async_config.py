@@ -94,6 +94,8 @@ def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
 @pytest.fixture
 def torchrun_env(monkeypatch):
     """What torchrun sets for a rank, on one machine of ``world`` ranks."""
+    monkeypatch.setenv("VERL_ROLLOUT_RANKS", "")  # restored as it was after the test (split_job sets it)
+
     def launched(rank: int, world: int, nodes: int = 1):
         for key, value in (("RANK", rank), ("WORLD_SIZE", world), ("LOCAL_RANK", rank), ("GROUP_WORLD_SIZE", nodes)):
             monkeypatch.setenv(key, str(value))
@@ -111,6 +113,7 @@ def test_rollout_ranks_are_the_jobs_last_ranks_and_the_trainers_world_is_the_res
     assert split_job(config) == 1 and os.environ["WORLD_SIZE"] == "5"  # the second rollout rank; nothing changed
     torchrun_env(rank=1, world=5)
     assert split_job(config) is None and os.environ["WORLD_SIZE"] == "3" and os.environ["VERL_ROLLOUT_RANKS"] == "2"
+    assert split_job(config) is None and os.environ["WORLD_SIZE"] == "3"  # once: a second run in this process
     lines = prepare_async_config(config)  # now in a job split for it
     assert "the torchrun job's last 2 rank(s)" in lines[0] and "through shm" in lines[0]
     torchrun_env(rank=0, world=4, nodes=2)  # over two machines: shared memory cannot reach them

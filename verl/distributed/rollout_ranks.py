@@ -56,6 +56,8 @@ def split_job(config) -> int | None:
     (0 .. R-1) on a rollout rank; None on a training rank, whose ``WORLD_SIZE`` is now the trainer's.
     Refuses a job that was not started with room for both (one line naming the torchrun command)."""
     count = rollout_rank_count(config)
+    if os.environ.get("VERL_ROLLOUT_RANKS"):  # split already: a training rank
+        return None
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         raise ConfigError(f"async_training.rollout_placement=ranks runs the rollout on ranks of a torchrun job, and "
                           f"this process was not started by torchrun: start it with torchrun --nproc_per_node=T+{count} "
