@@ -38,7 +38,7 @@ from verl.errors import VerlError
 from verl.protocol import Batch
 
 __all__ = ["RolloutRequest", "RolloutResult", "WorkerSpec", "RolloutStream", "ProcessRolloutStream",
-           "ThreadRolloutStream", "RolloutPool", "open_stream"]
+           "ThreadRolloutStream", "RolloutPool", "open_stream", "started"]
 
 START_S = 300.0
 
@@ -350,6 +350,11 @@ def open_stream(placement: str, spec: WorkerSpec, timeout_s: float, broadcast: b
         if channel is not None:
             spec = dataclasses.replace(spec, broadcast=channel.address)
         stream = ProcessRolloutStream(spec, timeout_s, channel)
+    return started(stream)
+
+
+def started(stream: RolloutStream) -> RolloutStream:
+    """``stream`` once its server has built its worker (loaded the model); closed if it could not."""
     try:
         stream.start()
     except BaseException:

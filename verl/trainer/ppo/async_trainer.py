@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 from verl.distributed.process_group import broadcast_object, is_main_process, launched_distributed
-from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream
+from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream, started
 from verl.distributed.weight_sync import WeightSender
 from verl.errors import ConfigError
 from verl.protocol import Batch
@@ -442,26 +442,25 @@ def open_rollout_stream(config):
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
                       threads=split_threads(config), partial=a.partial_rollout)
     if a.rollout_placement == "ranks":  # each rank resolves the device for itself: cuda:LOCAL_RANK on GPUs
-        from verl.distributed.rollout_ranks import open_rank_streams, open_ray_rollout
-
-        count, timeout_s, broadcast = rollout_processes(config), config.trainer.dist_timeout_s, \
-            a.weight_backend() == "broadcast"
-        if config.trainer.backend == "ray":
-            from verl.models.loading import resolve_device
-
-            ranks = config.trainer.nnodes * config.trainer.n_gpus_per_node + count
-            stream = open_ray_rollout(spec, count, timeout_s, broadcast,
-                                      use_gpu=resolve_device(config.trainer.device).type == "cuda",
-                                      threads=max(1, (os.cpu_count() or 1) // ranks))
-        else:
-            stream = open_rank_streams(spec, count, timeout_s, broadcast)
-        try:
-            stream.start()
-        except BaseException:
-            stream.close()
-            raise
-        return stream
+        return started(_rank_streams(config, spec))
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,
                        broadcast=a.weight_backend() == "broadcast", processes=rollout_processes(config))
 
 
+
+
+def _rank_streams(config, spec):
+    """The rollout's own ranks (``rollout_placement=ranks``): Ray actors of a pool of their own under
+    ``trainer.backend=ray``, else the torchrun job's last ranks; not yet started."""
+    from verl.distributed.rollout_ranks import open_rank_streams, open_ray_rollout
+
+    a = config.async_training
+    count, timeout_s, broadcast = rollout_processes(config), config.trainer.dist_timeout_s, \
+        a.weight_backend() == "broadcast"
+    if config.trainer.backend != "ray":
+        return open_rank_streams(spec, count, timeout_s, broadcast)
+    from verl.models.loading import resolve_device
+
+    ranks = config.trainer.nnodes * config.trainer.n_gpus_per_node + count
+    return open_ray_rollout(spec, count, timeout_s, broadcast, use_gpu=resolve_device(config.trainer.device).type
+                            == "cuda", threads=max(1, (os.cpu_count() or 1) // ranks))
