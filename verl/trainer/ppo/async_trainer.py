@@ -447,8 +447,6 @@ def open_rollout_stream(config):
                        broadcast=a.weight_backend() == "broadcast", processes=rollout_processes(config))
 
 
-
-
 def _rank_streams(config, spec):
     """The rollout's own ranks (``rollout_placement=ranks``): Ray actors of a pool of their own under
     ``trainer.backend=ray``, else the torchrun job's last ranks; not yet started."""
