@@ -269,6 +269,29 @@ def test_a_rollout_rank_that_dies_ends_the_job_with_one_line_naming_it(tiny_mode
     assert int((out / "latest_checkpointed_iteration.txt").read_text()) >= 2  # what it had saved is intact
 
 
+@pytest.mark.parametrize("launch", [["-m", "verl.trainer.main_ppo"],
+                                    ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                                     "verl.trainer.main_ppo", *RANKS]], ids=["process", "ranks"])
+def test_ctrl_c_stops_after_the_step_with_its_checkpoint_while_the_rollout_runs_ahead(tiny_model_dir, data_dir,
+                                                                                        tmp_path, launch):
+    # A terminal's Ctrl-C reaches the whole process group, the rollout's process (or torchrun's ranks) too:
+    # the rollout must outlive it, to answer what the trainer still asks before its checkpoint.
+    out = tmp_path / "interrupted"
+    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
+                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
+    job = subprocess.Popen([sys.executable, *launch, *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    _wait_for(out / "global_step_2", job)
+    os.killpg(job.pid, signal.SIGINT)
+    _, err = job.communicate(timeout=60)
+    stopped = [line for line in err.splitlines() if line.startswith("interrupted: stopped after step")]
+    assert len(stopped) == 1 and "error:" not in err, err[-3000:]
+    step = int(stopped[0].split("step ")[1].split(",")[0])
+    assert (out / f"global_step_{step}" / "state.pt").exists()
+    assert int((out / "latest_checkpointed_iteration.txt").read_text()) == step
+
+
 def test_rollout_ranks_are_refused_outside_torchrun_before_anything_loads(tiny_model_dir, data_dir, tmp_path):
     # (a torchrun job with no rank left to train: tests/unit/test_async_config.py)
     args = run_args(tiny_model_dir, data_dir, tmp_path / "alone", *GRPO, *ASYNC, *RANKS)

@@ -29,12 +29,13 @@ import os
 import pickle
 import queue
 import secrets
+import signal
 import socket
 import threading
 import time
 from multiprocessing.connection import Client, Listener
 
-from verl.distributed.rollout_server import serve
+from verl.distributed.rollout_server import ignore_stop_signals, serve
 from verl.distributed.rollout_stream import RolloutPool, RolloutStream, _Unreadable
 from verl.errors import ConfigError, VerlError
 
@@ -133,6 +134,9 @@ class _Results:
 def serve_rank(index: int, timeout_s: float) -> None:
     """A rollout rank's life: meet the trainer's rank 0, build the worker it describes, answer its
     requests until it says stop."""
+    # torchrun passes Ctrl-C and SIGTERM to every rank: the trainer's ranks stop after their step, and rank 0
+    # then needs this rank's answers before it checkpoints and closes the connection (this rank's end).
+    ignore_stop_signals(signal.SIGINT, signal.SIGTERM)
     store = _job_store(timeout_s)
     store.wait(["address"], datetime.timedelta(seconds=timeout_s))
     host, port = store.get("address").decode().rsplit(":", 1)
