@@ -70,6 +70,12 @@ class MultiTurnConfig(Section):
                                                   why="rollout.n sets the samples per prompt")
 
 
+# verl's keys of a standalone rollout pool under actor_rollout_ref.rollout: read by its V1 separate_async mode.
+ROLLOUT_OWN_DEVICES = ("the rollout shares the trainer's devices in a synchronous run; for devices of its own set "
+                       "async_training.enable=true, async_training.rollout_placement=ranks and rollout.nnodes / "
+                       "rollout.n_gpus_per_node (trainer.v1.trainer_mode=separate_async reads these two keys)")
+
+
 @dataclass
 class RolloutConfig(Section):
     """Response generation."""
@@ -177,9 +183,9 @@ class RolloutConfig(Section):
                               when="with another agent loop", instead="use multi_turn.enable=true for tool calls",
                               keys=("default_agent_loop", "agent_loop_config_path"))
     nnodes: int = verl_option(0, help="Machines of a standalone rollout pool; 0 = share the trainer's.",
-                              why="the rollout shares the trainer's devices here", warn_if=bool, when="above 0")
+                              why=ROLLOUT_OWN_DEVICES, warn_if=bool, when="above 0")
     n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of a standalone rollout pool.",
-                                              why="the rollout shares the trainer's devices here")
+                                              why=ROLLOUT_OWN_DEVICES)
     data_parallel_size: int = verl_option(1, help="Engine data-parallel replicas.", why="one engine per "
                                           "trainer process here", warn_if=lambda v: v != 1, when="above 1")
     expert_parallel_size: int = verl_option(1, help="Engine expert parallelism.", why="not used here",
