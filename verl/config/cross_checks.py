@@ -204,8 +204,7 @@ def _check_rollout_pool(cfg: ConfigNode) -> None:
     if not a.enable and given:
         given = " ".join(given)
         raise ConfigError(f"{given} sizes or places the rollout of an asynchronous run, and async_training.enable is "
-                          f"false: "
-                          f"a synchronous run generates on the trainer's own ranks (trainer.nnodes x "
+                          f"false: a synchronous run generates on the trainer's own ranks (trainer.nnodes x "
                           f"trainer.n_gpus_per_node). Set async_training.enable=true for a rollout of its own, or "
                           f"drop {given}")
 

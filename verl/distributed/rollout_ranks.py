@@ -36,7 +36,7 @@ import time
 from multiprocessing.connection import Client, Listener
 
 from verl.distributed.rollout_server import ignore_stop_signals, serve
-from verl.distributed.rollout_stream import RolloutPool, RolloutStream, _Unreadable
+from verl.distributed.rollout_stream import AnswerReader, RolloutPool, RolloutStream
 from verl.errors import ConfigError, VerlError
 
 _KEY = "verl/rollout_ranks/"
@@ -163,20 +163,10 @@ class RankRolloutStream(RolloutStream):
         super().__init__(timeout_s)
         self.conn, self.name = conn, name
         self.channel = None
-        self.closed: str | None = None
-        self._sending = threading.Lock()
-        self.inbox: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read_answers, name="verl-rollout-rank-reader", daemon=True).start()
-
-    def _read_answers(self) -> None:
-        while True:
-            try:
-                answer = pickle.loads(self.conn.recv_bytes())
-            except (EOFError, OSError) as e:
-                self.closed = "closed its connection (it died or left the job)"
-                self.inbox.put(_Unreadable(e))
-                return
-            self.inbox.put(answer)
+        self.send_failed = False
+        self._sending = threading.Lock()  # one message on the socket at a time
+        self.reader = AnswerReader(lambda: pickle.loads(self.conn.recv_bytes()), (EOFError, OSError),
+                                   "verl-rollout-rank-reader")
 
     def _put(self, request) -> None:
         data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
@@ -184,17 +174,15 @@ class RankRolloutStream(RolloutStream):
             try:
                 self.conn.send_bytes(data)
             except OSError:
-                self.closed = self.closed or "closed its connection (it died or left the job)"
+                self.send_failed = True
 
     def _get(self, timeout: float):
-        answer = self.inbox.get(timeout=timeout)
-        if isinstance(answer, _Unreadable):
-            self.inbox.put(answer)
-            raise answer.error
-        return answer
+        return self.reader.get(timeout)
 
     def _gone(self) -> str | None:
-        return self.closed
+        if self.reader.ended is not None or self.send_failed:
+            return "closed its connection (it died or left the job)"
+        return None
 
     def describe(self) -> str:
         return self.name
@@ -202,7 +190,7 @@ class RankRolloutStream(RolloutStream):
     def close(self) -> None:
         if self.channel is not None:
             self.channel.close()
-        if self.closed is None:
+        if self._gone() is None:
             self._put(None)
         self.conn.close()
 
@@ -212,7 +200,6 @@ class _Listener:
     it is the loopback), with a fresh key that every connection must prove."""
 
     def __init__(self, host: str):
-        self.host = host
         self.authkey = secrets.token_bytes(16)
         self.listener = Listener(("127.0.0.1" if host == "127.0.0.1" else "0.0.0.0", 0), authkey=self.authkey)
         self.address = (host, self.listener.address[1])

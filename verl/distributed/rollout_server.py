@@ -191,12 +191,12 @@ def ignore_stop_signals(*signals) -> None:
     """In a rollout process or rank: the trainer owns Ctrl-C (and torchrun's SIGTERM). A terminal's Ctrl-C
     reaches the whole process group; the trainer then stops after its step and still needs the rollout's
     answers to the requests open (they go into the checkpoint), and closes the rollout when done."""
-    for sig in signals or (signal.SIGINT,):
+    for sig in signals:
         signal.signal(sig, signal.SIG_IGN)
 
 
 def _process_main(spec: WorkerSpec, requests, results, parent_pid: int) -> None:
-    ignore_stop_signals()  # it ends with its trainer (below), or when the trainer closes it
+    ignore_stop_signals(signal.SIGINT)  # it ends with its trainer (below), or when the trainer closes it
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     if spec.threads:
         torch.set_num_threads(spec.threads)

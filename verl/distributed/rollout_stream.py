@@ -163,9 +163,39 @@ class RolloutStream:
 
 @dataclass
 class _Unreadable:
-    """What the answer reader passes on when an answer cannot be read (the process is gone)."""
+    """What the answer reader passes on when an answer cannot be read (the server is gone)."""
 
     error: BaseException
+
+
+class AnswerReader:
+    """A server's answers, read by a thread of their own: reading one that a stopped or killed server left
+    half-written blocks (or fails) there, while the trainer's wait stays bounded by its deadline.
+    ``receive()`` returns the next answer; an error of ``ends`` from it means none can be read any more
+    (:attr:`ended`), and every later :meth:`get` raises it."""
+
+    def __init__(self, receive, ends: tuple[type[BaseException], ...], name: str):
+        self.inbox: queue.Queue = queue.Queue()
+        self.ended: BaseException | None = None
+        threading.Thread(target=self._read, args=(receive, ends), name=name, daemon=True).start()
+
+    def _read(self, receive, ends) -> None:
+        while True:
+            try:
+                answer = receive()
+            except ends as e:
+                self.ended = e
+                self.inbox.put(_Unreadable(e))
+                return
+            self.inbox.put(answer)
+
+    def get(self, timeout: float):
+        """The next answer, or queue.Empty after ``timeout`` seconds; the reading's end error once it ended."""
+        answer = self.inbox.get(timeout=timeout)
+        if isinstance(answer, _Unreadable):
+            self.inbox.put(answer)  # every later read fails alike
+            raise answer.error
+        return answer
 
 
 class ProcessRolloutStream(RolloutStream):
@@ -184,31 +214,16 @@ class ProcessRolloutStream(RolloutStream):
         self.process = ctx.Process(target=_process_main, args=(spec, self.requests, self.results, os.getpid()),
                                    name="verl-rollout", daemon=True)
         self.process.start()
-        # Answers are read by a thread of their own: reading one that a stopped or killed process left
-        # half-written blocks (or fails) there, while the trainer's wait stays bounded by its deadline.
-        self.inbox: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read_answers, name="verl-rollout-reader", daemon=True).start()
+        # ValueError: the queue was closed
+        self.reader = AnswerReader(self.results.get, (OSError, EOFError, ValueError), "verl-rollout-reader")
         if channel is not None:
             channel.connect(self._gone)
-
-    def _read_answers(self) -> None:
-        while True:
-            try:
-                answer = self.results.get()
-            except (OSError, EOFError, ValueError) as e:  # ValueError: the queue was closed
-                self.inbox.put(_Unreadable(e))
-                return
-            self.inbox.put(answer)
 
     def _put(self, request) -> None:
         self.requests.put(request)
 
     def _get(self, timeout: float):
-        answer = self.inbox.get(timeout=timeout)
-        if isinstance(answer, _Unreadable):
-            self.inbox.put(answer)  # every later read fails alike
-            raise answer.error
-        return answer
+        return self.reader.get(timeout)
 
     def _gone(self) -> str | None:
         if self.process.is_alive():
