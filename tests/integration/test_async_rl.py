@@ -227,6 +227,48 @@ def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_m
         assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
 
 
+
+# Coarse, so that some groups of two responses score the same (DAPO drops them) and some differ.
+COARSE_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return float(len(set(solution_str)) >= 5)
+'''
+
+
+def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_dir, data_dir, tmp_path):
+    reward = tmp_path / "coarse.py"
+    reward.write_text(COARSE_REWARD)
+    keys = (*GRPO, *LOG_PROBS, "algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=3",
+            f"custom_reward_function.path={reward}")
+    sync = tmp_path / "sync"
+    run_plain(run_args(tiny_model_dir, data_dir, sync, *keys))
+    drawn = [m["filter_groups/num_gen_batches"] for m in step_metrics(sync).values() if "filter_groups/kept_groups" in m]
+    assert len(drawn) == 3 and max(drawn) > 1  # the filter dropped groups and drew more
+    # Bound 0 on two torchrun ranks: rank 0 asks the rollout for each further batch and passes it on;
+    # the run is the synchronous one.
+    bound0 = tmp_path / "bound0"
+    done = run_torchrun_module("verl.trainer.main_ppo", run_args(tiny_model_dir, data_dir, bound0, *keys, *ASYNC))
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert_same_metrics(step_metrics(sync), without_async(step_metrics(bound0)))
+    assert_same_weights(sync / "huggingface", bound0 / "huggingface", tiny_model_dir)
+    # One step off: a step's batch was generated ahead, one version old; the batches drawn to refill it
+    # are generated when the step needs them, with the weights published last, so they are on-policy.
+    off = tmp_path / "off"
+    run_plain(run_args(tiny_model_dir, data_dir, off, *keys, *ONE_STEP_OFF))
+    metrics = step_metrics(off)
+    refilled = 0
+    for step in (2, 3):
+        m = metrics[step]
+        assert m["async/staleness_max"] <= 1 and m["async/trainer_version"] == step - 1
+        assert m["filter_groups/trained_groups"] == 4 or m["filter_groups/cap_hit"] == 1
+        if m["filter_groups/num_gen_batches"] > 1 and not m["filter_groups/cap_hit"]:
+            # The first batch kept fewer than 4 groups: the rest are refills, staleness 0 (e.g. 3 stale
+            # groups and 1 refilled: a mean of 0.75).
+            refilled += 1
+            assert m["async/staleness_mean"] < 1 and m["async/staleness_mean"] * 4 == round(m["async/staleness_mean"] * 4)
+    assert refilled, metrics
+
+
 RANKS = ("async_training.rollout_placement=ranks",)
 
 

@@ -65,6 +65,9 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     config = _config("rollout.n_gpus_per_node=2", "async_training.checkpoint_engine.backend=broadcast")
     assert "runs in 2 processes of its own (rollout.n_gpus_per_node)" in prepare_async_config(config)[0]
 
+    # DAPO's further draws are asked of the rollout inside the step (integration: test_async_rl).
+    assert "ahead of the trainer" in prepare_async_config(_config("algorithm.filter_groups.enable=true"))[0]
+
     config = _config("actor_rollout_ref.hybrid_engine=false")  # verl's scripts of these modes set it
     lines = prepare_async_config(config)
     assert config.actor_rollout_ref.hybrid_engine and "hybrid_engine=false" in lines[0]
@@ -72,7 +75,6 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
 
 @pytest.mark.parametrize("keys, message", [
     (("async_training.require_batches=4",), "require_batches"),
-    (("algorithm.filter_groups.enable=true",), "filter_groups"),
     (("algorithm.adv_estimator=remax",), "remax"),
     (("actor_rollout_ref.rollout.name=vllm",), "rollout.name=vllm"),
     (("rollout.nnodes=2",), "rollout.nnodes=2 (the rollout's processes run on the trainer's machine"),

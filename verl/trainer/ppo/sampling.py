@@ -50,7 +50,8 @@ class StepSampler:
         batch = self._rollout(prompts, timing, seed_draw=step * MAX_DRAWS_PER_STEP)
         if not self.config.algorithm.filter_groups.enable:
             return batch, {}
-        return self._keep_informative_groups(batch, prompt_loader, timing, step)
+        return self.keep_informative_groups(
+            batch, lambda draw: self._rollout(next(prompt_loader), timing, seed_draw=step * MAX_DRAWS_PER_STEP + draw))
 
     # ------------------------------------------------------------------ one prompt batch
     def _rollout(self, prompts: Batch, timing: dict, seed_draw: int) -> Batch:
@@ -108,7 +109,10 @@ class StepSampler:
             raise VerlError(f"algorithm.filter_groups.metric={metric!r}: the reward function's values for it "
                             f"are not all numbers ({e})") from e
 
-    def _keep_informative_groups(self, batch: Batch, prompt_loader, timing: dict, step: int):
+    def keep_informative_groups(self, batch: Batch, more) -> tuple[Batch, dict[str, float]]:
+        """DAPO's filter over a scored ``batch``: its groups whose responses differ, and more from
+        ``more(draw)`` (the scored batch of the step's ``draw``-th prompt batch, 1, 2, ...) until the step
+        has ``data.train_batch_size`` of them or ``max_num_gen_batches`` batches were drawn."""
         cfg = self.config.algorithm.filter_groups
         target = self.config.data.train_batch_size
         n = self.config.actor_rollout_ref.rollout.n
@@ -123,7 +127,7 @@ class StepSampler:
                 kept.append(batch.index(keep))
             if kept_groups >= target or draws >= cfg.max_num_gen_batches:
                 break
-            batch = self._rollout(next(prompt_loader), timing, seed_draw=step * MAX_DRAWS_PER_STEP + draws)
+            batch = more(draws)
             draws += 1
         # Samples of a group are adjacent and stay so: the first groups fill the step exactly.
         out = concat_rollouts(kept, self.pad_token_id).index(slice(0, target * n)) if kept else batch
