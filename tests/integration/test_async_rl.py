@@ -254,7 +254,7 @@ def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_
     # One step off: a step's batch was generated ahead, one version old; the batches drawn to refill it
     # are generated when the step needs them, with the weights published last, so they are on-policy.
     off = tmp_path / "off"
-    run_plain(run_args(tiny_model_dir, data_dir, off, *keys, *ONE_STEP_OFF))
+    run_plain(run_args(tiny_model_dir, data_dir, off, *keys, *ONE_STEP_OFF, "trainer.save_freq=1"))
     metrics = step_metrics(off)
     refilled = 0
     for step in (2, 3):
@@ -267,6 +267,14 @@ def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_
             refilled += 1
             assert m["async/staleness_mean"] < 1 and m["async/staleness_mean"] * 4 == round(m["async/staleness_mean"] * 4)
     assert refilled, metrics
+    # A resume from step 1 (its checkpoint holds step 2's batch, generated ahead) draws the refills from
+    # where the loader stood: the same steps 2 and 3.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(off / "global_step_1", resumed / "global_step_1")
+    done = run_plain(run_args(tiny_model_dir, data_dir, resumed, *keys, *ONE_STEP_OFF, "trainer.save_freq=1"))
+    assert done.stdout.count("Resumed from") == 1
+    assert_same_metrics({s: computed(off)[s] for s in (2, 3)}, {s: computed(resumed)[s] for s in (2, 3)})
+    assert_same_weights(off / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
 RANKS = ("async_training.rollout_placement=ranks",)
