@@ -124,13 +124,23 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     partial = [m for m in metrics.values() if m.get("async/partial_frac", 0) > 0]
     assert partial, "no batch took new weights mid-generation"
     assert all(m["async/staleness_last_mean"] < m["async/staleness_mean"] for m in partial)
-    # LoRA: the rollout loads the merged weights; its log-probs follow the trainer's after every update.
-    lora = tmp_path / "lora"
-    run_plain(run_args(model, data, lora, *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
-                       "actor_rollout_ref.model.lora_alpha=16"))
-    metrics = step_metrics(lora)
-    assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-5 for step in (2, 3))
-    assert metrics[3]["actor/pg_loss"] != 0
+    # LoRA: by default (verl's lora.merge=false) the rollout gets the adapters alone, the base weights once
+    # with its first weights, and merges them itself; with lora.merge=true it gets merged weights. Either
+    # way its log-probs follow the trainer's after every update, and the two are the same run.
+    lora = {}
+    for merge, said in (("false", "the adapters alone"), ("true", "the weights with the adapters merged in")):
+        lora[merge] = tmp_path / f"lora-merge-{merge}"
+        done = run_plain(run_args(model, data, lora[merge], *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
+                                  "actor_rollout_ref.model.lora_alpha=16", f"actor_rollout_ref.model.lora.merge={merge}"))
+        assert f"LoRA: the rollout gets {said}" in done.stdout
+        metrics = step_metrics(lora[merge])
+        assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-5 for step in (2, 3))
+        assert metrics[3]["actor/pg_loss"] != 0
+    assert_same_metrics(computed(lora["true"]), computed(lora["false"]))
+    assert_same_weights(lora["true"] / "huggingface", lora["false"] / "huggingface", model)
+    sent = {merge: [step_metrics(out)[step]["async/weight_sync_bytes"] for step in (1, 2, 3)] for merge, out in lora.items()}
+    assert sent["false"][0] > sent["true"][0]  # the base weights and the adapters, once
+    assert sent["false"][1] == sent["false"][2] < sent["true"][1] / 4, sent  # then the adapters alone
 
 
 def test_one_step_off_trains_each_step_on_the_previous_versions_samples(one_step_off_run, sync_run, tmp_path):

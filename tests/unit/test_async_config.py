@@ -87,6 +87,7 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
      "with rollout_placement=thread use memory"),
     (("async_training.max_staleness=1", "async_training.use_rollout_log_probs=false"), "nothing corrects for it"),
     (("async_training.rollout_placement=ranks",), "rollout_placement=ranks outside a torchrun job"),
+    (("actor_rollout_ref.model.lora.merge=maybe",), "lora.merge='maybe': true"),
 ])
 def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):

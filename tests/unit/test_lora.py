@@ -123,6 +123,40 @@ def test_merged_weights_equal_peft_merge_and_unload(worker):
         torch.testing.assert_close(merged[key], value, atol=1e-6, rtol=0)
 
 
+
+def test_a_rollout_sent_the_adapters_alone_merges_exactly_the_trainers_merged_weights(tiny_model_dir, worker):
+    from verl.errors import VerlError
+    from verl.models.lora_sync import AdapterMerger
+    from verl.workers.rollout_worker import RolloutWorker
+
+    fresh = ActorRolloutRefWorker(lora_config(tiny_model_dir))
+    rollout = AdapterMerger()
+    with pytest.raises(VerlError, match="LoRA adapters without the base weights"):
+        rollout.weights(fresh.rollout_weights("adapters"))
+    # The first weights carry the base; later ones the adapters alone, which the rollout merges into it.
+    first = {name: tensor.clone() for name, tensor in fresh.rollout_weights("adapters+base").items()}  # as sent
+    assert all(torch.equal(a, b) for a, b in zip(rollout.weights(first).values(),
+                                                  fresh.rollout_weights("merged").values()))
+    one_update(fresh)
+    adapters = {name: tensor.clone() for name, tensor in fresh.rollout_weights("adapters").items()}
+    assert all(".lora_" in name for name in adapters)
+    merged, expected = rollout.weights(adapters), fresh.rollout_weights("merged")
+    assert merged.keys() == expected.keys() and all(torch.equal(merged[k], expected[k]) for k in expected)
+    assert any(not torch.equal(merged[k], v) for k, v in rollout.weights(first).items())  # the update moved them
+    # Through the rollout worker of an asynchronous run: it decodes with the trainer's weights.
+    copy = RolloutWorker(fresh.config, device="cpu", max_response_length=RESPONSE_LENGTH)
+    copy.load_weights(first, 0)
+    copy.load_weights(adapters, 1)
+    params = dataclasses.replace(fresh.sampling_params(), logprobs=True)
+    gen = copy.generate_sequences(prompts(fresh, 1), params)
+    mask = gen["response_mask"].bool()
+    actor = fresh.compute_log_prob(gen)["old_log_probs"]
+    torch.testing.assert_close(gen["rollout_log_probs"][mask], actor[mask], atol=1e-5, rtol=0)
+    # A model without LoRA sends its full weights whatever is asked.
+    plain = ActorRolloutRefWorker(lora_config(tiny_model_dir, model={"lora_rank": 0}))
+    assert plain.rollout_weights("adapters").keys() == plain.rollout_weights("merged").keys()
+
+
 def test_export_is_a_plain_merged_model_and_the_adapter_reloads(worker, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -81,8 +81,9 @@ class LoraKeys(Section):
     lora: dict = verl_option(verl_defaults.lora_defaults(),
                              help="The Megatron-Bridge form of the LoRA settings.", inert=False,
                              why="LoRA here is PEFT on FSDP, set by lora_rank, lora_alpha, target_modules, "
-                             "exclude_modules and lora_adapter_path; merge has no effect (the rollout always "
-                             "gets the adapters merged into the base weights), nor do the other entries",
+                             "exclude_modules and lora_adapter_path; merge is read by asynchronous runs (false: "
+                             "the rollout gets the adapters alone; true: merged weights; docs/async.md), the "
+                             "other entries have no effect",
                              refuse_if=lambda v: bool(v.get("rank")) or v.get("adapter_path") is not None,
                              when="with a rank above 0 or an adapter_path",
                              instead="set lora_rank (or lora_adapter_path) of the same model section",

@@ -13,9 +13,10 @@ Hugging Face weights through two helpers:
 - :func:`adapters_disabled` runs the model as its base: the reference policy of the KL terms is the
   actor with its adapters switched off, so no second copy of the weights is held.
 
-Deviations from verl: the rollout always receives merged weights (verl's ``lora.merge=false``
-would hand vLLM the adapters alone and let it apply them; the numbers are the same up to
-rounding). Only linear (and GPT-2 Conv1D) layers may be adapted (``target_modules`` naming an embedding or a
+Deviations from verl: the hybrid engine and vLLM always decode merged weights (verl's
+``lora.merge=false`` would hand vLLM the adapters alone and let it apply them; the numbers are the
+same up to rounding); an asynchronous run's rollout does get the adapters alone
+(:mod:`verl.models.lora_sync`). Only linear (and GPT-2 Conv1D) layers may be adapted (``target_modules`` naming an embedding or a
 convolution is refused); adapters are kept in the base weights' dtype, as FSDP wants one dtype per
 parameter group.
 """
@@ -172,9 +173,16 @@ def merged_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> dict[s
     without LoRA, ``weights`` comes back as it is."""
     if not is_lora_model(model):
         return weights
+    return merge_adapters(weights, adapter_scalings(model))
+
+
+def merge_adapters(weights: dict[str, torch.Tensor], scalings: dict[str, tuple[float, bool]]
+                   ) -> dict[str, torch.Tensor]:
+    """:func:`merged_weights` from a LoRA model's state dict (PEFT names) and its
+    :func:`adapter_scalings` alone: what a rollout that holds no PEFT model merges with."""
     with torch.no_grad():
         out = {plain_name(name): tensor for name, tensor in weights.items() if ".lora_" not in name}
-        for name, (scaling, transposed) in _scalings(model).items():
+        for name, (scaling, transposed) in scalings.items():
             base = f"{plain_name(name)}.weight"
             a, b = weights[f"{name}.lora_A.{ADAPTER}.weight"], weights[f"{name}.lora_B.{ADAPTER}.weight"]
             delta = (b.to(device=out[base].device, dtype=torch.float32)
@@ -197,7 +205,7 @@ def save_adapter(model: nn.Module, weights: dict[str, torch.Tensor], target) -> 
     model.save_pretrained(str(target), state_dict=adapter_weights(weights), safe_serialization=True)
 
 
-def _scalings(model: nn.Module) -> dict[str, tuple[float, bool]]:
+def adapter_scalings(model: nn.Module) -> dict[str, tuple[float, bool]]:
     """PEFT module name -> (LoRA scaling: ``lora_alpha / r`` or the rsLoRA form, whether the base
     weight is stored transposed) of each adapted layer."""
     from peft.tuners.lora import LoraLayer

@@ -20,7 +20,8 @@ from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
-from verl.models.lora import adapters_disabled, apply_lora, lora_requested, merged_weights, vision_tower
+from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora_requested, merged_weights,
+                              vision_tower)
 from verl.models.tiny import builtin_model_path
 from verl.models.vision import is_vision_model, load_processor
 from verl.protocol import Batch
@@ -176,10 +177,16 @@ class ActorRolloutRefWorker:
         if self.rollout_holds_copy:
             self.rollout.sync_weights(self.rollout_weights())
 
-    def rollout_weights(self) -> dict[str, torch.Tensor]:
-        """What a rollout's copy of the policy loads: the actor's full weights, LoRA adapters merged in
-        (a collective under FSDP: every rank calls it)."""
-        return merged_weights(self.actor.model, full_state_dict(self.actor.model, every_rank=True))
+    def rollout_weights(self, lora: str = "merged") -> dict[str, torch.Tensor]:
+        """What a rollout's copy of the policy loads (a collective under FSDP: every rank calls it): the
+        actor's full weights, LoRA adapters merged in; of a LoRA model, with ``lora="adapters"`` its
+        adapters alone, with ``"adapters+base"`` also the base weights (:mod:`verl.models.lora_sync`)."""
+        weights = full_state_dict(self.actor.model, every_rank=True)
+        if lora == "merged" or not is_lora_model(self.actor.model):
+            return merged_weights(self.actor.model, weights)
+        from verl.models.lora_sync import adapter_state
+
+        return adapter_state(self.actor.model, weights, with_base=lora == "adapters+base")
 
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from verl.models.loading import resolve_device
+from verl.models.lora_sync import AdapterMerger
 from verl.protocol import Batch
 from verl.rollout import SamplingParams
 from verl.utils.preflight import check_context_length
@@ -38,13 +39,16 @@ class RolloutWorker:
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
         self.version: int | None = None
         """The policy version of the weights held (None: the folder's, before any sync)."""
+        self.adapters = AdapterMerger()
 
     @property
     def model(self) -> torch.nn.Module:
         return self.rollout.model
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        self.rollout.sync_weights(state)
+        """Generate with ``state`` from now on: full weights, or LoRA adapters (merged here into the base
+        weights a first state brought: :mod:`verl.models.lora_sync`)."""
+        self.rollout.sync_weights(self.adapters.weights(state))
         self.version = version
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams, swap=None) -> Batch:

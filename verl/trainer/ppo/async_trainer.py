@@ -128,6 +128,7 @@ def prepare_async_config(config) -> list[str]:
     if a.partial_rollout:
         said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
                     "responses go on under them; async_training.partial_rollout=true)")
+    said += _lora_sync_line(config)
     if bound == 0:
         return said  # every sample is on-policy: the synchronous step exactly
     if not a.use_rollout_log_probs and not a.compute_prox_log_prob:
@@ -148,6 +149,22 @@ def prepare_async_config(config) -> list[str]:
         said.append("stale samples: the rollout's log-probs are pi_old of the PPO ratio "
                     "(algorithm.rollout_correction.bypass_mode=true)")
     return said
+
+
+def _lora_sync_line(config) -> list[str]:
+    """How a LoRA policy's weights reach the rollout (verl's ``model.lora.merge``), checked and said."""
+    from verl.models.lora import lora_requested
+
+    merge = config.actor_rollout_ref.model.lora.get("merge", False)
+    if not isinstance(merge, bool):
+        raise ConfigError(f"actor_rollout_ref.model.lora.merge={merge!r}: true (the rollout gets merged weights) or "
+                          f"false (the adapters alone)")
+    if not lora_requested(config.actor_rollout_ref.model):
+        return []
+    if merge:
+        return ["LoRA: the rollout gets the weights with the adapters merged in (actor_rollout_ref.model.lora.merge=true)"]
+    return ["LoRA: the rollout gets the adapters alone and merges them into the base weights it got once "
+            "(actor_rollout_ref.model.lora.merge=false, verl's default)"]
 
 
 def rollout_processes(config) -> int:
@@ -238,6 +255,8 @@ class AsyncRollouts:
         """Answers taken from the stream, not yet trained on (a step's parts in order)."""
         self.sync_cost = (0.0, 0)
         self.params = None
+        self.merge_lora = bool(trainer.config.actor_rollout_ref.model.lora.get("merge", False))
+        """verl's ``model.lora.merge``: a LoRA policy's weights go merged (else as adapters)."""
 
     # ------------------------------------------------------------------ requests
     def fill(self) -> None:
@@ -276,8 +295,11 @@ class AsyncRollouts:
             self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
 
     def _weights(self):
-        """The published weights as a message for the rollout (None on the ranks without the stream)."""
-        state = self.trainer.actor_rollout_ref.call("rollout_weights")  # a collective under FSDP: every rank
+        """The published weights as a message for the rollout (None on the ranks without the stream). Of
+        a LoRA policy, unless ``model.lora.merge``: its adapters, with the base weights when the rollout
+        holds none yet (a fresh or resumed rollout)."""
+        lora = "merged" if self.merge_lora else "adapters+base" if self.sent is None else "adapters"
+        state = self.trainer.actor_rollout_ref.call("rollout_weights", lora)  # a collective under FSDP: every rank
         self.sent = self.published
         if self.stream is None:
             return None
