@@ -7,7 +7,7 @@ import torch
 from verl import TrainerConfig
 from verl.distributed.weight_sync import WeightSender, unpack
 from verl.errors import ConfigError
-from verl.trainer.ppo.async_trainer import prepare_async_config
+from verl.trainer.ppo.async_config import prepare_async_config
 
 
 def _config(*keys):
@@ -36,7 +36,7 @@ def test_the_bound_comes_from_max_staleness_or_verls_threshold(keys, bound):
     (("async_training.staleness_threshold=0.5", "async_training.max_staleness=2"), 2, 0.0, 0),  # whole steps
 ])
 def test_verls_threshold_is_whole_steps_and_the_first_prompts_of_the_next(keys, whole, part, head):
-    from verl.trainer.ppo.async_trainer import head_prompts
+    from verl.trainer.ppo.async_config import head_prompts
 
     config = _config("data.train_batch_size=8", *keys)
     got_whole, got_part = config.async_training.staleness_split()

@@ -269,7 +269,7 @@ def prepare_async(config) -> None:
     """``async_training.enable``: checked, and what stale samples need set, said once per config, before
     any model loads (main_ppo calls it before the warm start; building the trainer calls it again, which
     does nothing for a config already prepared)."""
-    from verl.trainer.ppo.async_trainer import prepare_async_config
+    from verl.trainer.ppo.async_config import prepare_async_config
 
     if _PREPARED.get(id(config)) is config:
         return
