@@ -145,6 +145,42 @@ def test_a_tools_image_joins_the_conversation_and_the_next_turn_reads_it(vl_agen
     assert (changed[answer] - actor[answer]).abs().max() > 1e-3
 
 
+
+class SameWeightsEvery:
+    """The rollout's side of new weights (verl.rollout.partial.WeightSwap), the same weights again, pending
+    every ``k``-th time the engine asks (before a generation and after each decode step)."""
+
+    def __init__(self, k: int):
+        self.k, self.calls, self.version = k, 0, 0
+
+    def pending(self) -> bool:
+        self.calls += 1
+        return self.calls % self.k == 0
+
+    def apply(self) -> None:
+        self.version += 1
+
+
+@pytest.mark.parametrize("engine", [HFRollout, NativeRollout])
+def test_weights_arriving_mid_turn_stop_it_and_it_goes_on_reading_its_pictures(vl_agent, engine):
+    # Asynchronous RL's partial rollouts: every few decode steps the turn stops and goes on, prefilled again
+    # with the prompt's picture and the tool's; with the same weights nothing changes.
+    model, processor, folder = vl_agent
+    tok = processor.tokenizer
+    params = SamplingParams(max_new_tokens=120, do_sample=False, logprobs=True)
+
+    def loop():
+        return AgentLoop(engine(model, tok), tok, load_tools(None, str(folder / "tools.py")),
+                         AgentSettings(max_assistant_turns=2))
+    whole = loop().generate(_prompts(processor, folder), params)
+    swap = SameWeightsEvery(3)
+    parts = loop().generate(_prompts(processor, folder), params, swap=swap)
+    assert swap.version > 4 and parts["policy_version_last"].tolist() == [swap.version] * 2
+    assert torch.equal(parts["responses"], whole["responses"])
+    mask = whole["response_mask"].bool()
+    torch.testing.assert_close(parts["rollout_log_probs"][mask], whole["rollout_log_probs"][mask], atol=1e-4, rtol=0)
+
+
 def test_a_text_policy_refuses_a_tools_image_with_one_line(tmp_path_factory):
     model, tok, _ = memorize(tmp_path_factory, "text-tool-model", [TOOL_CONVERSATION])
 

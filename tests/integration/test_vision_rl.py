@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 from helpers import run_torchrun_module
 from zygote import ray_worker_keys
-from rl_compare import assert_same_metrics, assert_same_weights, run_plain, step_metrics
+from rl_compare import assert_same_metrics, assert_same_weights, run_plain, step_metrics, without_async
 from verl.data import write_parquet
 from verl.models.tiny_vision import make_tiny_vl_model_folder
 
@@ -113,6 +113,25 @@ def test_two_torchrun_ranks_and_two_ray_actors_train_a_vision_language_policy_ex
               env={"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
     assert_same_metrics(step_metrics(one_process[0]), step_metrics(ray))
     assert_same_weights(one_process[0] / "huggingface", ray / "huggingface", model)
+
+
+
+def test_a_vision_language_policy_trains_asynchronously(vl_task, one_process, tmp_path):
+    model, folder = vl_task
+    # Bound 0: the rollout process gets each step's images with its prompts; the run is the one-process run.
+    bound0 = tmp_path / "bound0"
+    run_plain(args(model, folder, bound0, "async_training.enable=true"))
+    assert_same_metrics(step_metrics(one_process[0]), without_async(step_metrics(bound0)))
+    assert_same_weights(one_process[0] / "huggingface", bound0 / "huggingface", model)
+    # verl's geo3k fully-async scripts: one step off, partial rollouts (a row stopped by new weights goes on
+    # with its images: tests/unit/test_vision_rollout.py), LoRA adapters sent alone.
+    off = tmp_path / "off"
+    done = run_plain(args(model, folder, off, "async_training.enable=true", "async_training.max_staleness=1",
+                          "async_training.partial_rollout=true", "actor_rollout_ref.model.lora_rank=8"))
+    assert "Vision-language policy (qwen2_vl)" in done.stdout and "the adapters alone" in done.stdout
+    metrics = step_metrics(off)
+    assert [metrics[step]["async/staleness_max"] for step in (1, 2, 3)] == [0, 1, 1]
+    assert all(metrics[step]["actor/pg_loss"] != 0 for step in (1, 2, 3))
 
 
 def test_lora_goes_on_the_language_model_and_a_frozen_vision_tower_keeps_its_weights(vl_task, tmp_path):

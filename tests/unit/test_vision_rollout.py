@@ -148,3 +148,37 @@ def test_the_critic_reads_the_images_and_its_values_do_not_depend_on_the_batch(v
     torch.testing.assert_close(packed[valid], values[valid], atol=1e-5, rtol=0)
     critic.check_packing(torch.device("cpu"), "critic.model.use_remove_padding")
     assert (swapped[:2] - values[:2]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_partial_rollouts_prefill_the_unfinished_rows_again_with_their_images(vl, engine):
+    """Asynchronous RL's partial rollouts (verl.rollout.partial): at a swap every row stops; the unfinished
+    ones go on from their prompt, images included, and the tokens drawn so far."""
+    import copy
+
+    from test_partial_rollout import ScriptedSwap, perturbed
+
+    model, processor, prompts = vl
+    params = PARAMS
+    whole = ENGINES[engine](model, processor.tokenizer).generate(prompts, params)
+    going = (whole["response_mask"].sum(1) > 3).long()  # the rows a swap after 3 tokens finds unfinished
+    assert going.sum() >= 4
+    same = copy.deepcopy(model)
+    swap = ScriptedSwap(same, same.state_dict(), after=3)
+    parts = ENGINES[engine](same, processor.tokenizer).generate(prompts, params, swap=swap)
+    assert swap.applied == 1 and torch.equal(parts["policy_version_last"], going)
+    assert torch.equal(parts["responses"], whole["responses"])  # a swap to the same weights changes nothing
+    torch.testing.assert_close(parts["rollout_log_probs"], whole["rollout_log_probs"], atol=1e-4, rtol=0)
+    # New weights after 3 tokens: the later tokens' log-probs are the new policy's, with the images read.
+    new = copy.deepcopy(model)
+    new.load_state_dict(perturbed(model))
+    moved = copy.deepcopy(model)
+    out = ENGINES[engine](moved, processor.tokenizer).generate(prompts, params,
+                                                              swap=ScriptedSwap(moved, new.state_dict(), after=3))
+    assert torch.equal(out["responses"][:, :3], whole["responses"][:, :3])
+    after = out["response_mask"].bool().clone()
+    after[:, :3] = False
+    new_lp, _ = PolicyModel(new.eval(), torch.device("cpu")).compute_log_prob(out)
+    old_lp, _ = PolicyModel(model, torch.device("cpu")).compute_log_prob(out)
+    torch.testing.assert_close(out["rollout_log_probs"][after], new_lp[after], atol=1e-4, rtol=0)
+    assert (new_lp - old_lp)[after].abs().max() > 1e-2

@@ -237,13 +237,14 @@ class AgentLoop:
         if self.device is not None:
             input_ids, attention = input_ids.to(self.device), attention.to(self.device)
         media = [t.media for t in active]
-        # A vision-language policy: every turn reads the prompt's images and those the tools returned.
-        # (Asynchronous runs, whose weights may swap mid-turn, refuse vision-language policies.)
+        # A vision-language policy: every turn reads the prompt's images and those the tools returned (also
+        # when new weights stop the turn midway and it goes on: verl.rollout.partial).
         images = {"media": media} if any(m is not None for m in media) else {}
-        if swap is None or images:
+        if swap is None:
             responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds, **images)
         else:
-            responses, log_probs, last = generate_resumable(self.engine, input_ids, attention, turn_params, seeds, swap)
+            responses, log_probs, last = generate_resumable(self.engine, input_ids, attention, turn_params, seeds, swap,
+                                                            **images)
             for trajectory, version in zip(active, last.tolist()):
                 trajectory.version_last = version
         responses = responses.cpu()

@@ -91,19 +91,16 @@ class RolloutEngine(ABC):
         batch, seeds = self.sample_rows(prompts, params)
         ids, mask = batch["input_ids"], batch["attention_mask"]
         media = media_of(batch)
-        if media is not None and any(m is not None for m in media):
-            if not self.takes_images:
-                raise ValueError(f"the {self.name} rollout engine generates from text only and these prompts have "
-                                 f"images: use actor_rollout_ref.rollout.name=hf or native with a vision-language "
-                                 f"model")
-            if swap is not None:
-                raise ValueError("partial rollouts (async_training.partial_rollout=true) do not take images yet: "
-                                 "set it to false for a vision-language model")
-            responses, log_probs = self.generate_responses(ids, mask, params, seeds, media=media)
-        elif swap is None:
-            responses, log_probs = self.generate_responses(ids, mask, params, seeds)
+        if media is not None and not any(m is not None for m in media):
+            media = None
+        if media is not None and not self.takes_images:
+            raise ValueError(f"the {self.name} rollout engine generates from text only and these prompts have "
+                             f"images: use actor_rollout_ref.rollout.name=hf or native with a vision-language model")
+        images = {} if media is None else {"media": media}
+        if swap is None:
+            responses, log_probs = self.generate_responses(ids, mask, params, seeds, **images)
         else:
-            responses, log_probs, last = generate_resumable(self, ids, mask, params, seeds, swap)
+            responses, log_probs, last = generate_resumable(self, ids, mask, params, seeds, swap, **images)
         out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                                log_probs=log_probs)
         if swap is not None:

@@ -47,13 +47,17 @@ def join_generations(parts: list[tuple[torch.Tensor, torch.Tensor | None]],
 
 
 def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Tensor, params, seeds: torch.Tensor,
-                       swap: WeightSwap) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+                       swap: WeightSwap, media: list | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """``engine.generate_responses`` (hf or native) that swaps weights whenever ``swap`` has new ones:
-    responses ``[B, W]``, their log-probs (with ``params.logprobs``) and each row's last version ``[B]``."""
+    responses ``[B, W]``, their log-probs (with ``params.logprobs``) and each row's last version ``[B]``.
+    ``media``: each row's images (a vision-language model's ``multi_modal_inputs``, None for a row without);
+    a row that goes on after a swap is prefilled again with its images, the tokens it drew being text."""
     cap = engine.rows_at_once(params)
     if cap is not None and input_ids.shape[0] > cap:  # a pause stops every row: no slots refilled across it
         parts = [generate_resumable(engine, input_ids[at:at + cap], attention_mask[at:at + cap], params,
-                                    seeds[at:at + cap], swap) for at in range(0, input_ids.shape[0], cap)]
+                                    seeds[at:at + cap], swap, None if media is None else media[at:at + cap])
+                 for at in range(0, input_ids.shape[0], cap)]
         responses, log_probs = join_generations([part[:2] for part in parts], engine.pad_token_id)
         return responses, log_probs, torch.cat([part[2] for part in parts])
     if swap.pending():
@@ -68,8 +72,9 @@ def generate_resumable(engine, input_ids: torch.Tensor, attention_mask: torch.Te
     ids, mask = input_ids, attention_mask
     while True:
         part_params = dataclasses.replace(params, max_new_tokens=max_new - done)
+        images = {} if media is None else {"media": [media[row] for row in rows.tolist()]}
         part, part_log_probs = engine.generate_responses(ids, mask, part_params, seeds[rows], first_step=done,
-                                                         pause=swap.pending)
+                                                         pause=swap.pending, **images)
         part = part.cpu()
         width = part.shape[1]
         responses[rows, done:done + width] = part
