@@ -199,3 +199,8 @@ def test_an_asynchronous_rollout_counts_its_copy_kv_cache_and_process_in_every_p
     ranks = ("async_training.enable=true", "async_training.rollout_placement=ranks")
     assert small_plan(*ranks).phases == plain.phases
     assert small_plan(*ranks, device="cpu").parts["async", "weights"] == cpu.parts["async", "weights"]
+    # vLLM in the rollout process on the trainer's GPU takes its share of that GPU beside the trainer's own engine.
+    engines = small_plan("async_training.enable=true", "actor_rollout_ref.rollout.name=vllm",
+                         "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", available=80 * GiB)
+    assert engines.parts["async", "vLLM"][0] == engines.parts["rollout", "vLLM"][0] == int(0.3 * 80 * GiB)
+    assert ("async", "weights") not in engines.parts and engines.peak > 48 * GiB

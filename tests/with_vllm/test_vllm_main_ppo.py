@@ -1,5 +1,6 @@
 """``python -m verl.trainer.main_ppo`` with ``actor_rollout_ref.rollout.name=vllm``: GRPO steps on a CPU,
-in one process and on two torchrun ranks (each rank with its own engine)."""
+in one process, on two torchrun ranks (each rank with its own engine) and asynchronously (the engine in
+the rollout process)."""
 
 import json
 import os
@@ -91,6 +92,22 @@ def test_two_ranks_each_with_an_engine_train_like_one_process(setup, one_process
         for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):
             if key in one[step]:
                 assert two[step][key] == pytest.approx(one[step][key], rel=1e-4, abs=1e-5), (step, key)
+
+
+
+def test_an_asynchronous_run_generates_with_vllm_in_a_process_of_its_own(setup, one_process):
+    # Bound 0: the rollout process's engine gets the trainer's weights with every request and draws what the
+    # trainer's own engine draws (per-request seeds): the one-process run. (Staleness, its stamps and the
+    # correction do not depend on the engine: tests/integration/test_async_rl.py.)
+    root, model = setup
+    out = root / "async"
+    bound0 = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
+                   "async_training.enable=true"], out)
+    one = one_process[1]
+    for step in range(1, STEPS + 1):
+        assert bound0[step]["async/staleness_max"] == 0 and bound0[step]["actor/rollout_log_prob_diff"] < 1e-4
+        for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):
+            assert bound0[step][key] == pytest.approx(one[step][key], rel=1e-4, abs=1e-5), (step, key)
 
 
 def test_lora_adapters_reach_the_vllm_engine_as_merged_weights(setup):

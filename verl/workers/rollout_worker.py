@@ -30,20 +30,19 @@ class RolloutWorker:
         path = policy_folder(model_cfg)
         # A tokenizer of its own: a fast tokenizer is not safe to share with a thread that also uses it.
         self.tokenizer = load_policy_tokenizer(model_cfg, path)
-        model = load_policy_model(model_cfg, path).requires_grad_(False).to(self.device)
+        model = load_policy_model(model_cfg, path).requires_grad_(False)
         engine = rollout_engine_name(rollout_cfg, model)
-        if engine not in ("hf", "native"):
-            raise ValueError(f"asynchronous RL runs the rollout with hf or native (got {engine})")
+        if engine not in ("hf", "native", "vllm"):
+            raise ValueError(f"asynchronous RL runs the rollout with hf, native or vllm (got {engine})")
+        if engine != "vllm":  # vLLM loads the folder into an engine of its own; this copy only describes it
+            model = model.to(self.device)
         self.rollout = make_rollout(config, engine, model, self.tokenizer, path, device=self.device, seed=seed,
                                     max_response_length=self.max_response_length)
+        self.model_config = model.config
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
         self.version: int | None = None
         """The policy version of the weights held (None: the folder's, before any sync)."""
         self.adapters = AdapterMerger()
-
-    @property
-    def model(self) -> torch.nn.Module:
-        return self.rollout.model
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Generate with ``state`` from now on: full weights, or LoRA adapters (merged here into the base
@@ -56,7 +55,7 @@ class RolloutWorker:
         ``policy_version_first`` / ``policy_version_last`` on every row: the version that drew its first
         and its last token. They differ only with ``swap`` (:mod:`verl.rollout.partial`), where weights
         that arrive mid-generation are taken at once."""
-        check_context_length(self.model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
+        check_context_length(self.model_config, prompts["input_ids"].shape[1], params.max_new_tokens)
         generate = self.agent_loop.generate if self.agent_loop is not None else self.rollout.generate
         if swap is not None and swap.pending():
             swap.apply()  # weights that came before the request: every row starts on them

@@ -51,6 +51,11 @@ def load_fully_async_config(args: list[str]):
     if dropped:
         said.append(f"not read: {' '.join(dropped)} (verl's streaming sizes; the rollout here generates a step's "
                     f"prompts at once)")
+    if config.actor_rollout_ref.rollout.name == "vllm" and not any(
+            a.lstrip("+").startswith("async_training.partial_rollout=") for a in args):
+        config.async_training.partial_rollout = False
+        said.append("async_training.partial_rollout=false: the vllm engine finishes what it generates on the weights "
+                    "it started with here (verl's default true; set it to use hf or native with partial rollouts)")
     config.data.train_batch_size = prompts
     a.require_batches, a.trigger_parameter_sync_step = 1, 1
     if a.max_staleness is None:

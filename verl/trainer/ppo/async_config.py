@@ -48,8 +48,19 @@ def prepare_async_config(config) -> list[str]:
                            f"{config.data.train_batch_size} prompts a step (each process takes a slice of the "
                            f"prompts: at most {config.data.train_batch_size} processes)")
     rollout = config.actor_rollout_ref.rollout
-    if rollout.name not in ("auto", "hf", "native"):
-        refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf or native)")
+    if rollout.name not in ("auto", "hf", "native", "vllm"):
+        refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf, native or vllm)")
+    elif rollout.name == "vllm":
+        if a.partial_rollout:
+            refused.append("actor_rollout_ref.rollout.name=vllm with partial_rollout=true (vLLM's generation is not "
+                           "stopped between decode steps here, nor its sampling resumed where it stopped: set "
+                           "async_training.partial_rollout=false, or rollout.name=hf or native)")
+        if a.rollout_placement == "thread":
+            refused.append("actor_rollout_ref.rollout.name=vllm with rollout_placement=thread (vLLM's engine runs in "
+                           "a process of its own: set rollout_placement=process)")
+        if ranks and _on_gpu(config):
+            refused.append("actor_rollout_ref.rollout.name=vllm with rollout_placement=ranks on GPUs (not built: each "
+                           "rank's engine would take the machine's first GPU; set rollout_placement=process)")
     if refused:
         raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
     if ranks and config.trainer.backend == "ray" and a.checkpoint_engine.backend == "auto":
@@ -128,6 +139,11 @@ def rollout_processes(config) -> int:
     return config.rollout.nnodes * config.rollout.n_gpus_per_node
 
 
+def _on_gpu(config) -> bool:
+    return str(config.trainer.device).startswith("cuda") or (config.trainer.device == "auto"
+                                                             and torch.cuda.is_available())
+
+
 def split_threads(config) -> int | None:
     """Torch threads of each rollout process: ``rollout_threads``, else on a CPU half of this process's
     shared by the rollout's processes (at least one each), while this process's own drop to the rest
@@ -136,8 +152,7 @@ def split_threads(config) -> int | None:
     a = config.async_training
     if a.rollout_placement != "process":
         return None
-    on_cpu = str(config.trainer.device) == "cpu" or (config.trainer.device == "auto" and not torch.cuda.is_available())
-    if not on_cpu:
+    if _on_gpu(config):
         return a.rollout_threads
     total, processes = torch.get_num_threads(), rollout_processes(config)
     each = a.rollout_threads or max(1, total // 2 // processes)

@@ -194,7 +194,7 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     if config.critic_enabled():
         parts.update(_critic_parts(config, run))
     if config.async_training.enable:
-        parts.update(_async_rollout_parts(config, run))
+        parts.update(_async_rollout_parts(config, run, available))
     phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2)
     if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
@@ -289,13 +289,17 @@ def _kv_cache_bytes(run: _Run, rows: int) -> int:
     return rows * run.row * shape.layers * 2 * shape.kv_heads * shape.head_dim * run.weight
 
 
-def _async_rollout_parts(config, run: _Run) -> Parts:
+def _async_rollout_parts(config, run: _Run, available: int | None) -> Parts:
     """``async_training.enable``: the rollout apart holds its own copy of the weights and the KV cache of
     a whole step's generation, all along (it generates while the trainer trains), and one more copy
     of the weights is on its way to it after every sync (shared memory or a file's pages). Rollout ranks
     on GPUs (``rollout_placement=ranks``) hold theirs on devices of their own: nothing on this rank's."""
     if run.on_gpu and config.async_training.rollout_placement == "ranks":
         return {}
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.name == "vllm" and run.on_gpu and available:
+        return {("async", "vLLM"): (int(rollout.gpu_memory_utilization * available),
+                                    "the rollout process's engine: gpu_memory_utilization x the GPU's memory")}
     shape = run.shape
     rows = _generation_rows(config, ranks=1)  # one rollout generates every step's rows
     parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
@@ -322,7 +326,7 @@ def _critic_parts(config, run: _Run) -> Parts:
 def _phases(parts: Parts, *, adam: bool) -> dict[str, int]:
     size = lambda *keys: sum(parts.get(key, (0, ""))[0] for key in keys)
     resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"),
-                     ("rollout", "vLLM"), ("rollout", "weights"), ("async", "weights"),
+                     ("rollout", "vLLM"), ("rollout", "weights"), ("async", "vLLM"), ("async", "weights"),
                      ("async", "KV cache"), ("async", "sync copy"))
     gradients = size(("actor", "gradients"))
     return {
