@@ -287,6 +287,30 @@ def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_
     assert_same_weights(off / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
+
+def test_remax_baselines_are_generated_by_the_rollout_with_each_steps_samples(tiny_model_dir, data_dir, tmp_path):
+    # ReMax's baseline (each prompt's greedy response, scored) is asked of the rollout right after the
+    # step's samples, so it is generated with the same weights. Bound 0: the synchronous run.
+    keys = ("algorithm.adv_estimator=remax", *LOG_PROBS)
+    sync = tmp_path / "sync"
+    run_plain(run_args(tiny_model_dir, data_dir, sync, *keys))
+    bound0 = tmp_path / "bound0"
+    run_plain(run_args(tiny_model_dir, data_dir, bound0, *keys, *ASYNC))
+    assert_same_metrics(step_metrics(sync), without_async(step_metrics(bound0)))
+    assert_same_weights(sync / "huggingface", bound0 / "huggingface", tiny_model_dir)
+    # Half a step ahead: a step's head and tail each come with their baselines; a resume from step 2 (whose
+    # checkpoint holds step 3's head and its baseline) is the same run.
+    half = tmp_path / "half"
+    keys = (*keys, *ASYNC, "async_training.staleness_threshold=0.5")
+    run_plain(run_args(tiny_model_dir, data_dir, half, *keys))
+    assert [step_metrics(half)[step]["async/staleness_mean"] for step in (2, 3)] == [0.5, 0.5]
+    resumed = tmp_path / "resumed"
+    shutil.copytree(half / "global_step_2", resumed / "global_step_2")
+    run_plain(run_args(tiny_model_dir, data_dir, resumed, *keys))
+    assert_same_metrics({3: computed(half)[3]}, {3: computed(resumed)[3]})
+    assert_same_weights(half / "huggingface", resumed / "huggingface", tiny_model_dir)
+
+
 RANKS = ("async_training.rollout_placement=ranks",)
 
 

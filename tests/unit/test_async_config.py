@@ -75,7 +75,6 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
 
 @pytest.mark.parametrize("keys, message", [
     (("async_training.require_batches=4",), "require_batches"),
-    (("algorithm.adv_estimator=remax",), "remax"),
     (("actor_rollout_ref.rollout.name=sglang",), "rollout.name=sglang (the rollout process runs hf, native or vllm"),
     (("actor_rollout_ref.rollout.name=vllm", "async_training.partial_rollout=true"),
      "rollout.name=vllm with partial_rollout=true"),

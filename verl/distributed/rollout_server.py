@@ -59,6 +59,8 @@ class RolloutResult:
     idle_frac: float | None = None
     """A pool's: the mean over its processes of the share of their time spent waiting (None: one
     process's, ``idle / (idle + gen + load)``)."""
+    baseline: Batch | None = None
+    """ReMax: the greedy responses to the same prompts (the trainer joins them on, from a request of their own)."""
 
 
 @dataclass

@@ -24,8 +24,6 @@ def prepare_async_config(config) -> list[str]:
     refused = []
     if a.require_batches != 1:
         refused.append("async_training.require_batches other than 1 (a step takes data.train_batch_size prompts)")
-    if config.algorithm.adv_estimator == "remax":
-        refused.append("algorithm.adv_estimator=remax (its greedy baseline is generated inside the step)")
     pool = config.rollout
     processes = rollout_processes(config)
     ranks = a.rollout_placement == "ranks"

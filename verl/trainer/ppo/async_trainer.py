@@ -104,8 +104,10 @@ class AsyncRollouts:
         """The first step whose prompts (or whose tail, when its head went out) are not yet submitted."""
         self.tails: dict[int, object] = {}
         """A step whose head went out: the rest of its prompts, until the bound lets them out."""
-        self.parts: dict[int, int] = {}
-        """How many requests each submitted step went out in (1, or 2: head and tail)."""
+        self.parts: dict[int, list[str]] = {}
+        """What each submitted step's requests are, in order: ``samples`` (the whole step, or its head and its
+        tail) and, for ReMax, each followed by ``greedy`` (its baseline: the same prompts, greedy, n=1)."""
+        self.remax = trainer.config.algorithm.adv_estimator == "remax"
         self.done: dict[int, list[RolloutResult]] = {}
         """Answers taken from the stream, not yet trained on (a step's parts in order)."""
         self.sync_cost = (0.0, 0)
@@ -128,11 +130,11 @@ class AsyncRollouts:
             if action == "tail":
                 self._submit(step, self.tails.pop(step))
             elif action == "whole":
-                self.parts[step] = 1
+                self.parts[step] = self._kinds(1)
                 self._submit(step, self._prompts(step))
             else:
                 prompts = self._prompts(step)
-                self.parts[step] = 2
+                self.parts[step] = self._kinds(2)
                 self.tails[step] = prompts.index(slice(self.head, None))
                 self._submit(step, prompts.index(slice(0, self.head)))
                 return  # its tail waits for the next version
@@ -142,12 +144,20 @@ class AsyncRollouts:
         t = self.trainer
         return with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP)
 
+    def _kinds(self, requests: int) -> list[str]:
+        return (["samples", "greedy"] if self.remax else ["samples"]) * requests
+
     def _submit(self, step: int, prompts) -> None:
+        """The request for ``prompts`` of ``step`` (with the weights, when the rollout holds older ones) and,
+        for ReMax, right after it the request of their greedy baseline, generated with the same weights."""
         weights = self._weights() if self.sent != self.published else None
         if self.params is None:
             self.params = self.trainer.actor_rollout_ref.call("sampling_params")
         if self.stream is not None:
             self.stream.submit(RolloutRequest(step, prompts, self.params, weights))
+            if self.remax:
+                greedy = dataclasses.replace(self.params, n=1, do_sample=False, logprobs=False)
+                self.stream.submit(RolloutRequest(step, prompts, greedy))
 
     def _weights(self):
         """The published weights as a message for the rollout (None on the ranks without the stream). Of
@@ -181,10 +191,14 @@ class AsyncRollouts:
             self.parts.pop(step, None)
             return broadcast_object(None)
         self._collect(block_for=None)
-        while len(self.done.get(step, ())) < self.parts[step]:
+        while len(self.done.get(step, ())) < len(self.parts[step]):
             self._collect(block_for=step)
-        self.parts.pop(step)
-        taken = (joined(step, self.done.pop(step)), len(self.done), len(self.stream.submitted))
+        kinds, answers = self.parts.pop(step), self.done.pop(step)
+        result = joined(step, [a for a, kind in zip(answers, kinds) if kind == "samples"])
+        greedy = [a.batch for a, kind in zip(answers, kinds) if kind == "greedy"]
+        if greedy:
+            result = dataclasses.replace(result, baseline=Batch.concat(greedy))
+        taken = (result, len(self.done), len(self.stream.submitted))
         return broadcast_object(taken) if self.trainer.distributed else taken
 
     def draw_more(self, step: int, draw: int) -> RolloutResult:
@@ -193,7 +207,7 @@ class AsyncRollouts:
         published last; waits for it (on every rank: rank 0's, broadcast)."""
         t = self.trainer
         prompts = with_prompt_seeds(next(t.train_loader), t.config.trainer.seed, step * MAX_DRAWS_PER_STEP + draw)
-        self.parts[step] = 1
+        self.parts[step] = self._kinds(1)
         self._submit(step, prompts)
         return self.take(step)[0]
 
@@ -246,7 +260,10 @@ class AsyncRollouts:
         self.done = {step: [RolloutResult(step, batch, version) for batch, version in parts]
                      for step, parts in done.items()}
         self.tails = dict(state.get("tails", {}))
-        self.parts = dict(state.get("parts", {step: len(parts) for step, parts in done.items()}))
+        parts = state.get("parts", {step: len(parts) for step, parts in done.items()})
+        # An earlier release counted a step's requests, all of them samples.
+        self.parts = {step: ["samples"] * kinds if isinstance(kinds, int) else list(kinds)
+                      for step, kinds in parts.items()}
         self.sent = None
         if self.tails and not self.head:
             step = min(self.tails)
@@ -288,8 +305,7 @@ class AsyncRLTrainer(RLTrainer):
         with timer("step", timing):
             with timer("wait_rollout", timing):
                 result, ahead, in_flight = self.rollouts.take(step)
-            with timer("reward", timing):
-                batch = result.batch.union(self.sampler.score(result.batch))
+            batch = self._scored(result, timing)
             if self.config.algorithm.filter_groups.enable:
                 batch, result = self._keep_informative_groups(step, batch, result, metrics, timing)
             waited = timing["timing_s/wait_rollout"]
@@ -304,6 +320,18 @@ class AsyncRLTrainer(RLTrainer):
         self.count_nonfinite_updates(metrics)
         return metrics
 
+    def _scored(self, result: RolloutResult, timing: dict) -> Batch:
+        """The reward stage of an answer: with ReMax, first each prompt's baseline, the score of its greedy
+        response (``reward_baselines``, as the synchronous step sets it)."""
+        batch = result.batch
+        if result.baseline is not None:
+            with timer("gen_baseline", timing):
+                greedy = self.sampler.score(result.baseline)["token_level_scores"].sum(-1)
+                batch["reward_baselines"] = greedy.repeat_interleave(len(batch) // len(greedy)).to(
+                    batch["responses"].device)
+        with timer("reward", timing):
+            return batch.union(self.sampler.score(batch))
+
     def _keep_informative_groups(self, step: int, batch: Batch, result: RolloutResult, metrics: dict,
                                  timing: dict) -> tuple[Batch, RolloutResult]:
         """DAPO's dynamic sampling over the step's scored batch: further prompt batches come from the
@@ -314,8 +342,7 @@ class AsyncRLTrainer(RLTrainer):
         def more(draw: int) -> Batch:
             with timer("wait_rollout", timing):
                 answers.append(self.rollouts.draw_more(step, draw))
-            with timer("reward", timing):
-                return answers[-1].batch.union(self.sampler.score(answers[-1].batch))
+            return self._scored(answers[-1], timing)
 
         batch, sample_metrics = self.sampler.keep_informative_groups(batch, more)
         metrics.update(sample_metrics)
