@@ -311,6 +311,37 @@ def test_remax_baselines_are_generated_by_the_rollout_with_each_steps_samples(ti
     assert_same_weights(half / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
+
+UNGUARDED_SCRIPT = """
+import sys
+from verl.trainer.main_ppo import main
+
+print("script ran", flush=True)  # spawn would run it again in the rollout process: once only
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_script_without_a_main_guard_runs_an_asynchronous_distillation_like_one_process(tiny_model_dir, data_dir,
+                                                                                          tmp_path):
+    # python script.py with no `if __name__ == "__main__":` (spawn would start training again in the rollout
+    # process, and fail there); on-policy distillation, whose teacher scores on the trainer's side.
+    keys = (*GRPO, "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}",
+            "distillation.distillation_loss.use_task_rewards=false", "trainer.total_training_steps=2")
+    sync = tmp_path / "sync"
+    run_plain(run_args(tiny_model_dir, data_dir, sync, *keys))
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    out = tmp_path / "async"
+    done = subprocess.run([sys.executable, str(script), *run_args(tiny_model_dir, data_dir, out, *keys, *ASYNC)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("script ran") == 1
+    metrics = step_metrics(out)
+    assert all("actor/distillation/loss" in metrics[step] for step in (1, 2))
+    assert_same_metrics(step_metrics(sync), without_async(metrics))
+
+
 RANKS = ("async_training.rollout_placement=ranks",)
 
 

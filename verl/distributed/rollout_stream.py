@@ -24,9 +24,11 @@ and at once when the process died, with one line naming the step, the process an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -198,6 +200,26 @@ class AnswerReader:
         return answer
 
 
+@contextlib.contextmanager
+def _script_not_run_again():
+    """Start a spawned process without running this process's script again in it. Spawn runs the main
+    script of ``python script.py`` in every new process (as ``__mp_main__``), and a script that calls
+    ``verl.trainer.main_ppo.main`` without an ``if __name__ == "__main__":`` guard would start a second
+    training there, which fails (multiprocessing's "bootstrapping phase" error) after loading every
+    model. The rollout process needs nothing from the script: spawn is not told of it while it starts.
+    (``python -m`` modules, notebooks and guarded scripts are left as they are.)"""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 class ProcessRolloutStream(RolloutStream):
     def __init__(self, spec: WorkerSpec, timeout_s: float, channel: BroadcastChannel | None = None,
                  name: str = "process"):
@@ -213,7 +235,8 @@ class ProcessRolloutStream(RolloutStream):
         self.requests, self.results = ctx.Queue(), ctx.Queue()
         self.process = ctx.Process(target=_process_main, args=(spec, self.requests, self.results, os.getpid()),
                                    name="verl-rollout", daemon=True)
-        self.process.start()
+        with _script_not_run_again():
+            self.process.start()
         # ValueError: the queue was closed
         self.reader = AnswerReader(self.results.get, (OSError, EOFError, ValueError), "verl-rollout-reader")
         if channel is not None:
