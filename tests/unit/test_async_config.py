@@ -111,6 +111,19 @@ def test_verls_fully_async_command_line_with_vllm_runs_without_partial_rollouts_
         prepare_async_config(config)
 
 
+
+def test_verls_newer_fully_async_keys_are_read_and_lending_the_trainers_gpus_is_refused():
+    # verl's fully_async_ppo_trainer.yaml of 2026: dynamic resource scheduling and the standalone pool's vLLM share
+    config = _config("async_training.use_dynamic_resource_scheduling=false", "async_training.dynamic_schedule_policy=default",
+                     "async_training.dynamic_schedule_deactivate_ratio=0.3", "async_training.concurrent_samples_per_replica=16",
+                     "async_training.dynamic_schedule_enable_rebalance=true",
+                     "actor_rollout_ref.rollout.standalone_gpu_memory_utilization=null")
+    assert "ahead of the trainer" in prepare_async_config(config)[0]
+    with pytest.raises(ConfigError, match="use_dynamic_resource_scheduling=true is not supported here: the trainer's "
+                                          "devices are not lent"):
+        _config("async_training.use_dynamic_resource_scheduling=true")
+
+
 @pytest.fixture
 def torchrun_env(monkeypatch):
     """What torchrun sets for a rank, on one machine of ``world`` ranks."""

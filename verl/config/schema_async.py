@@ -93,6 +93,23 @@ class AsyncTrainingConfig(Section):
                                          "PPO objective).")
     use_trainer_do_validate: bool = option(True, help="verl: validate with the trainer's weights. Here validation "
                                            "always runs in the trainer.")
+    use_dynamic_resource_scheduling: bool = verl_option(
+        False, help="verl: hybrid rollout replicas on the trainer's GPUs, generating beside the standalone ones.",
+        why="the trainer's devices are not lent to the rollout here", inert=False, refuse_if=bool, when="true",
+        instead="set async_training.use_dynamic_resource_scheduling=false (rollout_placement=process generates on "
+                "the trainer's devices, ranks on devices of their own)")
+    dynamic_schedule_policy: str = verl_option("default", help="verl: the dynamic scheduling policy.",
+                                               why="read only with use_dynamic_resource_scheduling, refused here")
+    dynamic_schedule_deactivate_ratio: float = verl_option(
+        0.3, help="verl: the share of a step's samples after which hybrid replicas stop.",
+        why="read only with use_dynamic_resource_scheduling, refused here")
+    dynamic_schedule_enable_rebalance: bool = verl_option(
+        True, help="verl: move in-flight requests onto newly activated hybrid replicas.",
+        why="read only with use_dynamic_resource_scheduling, refused here")
+    concurrent_samples_per_replica: int = verl_option(
+        16, help="verl: generation requests in flight per rollout server.",
+        why="a rollout process generates a step's prompts as one batch; actor_rollout_ref.rollout.max_num_seqs "
+            "bounds the rows it decodes at once")
     rollout_placement: Literal["process", "thread", "ranks"] = option(
         "process", help="Where the rollout runs: process (a process of its own: generation and training overlap), "
         "thread (in this process: breakpoints work, for debugging; they overlap only where torch releases the GIL) "

@@ -186,6 +186,10 @@ class RolloutConfig(Section):
                               why=ROLLOUT_OWN_DEVICES, warn_if=bool, when="above 0")
     n_gpus_per_node: int | None = verl_option(None, help="Devices per machine of a standalone rollout pool.",
                                               why=ROLLOUT_OWN_DEVICES)
+    standalone_gpu_memory_utilization: float | None = verl_option(
+        None, help="verl: vLLM's gpu_memory_utilization on the rollout's own GPUs (null: gpu_memory_utilization).",
+        why="vLLM runs on the trainer's devices here (a rollout process shares them; rollout ranks of their own run "
+            "hf or native), with gpu_memory_utilization")
     data_parallel_size: int = verl_option(1, help="Engine data-parallel replicas.", why="one engine per "
                                           "trainer process here", warn_if=lambda v: v != 1, when="above 1")
     expert_parallel_size: int = verl_option(1, help="Engine expert parallelism.", why="not used here",
