@@ -42,7 +42,6 @@ import dataclasses
 import os
 from pathlib import Path
 
-
 from verl.distributed.process_group import broadcast_object, is_main_process, launched_distributed
 from verl.distributed.rollout_stream import RolloutRequest, RolloutResult, WorkerSpec, open_stream, started
 from verl.distributed.weight_sync import WeightSender
