@@ -141,6 +141,14 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     sent = {merge: [step_metrics(out)[step]["async/weight_sync_bytes"] for step in (1, 2, 3)] for merge, out in lora.items()}
     assert sent["false"][0] > sent["true"][0]  # the base weights and the adapters, once
     assert sent["false"][1] == sent["false"][2] < sent["true"][1] / 4, sent  # then the adapters alone
+    # Two torchrun ranks: each gathers the adapters' shards alone (not the whole model) for the rollout of rank 0.
+    ranks = tmp_path / "lora-two-ranks"
+    done = run_torchrun_module("verl.trainer.main_ppo", run_args(
+        model, data, ranks, *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_same_metrics(computed(lora["false"]), computed(ranks))
+    assert_same_weights(lora["false"] / "huggingface", ranks / "huggingface", model)
 
 
 def test_one_step_off_trains_each_step_on_the_previous_versions_samples(one_step_off_run, sync_run, tmp_path):

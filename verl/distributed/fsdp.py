@@ -203,6 +203,16 @@ def full_state_dict(model: nn.Module, *, every_rank: bool = False) -> dict[str, 
     return state
 
 
+def full_parameters(model: nn.Module, wanted) -> dict[str, torch.Tensor]:
+    """The full tensors of ``model``'s parameters whose name ``wanted(name)`` accepts, on every rank, on
+    the model's device (a collective under FSDP: those parameters alone are gathered, each on its own,
+    not the whole model as :func:`full_state_dict` does). Unsharded parameters come as they are."""
+    from torch.distributed.tensor import DTensor
+
+    return {name: (param.full_tensor() if isinstance(param, DTensor) else param).detach()
+            for name, param in model.named_parameters() if wanted(name)}
+
+
 def check_finite_weights(state: dict[str, torch.Tensor], what: str) -> None:
     """Refuse to write weights holding NaN or inf: raise on every rank alike (a collective).
 

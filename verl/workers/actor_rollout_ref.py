@@ -17,7 +17,7 @@ import torch
 
 from verl.algorithms import truncated_responses
 from verl.config.cross_checks import log_prob_token_budget
-from verl.distributed.fsdp import export_hf, full_state_dict, gathered, parallelize, shadow_of
+from verl.distributed.fsdp import export_hf, full_parameters, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora_requested, merged_weights,
@@ -181,12 +181,14 @@ class ActorRolloutRefWorker:
         """What a rollout's copy of the policy loads (a collective under FSDP: every rank calls it): the
         actor's full weights, LoRA adapters merged in; of a LoRA model, with ``lora="adapters"`` its
         adapters alone, with ``"adapters+base"`` also the base weights (:mod:`verl.models.lora_sync`)."""
-        weights = full_state_dict(self.actor.model, every_rank=True)
-        if lora == "merged" or not is_lora_model(self.actor.model):
-            return merged_weights(self.actor.model, weights)
+        model = self.actor.model
+        if lora == "merged" or not is_lora_model(model):
+            return merged_weights(model, full_state_dict(model, every_rank=True))
         from verl.models.lora_sync import adapter_state
 
-        return adapter_state(self.actor.model, weights, with_base=lora == "adapters+base")
+        if lora == "adapters":  # the adapters alone are gathered, not the whole model
+            return adapter_state(model, full_parameters(model, lambda name: ".lora_" in name), with_base=False)
+        return adapter_state(model, full_state_dict(model, every_rank=True), with_base=True)
 
     def export_hf(self, target) -> None:
         """The policy and tokenizer as a Hugging Face folder at ``target``, written by rank 0 (every
