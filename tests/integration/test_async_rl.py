@@ -450,9 +450,9 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
     assert "partial rollouts: weights published mid-generation are taken at once" in done.stdout
     assert "the rollout runs in 2 processes of its own" in done.stdout
     metrics = step_metrics(out)
-    # The bound holds on the oldest version of every row; a row finished under newer weights is
-    # fresher (staleness of its last token), never older.
-    assert [metrics[step]["async/staleness_max"] for step in (1, 2, 3)] == [0, 1, 1]
+    # The bound holds on the oldest version of every row (a request may start on weights newer than those it
+    # went out with: timing); a row finished under newer weights is fresher (its last token), never older.
+    assert metrics[1]["async/staleness_max"] == 0 and all(metrics[step]["async/staleness_max"] <= 1 for step in (2, 3))
     for step in (1, 2, 3):
         m = metrics[step]
         assert 0 <= m["async/partial_frac"] <= 1

@@ -130,7 +130,8 @@ def test_a_vision_language_policy_trains_asynchronously(vl_task, one_process, tm
                           "async_training.partial_rollout=true", "actor_rollout_ref.model.lora_rank=8"))
     assert "Vision-language policy (qwen2_vl)" in done.stdout and "the adapters alone" in done.stdout
     metrics = step_metrics(off)
-    assert [metrics[step]["async/staleness_max"] for step in (1, 2, 3)] == [0, 1, 1]
+    # (with partial rollouts a request may start on weights newer than those it went out with: timing)
+    assert metrics[1]["async/staleness_max"] == 0 and all(metrics[step]["async/staleness_max"] <= 1 for step in (2, 3))
     assert all(metrics[step]["actor/pg_loss"] != 0 for step in (1, 2, 3))
 
 
