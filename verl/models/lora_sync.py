@@ -51,5 +51,5 @@ class AdapterMerger:
             raise VerlError("the rollout received LoRA adapters without the base weights they go on (the first "
                             "weights a rollout gets carry them); set actor_rollout_ref.model.lora.merge=true to send "
                             "merged weights instead")
-        adapters = {name: tensor for name, tensor in state.items() if ".lora_" in name and not name.startswith(SCALING)}
-        return merge_adapters({**self.base, **adapters}, scalings)
+        # merge_adapters reads each layer's adapters by name and leaves every ".lora_" name out of the weights.
+        return merge_adapters({**self.base, **state}, scalings)

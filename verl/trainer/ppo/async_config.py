@@ -132,14 +132,19 @@ def _lora_sync_line(config) -> list[str]:
             "(actor_rollout_ref.model.lora.merge=false, verl's default)"]
 
 
+VLLM_WHOLE = "the vllm engine finishes what it generates on the weights it started with here"
+"""Why an asynchronous run with the vllm engine has no partial rollouts (said where they are turned off)."""
+
+
 def rollout_processes(config) -> int:
     """How many processes generate (``rollout.nnodes x rollout.n_gpus_per_node``, verl's rollout pool)."""
     return config.rollout.nnodes * config.rollout.n_gpus_per_node
 
 
 def _on_gpu(config) -> bool:
-    return str(config.trainer.device).startswith("cuda") or (config.trainer.device == "auto"
-                                                             and torch.cuda.is_available())
+    from verl.models.loading import resolve_device
+
+    return resolve_device(config.trainer.device).type == "cuda"
 
 
 def split_threads(config) -> int | None:

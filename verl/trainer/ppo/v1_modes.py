@@ -24,12 +24,11 @@ import weakref
 
 from verl.distributed.process_group import is_main_process
 from verl.errors import ConfigError
+from verl.trainer.ppo.async_config import VLLM_WHOLE
 
 logger = logging.getLogger("verl.trainer")
 
 _APPLIED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-WITHOUT_PARTIAL = ("without partial rollouts (the vllm engine finishes what it generates on the weights it "
-                   "started with here)")
 
 
 def apply_v1_mode(config) -> list[str]:
@@ -56,7 +55,7 @@ def apply_v1_mode(config) -> list[str]:
             + ("on the trainer's devices" if mode == "colocate_async" else "on devices of its own")
             + f", {ahead} step(s) ahead (num_warmup_batches={settings.num_warmup_batches}, "
               f"max_off_policy_threshold={threshold}), "
-            + (WITHOUT_PARTIAL if vllm else "with partial rollouts")]
+            + (f"without partial rollouts ({VLLM_WHOLE})" if vllm else "with partial rollouts")]
     a.enable, a.partial_rollout = True, not vllm
     if a.max_staleness is None:
         a.max_staleness = ahead
