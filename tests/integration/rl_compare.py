@@ -101,6 +101,10 @@ def assert_same_weights(dir_a, dir_b, initial_dir) -> None:
     assert max((a[name] - initial[name]).abs().max() for name in a) > 1e-2  # the runs did train
 
 
+# An asynchronous run (docs/async.md): at bound 0, one step off, and with rollout ranks of a torchrun job.
+ASYNC = ("async_training.enable=true",)
+ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
+RANKS = ("async_training.rollout_placement=ranks",)
 GRPO, PPO = ["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",
                                                 "critic.optim.lr=1e-2"]
 

@@ -5,33 +5,30 @@ ahead of the trainer by at most ``max_staleness`` versions.
 * bound 1 (one step off): step s trains on samples of version s - 2, stamped so, corrected by the
   rollout's log-probs; a resume from the middle equals the uninterrupted run (the checkpoint holds
   the batches generated ahead);
-* a rollout process that dies ends the run with one line; its checkpoints stay whole.
+* what else runs apart: a critic, multi-turn tools, LoRA adapters, DAPO, ReMax, distillation, rollout
+  ranks, verl's fully-async command line (failures: test_async_failures.py).
 """
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from helpers import REPO, run_torchrun_module
 from zygote import run_module
 from agent_models import SCALE_OUT_KEYS, tool_task_args
-from rl_compare import (GRPO, PPO, assert_same_metrics, assert_same_weights, make_data_dir, run_args, run_plain,
-                        step_metrics, without_async)
+from rl_compare import (ASYNC, GRPO, ONE_STEP_OFF, PPO, RANKS, assert_same_metrics, assert_same_weights,
+                        make_data_dir, run_args, run_plain, step_metrics, without_async)
 
 pytestmark = pytest.mark.slow
 
-ASYNC = ("async_training.enable=true",)
 # Measurements of the run's timing and traffic, not results of the computation (a resumed run has no
 # weights to send for the batches its checkpoint holds).
 MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/weight_sync_s", "async/trainer_wait_s",
             "async/trainer_idle_frac", "async/queue_depth", "async/in_flight", "async/weight_sync_bytes")
 LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
-ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
 SLOW_TOOL = '''
 import asyncio
 
@@ -350,8 +347,6 @@ def test_a_script_without_a_main_guard_runs_an_asynchronous_distillation_like_on
     assert_same_metrics(step_metrics(sync), without_async(metrics))
 
 
-RANKS = ("async_training.rollout_placement=ranks",)
-
 
 def test_rollout_ranks_of_a_torchrun_job_train_exactly_like_one_process(tiny_model_dir, data_dir, sync_run,
                                                                           one_step_off_run, tmp_path):
@@ -371,57 +366,6 @@ def test_rollout_ranks_of_a_torchrun_job_train_exactly_like_one_process(tiny_mod
             ours = without_async(ours)
         assert_same_metrics(computed(reference) if name == "2+1" else step_metrics(reference), ours)
         assert_same_weights(reference / "huggingface", out / "huggingface", tiny_model_dir)
-
-
-def test_a_rollout_rank_that_dies_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_dir, tmp_path):
-    out = tmp_path / "dies"
-    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, *RANKS, "trainer.total_training_steps=200",
-                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
-    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                            "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
-    _wait_for(out / "global_step_2", job)  # training (a death at start-up is torchrun's to report)
-    (rollout,) = [pid for pid in _children(job.pid) if b"RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()]
-    os.kill(rollout, signal.SIGKILL)
-    _, err = job.communicate(timeout=60)
-    assert job.returncode != 0
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and f"the rollout on rank 1 of the torchrun job (pid {rollout} on " in lines[0] and \
-        "closed its connection (it died or left the job) while generating step" in lines[0], err[-3000:]
-    assert "run the same command again to resume" in lines[0]
-    assert int((out / "latest_checkpointed_iteration.txt").read_text()) >= 2  # what it had saved is intact
-
-
-@pytest.mark.parametrize("launch", [["-m", "verl.trainer.main_ppo"],
-                                    ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-                                     "verl.trainer.main_ppo", *RANKS]], ids=["process", "ranks"])
-def test_ctrl_c_stops_after_the_step_with_its_checkpoint_while_the_rollout_runs_ahead(tiny_model_dir, data_dir,
-                                                                                        tmp_path, launch):
-    # A terminal's Ctrl-C reaches the whole process group, the rollout's process (or torchrun's ranks) too:
-    # the rollout must outlive it, to answer what the trainer still asks before its checkpoint.
-    out = tmp_path / "interrupted"
-    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
-                    "trainer.test_freq=-1", "trainer.dist_timeout_s=60")
-    job = subprocess.Popen([sys.executable, *launch, *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, start_new_session=True,
-                           env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
-    _wait_for(out / "global_step_2", job)
-    os.killpg(job.pid, signal.SIGINT)
-    _, err = job.communicate(timeout=60)
-    stopped = [line for line in err.splitlines() if line.startswith("interrupted: stopped after step")]
-    assert len(stopped) == 1 and "error:" not in err, err[-3000:]
-    step = int(stopped[0].split("step ")[1].split(",")[0])
-    assert (out / f"global_step_{step}" / "state.pt").exists()
-    assert int((out / "latest_checkpointed_iteration.txt").read_text()) == step
-
-
-def test_rollout_ranks_are_refused_outside_torchrun_before_anything_loads(tiny_model_dir, data_dir, tmp_path):
-    # (a torchrun job with no rank left to train: tests/unit/test_async_config.py)
-    args = run_args(tiny_model_dir, data_dir, tmp_path / "alone", *GRPO, *ASYNC, *RANKS)
-    done = run_module("verl.trainer.main_ppo", args)
-    assert done.returncode == 2 and "not started by torchrun: start it with torchrun --nproc_per_node=T+1" \
-        in done.stderr, done.stderr[-2000:]
-    assert "Memory plan" not in done.stdout
 
 
 def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollouts(tiny_model_dir, data_dir,
@@ -459,133 +403,3 @@ def test_verls_fully_async_command_line_runs_in_whole_steps_with_partial_rollout
         assert m["async/staleness_last_mean"] <= m["async/staleness_mean"]
         assert (m["async/partial_frac"] > 0) == (m["async/staleness_last_mean"] < m["async/staleness_mean"])
     assert metrics[3]["perf/total_num_tokens"] > 0 and 4 not in metrics
-
-
-def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
-def _rollout_pids(pid: int) -> list[int]:
-    """The rollout processes under ``pid``, in the order they were started."""
-    found = []
-    for child in _children(pid):
-        cmdline = open(f"/proc/{child}/cmdline", "rb").read()
-        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
-            found.append(child)
-    assert found, f"no rollout process under {pid}"
-    return sorted(found)
-
-
-def _rollout_pid(pid: int) -> int:
-    return _rollout_pids(pid)[0]
-
-
-def _start_long_run(tiny_model_dir, data_dir, out, timeout_s=60, *extra):
-    args = run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF, "trainer.total_training_steps=200",
-                    "trainer.test_freq=-1", f"trainer.dist_timeout_s={timeout_s}", *extra)
-    return subprocess.Popen([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
-
-
-def _wait_for(path, proc, seconds=120):
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.2)
-
-
-def _kill_and_check_the_rollout_follows(trainer: subprocess.Popen, rollout: int) -> None:
-    """SIGKILL the trainer; its rollout process ``rollout`` is gone (or a zombie) within 10 s."""
-    trainer.kill()
-    trainer.communicate(timeout=30)
-    deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{rollout}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    state = open(f"/proc/{rollout}/stat").read().split()[2] if os.path.exists(f"/proc/{rollout}") else "gone"
-    assert state in ("gone", "Z"), f"the rollout process {rollout} outlived its trainer (state {state})"
-
-
-def test_a_dead_or_hung_rollout_ends_the_run_with_one_line_and_a_dead_trainer_takes_the_rollout_along(
-        tiny_model_dir, data_dir, tmp_path):
-    out = tmp_path / "rollout-killed"
-    proc = _start_long_run(tiny_model_dir, data_dir, out)
-    _wait_for(out / "global_step_2", proc)
-    os.kill(_rollout_pid(proc.pid), signal.SIGKILL)
-    killed = time.monotonic()
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and time.monotonic() - killed < 20
-    assert "the rollout process (pid" in stderr and "died (was killed by signal 9) while generating step" in stderr
-    assert "checkpoints in trainer.default_local_dir are intact" in stderr
-    assert (out / "global_step_2" / "state.pt").exists()
-
-    # One process of a pool of two dies: the run ends naming which one.
-    out = tmp_path / "pool-member-killed"
-    proc = _start_long_run(tiny_model_dir, data_dir, out, 60, "rollout.n_gpus_per_node=2")
-    _wait_for(out / "global_step_2", proc)
-    _, second = _rollout_pids(proc.pid)
-    os.kill(second, signal.SIGKILL)
-    killed = time.monotonic()
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and time.monotonic() - killed < 20
-    assert f"the rollout process 2 of 2 (pid {second}) died (was killed by signal 9) while generating step" in stderr
-    assert "checkpoints in trainer.default_local_dir are intact" in stderr
-    assert (out / "global_step_2" / "state.pt").exists()
-
-    # A rollout that hangs (stopped here) ends the run once it has sent nothing for trainer.dist_timeout_s.
-    out = tmp_path / "rollout-hung"
-    proc = _start_long_run(tiny_model_dir, data_dir, out, timeout_s=8)
-    _wait_for(out / "global_step_2", proc)
-    os.kill(_rollout_pid(proc.pid), signal.SIGSTOP)
-    stopped = time.monotonic()
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and time.monotonic() - stopped < 8 + 12
-    assert "sent nothing for 8 s (trainer.dist_timeout_s) while generating step" in stderr
-
-    out = tmp_path / "trainer-killed"
-    proc = _start_long_run(tiny_model_dir, data_dir, out)
-    _wait_for(out / "global_step_2", proc)
-    rollout = _rollout_pid(proc.pid)
-    _kill_and_check_the_rollout_follows(proc, rollout)
-
-
-WRAPPED_TRAINER = '''
-import multiprocessing, os, sys, time
-
-from verl.distributed.rollout_server import _exit_with_parent
-
-
-def rollout(parent_pid, pids):
-    import threading
-
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
-    pids.put(os.getpid())
-    time.sleep(600)
-
-
-if __name__ == "__main__":
-    multiprocessing.set_executable(sys.argv[1])  # the rollout's parent is the wrapper, not this process
-    ctx = multiprocessing.get_context("spawn")
-    pids = ctx.Queue()
-    ctx.Process(target=rollout, args=(os.getpid(), pids), daemon=True).start()
-    print(pids.get(timeout=120), flush=True)
-    time.sleep(600)
-'''
-
-
-def test_a_rollout_started_through_a_wrapper_executable_still_ends_with_its_trainer(tmp_path):
-    # multiprocessing.set_executable(wrapper): the rollout's parent is then the wrapper, which outlives
-    # the trainer; the rollout watches multiprocessing's parent pipe, which closes when the trainer dies.
-    wrapper = tmp_path / "python-wrapper"
-    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "$@"\nexit $?\n')  # sh stays the parent (no exec)
-    wrapper.chmod(0o755)
-    (tmp_path / "trainer.py").write_text(WRAPPED_TRAINER)
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(wrapper)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
-    rollout = int(proc.stdout.readline())
-    assert open(f"/proc/{rollout}/status").read().count(f"PPid:\t{proc.pid}\n") == 0  # the wrapper is its parent
-    time.sleep(1.5)  # the rollout's watch runs (it ends nothing while the trainer lives)
-    assert os.path.exists(f"/proc/{rollout}")
-    _kill_and_check_the_rollout_follows(proc, rollout)
