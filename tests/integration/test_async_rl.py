@@ -127,15 +127,17 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     lora = {}
     for merge, said in (("false", "the adapters alone"), ("true", "the weights with the adapters merged in")):
         lora[merge] = tmp_path / f"lora-merge-{merge}"
-        done = run_plain(run_args(model, data, lora[merge], *GRPO, *LOG_PROBS, *ASYNC, "actor_rollout_ref.model.lora_rank=8",
-                                  "actor_rollout_ref.model.lora_alpha=16", f"actor_rollout_ref.model.lora.merge={merge}"))
+        done = run_plain(run_args(model, data, lora[merge], *GRPO, *LOG_PROBS, *ASYNC,
+                                  "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                                  f"actor_rollout_ref.model.lora.merge={merge}"))
         assert f"LoRA: the rollout gets {said}" in done.stdout
         metrics = step_metrics(lora[merge])
         assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-5 for step in (2, 3))
         assert metrics[3]["actor/pg_loss"] != 0
     assert_same_metrics(computed(lora["true"]), computed(lora["false"]))
     assert_same_weights(lora["true"] / "huggingface", lora["false"] / "huggingface", model)
-    sent = {merge: [step_metrics(out)[step]["async/weight_sync_bytes"] for step in (1, 2, 3)] for merge, out in lora.items()}
+    sent = {merge: [step_metrics(out)[step]["async/weight_sync_bytes"] for step in (1, 2, 3)]
+            for merge, out in lora.items()}
     assert sent["false"][0] > sent["true"][0]  # the base weights and the adapters, once
     assert sent["false"][1] == sent["false"][2] < sent["true"][1] / 4, sent  # then the adapters alone
     # Two torchrun ranks: each gathers the adapters' shards alone (not the whole model) for the rollout of rank 0.
@@ -257,7 +259,8 @@ def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_
             f"custom_reward_function.path={reward}")
     sync = tmp_path / "sync"
     run_plain(run_args(tiny_model_dir, data_dir, sync, *keys))
-    drawn = [m["filter_groups/num_gen_batches"] for m in step_metrics(sync).values() if "filter_groups/kept_groups" in m]
+    drawn = [m["filter_groups/num_gen_batches"] for m in step_metrics(sync).values()
+             if "filter_groups/kept_groups" in m]
     assert len(drawn) == 3 and max(drawn) > 1  # the filter dropped groups and drew more
     # Bound 0 on two torchrun ranks: rank 0 asks the rollout for each further batch and passes it on;
     # the run is the synchronous one.
@@ -280,7 +283,8 @@ def test_dynamic_sampling_draws_its_further_batches_from_the_rollout(tiny_model_
             # The first batch kept fewer than 4 groups: the rest are refills, staleness 0 (e.g. 3 stale
             # groups and 1 refilled: a mean of 0.75).
             refilled += 1
-            assert m["async/staleness_mean"] < 1 and m["async/staleness_mean"] * 4 == round(m["async/staleness_mean"] * 4)
+            mean = m["async/staleness_mean"]
+            assert mean < 1 and mean * 4 == round(mean * 4)
     assert refilled, metrics
     # A resume from step 1 (its checkpoint holds step 2's batch, generated ahead) draws the refills from
     # where the loader stood: the same steps 2 and 3.
@@ -330,7 +334,8 @@ def test_a_script_without_a_main_guard_runs_an_asynchronous_distillation_like_on
                                                                                           tmp_path):
     # python script.py with no `if __name__ == "__main__":` (spawn would start training again in the rollout
     # process, and fail there); on-policy distillation, whose teacher scores on the trainer's side.
-    keys = (*GRPO, "distillation.enabled=true", f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}",
+    keys = (*GRPO, "distillation.enabled=true",
+            f"distillation.teacher_models.teacher_model.model_path={tiny_model_dir}",
             "distillation.distillation_loss.use_task_rewards=false", "trainer.total_training_steps=2")
     sync = tmp_path / "sync"
     run_plain(run_args(tiny_model_dir, data_dir, sync, *keys))
