@@ -76,8 +76,6 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
 @pytest.mark.parametrize("keys, message", [
     (("async_training.require_batches=4",), "require_batches"),
     (("actor_rollout_ref.rollout.name=sglang",), "rollout.name=sglang (the rollout process runs hf, native or vllm"),
-    (("actor_rollout_ref.rollout.name=vllm", "async_training.partial_rollout=true"),
-     "rollout.name=vllm with partial_rollout=true"),
     (("actor_rollout_ref.rollout.name=vllm", "async_training.rollout_placement=thread",
       "async_training.checkpoint_engine.backend=memory"), "rollout.name=vllm with rollout_placement=thread"),
     (("rollout.nnodes=2",), "rollout.nnodes=2 (the rollout's processes run on the trainer's machine"),
@@ -98,18 +96,17 @@ def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
 
 
 
-def test_verls_fully_async_command_line_with_vllm_runs_without_partial_rollouts_and_says_so():
+def test_verls_fully_async_command_line_with_vllm_keeps_verls_partial_rollouts():
     from verl.experimental.fully_async_policy.fully_async_main import load_fully_async_config
 
-    assert load_fully_async_config([])[0].async_training.partial_rollout  # verl's default
-    config, said = load_fully_async_config(["actor_rollout_ref.rollout.name=vllm"])
-    assert not config.async_training.partial_rollout and any("partial_rollout=false: the vllm engine" in s for s in said)
+    for engine in ("native", "vllm"):
+        config, said = load_fully_async_config([f"actor_rollout_ref.rollout.name={engine}"])
+        assert config.async_training.partial_rollout, "verl's default, whatever the engine"
+        assert not any("partial_rollout" in s for s in said)
+        assert any("partial rollouts" in s for s in prepare_async_config(config))
+    config, _ = load_fully_async_config(["actor_rollout_ref.rollout.name=vllm", "async_training.partial_rollout=false"])
+    assert not config.async_training.partial_rollout
     prepare_async_config(config)
-    # asked for outright: kept, and refused at start naming the way out
-    config, _ = load_fully_async_config(["actor_rollout_ref.rollout.name=vllm", "async_training.partial_rollout=true"])
-    with pytest.raises(ConfigError, match="set async_training.partial_rollout=false"):
-        prepare_async_config(config)
-
 
 
 def test_verls_newer_fully_async_keys_are_read_and_lending_the_trainers_gpus_is_refused():

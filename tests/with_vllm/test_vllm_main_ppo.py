@@ -96,13 +96,15 @@ def test_two_ranks_each_with_an_engine_train_like_one_process(setup, one_process
 
 
 def test_an_asynchronous_run_generates_with_vllm_in_a_process_of_its_own(setup, one_process):
-    # Bound 0: the rollout process's engine gets the trainer's weights with every request and draws what the
-    # trainer's own engine draws (per-request seeds): the one-process run. (Staleness, its stamps and the
-    # correction do not depend on the engine: tests/integration/test_async_rl.py.)
+    # Bound 0: the rollout process's engine gets the trainer's weights before every request and draws what the
+    # trainer's own engine draws (per-request seeds): the one-process run. With partial rollouts (verl's
+    # fully-async default) the weights come on their own and the rollout steps vLLM's engine itself, asking
+    # between steps for new weights (none come mid-batch at bound 0). (Staleness, its stamps and the correction
+    # do not depend on the engine: tests/integration/test_async_rl.py; a swap midway: test_vllm_rollout.py.)
     root, model = setup
     out = root / "async"
     bound0 = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
-                   "async_training.enable=true"], out)
+                   "async_training.enable=true", "async_training.partial_rollout=true"], out)
     one = one_process[1]
     for step in range(1, STEPS + 1):
         assert bound0[step]["async/staleness_max"] == 0 and bound0[step]["actor/rollout_log_prob_diff"] < 1e-4

@@ -161,3 +161,67 @@ def test_this_cpu_build_cannot_serve_a_qwen2_vl_model_which_is_why_vision_runs_r
     assert importlib.util.find_spec("torchvision") is None
     with pytest.raises(Exception, match=r"Qwen2VLForConditionalGeneration.*failed to be inspected"):
         vllm.LLM(model=str(path), dtype="float32", max_model_len=256, enforce_eager=True)
+
+
+class _SwapAfter:
+    """New weights offered once, after ``polls`` questions (the rollout asks once before it starts and once
+    after every engine step): ``weights`` as version 1."""
+
+    def __init__(self, engine, polls: int, weights):
+        self.engine, self.polls, self.weights, self.version, self.asked = engine, polls, weights, 0, 0
+
+    def pending(self) -> bool:
+        self.asked += 1
+        return self.weights is not None and self.asked > self.polls
+
+    def apply(self) -> None:
+        self.engine.sync_weights(self.weights)
+        self.weights, self.version = None, 1
+
+
+def _left_padded(rows, pad):
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    return ids, torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_new_weights_midway_are_taken_and_the_rows_go_on_from_the_tokens_they_drew(worker, do_sample):
+    """Partial rollouts on vLLM: every token before the swap is the unpaused generation's (same seeds), and
+    a greedy row's rest is what the new weights draw after its prompt and those tokens, log-probs included."""
+    engine, pad = worker.rollout, worker.tokenizer.pad_token_id
+    worker.sync_rollout_weights()
+    prompts = _prompts(worker.tokenizer)
+    ids, mask = prompts["input_ids"], prompts["attention_mask"]
+    params = dataclasses.replace(worker.sampling_params(), n=1, do_sample=do_sample, logprobs=True)
+    seeds = torch.arange(100, 100 + len(TEXTS))
+    before, before_lp = engine.generate_responses(ids, mask, params, seeds)
+    generator = torch.Generator().manual_seed(0)
+    new = {name: t + 0.5 * torch.randn(t.shape, generator=generator) if t.dim() == 2 else t.clone()
+           for name, t in worker.rollout_weights().items()}
+    drawn = 3  # engine steps before the swap: the first draws every row's first token
+    swap = _SwapAfter(engine, drawn, new)
+    try:
+        out, out_lp, last = engine.generate_resumable(ids, mask, params, seeds, swap)
+        assert swap.version == 1, "the swap was taken midway"
+        went_on = last == 1
+        assert went_on.any()
+        for row in range(len(TEXTS)):
+            held = min(drawn, out.shape[1])
+            assert torch.equal(out[row, :held], before[row, :held]), "tokens before the swap are the unpaused ones"
+            torch.testing.assert_close(out_lp[row, :held], before_lp[row, :held], atol=1e-5, rtol=0)
+            assert went_on[row] == (EOS not in before[row, :drawn].tolist()), "rows that ended before it keep version 0"
+        if not do_sample:
+            rest = [prompts_row + before[row, :drawn].tolist()
+                    for row, prompts_row in enumerate(engine._prompt_ids(ids, mask)) if went_on[row]]
+            rest_ids, rest_mask = _left_padded(rest, pad)
+            tail, tail_lp = engine.generate_responses(rest_ids, rest_mask,
+                                                      dataclasses.replace(params, max_new_tokens=MAX_NEW - drawn),
+                                                      seeds[went_on])
+            width = tail.shape[1]
+            assert torch.equal(out[went_on, drawn:drawn + width], tail), "the rest is the new weights' own"
+            torch.testing.assert_close(out_lp[went_on, drawn:drawn + width], tail_lp, atol=1e-5, rtol=0)
+            full = [torch.nn.functional.pad(t, (0, MAX_NEW - t.shape[1]), value=pad) for t in (out, before)]
+            assert not torch.equal(full[0][went_on], full[1][went_on]), "the new weights drew otherwise"
+    finally:
+        worker.sync_rollout_weights()

@@ -42,7 +42,6 @@ from verl.errors import VerlError
 from verl.models.vision import MEDIA_COLUMN, is_vision_model, media_of
 from verl.protocol import Batch
 from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
-from verl.rollout.partial import generate_resumable
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
@@ -243,8 +242,8 @@ class AgentLoop:
         if swap is None:
             responses, log_probs = self.engine.generate_responses(input_ids, attention, turn_params, seeds, **images)
         else:
-            responses, log_probs, last = generate_resumable(self.engine, input_ids, attention, turn_params, seeds, swap,
-                                                            **images)
+            responses, log_probs, last = self.engine.generate_resumable(input_ids, attention, turn_params, seeds, swap,
+                                                                        **images)
             for trajectory, version in zip(active, last.tolist()):
                 trajectory.version_last = version
         responses = responses.cpu()

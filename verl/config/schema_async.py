@@ -80,9 +80,10 @@ class AsyncTrainingConfig(Section):
     partial_rollout: bool = option(False, help="verl: weights published while a batch is being generated are "
                                    "taken at once: every row stops at the next decode step (or between the turns "
                                    "of a multi-turn trajectory), the unfinished ones go on under the new weights "
-                                   "(prefilled again, sampling seeds continued). Fresher samples; a run is then "
-                                   "no longer reproducible (where a swap falls depends on timing). false: a batch "
-                                   "is generated on one version from start to end.")
+                                   "(prefilled again, sampling seeds continued; vllm: from a seed derived from "
+                                   "the row's). Fresher samples; a run is then no longer reproducible (where a "
+                                   "swap falls depends on timing). false: a batch is generated on one version "
+                                   "from start to end.")
     use_rollout_log_probs: bool = option(True, help="Behaviour log-probs from the rollout engine: with stale "
                                          "samples (max_staleness > 0) they are pi_old of the PPO ratio (verl's "
                                          "bypass mode), unless compute_prox_log_prob.")

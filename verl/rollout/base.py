@@ -85,7 +85,7 @@ class RolloutEngine(ABC):
         Rows of the same prompt are adjacent (interleaved repeat) and share ``uid``. Sample ``j``
         of a prompt is drawn with ``sample_seeds(prompts["rollout_seed"], n)``; prompts without a
         ``rollout_seed`` column get seeds from the engine's own generator (seeded by its ``seed``).
-        ``swap``: new weights may arrive while generating (:mod:`verl.rollout.partial`, hf and native);
+        ``swap``: new weights may arrive while generating (:mod:`verl.rollout.partial`);
         each row's ``policy_version_last`` says which version drew its last token.
         """
         batch, seeds = self.sample_rows(prompts, params)
@@ -100,13 +100,21 @@ class RolloutEngine(ABC):
         if swap is None:
             responses, log_probs = self.generate_responses(ids, mask, params, seeds, **images)
         else:
-            responses, log_probs, last = generate_resumable(self, ids, mask, params, seeds, swap, **images)
+            responses, log_probs, last = self.generate_resumable(ids, mask, params, seeds, swap, **images)
         out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
                                log_probs=log_probs)
         if swap is not None:
             out["policy_version_last"] = last
         out.meta["temperature"] = params.logprob_temperature
         return out
+
+    def generate_resumable(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, params: SamplingParams,
+                           seeds: torch.Tensor, swap, media: list | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """:meth:`generate_responses` that takes new weights from ``swap`` midway: responses, their log-probs and
+        the version that drew each row's last token (:func:`verl.rollout.partial.generate_resumable`, for the
+        engines that decode their rows in step, hf and native; vllm steps its own engine)."""
+        return generate_resumable(self, input_ids, attention_mask, params, seeds, swap, media)
 
     def sample_rows(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, torch.Tensor]:
         """``prompts`` repeated ``params.n`` times (interleaved) and each row's sampling seed ``[B * n]``

@@ -10,7 +10,8 @@ swap to the same weights changes nothing, and after a real one every token's log
 weights that drew it: the rollout's log-probs describe the mixture of versions the response came from.
 Each row reports the version that drew its last token (``policy_version_last``). An engine with a row
 bound (``max_num_seqs``) is handed that many rows at a time: a swap stops every row, and rows still
-waiting for a slot would have drawn nothing.
+waiting for a slot would have drawn nothing. This is how hf and native take a swap (they decode their rows
+in step); the vllm engine steps vLLM's own and takes it there (``VLLMRollout.generate_resumable``).
 """
 
 from __future__ import annotations

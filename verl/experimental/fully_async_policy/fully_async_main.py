@@ -38,7 +38,6 @@ def load_fully_async_config(args: list[str]):
     """The TrainerConfig of a fully-async command line, with verl's sizes made whole steps (module
     docstring), and the lines that say what was made of them."""
     from verl.trainer.main_ppo import load_config
-    from verl.trainer.ppo.async_config import VLLM_WHOLE
 
     dropped = [a for a in args if a.lstrip("+").split("=", 1)[0] in STREAMING_SIZES]
     config = load_config([*FULLY_ASYNC_KEYS, *[a for a in args if a not in dropped]])
@@ -52,11 +51,6 @@ def load_fully_async_config(args: list[str]):
     if dropped:
         said.append(f"not read: {' '.join(dropped)} (verl's streaming sizes; the rollout here generates a step's "
                     f"prompts at once)")
-    if config.actor_rollout_ref.rollout.name == "vllm" and not any(
-            a.lstrip("+").startswith("async_training.partial_rollout=") for a in args):
-        config.async_training.partial_rollout = False
-        said.append(f"async_training.partial_rollout=false: {VLLM_WHOLE} (verl's default true; set it to use hf or "
-                    f"native with partial rollouts)")
     config.data.train_batch_size = prompts
     a.require_batches, a.trigger_parameter_sync_step = 1, 1
     if a.max_staleness is None:

@@ -49,10 +49,6 @@ def prepare_async_config(config) -> list[str]:
     if rollout.name not in ("auto", "hf", "native", "vllm"):
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf, native or vllm)")
     elif rollout.name == "vllm":
-        if a.partial_rollout:
-            refused.append("actor_rollout_ref.rollout.name=vllm with partial_rollout=true (vLLM's generation is not "
-                           "stopped between decode steps here, nor its sampling resumed where it stopped: set "
-                           "async_training.partial_rollout=false, or rollout.name=hf or native)")
         if a.rollout_placement == "thread":
             refused.append("actor_rollout_ref.rollout.name=vllm with rollout_placement=thread (vLLM's engine runs in "
                            "a process of its own: set rollout_placement=process)")
@@ -130,10 +126,6 @@ def _lora_sync_line(config) -> list[str]:
         return ["LoRA: the rollout gets the weights with the adapters merged in (actor_rollout_ref.model.lora.merge=true)"]
     return ["LoRA: the rollout gets the adapters alone and merges them into the base weights it got once "
             "(actor_rollout_ref.model.lora.merge=false, verl's default)"]
-
-
-VLLM_WHOLE = "the vllm engine finishes what it generates on the weights it started with here"
-"""Why an asynchronous run with the vllm engine has no partial rollouts (said where they are turned off)."""
 
 
 def rollout_processes(config) -> int:

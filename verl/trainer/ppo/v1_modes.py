@@ -4,8 +4,7 @@ run by this project's asynchronous RL (docs/async.md, "verl's V1 trainer modes")
 * ``sync``: the synchronous RL step.
 * ``colocate_async``: the rollout runs ahead on the trainer's devices, ``num_warmup_batches`` steps ahead
   (at most ``sampler.max_off_policy_threshold``), with partial rollouts (V1's async client resumes
-  interrupted trajectories under new weights; not with ``rollout.name=vllm``, whose generation is not
-  stopped midway here): ``async_training`` with ``rollout_placement=process``.
+  interrupted trajectories under new weights): ``async_training`` with ``rollout_placement=process``.
 * ``separate_async``: the rollout on devices of its own, ``actor_rollout_ref.rollout.nnodes x
   n_gpus_per_node`` (``rollout_placement=ranks``: the last ranks of a torchrun job, or Ray actors); a step
   is one weight sync, ``parameter_sync_step`` mini-batches (verl requires ``data.train_batch_size =
@@ -24,7 +23,6 @@ import weakref
 
 from verl.distributed.process_group import is_main_process
 from verl.errors import ConfigError
-from verl.trainer.ppo.async_config import VLLM_WHOLE
 
 logger = logging.getLogger("verl.trainer")
 
@@ -47,7 +45,6 @@ def apply_v1_mode(config) -> list[str]:
                        mode)
         return []
     v1, a = trainer.v1, config.async_training
-    vllm = config.actor_rollout_ref.rollout.name == "vllm"
     settings = v1.colocate_async if mode == "colocate_async" else v1.separate_async
     threshold = v1.sampler.max_off_policy_threshold
     ahead = min(settings.num_warmup_batches, threshold)
@@ -55,8 +52,8 @@ def apply_v1_mode(config) -> list[str]:
             + ("on the trainer's devices" if mode == "colocate_async" else "on devices of its own")
             + f", {ahead} step(s) ahead (num_warmup_batches={settings.num_warmup_batches}, "
               f"max_off_policy_threshold={threshold}), "
-            + (f"without partial rollouts ({VLLM_WHOLE})" if vllm else "with partial rollouts")]
-    a.enable, a.partial_rollout = True, not vllm
+            + "with partial rollouts"]
+    a.enable, a.partial_rollout = True, True
     if a.max_staleness is None:
         a.max_staleness = ahead
     if mode == "separate_async":
