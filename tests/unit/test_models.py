@@ -338,3 +338,31 @@ def test_a_tokenizer_without_eos_or_pad_is_refused_and_a_missing_pad_is_eos_said
     assert [r.getMessage() for r in caplog.records if "no pad token" in r.getMessage()] == [
         f"the tokenizer of {folder} has no pad token; padding with its eos token '</s>' (padding is masked out, so "
         "this changes no result)"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16", "auto", None])
+def test_a_model_described_without_its_weights_is_the_model_load_causal_lm_builds(tmp_path, dtype):
+    """What an engine that reads the folder itself (vLLM's rollout process) is told of the model: config,
+    generation config (EOS ids) and dtype, as the loaded model has them, without reading a weight."""
+    import json
+
+    from verl.models.loading import describe_causal_lm
+
+    folder = make_tiny_model_folder(tmp_path / "m", num_layers=1, hidden_size=32, intermediate_size=64)
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7], "bos_token_id": 1}))
+    config = json.loads((folder / "config.json").read_text())
+    json.dump({**config, "dtype": "bfloat16", "torch_dtype": "bfloat16"}, (folder / "config.json").open("w"))
+    for weights in folder.glob("*.safetensors"):
+        weights.rename(weights.with_suffix(".kept"))  # no weight can be read
+    described = describe_causal_lm(str(folder), dtype=dtype, override_config={"attention_dropout": 0.25})
+    for weights in folder.glob("*.kept"):
+        weights.rename(weights.with_suffix(".safetensors"))
+    model = load_causal_lm(str(folder), dtype=dtype, override_config={"attention_dropout": 0.25})
+    assert described.dtype == model.dtype == {"float32": torch.float32, "bf16": torch.bfloat16}.get(dtype, model.dtype)
+    assert described.config.to_dict() == model.config.to_dict()
+    assert described.generation_config.eos_token_id == model.generation_config.eos_token_id == [2, 7]
+    (folder / "generation_config.json").unlink()  # none: derived from the config, as transformers derives it
+    assert describe_causal_lm(str(folder)).generation_config.eos_token_id == \
+        load_causal_lm(str(folder)).generation_config.eos_token_id
+    with pytest.raises(ModelLoadError, match="actor_rollout_ref.model.path"):
+        describe_causal_lm(str(tmp_path / "missing"))

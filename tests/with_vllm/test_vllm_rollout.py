@@ -225,3 +225,24 @@ def test_new_weights_midway_are_taken_and_the_rows_go_on_from_the_tokens_they_dr
             assert not torch.equal(full[0][went_on], full[1][went_on]), "the new weights drew otherwise"
     finally:
         worker.sync_rollout_weights()
+
+
+def test_the_asynchronous_rollout_builds_vllm_from_the_folder_without_a_torch_copy(model_dir):
+    """The rollout process of an asynchronous run (RolloutWorker) reads only the folder's config to set vLLM up:
+    no torch model is held beside the engine (at 7B that would be 28 GB of host memory for nothing)."""
+    from verl.models.loading import load_causal_lm, load_tokenizer
+    from verl.workers.rollout_worker import RolloutWorker
+
+    worker = RolloutWorker(_config(model_dir, max_num_seqs=8).actor_rollout_ref, device="cpu",
+                           max_response_length=MAX_NEW)
+    try:
+        assert worker.rollout.name == "vllm" and worker.model_config.model_type == "qwen2"
+        held = [*vars(worker).values(), *vars(worker.rollout).values()]
+        assert not any(isinstance(v, torch.nn.Module) for v in held), "no torch copy of the policy"
+        greedy = SamplingParams(max_new_tokens=MAX_NEW, n=1, do_sample=False)
+        out = worker.generate_sequences(_prompts(worker.tokenizer), greedy)
+        folder = HFRollout(load_causal_lm(str(model_dir)), load_tokenizer(str(model_dir)), seed=0)
+        assert torch.equal(out["responses"], folder.generate(_prompts(worker.tokenizer), greedy)["responses"])
+        assert (out["policy_version_first"] == -1).all(), "the folder's weights, before any sync"
+    finally:
+        worker.rollout.close()

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -243,6 +244,40 @@ def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False,
     for key, value in (override_config or {}).items():
         setattr(config, key, value)
     return config
+
+
+@dataclass
+class ModelDescription:
+    """What :func:`load_causal_lm` would build, described without reading a weight: the config, the generation
+    config and the dtype of the parameters. An engine that loads the folder itself (vLLM) needs no more."""
+
+    config: object
+    generation_config: object
+    dtype: torch.dtype
+
+
+def describe_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
+                       trust_remote_code: bool = False, override_config: dict | None = None,
+                       config_key: str = "actor_rollout_ref.model.path",
+                       disable_dropout: bool = False) -> ModelDescription:
+    """:func:`load_causal_lm`'s model as a :class:`ModelDescription` (``dtype`` auto or None: the one the config
+    stores, float32 if none), with the same clear errors; no weights are read."""
+    from transformers import GenerationConfig
+
+    local = bool(hub_access(name_or_path, "model", config_key).get("local_files_only"))
+    config = load_causal_lm_config(name_or_path, trust_remote_code=trust_remote_code, override_config=override_config,
+                                   config_key=config_key, disable_dropout=disable_dropout, local_files_only=local)
+    try:
+        generation = GenerationConfig.from_pretrained(os.path.expanduser(name_or_path),
+                                                      **({"local_files_only": True} if local else {}))
+    except OSError:  # no generation_config.json: transformers derives it from the config, as here
+        generation = GenerationConfig.from_model_config(config)
+    resolved = resolve_dtype(dtype)
+    if resolved in (None, "auto"):
+        stored = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        resolved = stored if isinstance(stored, torch.dtype) else DTYPES.get(stored, torch.float32)
+    config.dtype = resolved  # as from_pretrained records the dtype it built
+    return ModelDescription(config, generation, resolved)
 
 
 # Encoder models that transformers can also build as a decoder (with is_decoder=true): a folder of one

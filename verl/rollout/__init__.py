@@ -82,11 +82,12 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
         if model_path is None or rollout_config is None:
             raise VerlError("the vllm rollout needs the model folder (model_path) and the rollout section "
                             "(rollout_config) to build its engine")
+        # ``model``: the policy, or its description (verl.models.loading.ModelDescription): vLLM reads the folder
         eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
             else tokenizer.eos_token_id
         return VLLMRollout(model_path, tokenizer, eos_token_id=eos, model_config=model.config, config=rollout_config,
                            max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
-                           actor_dtype=next(model.parameters()).dtype)
+                           actor_dtype=model.dtype)
     from verl.config.key_errors import check_choice
 
     check_choice("actor_rollout_ref.rollout.name", name, ROLLOUT_NAMES, "rollout engine", OTHER_ENGINES)

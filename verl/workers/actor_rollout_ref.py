@@ -19,7 +19,7 @@ from verl.algorithms import truncated_responses
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_parameters, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
-from verl.models.loading import load_causal_lm, load_tokenizer, resolve_device
+from verl.models.loading import describe_causal_lm, load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora_requested, merged_weights,
                               vision_tower)
 from verl.models.tiny import builtin_model_path
@@ -281,6 +281,14 @@ def load_policy_model(model_cfg, path: str) -> torch.nn.Module:
     return load_causal_lm(path, dtype=model_cfg.dtype, attn_implementation=model_cfg.attn_implementation,
                           trust_remote_code=model_cfg.trust_remote_code, override_config=dict(model_cfg.override_config),
                           disable_dropout=model_cfg.disable_dropout)
+
+
+def describe_policy_model(model_cfg, path: str):
+    """:func:`load_policy_model`'s model described without its weights (config, generation config, dtype):
+    what an engine that loads the folder itself (vllm) needs of it."""
+    return describe_causal_lm(path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                              override_config=dict(model_cfg.override_config),
+                              disable_dropout=model_cfg.disable_dropout)
 
 
 def rollout_engine_name(rollout_cfg, model) -> str:

@@ -15,8 +15,8 @@ from verl.models.lora_sync import AdapterMerger
 from verl.protocol import Batch
 from verl.rollout import SamplingParams
 from verl.utils.preflight import check_context_length
-from verl.workers.actor_rollout_ref import (agent_loop_of, load_policy_model, load_policy_tokenizer, make_rollout,
-                                            policy_folder, rollout_engine_name)
+from verl.workers.actor_rollout_ref import (agent_loop_of, describe_policy_model, load_policy_model,
+                                            load_policy_tokenizer, make_rollout, policy_folder, rollout_engine_name)
 
 
 class RolloutWorker:
@@ -30,12 +30,15 @@ class RolloutWorker:
         path = policy_folder(model_cfg)
         # A tokenizer of its own: a fast tokenizer is not safe to share with a thread that also uses it.
         self.tokenizer = load_policy_tokenizer(model_cfg, path)
-        model = load_policy_model(model_cfg, path).requires_grad_(False)
-        engine = rollout_engine_name(rollout_cfg, model)
+        described = describe_policy_model(model_cfg, path)
+        engine = rollout_engine_name(rollout_cfg, described)
         if engine not in ("hf", "native", "vllm"):
             raise ValueError(f"asynchronous RL runs the rollout with hf, native or vllm (got {engine})")
-        if engine != "vllm":  # vLLM loads the folder into an engine of its own; this copy only describes it
-            model = model.to(self.device)
+        # vLLM loads the folder into an engine of its own: a torch copy here would only hold host memory
+        if engine == "vllm":
+            model = described
+        else:
+            model = load_policy_model(model_cfg, path).requires_grad_(False).to(self.device)
         self.rollout = make_rollout(config, engine, model, self.tokenizer, path, device=self.device, seed=seed,
                                     max_response_length=self.max_response_length)
         self.model_config = model.config
