@@ -246,3 +246,28 @@ def test_the_asynchronous_rollout_builds_vllm_from_the_folder_without_a_torch_co
         assert (out["policy_version_first"] == -1).all(), "the folder's weights, before any sync"
     finally:
         worker.rollout.close()
+
+
+def test_a_partial_rollout_stopped_by_an_error_leaves_no_request_in_the_engine(worker):
+    """An error between two engine steps (say, reading the weights that arrived) aborts the open requests: the
+    next generation gets its own rows only."""
+
+    class Failing:
+        version, asked = 0, 0
+
+        def pending(self):
+            self.asked += 1
+            if self.asked > 2:
+                raise RuntimeError("the weights could not be read")
+            return False
+
+    engine = worker.rollout
+    prompts = _prompts(worker.tokenizer)
+    ids, mask = prompts["input_ids"], prompts["attention_mask"]
+    params = dataclasses.replace(worker.sampling_params(), n=1, do_sample=False)
+    seeds = torch.arange(len(TEXTS))
+    expected, _ = engine.generate_responses(ids, mask, params, seeds)
+    with pytest.raises(RuntimeError, match="could not be read"):
+        engine.generate_resumable(ids, mask, params, seeds, Failing())
+    assert not engine.llm.llm_engine.has_unfinished_requests()
+    assert torch.equal(engine.generate_responses(ids, mask, params, seeds)[0], expected)

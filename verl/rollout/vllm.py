@@ -294,12 +294,14 @@ class VLLMRollout(RolloutEngine):
             engine.add_request(request_id, {"prompt_token_ids": prompt}, sampling)
             rows[request_id] = row
         latest = {}
-        while engine.has_unfinished_requests():
-            for output in engine.step():
-                latest[rows[output.request_id]] = output
-            if pause():
-                engine.abort_request([r for r, row in rows.items() if row not in latest or not latest[row].finished])
-                break
+        try:
+            while engine.has_unfinished_requests():
+                for output in engine.step():
+                    latest[rows[output.request_id]] = output
+                if pause():
+                    break
+        finally:  # paused, or stopped by an error: nothing of ours is left in the engine for a later generate
+            engine.abort_request([r for r, row in rows.items() if row not in latest or not latest[row].finished])
         return latest
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
