@@ -26,7 +26,8 @@ pytestmark = pytest.mark.slow
 
 # Measurements of the run's timing and traffic, not results of the computation (a resumed run has no
 # weights to send for the batches its checkpoint holds).
-MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/weight_sync_s", "async/trainer_wait_s",
+MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/rollout_reward_s", "async/weight_sync_s",
+            "async/trainer_wait_s",
             "async/trainer_idle_frac", "async/queue_depth", "async/in_flight", "async/weight_sync_bytes")
 LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
 SLOW_TOOL = '''
@@ -87,6 +88,12 @@ def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, t
         for step in (1, 2, 3):
             assert metrics[step]["async/staleness_max"] == 0 and metrics[step]["async/trainer_version"] == step - 1
         assert metrics[1]["async/weight_sync_bytes"] > 0  # the first request carries the weights
+        # The rewards: scored by a rollout process as it generates (by the trainer, beside a rollout thread).
+        scorer = "trainer" if placement == "thread" else "rollout"
+        assert f"rewards: scored by the {scorer}" in done.stdout
+        for step in (1, 2, 3):
+            assert ("timing_s/reward" in metrics[step]) == (scorer == "trainer")
+            assert (metrics[step]["async/rollout_reward_s"] > 0) == (scorer == "rollout")
         assert_same_metrics(step_metrics(sync_run), without_async(metrics))
         assert_same_weights(sync_run / "huggingface", out / "huggingface", tiny_model_dir)
         # The rollout generated every step with the weights the trainer then trained from: its

@@ -45,8 +45,9 @@ def test_verls_threshold_is_whole_steps_and_the_first_prompts_of_the_next(keys, 
 
 def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs():
     config = _config()
-    (line,) = prepare_async_config(config)
+    line, rewards = prepare_async_config(config)
     assert "ahead of the trainer by at most 0 step(s)" in line and "through shm" in line
+    assert rewards.startswith("rewards: scored by the rollout")
     assert not config.actor_rollout_ref.rollout.calculate_log_probs
     assert not config.algorithm.rollout_correction.bypass_mode
 
@@ -94,6 +95,28 @@ def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         prepare_async_config(_config(*keys))
 
+
+
+@pytest.mark.parametrize("keys, where, said", [
+    ((), "rollout", "scored by the rollout as each batch is generated"),
+    (("async_training.rollout_placement=thread", "async_training.checkpoint_engine.backend=memory"), "trainer",
+     "(the rollout is a thread of the trainer)"),
+    (("reward_model.enable=true",), "trainer", "(the reward model is the trainer's)"),
+    (("async_training.reward_placement=trainer",), "trainer", "(async_training.reward_placement=trainer)"),
+    (("async_training.reward_placement=rollout", "async_training.rollout_placement=thread",
+      "async_training.checkpoint_engine.backend=memory"), "rollout", "scored by the rollout"),
+])
+def test_the_rewards_are_scored_by_the_rollout_unless_a_reward_model_or_a_thread_says_otherwise(keys, where, said):
+    config = _config(*keys)
+    lines = prepare_async_config(config)
+    assert config.async_training.reward_placement == where
+    assert any(line.startswith("rewards: ") and said in line for line in lines), lines
+
+
+def test_a_reward_model_cannot_be_asked_to_score_in_the_rollout():
+    with pytest.raises(ConfigError, match="reward_placement=rollout with reward_model.enable=true: the reward model "
+                                          "is loaded by the trainer"):
+        prepare_async_config(_config("async_training.reward_placement=rollout", "reward_model.enable=true"))
 
 
 def test_verls_fully_async_command_line_with_vllm_keeps_verls_partial_rollouts():

@@ -117,6 +117,11 @@ class AsyncTrainingConfig(Section):
         "or ranks (devices of its own, verl's separate resource pools: under torchrun the job's last rollout.nnodes "
         "x rollout.n_gpus_per_node ranks, so start T + that many; under trainer.backend=ray that many actors in a "
         "pool of their own).")
+    reward_placement: Literal["auto", "rollout", "trainer"] = option(
+        "auto", help="Where the rewards are scored: rollout (each batch as soon as it is generated, in the rollout's "
+        "process, while the trainer updates: verl's fully-async reward loop) or trainer (at the start of its step). "
+        "auto: rollout, unless a reward model scores (reward_model.enable: it is loaded by the trainer) or the "
+        "rollout is a thread of the trainer's process (rule rewards then run beside training under one GIL).")
     rollout_threads: int | None = option(None, bounds=">= 1", help="Torch threads of a rollout process on a CPU; "
                                          "null = half the cores (the trainer keeps the other half).")
     checkpoint_engine: CheckpointEngineConfig = section(CheckpointEngineConfig, help="verl's checkpoint engine: how "

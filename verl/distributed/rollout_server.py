@@ -61,6 +61,8 @@ class RolloutResult:
     process's, ``idle / (idle + gen + load)``)."""
     baseline: Batch | None = None
     """ReMax: the greedy responses to the same prompts (the trainer joins them on, from a request of their own)."""
+    score_seconds: float = 0.0
+    """Scoring the batch's rewards, where the rollout scores them (:attr:`WorkerSpec.scorer`)."""
 
 
 @dataclass
@@ -79,6 +81,9 @@ class WorkerSpec:
     """The trainer's :class:`~verl.distributed.weight_sync.BroadcastChannel` address (broadcast backend)."""
     broadcast_rank: int = 1
     """This process's rank in that channel (1 .. the pool's size)."""
+    scorer: object | None = None
+    """Where the rollout scores the rewards of what it generates: ``scorer(tokenizer)`` is the reward stage,
+    ``score(batch) -> columns`` (picklable; built in the server's process). None: the trainer scores."""
 
     def build(self):
         from verl.workers.rollout_worker import RolloutWorker
@@ -141,6 +146,7 @@ def serve(spec: WorkerSpec, requests, results) -> None:
     try:
         channel = BroadcastChannel.join(spec.broadcast, spec.broadcast_rank) if spec.broadcast else None
         worker = spec.build()
+        score = spec.scorer(worker.tokenizer) if spec.scorer is not None else None
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
         results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
         return
@@ -162,6 +168,11 @@ def serve(spec: WorkerSpec, requests, results) -> None:
             batch = worker.generate_sequences(request.prompts, request.params, swap=inbox)
             if inbox is not None:
                 load += inbox.load_seconds
+            scoring = 0.0
+            if score is not None:
+                scored = time.perf_counter()
+                batch = batch.union(score(batch))
+                scoring = time.perf_counter() - scored
         except BaseException:  # noqa: BLE001
             results.put(RolloutResult(request.step, None, -1, error=traceback.format_exc()))
             return
@@ -170,8 +181,8 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         step = request.step
         del request  # the weights it carried: mapped memory released before the next wait
         last = time.perf_counter()
-        results.put(RolloutResult(step, batch, version, gen_seconds=last - start - load, idle_seconds=idle,
-                                  load_seconds=load))
+        results.put(RolloutResult(step, batch, version, gen_seconds=last - start - load - scoring, idle_seconds=idle,
+                                  load_seconds=load, score_seconds=scoring))
 
 
 def _exit_with_parent(parent_pid: int) -> None:

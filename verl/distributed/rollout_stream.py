@@ -339,7 +339,8 @@ class RolloutPool(RolloutStream):
         return RolloutResult(step, Batch.concat([p.batch for p in parts]), min(p.version for p in parts),
                              gen_seconds=max(p.gen_seconds for p in parts),
                              idle_seconds=min(p.idle_seconds for p in parts),
-                             load_seconds=max(p.load_seconds for p in parts), idle_frac=sum(idle) / len(idle))
+                             load_seconds=max(p.load_seconds for p in parts), idle_frac=sum(idle) / len(idle),
+                             score_seconds=max(p.score_seconds for p in parts))
 
     def answer_ready(self) -> bool:
         return all(member.answer_ready() for member in self.members)

@@ -89,6 +89,7 @@ def prepare_async_config(config) -> list[str]:
     if a.partial_rollout:
         said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
                     "responses go on under them; async_training.partial_rollout=true)")
+    said += _reward_placement_line(config)
     said += _lora_sync_line(config)
     if bound == 0:
         return said  # every sample is on-policy: the synchronous step exactly
@@ -110,6 +111,23 @@ def prepare_async_config(config) -> list[str]:
         said.append("stale samples: the rollout's log-probs are pi_old of the PPO ratio "
                     "(algorithm.rollout_correction.bypass_mode=true)")
     return said
+
+
+def _reward_placement_line(config) -> list[str]:
+    """Where the rewards are scored (``async_training.reward_placement``, auto resolved), checked and said."""
+    a = config.async_training
+    model = config.reward_model.enable
+    if a.reward_placement == "rollout" and model:
+        raise ConfigError("async_training.reward_placement=rollout with reward_model.enable=true: the reward model is "
+                          "loaded by the trainer, which scores with it; set reward_placement=trainer (or auto)")
+    if a.reward_placement == "auto":
+        a.reward_placement = "trainer" if model or a.rollout_placement == "thread" else "rollout"
+    if a.reward_placement == "rollout":
+        return ["rewards: scored by the rollout as each batch is generated, while the trainer updates "
+                "(async_training.reward_placement=rollout)"]
+    why = "the reward model is the trainer's" if model else "the rollout is a thread of the trainer" \
+        if a.rollout_placement == "thread" else "async_training.reward_placement=trainer"
+    return [f"rewards: scored by the trainer at the start of each step ({why})"]
 
 
 def _lora_sync_line(config) -> list[str]:

@@ -39,6 +39,7 @@ rollout's weight each token (AReaL's decoupled objective; ``algorithm.rollout_co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -50,7 +51,7 @@ from verl.protocol import Batch
 from verl.rollout.seeding import with_prompt_seeds
 from verl.trainer.ppo.async_config import head_prompts, rollout_processes, split_threads
 from verl.trainer.ppo.rl_trainer import RLTrainer
-from verl.trainer.ppo.sampling import MAX_DRAWS_PER_STEP
+from verl.trainer.ppo.sampling import MAX_DRAWS_PER_STEP, RolloutScorer
 from verl.trainer.timing import timer
 
 
@@ -75,7 +76,8 @@ def joined(step: int, parts: list[RolloutResult]) -> RolloutResult:
         return parts[0]
     return RolloutResult(step, Batch.concat([p.batch for p in parts]), min(p.version for p in parts),
                          gen_seconds=sum(p.gen_seconds for p in parts), idle_seconds=sum(p.idle_seconds for p in parts),
-                         load_seconds=sum(p.load_seconds for p in parts))
+                         load_seconds=sum(p.load_seconds for p in parts),
+                         score_seconds=sum(p.score_seconds for p in parts))
 
 
 class AsyncRollouts:
@@ -242,7 +244,7 @@ class AsyncRollouts:
                 "async/trainer_wait_s": waited,
                 "async/rollout_idle_frac": result.idle_frac if result.idle_frac is not None
                 else result.idle_seconds / max(result.idle_seconds + busy, 1e-9),
-                "async/rollout_gen_s": result.gen_seconds,
+                "async/rollout_gen_s": result.gen_seconds, "async/rollout_reward_s": result.score_seconds,
                 "async/weight_sync_s": pack_seconds + result.load_seconds, "async/weight_sync_bytes": pack_bytes}
 
     # ------------------------------------------------------------------ checkpoints
@@ -325,11 +327,16 @@ class AsyncRLTrainer(RLTrainer):
         batch = result.batch
         if result.baseline is not None:
             with timer("gen_baseline", timing):
-                greedy = self.sampler.score(result.baseline)["token_level_scores"].sum(-1)
+                greedy = self._score(result.baseline)["token_level_scores"].sum(-1)
                 batch["reward_baselines"] = greedy.repeat_interleave(len(batch) // len(greedy)).to(
                     batch["responses"].device)
+        if "token_level_scores" in batch:  # the rollout scored it (async_training.reward_placement=rollout)
+            return batch
         with timer("reward", timing):
             return batch.union(self.sampler.score(batch))
+
+    def _score(self, batch: Batch) -> Batch:
+        return batch if "token_level_scores" in batch else self.sampler.score(batch)
 
     def _keep_informative_groups(self, step: int, batch: Batch, result: RolloutResult, metrics: dict,
                                  timing: dict) -> tuple[Batch, RolloutResult]:
@@ -350,7 +357,8 @@ class AsyncRLTrainer(RLTrainer):
         return batch, RolloutResult(step, batch, min(a.version for a in answers),
                                     gen_seconds=sum(a.gen_seconds for a in answers),
                                     idle_seconds=sum(a.idle_seconds for a in answers),
-                                    load_seconds=sum(a.load_seconds for a in answers))
+                                    load_seconds=sum(a.load_seconds for a in answers),
+                                    score_seconds=sum(a.score_seconds for a in answers))
 
     def state_dict(self) -> dict:
         state = super().state_dict()
@@ -377,9 +385,10 @@ def open_rollout_stream(config):
     a = config.async_training
     if not is_main_process():
         return None
+    scorer = functools.partial(RolloutScorer, config) if a.reward_placement == "rollout" else None
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
-                      threads=split_threads(config), partial=a.partial_rollout)
+                      threads=split_threads(config), partial=a.partial_rollout, scorer=scorer)
     if a.rollout_placement == "ranks":  # each rank resolves the device for itself: cuda:LOCAL_RANK on GPUs
         return started(_rank_streams(config, spec))
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,

@@ -35,6 +35,41 @@ from verl.trainer.timing import timer
 MAX_DRAWS_PER_STEP = 1 << 16
 
 
+def reward_columns(config, score, batch: Batch) -> Batch:
+    """The reward stage of a generated ``batch``: ``score(batch)`` (a reward worker's ``token_level_scores`` and
+    reward extras), with DAPO's overlong penalty and the agent's turn rewards added where configured."""
+    scored = score(batch)
+    buffer = config.reward_model.overlong_buffer
+    if buffer.enable:
+        mask = batch["response_mask"]
+        penalty = overlong_penalty(mask.sum(-1), config.data.max_response_length, overlong_buffer_len(config),
+                                   buffer.penalty_factor)
+        scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"], mask, penalty)
+        scored["reward_extra/overlong_penalty"] = penalty.tolist()
+    if "agent_reward" in batch and config.actor_rollout_ref.rollout.multi_turn.add_agent_rewards:
+        # Multi-turn: the rewards given along the trajectory (tools' execute and calc_reward, the
+        # environment's steps) add to the reward function's score, at the last trained token.
+        tool_reward = batch["agent_reward"].to(scored["token_level_scores"].device)
+        scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"], batch["response_mask"],
+                                                         tool_reward)
+    return scored
+
+
+class RolloutScorer:
+    """The reward stage run by an asynchronous run's rollout (``async_training.reward_placement=rollout``):
+    the run's reward worker, built where the rollout runs, with ``tokenizer`` (the rollout's). Picklable
+    with its config (``functools.partial(RolloutScorer, config)`` crosses to the rollout's process)."""
+
+    def __init__(self, config, tokenizer):
+        from verl.trainer.ppo.roles import reward_worker
+
+        self.config = config
+        self.worker = reward_worker(config, tokenizer=tokenizer)
+
+    def __call__(self, batch: Batch) -> Batch:
+        return reward_columns(self.config, self.worker.score, batch)
+
+
 class StepSampler:
     def __init__(self, config, actor_rollout_ref, reward):
         self.config = config
@@ -74,23 +109,8 @@ class StepSampler:
         return self.score(out)["token_level_scores"].sum(-1)
 
     def score(self, batch: Batch) -> Batch:
-        """The reward stage of a generated batch: ``token_level_scores`` (and the reward extras), with
-        DAPO's overlong penalty and the agent's turn rewards added where configured."""
-        scored = self.reward.run("score", batch)
-        buffer = self.config.reward_model.overlong_buffer
-        if buffer.enable:
-            mask = batch["response_mask"]
-            penalty = overlong_penalty(mask.sum(-1), self.config.data.max_response_length,
-                                       overlong_buffer_len(self.config), buffer.penalty_factor)
-            scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"], mask, penalty)
-            scored["reward_extra/overlong_penalty"] = penalty.tolist()
-        if "agent_reward" in batch and self.config.actor_rollout_ref.rollout.multi_turn.add_agent_rewards:
-            # Multi-turn: the rewards given along the trajectory (tools' execute and calc_reward, the
-            # environment's steps) add to the reward function's score, at the last trained token.
-            tool_reward = batch["agent_reward"].to(scored["token_level_scores"].device)
-            scored["token_level_scores"] = add_to_last_token(scored["token_level_scores"],
-                                                             batch["response_mask"], tool_reward)
-        return scored
+        """The reward stage of a generated batch (:func:`reward_columns`), scored by the reward role."""
+        return reward_columns(self.config, lambda b: self.reward.run("score", b), batch)
 
     # ------------------------------------------------------------------ DAPO dynamic sampling
     def _group_values(self, batch: Batch) -> torch.Tensor:
