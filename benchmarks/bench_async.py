@@ -15,7 +15,12 @@ trained once and cached), with validation off unless ``--learn``:
   a rollout process and the trainer, one thread each, generating the next steps while the trainer updates;
 * ``one_step_off_partial``: one step off with ``partial_rollout=true`` (weights taken mid-generation);
 * ``one_step_off_pool2``: one step off with a rollout pool of two processes (``rollout.n_gpus_per_node=2``),
-  one thread each: three processes, so on two cores it measures the pool's cost more than its gain.
+  one thread each: three processes, so on two cores it measures the pool's cost more than its gain;
+* ``one_step_off_trainer_reward``: one step off with the rewards scored by the trainer
+  (``async_training.reward_placement=trainer``; by default the rollout scores them as it generates).
+
+``--reward-delay S`` makes every response's reward take S seconds more (a slow verifier), to measure
+where scoring is best placed.
 
 Printed per mode: seconds per step (median of the steps after the first), samples per second over those
 steps, the trainer's and the rollout's idle fractions, the throughput against ``sync``, the staleness of
@@ -45,16 +50,34 @@ MODES = {
                               "async_training.partial_rollout=true"], 1),
     "one_step_off_pool2": (["async_training.enable=true", "async_training.max_staleness=1",
                             "rollout.n_gpus_per_node=2"], 1),
+    "one_step_off_trainer_reward": (["async_training.enable=true", "async_training.max_staleness=1",
+                                     "async_training.reward_placement=trainer"], 1),
 }
+# --reward-delay: the built-in scorer, then a wait per response (a slow verifier: a sandbox, a judge).
+SLOW_REWARD = """
+import time
+
+from verl.rewards import default_compute_score
 
 
-def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_given: list[str]) -> dict:
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    time.sleep({delay})
+    return default_compute_score(data_source, solution_str, ground_truth, extra_info)
+"""
+
+
+def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_given: list[str],
+             reward_delay: float = 0.0) -> dict:
     keys, threads = MODES[mode]
     # The task's demo preset applies (built-in model, built-in task); these keys sit above it.
     args = [f"data.builtin_task={task}", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}",
             "trainer.progress_bar=false", "trainer.write_report=false", *keys, *keys_given]
     if "async_training.enable=true" in keys:
         args.append("async_training.rollout_threads=1")
+    if reward_delay:
+        reward = out.parent / "slow_reward.py"
+        reward.write_text(SLOW_REWARD.format(delay=reward_delay))
+        args.append(f"custom_reward_function.path={reward}")
     if not learn:
         args += ["trainer.test_freq=-1", "trainer.val_before_train=false"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
@@ -94,24 +117,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--learn", action="store_true", help="validate as the demo does (60 steps unless --steps)")
+    parser.add_argument("--reward-delay", type=float, default=0.0, help="seconds added to every response's reward")
     args = parser.parse_args()
     steps = 60 if args.learn and args.steps == 30 else args.steps
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
-            results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode, args.keys))
+            results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode, args.keys,
+                                    args.reward_delay))
             print(json.dumps(results[-1]), flush=True)
     base = next((r for r in results if r["mode"] == "sync"), results[0])
-    print(f"\n{args.task} {' '.join(args.keys)}, {steps} steps (figures over steps 2..{steps})")
-    print(f"{'mode':<21} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
+    delay = f", reward +{args.reward_delay} s a response" if args.reward_delay else ""
+    print(f"\n{args.task} {' '.join(args.keys)}{delay}, {steps} steps (figures over steps 2..{steps})")
+    print(f"{'mode':<28} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
           f"{'staleness':>10} {'last':>6} {'partial':>8}")
     for r in results:
         rate, base_rate = r["samples"] / r["seconds"], base["samples"] / base["seconds"]
-        print(f"{r['mode']:<21} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
+        print(f"{r['mode']:<28} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
               f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f} "
               f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f}")
         if "held_out" in r:
-            print(f"{'':<21} held-out (step, greedy, sampled): {r['held_out']}")
+            print(f"{'':<28} held-out (step, greedy, sampled): {r['held_out']}")
 
 
 if __name__ == "__main__":
