@@ -233,19 +233,18 @@ def test_the_asynchronous_rollout_builds_vllm_from_the_folder_without_a_torch_co
     from verl.models.loading import load_causal_lm, load_tokenizer
     from verl.workers.rollout_worker import RolloutWorker
 
+    # (Not closed here: shutting an in-process engine down tears down vLLM's parallel state, which the
+    # module's other engine shares; it is closed at exit.)
     worker = RolloutWorker(_config(model_dir, max_num_seqs=8).actor_rollout_ref, device="cpu",
                            max_response_length=MAX_NEW)
-    try:
-        assert worker.rollout.name == "vllm" and worker.model_config.model_type == "qwen2"
-        held = [*vars(worker).values(), *vars(worker.rollout).values()]
-        assert not any(isinstance(v, torch.nn.Module) for v in held), "no torch copy of the policy"
-        greedy = SamplingParams(max_new_tokens=MAX_NEW, n=1, do_sample=False)
-        out = worker.generate_sequences(_prompts(worker.tokenizer), greedy)
-        folder = HFRollout(load_causal_lm(str(model_dir)), load_tokenizer(str(model_dir)), seed=0)
-        assert torch.equal(out["responses"], folder.generate(_prompts(worker.tokenizer), greedy)["responses"])
-        assert (out["policy_version_first"] == -1).all(), "the folder's weights, before any sync"
-    finally:
-        worker.rollout.close()
+    assert worker.rollout.name == "vllm" and worker.model_config.model_type == "qwen2"
+    held = [*vars(worker).values(), *vars(worker.rollout).values()]
+    assert not any(isinstance(v, torch.nn.Module) for v in held), "no torch copy of the policy"
+    greedy = SamplingParams(max_new_tokens=MAX_NEW, n=1, do_sample=False)
+    out = worker.generate_sequences(_prompts(worker.tokenizer), greedy)
+    folder = HFRollout(load_causal_lm(str(model_dir)), load_tokenizer(str(model_dir)), seed=0)
+    assert torch.equal(out["responses"], folder.generate(_prompts(worker.tokenizer), greedy)["responses"])
+    assert (out["policy_version_first"] == -1).all(), "the folder's weights, before any sync"
 
 
 def test_a_partial_rollout_stopped_by_an_error_leaves_no_request_in_the_engine(worker):
