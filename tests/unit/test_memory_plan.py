@@ -204,3 +204,31 @@ def test_an_asynchronous_rollout_counts_its_copy_kv_cache_and_process_in_every_p
                          "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", available=80 * GiB)
     assert engines.parts["async", "vLLM"][0] == engines.parts["rollout", "vLLM"][0] == int(0.3 * 80 * GiB)
     assert ("async", "weights") not in engines.parts and engines.peak > 48 * GiB
+
+
+@pytest.mark.parametrize("flags, cap, isa", [
+    ({"amx_bf16", "avx512_bf16"}, None, "AMX"), ({"amx_bf16", "avx512_bf16"}, "AVX512_CORE_BF16", "AVX512_BF16"),
+    ({"amx_bf16", "avx512_bf16"}, "AVX2", "none"), ({"avx512_bf16"}, None, "AVX512_BF16"), (set(), None, "none"),
+])
+def test_a_cpu_run_in_bf16_counts_the_weight_copies_onednn_keeps_for_its_matrix_units(monkeypatch, flags, cap, isa):
+    # Measured on an AMX machine (benchmarks/bench_memory_plan.py, bf16, a 55M model and its reference): peak RSS
+    # 1.33 GiB with AMX, 1.16-1.24 with ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, 1.12 with AVX2 (the plan without copies).
+    from verl.trainer.ppo import memory_plan
+
+    monkeypatch.setattr(memory_plan, "_cpu_flags", lambda: flags)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert memory_plan.onednn_isa() == isa
+    bf16 = ("actor_rollout_ref.model.dtype=bf16",)
+    plan, fp32 = small_plan(*bf16, device="cpu"), small_plan(device="cpu")
+    copies = {"AMX": 1.0, "AVX512_BF16": 0.5}.get(isa, 0.0)
+    weights = plan.parts["actor", "weights"][0] + plan.parts["reference", "weights"][0]  # 2 bytes a parameter each
+    assert weights == 2 * 25120 * 2
+    assert plan.parts.get(("process", "oneDNN"), (0, ""))[0] == int(copies * weights)
+    assert ("process", "oneDNN") not in fp32.parts  # fp32 matmuls keep no such copies
+    assert ("process", "oneDNN") not in small_plan(*bf16).parts  # nor does a GPU
+    apart = small_plan(*bf16, "async_training.enable=true", device="cpu")  # the rollout process multiplies its own
+    assert apart.parts.get(("process", "oneDNN"), (0, ""))[0] == int(copies * 3 * 25120 * 2)

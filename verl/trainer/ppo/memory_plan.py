@@ -48,6 +48,40 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "fl
 # modules, tokenizer, dataset, the kernels' first-use buffers): measured with the tiny model (0.52 GiB
 # peak RSS against 0.37 at planning time; benchmarks/bench_memory_plan.py).
 CPU_RUN_OVERHEAD = int(0.15 * GiB)
+# oneDNN multiplies bf16 weights on a CPU through copies it reorders for the matrix units and keeps: measured
+# (benchmarks/bench_memory_plan.py, a 55M Qwen2 with its reference, ONEDNN_MAX_CPU_ISA set to each) about one
+# more copy of every bf16 weight with AMX, half of one with AVX-512 BF16, none with AVX2 (another path).
+ONEDNN_COPIES = {"AMX": 1.0, "AVX512_BF16": 0.5}
+
+
+def onednn_isa() -> str:
+    """The matrix instructions oneDNN uses for bf16 here: AMX, AVX512_BF16 or none (``ONEDNN_MAX_CPU_ISA`` /
+    ``DNNL_MAX_CPU_ISA`` cap what the CPU has)."""
+    if not torch.backends.mkldnn.is_available():
+        return "none"
+    flags = _cpu_flags()
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    uncapped = cap in ("ALL", "DEFAULT")
+    if "amx_bf16" in flags and (uncapped or "AMX" in cap):
+        return "AMX"
+    if "avx512_bf16" in flags and (uncapped or "AMX" in cap or "BF16" in cap):
+        return "AVX512_BF16"
+    return "none"
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:  # not Linux: no flags known, no copies counted
+        return set()
+
+
+def onednn_weight_copies() -> float:
+    """Copies of its bf16 weights a CPU process holds beside them once it has multiplied them (ONEDNN_COPIES)."""
+    return ONEDNN_COPIES.get(onednn_isa(), 0.0)
+
+
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
 
 
@@ -202,10 +236,18 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
         resident_here = peak_rss_bytes()
         parts["process", "runtime"] = (resident_here + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
+        copies = onednn_weight_copies() if run.compute == 2 and str(model_cfg.dtype).lower() in ("bf16", "bfloat16") \
+            else 0.0
+        if copies:
+            multiplied = sum(size for (role, what), (size, _) in parts.items()
+                             if what == "weights" and role in ("actor", "reference", "critic", "async"))
+            parts["process", "oneDNN"] = (int(copies * multiplied), f"{copies:g} copy of the bf16 weights, reordered "
+                                          f"for this CPU's matrix units ({onednn_isa()})")
         if config.async_training.enable and config.async_training.rollout_placement != "thread":
             # The rollout process imports what this one does: about this process's footprint again.
             parts["async", "runtime"] = (resident_here, "the rollout process itself (the same imports)")
-        extra = parts["process", "runtime"][0] + parts.get(("async", "runtime"), (0, ""))[0]
+        extra = parts["process", "runtime"][0] + parts.get(("async", "runtime"), (0, ""))[0] + \
+            parts.get(("process", "oneDNN"), (0, ""))[0]
         phases = {name: total + extra for name, total in phases.items()}
     return MemoryPlan(device=device, ranks=run.ranks, shape=shape, parts=parts, phases=phases, available=available)
 
