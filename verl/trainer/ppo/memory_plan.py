@@ -77,11 +77,6 @@ def _cpu_flags() -> set[str]:
         return set()
 
 
-def onednn_weight_copies() -> float:
-    """Copies of its bf16 weights a CPU process holds beside them once it has multiplied them (ONEDNN_COPIES)."""
-    return ONEDNN_COPIES.get(onednn_isa(), 0.0)
-
-
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
 
 
@@ -236,13 +231,13 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
         resident_here = peak_rss_bytes()
         parts["process", "runtime"] = (resident_here + CPU_RUN_OVERHEAD,
                                        "the process itself (Python, torch, libraries, tokenizer, data)")
-        copies = onednn_weight_copies() if run.compute == 2 and str(model_cfg.dtype).lower() in ("bf16", "bfloat16") \
-            else 0.0
+        isa = onednn_isa() if run.compute == 2 and str(model_cfg.dtype).lower() in ("bf16", "bfloat16") else "none"
+        copies = ONEDNN_COPIES.get(isa, 0.0)  # of the bf16 weights a CPU process multiplies, kept beside them
         if copies:
             multiplied = sum(size for (role, what), (size, _) in parts.items()
                              if what == "weights" and role in ("actor", "reference", "critic", "async"))
             parts["process", "oneDNN"] = (int(copies * multiplied), f"{copies:g} copy of the bf16 weights, reordered "
-                                          f"for this CPU's matrix units ({onednn_isa()})")
+                                          f"for this CPU's matrix units ({isa})")
         if config.async_training.enable and config.async_training.rollout_placement != "thread":
             # The rollout process imports what this one does: about this process's footprint again.
             parts["async", "runtime"] = (resident_here, "the rollout process itself (the same imports)")
