@@ -14,6 +14,9 @@ trained once and cached), with validation off unless ``--learn``:
 * ``one_step_off`` / ``two_steps_off``: ``async_training.enable=true`` with ``max_staleness`` 1 / 2:
   a rollout process and the trainer, one thread each, generating the next steps while the trainer updates;
 * ``one_step_off_partial``: one step off with ``partial_rollout=true`` (weights taken mid-generation);
+* ``two_steps_off_partial``: two steps off with partial rollouts: weights travel on their own, so the rows of
+  the requests queued at the rollout share its decode batch (``async_training.continuous_batching``, on by
+  default for the native engine); ``two_steps_off_partial_by_request``: the same, one request at a time;
 * ``one_step_off_pool2``: one step off with a rollout pool of two processes (``rollout.n_gpus_per_node=2``),
   one thread each: three processes, so on two cores it measures the pool's cost more than its gain;
 * ``one_step_off_trainer_reward``: one step off with the rewards scored by the trainer
@@ -48,6 +51,11 @@ MODES = {
     "two_steps_off": (["async_training.enable=true", "async_training.max_staleness=2"], 1),
     "one_step_off_partial": (["async_training.enable=true", "async_training.max_staleness=1",
                               "async_training.partial_rollout=true"], 1),
+    "two_steps_off_partial": (["async_training.enable=true", "async_training.max_staleness=2",
+                               "async_training.partial_rollout=true"], 1),
+    "two_steps_off_partial_by_request": (["async_training.enable=true", "async_training.max_staleness=2",
+                                          "async_training.partial_rollout=true",
+                                          "async_training.continuous_batching=false"], 1),
     "one_step_off_pool2": (["async_training.enable=true", "async_training.max_staleness=1",
                             "rollout.n_gpus_per_node=2"], 1),
     "one_step_off_trainer_reward": (["async_training.enable=true", "async_training.max_staleness=1",

@@ -84,6 +84,13 @@ class AsyncTrainingConfig(Section):
                                    "the row's). Fresher samples; a run is then no longer reproducible (where a "
                                    "swap falls depends on timing). false: a batch is generated on one version "
                                    "from start to end.")
+    continuous_batching: bool = option(True, help="The rollout's native engine decodes the rows of successive "
+                                       "requests in one batch: the next steps' rows take the slots of this step's "
+                                       "finished ones (at most actor_rollout_ref.rollout.max_num_seqs at once), so "
+                                       "a long response no longer holds the next step back. Each row's tokens are "
+                                       "the same either way (its prompt, seed and weights decide them). false: one "
+                                       "request at a time. hf, vllm and multi-turn agent loops generate a request "
+                                       "at a time.")
     use_rollout_log_probs: bool = option(True, help="Behaviour log-probs from the rollout engine: with stale "
                                          "samples (max_staleness > 0) they are pi_old of the PPO ratio (verl's "
                                          "bypass mode), unless compute_prox_log_prob.")
@@ -109,8 +116,8 @@ class AsyncTrainingConfig(Section):
         why="read only with use_dynamic_resource_scheduling, refused here")
     concurrent_samples_per_replica: int = verl_option(
         16, help="verl: generation requests in flight per rollout server.",
-        why="a rollout process generates a step's prompts as one batch; actor_rollout_ref.rollout.max_num_seqs "
-            "bounds the rows it decodes at once")
+        why="a rollout process takes every request it is sent; actor_rollout_ref.rollout.max_num_seqs bounds the "
+            "rows it decodes at once (with the native engine, across requests: async_training.continuous_batching)")
     rollout_placement: Literal["process", "thread", "ranks"] = option(
         "process", help="Where the rollout runs: process (a process of its own: generation and training overlap), "
         "thread (in this process: breakpoints work, for debugging; they overlap only where torch releases the GIL) "

@@ -81,6 +81,9 @@ class WorkerSpec:
     """The trainer's :class:`~verl.distributed.weight_sync.BroadcastChannel` address (broadcast backend)."""
     broadcast_rank: int = 1
     """This process's rank in that channel (1 .. the pool's size)."""
+    continuous: bool = True
+    """Rows of successive requests share the engine's decode batch where it takes them
+    (:mod:`verl.distributed.rollout_rows`, ``async_training.continuous_batching``)."""
     scorer: object | None = None
     """Where the rollout scores the rewards of what it generates: ``scorer(tokenizer)`` is the reward stage,
     ``score(batch) -> columns`` (picklable; built in the server's process). None: the trainer scores."""
@@ -113,9 +116,9 @@ class _Inbox:
             item = self.backlog.popleft() if self.backlog else self.requests.get()
             if not isinstance(item, WeightUpdate):
                 return item
-            self._stash(item.weights)
+            self.stash(item.weights)
 
-    def _stash(self, message: WeightMessage) -> None:
+    def stash(self, message: WeightMessage) -> None:
         """``message`` is the newest weights; an older one waiting is dropped (a broadcast one received
         first: every broadcast is received, in order)."""
         if self.weights is not None and self.weights.backend == "broadcast":
@@ -129,7 +132,7 @@ class _Inbox:
             except queue.Empty:
                 break
             if isinstance(item, WeightUpdate):
-                self._stash(item.weights)
+                self.stash(item.weights)
             else:
                 self.backlog.append(item)
         return self.weights is not None
@@ -149,6 +152,12 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         score = spec.scorer(worker.tokenizer) if spec.scorer is not None else None
     except BaseException:  # noqa: BLE001 - reported to the trainer, which raises it with context
         results.put(RolloutResult(0, None, -1, error=traceback.format_exc()))
+        return
+    if spec.continuous and worker.takes_rows():
+        from verl.distributed.rollout_rows import RowServer
+
+        results.put("ready")
+        RowServer(worker, _Inbox(requests, worker, channel), results, score, spec.partial, channel).run()
         return
     inbox = _Inbox(requests, worker, channel) if spec.partial else None
     results.put("ready")

@@ -101,10 +101,16 @@ class RolloutEngine(ABC):
             responses, log_probs = self.generate_responses(ids, mask, params, seeds, **images)
         else:
             responses, log_probs, last = self.generate_resumable(ids, mask, params, seeds, swap, **images)
-        out = assemble_rollout(batch, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
-                               log_probs=log_probs)
+        out = self.finish(batch, responses, params, log_probs)
         if swap is not None:
             out["policy_version_last"] = last
+        return out
+
+    def finish(self, rows: Batch, responses: torch.Tensor, params: SamplingParams,
+               log_probs: torch.Tensor | None = None) -> Batch:
+        """The rollout batch of ``rows`` (prompts x n, from :meth:`sample_rows`) and their generated responses."""
+        out = assemble_rollout(rows, responses, params.max_new_tokens, self.eos_token_ids, self.pad_token_id,
+                               log_probs=log_probs)
         out.meta["temperature"] = params.logprob_temperature
         return out
 

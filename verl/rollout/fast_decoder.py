@@ -268,30 +268,35 @@ class FastDecoder:
         distinct left-padded prompts are prefilled once; slot ``i`` gets prompt ``samples[i]``, placed so
         that it ends at the last filled column, every column before it masked, and it decodes on with
         the other rows from the next column. When the cache lacks room for ``max_new`` more columns, it
-        is rebuilt without the columns no row reads any more, with room to spare. Returns each slot's
+        is rebuilt without the columns no row reads any more, with room to spare; prompts longer than
+        the filled columns move every row right (the new columns masked). Returns each slot's
         logits ``[len(slots), V]``."""
         length = input_ids.shape[1]
         filled, kv = self.length, self.kv_heads
         offset = filled - length  # the new prompts' first column (prompts share their padded length)
-        if offset < 0:
-            raise ValueError(f"new prompts of {length} positions do not fit before column {filled}")
-        self.start[slots] = offset
+        shift = max(0, -offset)  # prompts longer than the filled columns: every row moves right, masked before
+        self.start[slots] = max(offset, 0)
         capacity = self.keys[0].shape[1]
-        if filled + max_new > capacity:
+        if shift or filled + max_new > capacity:
             first = int(self.start.min())  # columns before it are masked for every row
-            capacity = filled - first + 2 * max_new  # room for a few refills before the next rebuild
+            kept = filled - first
+            capacity = kept + shift + 2 * max_new  # room for a few refills before the next rebuild
 
             def rebuilt(buffer: torch.Tensor) -> torch.Tensor:
                 out = buffer.new_empty(buffer.shape[0], capacity, *buffer.shape[2:])
-                out[:, :filled - first] = buffer[:, first:filled]
+                out[:, :shift] = 0  # masked, but read: uninitialised memory may hold NaN, which a mask does not hide
+                out[:, shift:shift + kept] = buffer[:, first:filled]
                 return out
 
             self.keys, self.values = [rebuilt(k) for k in self.keys], [rebuilt(v) for v in self.values]
             bias = self.bias.new_zeros(self.bias.shape[0], 1, capacity)  # 0 on every decode column
-            bias[:, :, :filled - first] = self.bias[:, :, first:filled]
+            bias[:, :, :shift] = float("-inf")
+            bias[:, :, shift:shift + kept] = self.bias[:, :, first:filled]
             self.bias = bias
-            self.start -= first
-            filled, offset, self.length = filled - first, offset - first, filled - first
+            self.start += shift - first
+            self.start[slots] = 0 if shift else self.start[slots]
+            filled = self.length = kept + shift
+            offset = filled - length
         table = len(self.rot if self.complex else self.cos)
         if table < int(positions.max()) + 1 + max_new:
             self._rope_tables(int(positions.max()) + 1 + max_new)

@@ -43,6 +43,7 @@ from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_
 from verl.rollout.base import RolloutEngine, SamplingParams
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.partial import join_generations
+from verl.rollout.row_decoder import RowDecoder, Rows, assemble
 from verl.rollout.seeding import draw, filter_logits
 
 CACHE_KINDS = ("dynamic", "static")
@@ -161,13 +162,21 @@ class NativeRollout(RolloutEngine):
     def _steps(self, total_length: int):
         """The decoder for one call: the fast one when the model allows it, else the HF forward.
         Decided (and the weights read) at every call: in the hybrid engine they change between calls."""
-        self.fallback_reason = unsupported_reason(self.model, total_length) if self.fast else "fast=False"
-        where = next(self.model.parameters()).device
-        if self.fallback_reason is None and (where.type != self.device.type or
-                                             self.device.index not in (None, where.index)):
-            self.fallback_reason = f"the parameters are on {where}, the engine computes on {self.device}"
+        self.fallback_reason = self._fast_reason(total_length)
         self.last_path = "hf" if self.fallback_reason else "fast"
         return _HFSteps(self) if self.fallback_reason else FastDecoder(self.model)
+
+    def _fast_reason(self, total_length: int | None) -> str | None:
+        """Why the fast decoder cannot run sequences of ``total_length`` positions (None: it can)."""
+        reason = unsupported_reason(self.model, total_length) if self.fast else "fast=False"
+        where = next(self.model.parameters()).device
+        if reason is None and (where.type != self.device.type or self.device.index not in (None, where.index)):
+            reason = f"the parameters are on {where}, the engine computes on {self.device}"
+        return reason
+
+    def takes_rows(self, total_length: int | None) -> bool:
+        """Whether :meth:`row_decoder` runs sequences of ``total_length`` positions (None: any length)."""
+        return self._fast_reason(total_length) is None
 
     @staticmethod
     def _pick(logits: torch.Tensor, params: SamplingParams, seeds: torch.Tensor, step: int):
@@ -201,11 +210,10 @@ class NativeRollout(RolloutEngine):
         """``bounded``: at most :meth:`rows_at_once` rows decode at once (False: a wave, all of them)."""
         batch, prompt_len = input_ids.shape
         max_new = params.max_new_tokens
-        responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
-        log_probs = torch.zeros(batch, max_new, device=self.device)
         self.last_decode_rows = []
         if max_new == 0 or batch == 0:
-            return responses, log_probs if params.logprobs else None
+            responses = torch.full((batch, max_new), self.pad_token_id, dtype=torch.long, device=self.device)
+            return responses, torch.zeros(batch, max_new, device=self.device) if params.logprobs else None
         cap = min(batch, self.rows_at_once(params) or batch) if bounded else batch
         if cap < batch and pause is not None:  # generate_resumable hands the engine that many rows at a time
             raise ValueError(f"a pausable generation takes at most {cap} rows at once, got {batch}")
@@ -224,80 +232,22 @@ class NativeRollout(RolloutEngine):
             steps = _HFSteps(self)
             logits = steps.prefill(input_ids, mask, rope, prompt_len + max_new, **images)
         else:
-            positions = mask.cumsum(dim=1) - 1
-            positions = positions.masked_fill(mask == 0, 1)  # pads attend nowhere; as transformers' generate does
             steps = self._steps(prompt_len + max_new)
             if cap < batch and not isinstance(steps, FastDecoder):
                 return self._waves(input_ids, attention_mask, params, seeds, first_step, media, cap)
-            logits = self._prefill(steps, input_ids[:cap], mask[:cap], positions[:cap], prompt_len + max_new)
-            shift = torch.zeros(batch, dtype=torch.long, device=self.device)
 
-        seeds = seeds.to(self.device)
-        rows = torch.arange(cap, device=self.device)  # the output row of each decode row
-        waiting = cap  # rows [waiting, batch) wait for a slot
-        live = torch.ones(cap, dtype=torch.bool, device=self.device)  # decode rows still generating
-        row_seeds = seeds[:cap]
-        drawn = torch.zeros(cap, dtype=torch.long, device=self.device)  # tokens each decode row has drawn
-        next_position = (mask.sum(dim=1) + shift)[:cap]
-        eos = torch.tensor(self.eos_token_ids, device=self.device)
-        # Each decode row's tokens and log-probs, a column per token it drew (one more column takes the draws
-        # of a row that has finished and is still in the batch); copied out to their output rows when rows
-        # leave the batch or give up their slot. Tokens a finished row still draws are blanked at the end.
-        step_tokens = responses.new_full((cap, max_new + 1), self.pad_token_id)
-        step_log_probs = log_probs.new_zeros(cap, max_new + 1)
-        lengths = torch.zeros(batch, dtype=torch.long, device=self.device)  # tokens drawn by each output row
-
-        def write_out(index):
-            responses[rows[index]], log_probs[rows[index]] = step_tokens[index, :max_new], step_log_probs[index, :max_new]
-            lengths[rows[index]] = drawn[index].clamp(max=max_new)
-
-        while True:
-            tokens, token_log_probs = self._pick(forbid_placeholders(logits, forbidden), params, row_seeds,
-                                                 first_step + drawn)
-            index = (torch.arange(len(rows), device=self.device), drawn.clamp(max=max_new))
-            step_tokens[index], step_log_probs[index] = tokens, token_log_probs
-            drawn = drawn + 1
-            live &= ~torch.isin(tokens, eos) & (drawn < max_new)
-            still_going = int(live.sum())
-            if (still_going == 0 and waiting == batch) or (pause is not None and pause()):
-                break
-            # Rows that finished free their place once enough of them gather (each change costs a cache
-            # copy or a prefill, each dead row left in one row of decode compute per step): while rows
-            # wait, they take the finished rows' slots (continuous batching); after that the finished
-            # rows leave the batch and the cache.
-            enough = len(rows) - still_going >= max(1, int(self.compact_fraction * len(rows)))
-            if enough and waiting == batch:
-                keep, gone = live.nonzero().squeeze(-1), (~live).nonzero().squeeze(-1)
-                write_out(gone)
-                steps.select(keep)
-                rows, live, next_position, tokens = rows[keep], live[keep], next_position[keep], tokens[keep]
-                step_tokens, step_log_probs, drawn = step_tokens[keep], step_log_probs[keep], drawn[keep]
-                row_seeds = seeds[rows]
-            if still_going:
-                self.last_decode_rows.append(len(rows))
-                logits = steps.decode(tokens, next_position)
-                next_position = next_position + live  # a finished row's draws are blanked: its position stays
-            if enough and waiting < batch:
-                slots = (~live).nonzero().squeeze(-1)[:batch - waiting]
-                new = torch.arange(waiting, waiting + len(slots), device=self.device)
-                waiting += len(slots)
-                write_out(slots)
-                first, samples = distinct_prompts(input_ids[new], mask[new])
-                logits[slots] = steps.refill(slots, input_ids[new][first], mask[new][first], positions[new][first],
-                                             samples, max_new)
-                rows[slots], live[slots], drawn[slots] = new, True, 0
-                next_position[slots] = mask[new].sum(dim=1)
-                step_tokens[slots], step_log_probs[slots] = self.pad_token_id, 0.0
-                row_seeds = seeds[rows]
-        write_out(torch.arange(len(rows), device=self.device))
-        # Everything after a row's first stop token: pad, log-prob 0. The output is as wide as the longest response.
-        stopped = torch.isin(responses, eos).long()
-        after = (stopped.cumsum(dim=1) - stopped) > 0
-        responses.masked_fill_(after, self.pad_token_id)
-        log_probs.masked_fill_(after, 0.0)
-        ended = torch.where(stopped.any(dim=1), stopped.argmax(dim=1) + 1, lengths)
-        width = int(torch.minimum(ended, lengths).max())
-        return responses[:, :width], log_probs[:, :width] if params.logprobs else None
+        rows = Rows(input_ids, mask, seeds.to(self.device), torch.arange(batch), torch.full((batch,), first_step),
+                    torch.full((batch,), max_new))
+        # The rows (every one of them, or cap at a time, waiting rows taking the slots of finished ones).
+        decoder = RowDecoder(self, steps, params, cap, forbidden, decode_rows=self.last_decode_rows)
+        if images:
+            decoder.begin(logits, rows, mask.sum(dim=1) + shift)
+        else:
+            decoder.add(rows)
+        decoder.run(pause)
+        responses, log_probs, _ = assemble(decoder.out, batch, max_new, self.pad_token_id,
+                                           torch.tensor(self.eos_token_ids), self.device)
+        return responses, log_probs if params.logprobs else None
 
     @staticmethod
     def _prefill(steps, input_ids, mask, positions, capacity: int):
@@ -315,6 +265,16 @@ class NativeRollout(RolloutEngine):
                                                 seeds[at:at + cap], first_step, None,
                                                 None if media is None else media[at:at + cap], bounded=False)
                                  for at in range(0, len(input_ids), cap)], self.pad_token_id)
+
+    def row_decoder(self, params: SamplingParams, total_length: int) -> RowDecoder | None:
+        """An empty :class:`~verl.rollout.row_decoder.RowDecoder` that takes rows as they come, at most
+        :meth:`rows_at_once` decoding at once (the asynchronous rollout's continuous batching across requests;
+        call it under ``torch.inference_mode()``, the model in eval mode); None where the model runs its own
+        forward, whose cache takes no new rows. It reads the weights now: build another after a sync."""
+        steps = self._steps(total_length)
+        if not isinstance(steps, FastDecoder):
+            return None
+        return RowDecoder(self, steps, params, self.rows_at_once(params))
 
     def sync_weights(self, weights: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(weights)

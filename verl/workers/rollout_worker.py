@@ -58,7 +58,7 @@ class RolloutWorker:
         ``policy_version_first`` / ``policy_version_last`` on every row: the version that drew its first
         and its last token. They differ only with ``swap`` (:mod:`verl.rollout.partial`), where weights
         that arrive mid-generation are taken at once."""
-        check_context_length(self.model_config, prompts["input_ids"].shape[1], params.max_new_tokens)
+        self.check_length(prompts, params)
         generate = self.agent_loop.generate if self.agent_loop is not None else self.rollout.generate
         if swap is not None and swap.pending():
             swap.apply()  # weights that came before the request: every row starts on them
@@ -68,4 +68,44 @@ class RolloutWorker:
         out["policy_version_first"] = torch.full((len(out),), first, dtype=torch.long)
         if "policy_version_last" not in out:
             out["policy_version_last"] = out["policy_version_first"].clone()
+        return out
+
+    def check_length(self, prompts: Batch, params: SamplingParams) -> None:
+        check_context_length(self.model_config, prompts["input_ids"].shape[1], params.max_new_tokens)
+
+    # ------------------------------------------------------------------ rows that come and go
+    def takes_rows(self, prompts: Batch | None = None, params: SamplingParams | None = None) -> bool:
+        """Whether rows (of ``prompts``, sampled with ``params``) can go through a
+        :class:`~verl.rollout.row_decoder.RowDecoder` beside those of other requests (continuous batching across
+        requests, :mod:`verl.distributed.rollout_rows`): not with a multi-turn agent loop, images, an engine other
+        than native, or a model the native engine runs through its own forward."""
+        from verl.models.vision import media_of
+        from verl.rollout.native import NativeRollout
+
+        if self.agent_loop is not None or not isinstance(self.rollout, NativeRollout):
+            return False
+        if prompts is None:
+            return self.rollout.takes_rows(None)
+        media = media_of(prompts)
+        if media is not None and any(m is not None for m in media):
+            return False
+        return self.rollout.takes_rows(prompts["input_ids"].shape[1] + params.max_new_tokens)
+
+    def row_decoder(self, prompts: Batch, params: SamplingParams):
+        """An empty decoder for rows sampled with ``params`` (:meth:`takes_rows` said yes for ``prompts``); it
+        reads the weights held now."""
+        self.rollout.model.eval()
+        return self.rollout.row_decoder(params, prompts["input_ids"].shape[1] + params.max_new_tokens)
+
+    def rows_of(self, prompts: Batch, params: SamplingParams) -> tuple[Batch, torch.Tensor]:
+        """The rows of a request (prompts x n, on this worker's device) and their sampling seeds."""
+        self.check_length(prompts, params)
+        return self.rollout.sample_rows(prompts.to(self.device), params)
+
+    def finish(self, rows: Batch, responses: torch.Tensor, log_probs: torch.Tensor | None, params: SamplingParams,
+               first: torch.Tensor, last: torch.Tensor) -> Batch:
+        """What :meth:`generate_sequences` returns for ``rows`` generated row by row: ``first`` / ``last``, the
+        policy version that drew each row's first and last token."""
+        out = self.rollout.finish(rows, responses, params, log_probs if params.logprobs else None)
+        out["policy_version_first"], out["policy_version_last"] = first, last
         return out

@@ -388,7 +388,8 @@ def open_rollout_stream(config):
     scorer = functools.partial(RolloutScorer, config) if a.reward_placement == "rollout" else None
     spec = WorkerSpec(config.actor_rollout_ref, device=config.trainer.device,
                       max_response_length=config.data.max_response_length, seed=config.trainer.seed,
-                      threads=split_threads(config), partial=a.partial_rollout, scorer=scorer)
+                      threads=split_threads(config), partial=a.partial_rollout, continuous=a.continuous_batching,
+                      scorer=scorer)
     if a.rollout_placement == "ranks":  # each rank resolves the device for itself: cuda:LOCAL_RANK on GPUs
         return started(_rank_streams(config, spec))
     return open_stream(a.rollout_placement, spec, timeout_s=config.trainer.dist_timeout_s,
