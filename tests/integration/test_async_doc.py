@@ -12,5 +12,5 @@ def test_every_code_block_of_the_async_guide_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace = run_document(DOC, tmp_path, min_blocks=2)
     assert len(namespace["steps"]) == 4
-    for run in ("one-step-off", "dapo-one-step-off", "rollout-ranks", "rollout-node", "v1-separate-async"):
+    for run in ("one-step-off", "dapo-one-step-off", "fully-async", "rollout-ranks", "rollout-node", "v1-separate-async"):
         assert (tmp_path / "outputs" / run / "huggingface" / "config.json").exists()

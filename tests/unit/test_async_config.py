@@ -90,6 +90,8 @@ def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs
     (("async_training.max_staleness=1", "async_training.use_rollout_log_probs=false"), "nothing corrects for it"),
     (("async_training.rollout_placement=ranks",), "rollout_placement=ranks outside a torchrun job"),
     (("actor_rollout_ref.model.lora.merge=maybe",), "lora.merge='maybe': true"),
+    (("async_training.stream_samples=true", "algorithm.adv_estimator=remax"), "greedy baselines are asked with"),
+    (("async_training.stream_samples=true", "algorithm.filter_groups.enable=true"), "DAPO's refills are asked per"),
 ])
 def test_what_it_cannot_do_is_refused_at_start_naming_the_key(keys, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
@@ -329,7 +331,7 @@ def test_a_rollout_pool_in_a_synchronous_run_is_refused_not_ignored(keys):
 def _schedule(whole, head, prompts, steps):
     """The requests a controller sends over a run of ``steps`` steps, as (published version, step, part):
     after each version is published, everything :func:`next_request` allows, in step order."""
-    from verl.trainer.ppo.async_trainer import next_request
+    from verl.trainer.ppo.async_rollouts import next_request
 
     sent, tails, step = [], set(), 1
     for published in range(steps):
@@ -355,3 +357,36 @@ def test_the_schedule_sends_whole_steps_a_head_ahead_and_its_tail_one_version_la
     assert _schedule(0, 4, 4, 3) == [(0, 1, "whole"), (0, 2, "whole"), (1, 3, "whole")]
     # bound 0: the synchronous order
     assert _schedule(0, 0, 4, 3) == [(0, 1, "whole"), (1, 2, "whole"), (2, 3, "whole")]
+
+
+def _answer(key, version):
+    from verl.distributed.rollout_stream import RolloutResult
+
+    return RolloutResult(0, None, version, key=key)
+
+
+def test_a_streamed_step_takes_the_first_fresh_prompts_in_their_order_and_drops_the_stale():
+    from verl.trainer.ppo.async_rollouts import choose
+
+    # (sample_key, first version) in the order they arrived; the step trains at version 2, bound 1
+    pool = [_answer(*kv) for kv in ((5, 0), (2, 1), (9, 2), (1, 0), (3, 2))]
+    taken, stale, left = choose(pool, 2, trained_at=2, bound=1)
+    assert [a.key for a in taken] == [2, 9]  # the first two fresh ones to arrive, in prompt order
+    assert [a.key for a in stale] == [5, 1]  # version 0 is 2 versions old
+    assert [a.key for a in left] == [3]
+    taken, stale, left = choose(pool, 4, trained_at=2, bound=1)
+    assert taken is None and [a.key for a in left] == [2, 9, 3] and [a.key for a in stale] == [5, 1]
+    # bound 0 at version 0: every prompt of the step, in its order (the synchronous batch)
+    taken, stale, left = choose([_answer(k, 0) for k in (3, 0, 2, 1)], 4, trained_at=0, bound=0)
+    assert [a.key for a in taken] == [0, 1, 2, 3] and not stale and not left
+
+
+def test_verls_fully_async_command_line_streams_samples_and_says_so():
+    from verl.experimental.fully_async_policy.fully_async_main import load_fully_async_config
+
+    config, _ = load_fully_async_config([])
+    assert config.async_training.stream_samples
+    lines = prepare_async_config(config)
+    assert any(line.startswith("streaming: a step trains on the first") for line in lines), lines
+    config, _ = load_fully_async_config(["async_training.stream_samples=false"])
+    assert not any(line.startswith("streaming") for line in prepare_async_config(config))

@@ -161,10 +161,10 @@ class Script:
         return self.items.pop(0)
 
 
-def answers(worker, items, count, *, partial=False, after=None):
+def answers(worker, items, count, *, partial=False, after=None, groups=False):
     """Run a RowServer of ``worker`` over ``items``; its first ``count`` answers and the server."""
     script, results = Script(items, after), queue.Queue()
-    server = RowServer(worker, _Inbox(script, worker, None), results, None, partial)
+    server = RowServer(worker, _Inbox(script, worker, None), results, None, partial, groups=groups)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     out = [results.get(timeout=120) for _ in range(count)]
@@ -176,16 +176,17 @@ def answers(worker, items, count, *, partial=False, after=None):
     return out, server
 
 
-def one_at_a_time(worker, requests):
+def one_at_a_time(worker, requests, groups=False):
     """What the request-at-a-time server answers (continuous=False)."""
-    spec = WorkerSpec(None, device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1, continuous=False)
+    spec = WorkerSpec(None, device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1, continuous=False,
+                      groups=groups)
     spec.build = lambda: worker
     inbox, results = queue.Queue(), queue.Queue()
     for request in list(requests) + [None]:
         inbox.put(request)
     serve(spec, inbox, results)
     assert results.get() == "ready"
-    return [results.get() for _ in requests]
+    return [results.get() for _ in range(results.qsize())]
 
 
 def seeded(tokenizer, texts, offset):
@@ -289,3 +290,23 @@ def test_without_a_slot_bound_rows_that_arrive_get_slots_of_their_own(qwen2):  #
     responses, _, _ = decoded(decoder, 100, len(second), PARAMS, engine)
     alone = engine.generate(later, PARAMS)["responses"]
     assert torch.equal(responses, alone[:, :responses.shape[1]])
+
+
+def test_each_prompt_is_answered_on_its_own_as_soon_as_its_samples_are_done(eos_prone_dir):
+    """async_training.stream_samples: one answer per prompt (its n samples, its sample_key), from the row server as
+    prompts finish and from the request-at-a-time server after each request; together they are the request's
+    batch."""
+    worker = RolloutWorker(worker_config(eos_prone_dir, max_num_seqs=12), device="cpu")
+    prompts = seeded(worker.tokenizer, LONG_TAIL, 0)
+    prompts["sample_key"] = 100 + torch.arange(len(prompts))
+    request = RolloutRequest(1, prompts, PARAMS)
+    whole = one_at_a_time(worker, [copy.copy(request)])[0].batch
+    streamed, _ = answers(worker, [copy.copy(request)], len(prompts), groups=True)
+    by_request = one_at_a_time(worker, [copy.copy(request)], groups=True)
+    for got in (streamed, by_request):
+        assert sorted(a.key for a in got) == list(range(100, 108))
+        assert all(len(a.batch) == PARAMS.n and (a.batch["sample_key"] == a.key).all() for a in got)
+        ordered = sorted(got, key=lambda a: a.key)
+        assert torch.equal(torch.cat([a.batch["responses"] for a in ordered]), whole["responses"])
+    # the row server answers the prompts that end first first: not in the order they were asked
+    assert [a.key for a in streamed] != sorted(a.key for a in streamed)

@@ -84,6 +84,12 @@ class AsyncTrainingConfig(Section):
                                    "the row's). Fresher samples; a run is then no longer reproducible (where a "
                                    "swap falls depends on timing). false: a batch is generated on one version "
                                    "from start to end.")
+    stream_samples: bool = option(False, help="A step trains on the first data.train_batch_size prompts whose "
+                                  "samples are all generated, whichever step's request they came with (verl's "
+                                  "fully-async trainer; its entry point sets it), instead of its own step's "
+                                  "prompts. A prompt whose samples are older than max_staleness when taken is "
+                                  "dropped and sent again (async/dropped). Not reproducible (what finishes first "
+                                  "depends on timing), except at max_staleness=0, the synchronous run.")
     continuous_batching: bool = option(True, help="The rollout's native engine decodes the rows of successive "
                                        "requests in one batch: the next steps' rows take the slots of this step's "
                                        "finished ones (at most actor_rollout_ref.rollout.max_num_seqs at once), so "

@@ -27,7 +27,7 @@ from collections import deque
 import torch
 import torch.nn.functional as F
 
-from verl.distributed.rollout_server import RolloutRequest, RolloutResult
+from verl.distributed.rollout_server import RolloutRequest, RolloutResult, answer, prompt_groups
 from verl.distributed.weight_sync import unpack
 from verl.protocol import Batch
 from verl.rollout.row_decoder import Finished, Rows, assemble
@@ -47,6 +47,8 @@ class _Open:
         self.done = torch.zeros(n, dtype=torch.bool)
         self.first = torch.full((n,), UNSET, dtype=torch.long)
         self.last = torch.full((n,), UNSET, dtype=torch.long)
+        self.answered = torch.zeros(n // request.params.n, dtype=torch.bool)
+        """Each prompt's: answered on its own (:attr:`RowServer.groups`)."""
 
     def owns(self, tag: int) -> bool:
         return self.base <= tag < self.base + len(self.drawn)
@@ -83,8 +85,11 @@ class RowServer:
     """Answers the requests of ``inbox`` (a :class:`~verl.distributed.rollout_server._Inbox`) through one row
     decoder of ``worker`` at a time (module docstring); ``score``: the rollout's reward stage, or None."""
 
-    def __init__(self, worker, inbox, results, score, partial: bool, channel=None):
+    def __init__(self, worker, inbox, results, score, partial: bool, channel=None, groups: bool = False):
+        """``groups``: each prompt's samples are answered as soon as they are all done, in any order
+        (:attr:`~verl.distributed.rollout_server.WorkerSpec.groups`); else each request once all its rows are."""
         self.worker, self.inbox, self.results, self.score = worker, inbox, results, score
+        self.groups = groups
         self.partial, self.channel = partial, channel
         self.decoder = None
         self.params = None
@@ -237,25 +242,41 @@ class RowServer:
 
     # ------------------------------------------------------------------ answers out
     def _answer(self) -> None:
-        """Answer the requests whose rows are all done, in order."""
+        """Answer the requests whose rows are all done, in order (with :attr:`groups`: every prompt whose samples
+        are all done, as they come)."""
+        if self.groups:
+            for opened in list(self.open):
+                n = opened.request.params.n
+                ready = opened.done.view(-1, n).all(dim=1) & ~opened.answered
+                for g in ready.nonzero().flatten().tolist():
+                    self._answer_rows(opened, slice(g * n, (g + 1) * n))
+                    opened.answered[g] = True
+                if bool(opened.answered.all()):
+                    self.open.remove(opened)
+            return
         while self.open and bool(self.open[0].done.all()):
             opened = self.open.popleft()
-            params, rows = opened.request.params, len(opened.drawn)
-            eos = torch.tensor(self.worker.rollout.eos_token_ids)
-            responses, log_probs, _ = assemble([Finished(torch.arange(rows), opened.tokens, opened.log_probs,
-                                                         opened.drawn)], rows, params.max_new_tokens,
-                                               self.worker.rollout.pad_token_id, eos, "cpu")
-            device = opened.rows["input_ids"].device
-            batch = self.worker.finish(opened.rows, responses.to(device), log_probs.to(device), params,
-                                       opened.first, opened.last)
-            self._put(opened.request.step, batch)
+            self._answer_rows(opened, slice(None))
+
+    def _answer_rows(self, opened: _Open, rows: slice) -> None:
+        params = opened.request.params
+        drawn = opened.drawn[rows]
+        eos = torch.tensor(self.worker.rollout.eos_token_ids)
+        responses, log_probs, _ = assemble([Finished(torch.arange(len(drawn)), opened.tokens[rows],
+                                                     opened.log_probs[rows], drawn)], len(drawn),
+                                           params.max_new_tokens, self.worker.rollout.pad_token_id, eos, "cpu")
+        device = opened.rows["input_ids"].device
+        batch = self.worker.finish(opened.rows.index(rows), responses.to(device), log_probs.to(device), params,
+                                   opened.first[rows], opened.last[rows])
+        self._put(opened.request.step, batch)
 
     def _whole(self, request: RolloutRequest) -> None:
         """A request the decoder cannot take (images, a sequence the fast decoder cannot run): generated alone,
         now that the rows before it are done."""
         batch = self.worker.generate_sequences(request.prompts, request.params,
                                                swap=self.inbox if self.partial else None)
-        self._put(request.step, batch)
+        for part in prompt_groups(batch, request.params.n) if self.groups else [batch]:
+            self._put(request.step, part)
 
     def _put(self, step: int, batch: Batch) -> None:
         scoring = 0.0
@@ -266,7 +287,6 @@ class RowServer:
         now = time.perf_counter()
         self.scoring += scoring
         busy = now - self.since - self.idle - self.load - self.scoring
-        version = int(batch["policy_version_first"].min()) if len(batch) else self.version
-        self.results.put(RolloutResult(step, batch, version, gen_seconds=max(busy, 0.0), idle_seconds=self.idle,
-                                       load_seconds=self.load, score_seconds=self.scoring))
+        self.results.put(answer(step, batch, self.worker, gen_seconds=max(busy, 0.0), idle_seconds=self.idle,
+                                load_seconds=self.load, score_seconds=self.scoring))
         self.since, self.idle, self.load, self.scoring = time.perf_counter(), 0.0, 0.0, 0.0

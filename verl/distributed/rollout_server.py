@@ -63,6 +63,8 @@ class RolloutResult:
     """ReMax: the greedy responses to the same prompts (the trainer joins them on, from a request of their own)."""
     score_seconds: float = 0.0
     """Scoring the batch's rewards, where the rollout scores them (:attr:`WorkerSpec.scorer`)."""
+    key: int = -1
+    """A prompt's answer (:attr:`WorkerSpec.groups`): its ``sample_key``, the order of the prompts of a step."""
 
 
 @dataclass
@@ -84,6 +86,9 @@ class WorkerSpec:
     continuous: bool = True
     """Rows of successive requests share the engine's decode batch where it takes them
     (:mod:`verl.distributed.rollout_rows`, ``async_training.continuous_batching``)."""
+    groups: bool = False
+    """Each prompt's samples are answered on their own, as soon as they are all generated (their ``sample_key``
+    in :attr:`RolloutResult.key`; ``async_training.stream_samples``); else a request at a time, whole."""
     scorer: object | None = None
     """Where the rollout scores the rewards of what it generates: ``scorer(tokenizer)`` is the reward stage,
     ``score(batch) -> columns`` (picklable; built in the server's process). None: the trainer scores."""
@@ -157,7 +162,8 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         from verl.distributed.rollout_rows import RowServer
 
         results.put("ready")
-        RowServer(worker, _Inbox(requests, worker, channel), results, score, spec.partial, channel).run()
+        RowServer(worker, _Inbox(requests, worker, channel), results, score, spec.partial, channel,
+                  groups=spec.groups).run()
         return
     inbox = _Inbox(requests, worker, channel) if spec.partial else None
     results.put("ready")
@@ -185,13 +191,28 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         except BaseException:  # noqa: BLE001
             results.put(RolloutResult(request.step, None, -1, error=traceback.format_exc()))
             return
-        version = int(batch["policy_version_first"].min()) if len(batch) else -1 if worker.version is None \
-            else worker.version
-        step = request.step
+        step, n = request.step, request.params.n
         del request  # the weights it carried: mapped memory released before the next wait
         last = time.perf_counter()
-        results.put(RolloutResult(step, batch, version, gen_seconds=last - start - load - scoring, idle_seconds=idle,
-                                  load_seconds=load, score_seconds=scoring))
+        timing = dict(gen_seconds=last - start - load - scoring, idle_seconds=idle, load_seconds=load,
+                      score_seconds=scoring)
+        for part in prompt_groups(batch, n) if spec.groups else [batch]:
+            results.put(answer(step, part, worker, **timing))
+            timing = {}  # a request's time goes with its first prompt's answer
+
+
+def prompt_groups(batch: Batch, n: int) -> list[Batch]:
+    """A rollout batch (prompts x n, a prompt's samples adjacent) as one batch per prompt."""
+    return [batch.index(slice(at, at + n)) for at in range(0, len(batch), n)]
+
+
+def answer(step: int, batch: Batch, worker, **timing) -> RolloutResult:
+    """The answer of ``batch``: its oldest version (the worker's, for no rows) and, for one prompt's samples
+    (:attr:`WorkerSpec.groups`), its ``sample_key``."""
+    version = int(batch["policy_version_first"].min()) if len(batch) else -1 if worker.version is None \
+        else worker.version
+    key = int(batch["sample_key"][0]) if len(batch) and "sample_key" in batch else -1
+    return RolloutResult(step, batch, version, key=key, **timing)
 
 
 def _exit_with_parent(parent_pid: int) -> None:

@@ -82,9 +82,11 @@ class RolloutStream:
         if answer != "ready":
             self._raise_failed(answer, "starting")
 
-    def submit(self, request: RolloutRequest) -> None:
+    def submit(self, request: RolloutRequest, answers: int = 1) -> None:
+        """``answers``: how many answers the request gets (one per prompt where the server answers prompts on
+        their own, :attr:`WorkerSpec.groups`)."""
         self._put(request)
-        self.submitted.append(request.step)
+        self.submitted.extend([request.step] * answers)
 
     def send_weights(self, weights: WeightMessage) -> None:
         """Weights on their own (partial rollouts): taken mid-generation, between two decode steps."""
@@ -100,6 +102,23 @@ class RolloutStream:
             self._raise_failed(answer, f"generating step {step}")
         self.submitted.pop(0)
         return answer
+
+    def any_result(self) -> RolloutResult:
+        """The next answer to arrive, to whichever open request (prompts answered on their own come as they are
+        done, in any order)."""
+        if not self.submitted:
+            raise RuntimeError("no rollout request is open")
+        doing = f"generating step {self.submitted[0]}" + (f" to {max(self.submitted)}" if max(self.submitted) >
+                                                          self.submitted[0] else "")
+        answer = self._wait(doing)
+        if not isinstance(answer, RolloutResult) or answer.error is not None or answer.step not in self.submitted:
+            self._raise_failed(answer, doing)
+        self.submitted.remove(answer.step)
+        return answer
+
+    def any_ready(self) -> bool:
+        """Whether an answer has arrived, to any open request (never waits)."""
+        return self.answer_ready()
 
     def answer_ready(self) -> bool:
         """Whether the answer to the oldest open request has arrived (never waits)."""
@@ -320,11 +339,42 @@ class RolloutPool(RolloutStream):
         for member in self.members:
             member.start()
 
-    def submit(self, request: RolloutRequest) -> None:
+    def submit(self, request: RolloutRequest, answers: int = 1) -> None:
+        """``answers``: 1 (the slices' answers are joined into one) or one per prompt (each process answers its
+        slice's prompts on their own)."""
         parts = request.prompts.chunk(len(self.members))
+        each = answers != 1
+        if each and answers != len(request.prompts):
+            raise ValueError(f"a rollout pool answers a request whole or each of its {len(request.prompts)} prompts")
         for member, part in zip(self.members, parts):
-            member.submit(dataclasses.replace(request, prompts=part))
-        self.submitted.append(request.step)
+            member.submit(dataclasses.replace(request, prompts=part), answers=len(part) if each else 1)
+        self.submitted.extend([request.step] * answers)
+
+    def any_result(self) -> RolloutResult:
+        """The next answer any process sends (prompts answered on their own); a process that dies or hangs is
+        said as :meth:`RolloutStream.result` says it."""
+        if not self.submitted:
+            raise RuntimeError("no rollout request is open")
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            for member in self.members:
+                if member.submitted and member.answer_ready():
+                    answer = member.any_result()
+                    self.submitted.remove(answer.step)
+                    return answer
+            gone = self._gone()
+            if gone is not None:
+                raise VerlError(f"the rollout {gone} while generating step {self.submitted[0]}; the checkpoints in "
+                                f"trainer.default_local_dir are intact: run the same command again to resume")
+            if time.monotonic() >= deadline:
+                raise VerlError(f"the rollout {self.describe()} sent nothing for {self.timeout_s:.0f} s "
+                                f"(trainer.dist_timeout_s) while generating step {self.submitted[0]}: it hangs, or a "
+                                f"batch takes longer than that (raise trainer.dist_timeout_s); the checkpoints in "
+                                f"trainer.default_local_dir are intact")
+            time.sleep(0.002)
+
+    def any_ready(self) -> bool:
+        return any(member.submitted and member.answer_ready() for member in self.members)
 
     def send_weights(self, weights: WeightMessage) -> None:
         for member in self.members:

@@ -1,5 +1,5 @@
 """``python -m verl.experimental.fully_async_policy.fully_async_main [key=value ...]``: verl's fully-async
-mode, run by this project's asynchronous RL (docs/async.md), which moves whole steps.
+mode, run by this project's asynchronous RL (docs/async.md).
 
 verl's fully-async trainer updates on ``require_batches x ppo_mini_batch_size`` prompts at a time and
 syncs the rollout's weights every ``trigger_parameter_sync_step`` updates; its rollout streams sample by
@@ -7,7 +7,8 @@ sample, at most ``(1 + staleness_threshold)`` syncs' worth ahead. Here, each sai
 
 * a step is one sync's worth: ``data.train_batch_size = require_batches x ppo_mini_batch_size x
   trigger_parameter_sync_step`` prompts, trained in mini-batches of ``ppo_mini_batch_size`` (the same
-  updates), the weights synced after every step;
+  updates), the weights synced after every step; as in verl, a step takes the first prompts whose
+  samples are done, whichever step's request they came with (``async_training.stream_samples``);
 * the rollout runs ahead as verl's ``staleness_threshold`` says, counted in these steps: its whole part in
   whole steps, its fractional part as the first prompts of the next step (verl's 0.1: the first tenth
   of each step's prompts is generated one version early), unless ``max_staleness`` is given;
@@ -29,6 +30,7 @@ FULLY_ASYNC_KEYS = [
     "async_training.staleness_threshold=0.1",
     "async_training.trigger_parameter_sync_step=4",
     "async_training.partial_rollout=true",
+    "async_training.stream_samples=true",
     "actor_rollout_ref.rollout.calculate_log_probs=true",
 ]
 STREAMING_SIZES = ("data.train_batch_size", "data.gen_batch_size")
@@ -44,13 +46,13 @@ def load_fully_async_config(args: list[str]):
     a, pool, trainer = config.async_training, config.rollout, config.trainer
     mini = config.actor_rollout_ref.actor.ppo_mini_batch_size
     prompts = a.require_batches * mini * a.trigger_parameter_sync_step
-    said = [f"Fully async (verl's keys, run in whole steps): a step is one weight sync's worth, "
+    said = [f"Fully async (verl's keys): a step is one weight sync's worth, "
             f"require_batches={a.require_batches} x ppo_mini_batch_size={mini} x trigger_parameter_sync_step="
             f"{a.trigger_parameter_sync_step} = {prompts} prompts (data.train_batch_size), trained in mini-batches "
             f"of {mini}; the weights go to the rollout after every step"]
     if dropped:
-        said.append(f"not read: {' '.join(dropped)} (verl's streaming sizes; the rollout here generates a step's "
-                    f"prompts at once)")
+        said.append(f"not read: {' '.join(dropped)} (verl's streaming sizes; the prompts here go to the rollout a "
+                    f"step's worth at a time)")
     config.data.train_batch_size = prompts
     a.require_batches, a.trigger_parameter_sync_step = 1, 1
     if a.max_staleness is None:

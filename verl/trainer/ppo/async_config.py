@@ -45,6 +45,13 @@ def prepare_async_config(config) -> list[str]:
             refused.append(f"rollout.n_gpus_per_node={processes} rollout processes for data.train_batch_size="
                            f"{config.data.train_batch_size} prompts a step (each process takes a slice of the "
                            f"prompts: at most {config.data.train_batch_size} processes)")
+    if a.stream_samples:
+        if config.algorithm.adv_estimator == "remax":
+            refused.append("stream_samples=true with algorithm.adv_estimator=remax (each step's greedy baselines are "
+                           "asked with its prompts: stream_samples=false)")
+        if config.algorithm.filter_groups.enable:
+            refused.append("stream_samples=true with algorithm.filter_groups.enable=true (DAPO's refills are asked per "
+                           "step: stream_samples=false)")
     rollout = config.actor_rollout_ref.rollout
     if rollout.name not in ("auto", "hf", "native", "vllm"):
         refused.append(f"actor_rollout_ref.rollout.name={rollout.name} (the rollout process runs hf, native or vllm)")
@@ -89,6 +96,10 @@ def prepare_async_config(config) -> list[str]:
     if a.partial_rollout:
         said.append("partial rollouts: weights published mid-generation are taken at once (the unfinished "
                     "responses go on under them; async_training.partial_rollout=true)")
+    if a.stream_samples:
+        said.append(f"streaming: a step trains on the first {config.data.train_batch_size} prompts whose samples are "
+                    f"all generated, whichever step they were sent with; one older than {bound} version(s) is dropped "
+                    f"and sent again (async_training.stream_samples=true)")
     said += _reward_placement_line(config)
     said += _lora_sync_line(config)
     if bound == 0:
