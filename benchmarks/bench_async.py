@@ -17,6 +17,8 @@ trained once and cached), with validation off unless ``--learn``:
 * ``two_steps_off_partial``: two steps off with partial rollouts: weights travel on their own, so the rows of
   the requests queued at the rollout share its decode batch (``async_training.continuous_batching``, on by
   default for the native engine); ``two_steps_off_partial_by_request``: the same, one request at a time;
+* ``one_step_off_stream`` / ``two_steps_off_partial_stream``: those modes with ``stream_samples=true`` (a step
+  takes the first prompts done; prompts that fall behind the bound are dropped and sent again);
 * ``one_step_off_pool2``: one step off with a rollout pool of two processes (``rollout.n_gpus_per_node=2``),
   one thread each: three processes, so on two cores it measures the pool's cost more than its gain;
 * ``one_step_off_trainer_reward``: one step off with the rewards scored by the trainer
@@ -27,7 +29,8 @@ where scoring is best placed.
 
 Printed per mode: seconds per step (median of the steps after the first), samples per second over those
 steps, the trainer's and the rollout's idle fractions, the throughput against ``sync``, the staleness of
-the samples' first and last tokens and the share of samples that spanned a weight swap; with
+the samples' first and last tokens, the share of samples that spanned a weight swap and the prompts
+dropped as too old (``stream_samples``); with
 ``--learn`` the held-out greedy and sampled accuracy before and after.
 """
 
@@ -56,6 +59,10 @@ MODES = {
     "two_steps_off_partial_by_request": (["async_training.enable=true", "async_training.max_staleness=2",
                                           "async_training.partial_rollout=true",
                                           "async_training.continuous_batching=false"], 1),
+    "one_step_off_stream": (["async_training.enable=true", "async_training.max_staleness=1",
+                             "async_training.stream_samples=true"], 1),
+    "two_steps_off_partial_stream": (["async_training.enable=true", "async_training.max_staleness=2",
+                                      "async_training.partial_rollout=true", "async_training.stream_samples=true"], 1),
     "one_step_off_pool2": (["async_training.enable=true", "async_training.max_staleness=1",
                             "rollout.n_gpus_per_node=2"], 1),
     "one_step_off_trainer_reward": (["async_training.enable=true", "async_training.max_staleness=1",
@@ -107,7 +114,8 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_give
               "rollout_idle": statistics.mean(r.get("async/rollout_idle_frac", 0.0) for r in later),
               "staleness": statistics.mean(r.get("async/staleness_mean", 0.0) for r in later),
               "staleness_last": statistics.mean(r.get("async/staleness_last_mean", 0.0) for r in later),
-              "partial": statistics.mean(r.get("async/partial_frac", 0.0) for r in later)}
+              "partial": statistics.mean(r.get("async/partial_frac", 0.0) for r in later),
+              "dropped": sum(r.get("async/dropped", 0.0) for r in later)}
     result["samples"] = samples
     result["wall_s"] = round(sum(r["timing_s/step"] for r in step_rows), 2)
     if learn:
@@ -137,15 +145,15 @@ def main() -> None:
     base = next((r for r in results if r["mode"] == "sync"), results[0])
     delay = f", reward +{args.reward_delay} s a response" if args.reward_delay else ""
     print(f"\n{args.task} {' '.join(args.keys)}{delay}, {steps} steps (figures over steps 2..{steps})")
-    print(f"{'mode':<28} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
-          f"{'staleness':>10} {'last':>6} {'partial':>8}")
+    print(f"{'mode':<32} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
+          f"{'staleness':>10} {'last':>6} {'partial':>8} {'dropped':>8}")
     for r in results:
         rate, base_rate = r["samples"] / r["seconds"], base["samples"] / base["seconds"]
-        print(f"{r['mode']:<28} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
+        print(f"{r['mode']:<32} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
               f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f} "
-              f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f}")
+              f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f} {r['dropped']:>8.0f}")
         if "held_out" in r:
-            print(f"{'':<28} held-out (step, greedy, sampled): {r['held_out']}")
+            print(f"{'':<32} held-out (step, greedy, sampled): {r['held_out']}")
 
 
 if __name__ == "__main__":
