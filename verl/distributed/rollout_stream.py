@@ -166,13 +166,9 @@ class RolloutStream:
                     return self._receive(POLL_S, doing)
                 except queue.Empty:
                     pass
-                raise VerlError(f"the rollout {self.describe()} {gone} while {doing}; the checkpoints in "
-                                f"trainer.default_local_dir are intact: run the same command again to resume")
+                raise VerlError(ended(f"{self.describe()} {gone}", doing))
             if time.monotonic() >= deadline:
-                raise VerlError(f"the rollout {self.describe()} sent nothing for {timeout_s:.0f} s "
-                                f"(trainer.dist_timeout_s) while {doing}: it hangs, or a batch takes longer than "
-                                f"that (raise trainer.dist_timeout_s); the checkpoints in trainer.default_local_dir "
-                                f"are intact")
+                raise VerlError(hangs(self.describe(), timeout_s, doing))
 
     def _raise_failed(self, answer, doing: str):
         if isinstance(answer, RolloutResult) and answer.error is not None:
@@ -180,6 +176,19 @@ class RolloutStream:
             raise VerlError(f"the rollout {self.describe()} failed while {doing}: {last}\n"
                             f"(its traceback follows)\n{answer.error}")
         raise RuntimeError(f"the rollout {self.describe()} answered {answer!r} while {doing}")
+
+
+def ended(rollout: str, doing: str) -> str:
+    """The line of a rollout that can no longer answer (``rollout``: which, and how it ended)."""
+    return (f"the rollout {rollout} while {doing}; the checkpoints in trainer.default_local_dir are intact: run the "
+            f"same command again to resume")
+
+
+def hangs(rollout: str, timeout_s: float, doing: str) -> str:
+    """The line of a rollout that sent nothing for ``timeout_s``."""
+    return (f"the rollout {rollout} sent nothing for {timeout_s:.0f} s (trainer.dist_timeout_s) while {doing}: it "
+            f"hangs, or a batch takes longer than that (raise trainer.dist_timeout_s); the checkpoints in "
+            f"trainer.default_local_dir are intact")
 
 
 @dataclass
@@ -362,15 +371,12 @@ class RolloutPool(RolloutStream):
                     answer = member.any_result()
                     self.submitted.remove(answer.step)
                     return answer
+            doing = f"generating step {self.submitted[0]}"
             gone = self._gone()
             if gone is not None:
-                raise VerlError(f"the rollout {gone} while generating step {self.submitted[0]}; the checkpoints in "
-                                f"trainer.default_local_dir are intact: run the same command again to resume")
+                raise VerlError(ended(gone, doing))
             if time.monotonic() >= deadline:
-                raise VerlError(f"the rollout {self.describe()} sent nothing for {self.timeout_s:.0f} s "
-                                f"(trainer.dist_timeout_s) while generating step {self.submitted[0]}: it hangs, or a "
-                                f"batch takes longer than that (raise trainer.dist_timeout_s); the checkpoints in "
-                                f"trainer.default_local_dir are intact")
+                raise VerlError(hangs(self.describe(), self.timeout_s, doing))
             time.sleep(0.002)
 
     def any_ready(self) -> bool:
