@@ -21,7 +21,7 @@ from verl import TrainerConfig
 from verl.distributed.rollout_rows import RowServer
 from verl.distributed.rollout_server import RolloutRequest, WeightUpdate, _Inbox, serve, WorkerSpec
 from verl.distributed.weight_sync import WeightMessage
-from verl.models.loading import load_causal_lm
+from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.rollout import SamplingParams
 from verl.rollout.native import NativeRollout
 from verl.rollout.row_decoder import Finished, Rows, assemble
@@ -310,3 +310,73 @@ def test_each_prompt_is_answered_on_its_own_as_soon_as_its_samples_are_done(eos_
         assert torch.equal(torch.cat([a.batch["responses"] for a in ordered]), whole["responses"])
     # the row server answers the prompts that end first first: not in the order they were asked
     assert [a.key for a in streamed] != sorted(a.key for a in streamed)
+
+
+def test_rows_that_arrive_at_a_batch_with_room_get_new_slots_at_once(tiny_model_dir):
+    """48 rows decoding (none ends early: no token stops them), room for 64: 3 more rows get slots of their own at
+    once, without waiting for finished rows to gather (compact_fraction)."""
+    model, tokenizer = load_causal_lm(str(tiny_model_dir)).eval(), load_tokenizer(str(tiny_model_dir))
+    model.generation_config.eos_token_id = 10 ** 6  # no token ends a row: each runs to max_new_tokens
+    engine = NativeRollout(model, tokenizer, max_num_seqs=64)
+    many, few = make_prompts(tokenizer, LONG_TAIL * 2), make_prompts(tokenizer, ["x"])
+    _, many_rows = rows_of(engine, many, PARAMS)
+    few_batch, few_rows = rows_of(engine, few, PARAMS, base=1000)
+    with torch.inference_mode():
+        decoder = engine.row_decoder(PARAMS, 64)
+        decoder.add(many_rows)
+        for _ in range(3):
+            decoder.draw()
+            decoder.advance()
+        decoder.add(few_rows)
+        decoder.draw()
+        assert bool(decoder.live.all()) and len(decoder.tags) == 48
+        decoder.advance()
+        assert not decoder.waiting and len(decoder.tags) == 51 and (decoder.tags >= 1000).sum() == 3
+        assert decoder.run()
+    responses, _, _ = decoded(decoder, 1000, len(few_batch), PARAMS, engine)
+    alone = engine.generate(few, PARAMS)["responses"]
+    assert torch.equal(responses, alone[:, :responses.shape[1]])
+
+
+def test_rows_added_after_every_row_left_start_a_batch_of_their_own(qwen2):  # noqa: F811
+    model, tokenizer = qwen2
+    engine = NativeRollout(model, tokenizer)
+    first, later = make_prompts(tokenizer, ["x"]), make_prompts(tokenizer, TEXTS)
+    _, first_rows = rows_of(engine, first, PARAMS)
+    later_batch, later_rows = rows_of(engine, later, PARAMS, base=50)
+    with torch.inference_mode():
+        decoder = engine.row_decoder(PARAMS, 64)
+        decoder.add(first_rows)
+        while decoder.draw():
+            decoder.advance()
+        decoder.advance()  # every row has left the batch
+        decoder.add(later_rows)
+        assert decoder.run()
+    responses, _, _ = decoded(decoder, 50, len(later_batch), PARAMS, engine)
+    alone = engine.generate(later, PARAMS)["responses"]
+    assert torch.equal(responses, alone[:, :responses.shape[1]])
+
+
+def test_a_pool_sends_a_request_of_fewer_prompts_than_processes_to_as_many_processes(eos_prone_dir):
+    """A prompt dropped and sent again alone (stream_samples), or a step's tail shorter than the pool: the first
+    processes take one prompt each, the others nothing, and every answer comes back."""
+    from verl.distributed.rollout_stream import RolloutPool, ThreadRolloutStream
+
+    spec = WorkerSpec(worker_config(eos_prone_dir), device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1)
+    members = []
+    for _ in range(3):  # one at a time: models are not loaded by two threads at once
+        members.append(ThreadRolloutStream(spec, 60))
+        members[-1].start()
+    pool = RolloutPool(members, 60)
+    try:
+        prompts = seeded(load_tokenizer(str(eos_prone_dir)), TEXTS[:2], 0)
+        prompts["sample_key"] = torch.tensor([7, 8])
+        pool.submit(RolloutRequest(1, prompts, PARAMS))
+        whole = pool.result()
+        assert len(whole.batch) == 2 * PARAMS.n and pool.routes == []
+        pool.submit(RolloutRequest(2, prompts.index(slice(0, 1)), PARAMS), each_prompt=True)
+        pool.submit(RolloutRequest(3, prompts, PARAMS), each_prompt=True)
+        got = [pool.any_result() for _ in range(3)]
+        assert sorted((a.step, a.key) for a in got) == [(2, 7), (3, 7), (3, 8)] and not pool.submitted
+    finally:
+        pool.close()

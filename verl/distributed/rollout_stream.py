@@ -82,11 +82,11 @@ class RolloutStream:
         if answer != "ready":
             self._raise_failed(answer, "starting")
 
-    def submit(self, request: RolloutRequest, answers: int = 1) -> None:
-        """``answers``: how many answers the request gets (one per prompt where the server answers prompts on
-        their own, :attr:`WorkerSpec.groups`)."""
+    def submit(self, request: RolloutRequest, each_prompt: bool = False) -> None:
+        """``each_prompt``: the server answers each of the request's prompts on its own (:attr:`WorkerSpec.groups`),
+        else the request once, whole."""
         self._put(request)
-        self.submitted.extend([request.step] * answers)
+        self.submitted.extend([request.step] * (len(request.prompts) if each_prompt else 1))
 
     def send_weights(self, weights: WeightMessage) -> None:
         """Weights on their own (partial rollouts): taken mid-generation, between two decode steps."""
@@ -340,6 +340,8 @@ class RolloutPool(RolloutStream):
     def __init__(self, members: list[RolloutStream], timeout_s: float, channel: BroadcastChannel | None = None):
         super().__init__(timeout_s)
         self.members = members
+        self.routes: list[int] = []
+        """How many processes each open whole request went to (in order; its answer joins theirs)."""
         self.channel = channel
         if channel is not None:
             channel.connect(self._gone)
@@ -348,16 +350,15 @@ class RolloutPool(RolloutStream):
         for member in self.members:
             member.start()
 
-    def submit(self, request: RolloutRequest, answers: int = 1) -> None:
-        """``answers``: 1 (the slices' answers are joined into one) or one per prompt (each process answers its
-        slice's prompts on their own)."""
-        parts = request.prompts.chunk(len(self.members))
-        each = answers != 1
-        if each and answers != len(request.prompts):
-            raise ValueError(f"a rollout pool answers a request whole or each of its {len(request.prompts)} prompts")
-        for member, part in zip(self.members, parts):
-            member.submit(dataclasses.replace(request, prompts=part), answers=len(part) if each else 1)
-        self.submitted.extend([request.step] * answers)
+    def submit(self, request: RolloutRequest, each_prompt: bool = False) -> None:
+        """The request's prompts cut into consecutive slices, one per process (fewer prompts than processes: the
+        first processes, one prompt each); ``each_prompt``: each process answers its prompts one by one."""
+        members = self.members[:min(len(request.prompts), len(self.members))]
+        for member, part in zip(members, request.prompts.chunk(len(members))):
+            member.submit(dataclasses.replace(request, prompts=part), each_prompt)
+        if not each_prompt:
+            self.routes.append(len(members))
+        self.submitted.extend([request.step] * (len(request.prompts) if each_prompt else 1))
 
     def any_result(self) -> RolloutResult:
         """The next answer any process sends (prompts answered on their own); a process that dies or hangs is
@@ -389,7 +390,8 @@ class RolloutPool(RolloutStream):
     def result(self) -> RolloutResult:
         if not self.submitted:
             raise RuntimeError("no rollout request is open")
-        parts = [member.result() for member in self.members]  # each bounded by its deadline, its death said
+        members = self.members[:self.routes.pop(0)]
+        parts = [member.result() for member in members]  # each bounded by its deadline, its death said
         step = self.submitted.pop(0)
         idle = [p.idle_seconds / max(p.idle_seconds + p.gen_seconds + p.load_seconds, 1e-9) for p in parts]
         return RolloutResult(step, Batch.concat([p.batch for p in parts]), min(p.version for p in parts),
@@ -399,7 +401,7 @@ class RolloutPool(RolloutStream):
                              score_seconds=max(p.score_seconds for p in parts))
 
     def answer_ready(self) -> bool:
-        return all(member.answer_ready() for member in self.members)
+        return bool(self.routes) and all(member.answer_ready() for member in self.members[:self.routes[0]])
 
     def _gone(self) -> str | None:
         for member in self.members:

@@ -91,7 +91,13 @@ class RowDecoder:
         """Queue ``rows``; a decoder with no batch yet prefills the first ``cap`` of them at once."""
         if len(rows):
             self.waiting.append(rows)
-        if self.tags is None and self.waiting:
+        if self.tags is None or not len(self.tags):  # no batch yet, or every row of it left
+            self._start()
+
+    def _start(self) -> None:
+        """A batch of the first ``cap`` waiting rows, prefilled (none without waiting rows)."""
+        self.tags = None
+        if self.waiting:
             first = self._take(self.cap or self.waiting_rows)
             padded = _pad_to_one_length(first, self.engine.pad_token_id)
             logits = self.engine._prefill(self.steps, padded.input_ids, padded.attention_mask, padded.positions,
@@ -152,9 +158,16 @@ class RowDecoder:
         """Feed the drawn tokens (the next logits); finished rows free their slots once enough of them gather
         (each change costs a cache copy or a prefill, each dead row one row of decode compute per step): while
         rows wait they take those slots (and new ones, up to ``cap``), else the finished rows leave the batch."""
-        room = self.waiting_rows if self.cap is None else min(self.cap - len(self.tags), self.waiting_rows)
+        if not len(self.tags):  # every row left: the waiting ones start a batch of their own
+            self._start()
+            return
+        # Slots for the waiting rows beyond those free already, up to cap; filled at once.
+        room = self.waiting_rows - int((~self.live).sum())
+        if self.cap is not None:
+            room = min(room, self.cap - len(self.tags))
         if self.waiting and room > 0:
             self._grow(room)
+        grew = self.waiting and room > 0
         still_going = int(self.live.sum())
         enough = len(self.tags) - still_going >= max(1, int(self.engine.compact_fraction * len(self.tags)))
         if enough and not self.waiting:
@@ -168,7 +181,7 @@ class RowDecoder:
                 self.decode_rows.append(len(self.tags))
             self.logits = self.steps.decode(self.tokens, self.next_position)
             self.next_position = self.next_position + self.live  # a finished row's draws are never handed out
-        if enough and self.waiting:
+        if (enough or grew) and self.waiting:
             self._refill((~self.live).nonzero().squeeze(-1))
 
     def run(self, pause=None) -> bool:

@@ -155,8 +155,7 @@ class AsyncRollouts:
         if self.params is None:
             self.params = self.trainer.actor_rollout_ref.call("sampling_params")
         if self.stream is not None:
-            self.stream.submit(RolloutRequest(step, prompts, self.params, weights),
-                               answers=len(prompts) if self.streaming else 1)
+            self.stream.submit(RolloutRequest(step, prompts, self.params, weights), each_prompt=self.streaming)
             if self.remax:
                 greedy = dataclasses.replace(self.params, n=1, do_sample=False, logprobs=False)
                 self.stream.submit(RolloutRequest(step, prompts, greedy))
@@ -191,11 +190,13 @@ class AsyncRollouts:
         how many requests are still open (on every rank: rank 0's, broadcast)."""
         if self.stream is None:
             self.parts.pop(step, None)
-            return broadcast_object(None)
+            return self._follow_streamed() if self.streaming else broadcast_object(None)
         if self.streaming:
             self.parts.pop(step, None)
             taken = self._take_streamed(step)
-            return broadcast_object(taken) if self.trainer.distributed else taken
+            if self.trainer.distributed:
+                broadcast_object(("taken", taken))
+            return taken
         self._collect(block_for=None)
         while len(self.done.get(step, ())) < len(self.parts[step]):
             self._collect(block_for=step)
@@ -214,9 +215,8 @@ class AsyncRollouts:
         while True:
             self._collect_any(block=False)
             taken, stale, self.pool = choose(self.pool, need, trained_at, self.bound)
-            for answer in stale:
-                self.dropped += 1
-                self._submit(step, self.prompts[answer.key])
+            if stale:
+                self._send_again(step, [answer.key for answer in stale])
             if taken is not None:
                 break
             if not self.stream.submitted:
@@ -232,6 +232,27 @@ class AsyncRollouts:
                                load_seconds=sum(a.load_seconds for a in taken),
                                score_seconds=sum(a.score_seconds for a in taken))
         return result, len(self.pool), len(self.stream.submitted)
+
+    def _send_again(self, step: int, keys: list[int]) -> None:
+        """Prompts dropped as too old, sent again (one request per step they came from: their prompts share its
+        padding) with the weights published last. Under torchrun every rank takes part in gathering those
+        weights: rank 0 says so first (:meth:`_follow_streamed`)."""
+        self.dropped += len(keys)
+        if self.trainer.distributed:
+            broadcast_object(("send again", None))
+        for origin in sorted({key // KEY_STRIDE for key in keys}):
+            rows = [self.prompts[key] for key in sorted(keys) if key // KEY_STRIDE == origin]
+            self._submit(step, Batch.concat(rows))
+
+    def _follow_streamed(self) -> tuple[RolloutResult, int, int]:
+        """The other ranks of a torchrun job, while rank 0 takes a step's prompts: they gather the weights with it
+        when it sends prompts again to a rollout that holds older ones, and then receive the step's batch."""
+        while True:
+            kind, value = broadcast_object(None)
+            if kind == "taken":
+                return value
+            if self.sent != self.published:
+                self._weights()  # the collective rank 0's _submit enters
 
     def _collect_any(self, block: bool) -> None:
         """Answers that arrived into the pool (``block``: wait for one)."""
