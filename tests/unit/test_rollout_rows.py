@@ -39,6 +39,13 @@ def rows_of(engine, prompts, params, base=0):
                        torch.zeros(n, dtype=torch.long), torch.full((n,), params.max_new_tokens))
 
 
+def decode_steps(decoder, count):
+    """``count`` decode steps: every row draws a token, then the drawn tokens are fed."""
+    for _ in range(count):
+        decoder.draw()
+        decoder.advance()
+
+
 def decoded(decoder, base, rows, params, engine):
     """The rows ``base .. base + rows - 1`` the decoder handed out, as one generation's output."""
     parts = []
@@ -92,9 +99,7 @@ def test_a_row_continued_from_its_tokens_draws_the_rest_of_its_response(qwen2): 
     with torch.inference_mode():
         decoder = engine.row_decoder(PARAMS, 64)
         decoder.add(rows)
-        for _ in range(4):
-            decoder.draw()
-            decoder.advance()
+        decode_steps(decoder, 4)
         decoder.draw()
         stopped = decoder.flush()
     going = stopped.tags
@@ -324,9 +329,7 @@ def test_rows_that_arrive_at_a_batch_with_room_get_new_slots_at_once(tiny_model_
     with torch.inference_mode():
         decoder = engine.row_decoder(PARAMS, 64)
         decoder.add(many_rows)
-        for _ in range(3):
-            decoder.draw()
-            decoder.advance()
+        decode_steps(decoder, 3)
         decoder.add(few_rows)
         decoder.draw()
         assert bool(decoder.live.all()) and len(decoder.tags) == 48
