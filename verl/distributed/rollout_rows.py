@@ -90,6 +90,7 @@ class RowServer:
         (:attr:`~verl.distributed.rollout_server.WorkerSpec.groups`); else each request once all its rows are."""
         self.worker, self.inbox, self.results, self.score = worker, inbox, results, score
         self.groups = groups
+        self.eos = torch.tensor(worker.rollout.eos_token_ids)
         self.partial, self.channel = partial, channel
         self.decoder = None
         self.params = None
@@ -186,7 +187,7 @@ class RowServer:
         if not going:
             self.decoder = None
             return
-        if self.partial and self.inbox.pending():
+        if self.partial and self.inbox.weights is not None:  # arrived by this step's poll (_receive)
             self._swap()
             return
         with torch.inference_mode():
@@ -261,10 +262,9 @@ class RowServer:
     def _answer_rows(self, opened: _Open, rows: slice) -> None:
         params = opened.request.params
         drawn = opened.drawn[rows]
-        eos = torch.tensor(self.worker.rollout.eos_token_ids)
         responses, log_probs, _ = assemble([Finished(torch.arange(len(drawn)), opened.tokens[rows],
                                                      opened.log_probs[rows], drawn)], len(drawn),
-                                           params.max_new_tokens, self.worker.rollout.pad_token_id, eos, "cpu")
+                                           params.max_new_tokens, self.worker.rollout.pad_token_id, self.eos, "cpu")
         device = opened.rows["input_ids"].device
         batch = self.worker.finish(opened.rows.index(rows), responses.to(device), log_probs.to(device), params,
                                    opened.first[rows], opened.last[rows])

@@ -209,6 +209,12 @@ def media_of(batch) -> list | None:
     return list(batch[MEDIA_COLUMN]) if MEDIA_COLUMN in batch else None
 
 
+def images_of(batch) -> list | None:
+    """:func:`media_of`, or None where no row has images."""
+    media = media_of(batch)
+    return media if media is not None and any(m is not None for m in media) else None
+
+
 NEVER = -1e9
 """The logit of a token the policy may not emit (finite: an entropy over it stays a number)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from verl.models.vision import media_of
+from verl.models.vision import images_of
 from verl.protocol import Batch
 from verl.rollout.partial import generate_resumable
 from verl.rollout.seeding import random_seeds, sample_seeds
@@ -90,9 +90,7 @@ class RolloutEngine(ABC):
         """
         batch, seeds = self.sample_rows(prompts, params)
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        media = media_of(batch)
-        if media is not None and not any(m is not None for m in media):
-            media = None
+        media = images_of(batch)
         if media is not None and not self.takes_images:
             raise ValueError(f"the {self.name} rollout engine generates from text only and these prompts have "
                              f"images: use actor_rollout_ref.rollout.name=hf or native with a vision-language model")

@@ -294,7 +294,8 @@ class FastDecoder:
             bias[:, :, shift:shift + kept] = self.bias[:, :, first:filled]
             self.bias = bias
             self.start += shift - first
-            self.start[slots] = 0 if shift else self.start[slots]
+            if shift:
+                self.start[slots] = 0
             filled = self.length = kept + shift
             offset = filled - length
         table = len(self.rot if self.complex else self.cos)

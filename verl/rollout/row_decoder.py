@@ -165,9 +165,9 @@ class RowDecoder:
         room = self.waiting_rows - int((~self.live).sum())
         if self.cap is not None:
             room = min(room, self.cap - len(self.tags))
-        if self.waiting and room > 0:
+        grew = bool(self.waiting) and room > 0
+        if grew:
             self._grow(room)
-        grew = self.waiting and room > 0
         still_going = int(self.live.sum())
         enough = len(self.tags) - still_going >= max(1, int(self.engine.compact_fraction * len(self.tags)))
         if enough and not self.waiting:

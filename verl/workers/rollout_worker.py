@@ -79,15 +79,14 @@ class RolloutWorker:
         :class:`~verl.rollout.row_decoder.RowDecoder` beside those of other requests (continuous batching across
         requests, :mod:`verl.distributed.rollout_rows`): not with a multi-turn agent loop, images, an engine other
         than native, or a model the native engine runs through its own forward."""
-        from verl.models.vision import media_of
+        from verl.models.vision import images_of
         from verl.rollout.native import NativeRollout
 
         if self.agent_loop is not None or not isinstance(self.rollout, NativeRollout):
             return False
         if prompts is None:
             return self.rollout.takes_rows(None)
-        media = media_of(prompts)
-        if media is not None and any(m is not None for m in media):
+        if images_of(prompts) is not None:
             return False
         return self.rollout.takes_rows(prompts["input_ids"].shape[1] + params.max_new_tokens)
 
