@@ -236,6 +236,9 @@ def _receive_in_a_process(address, rank, versions, out):
     for message in iter(versions.get, None):
         state = unpack(message, channel)
         out.put({k: v.clone() for k, v in state.items()})
+    # torch shares a tensor put on a queue through this process (a file descriptor it hands out):
+    # stay until the test has read them all, or the read finds no one to ask (FileNotFoundError)
+    versions.get()
 
 
 def test_the_broadcast_backend_sends_without_waiting_and_each_rollout_process_receives_each_version_in_order():
@@ -273,6 +276,7 @@ def test_the_broadcast_backend_sends_without_waiting_and_each_rollout_process_re
             for expected in sent:
                 got = out.get(timeout=60)
                 assert all(torch.equal(got[k], expected[k]) for k in expected) and got["b"].dtype == torch.bfloat16
+            versions.put("read")
     finally:
         for process in processes:
             process.join(timeout=30)
