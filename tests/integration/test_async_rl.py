@@ -72,16 +72,20 @@ def computed(out) -> dict[int, dict]:
 def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
     # A process (weights through shared memory, a file, or a torch.distributed broadcast), a thread
     # (handed over in memory), a pool of two processes (each generates half of every step's prompts;
-    # the broadcast reaches both).
-    for placement, backend, processes in (("process", "shm", 1), ("process", "file", 1), ("process", "broadcast", 1),
-                                          ("thread", "memory", 1), ("process", "broadcast", 2)):
+    # the broadcast reaches both). The thread and the pool also validate (verl's use_trainer_do_validate=false:
+    # the trainer holds no engine), with the same figures.
+    for placement, backend, processes, trainer_validates in (
+            ("process", "shm", 1, True), ("process", "file", 1, True), ("process", "broadcast", 1, True),
+            ("thread", "memory", 1, False), ("process", "broadcast", 2, False)):
         out = tmp_path / f"{placement}-{backend}-{processes}"
         done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC,
                                   f"async_training.rollout_placement={placement}",
                                   f"async_training.checkpoint_engine.backend={backend}",
-                                  f"rollout.n_gpus_per_node={processes}"))
+                                  f"rollout.n_gpus_per_node={processes}",
+                                  f"async_training.use_trainer_do_validate={trainer_validates}"))
         where = "2 processes of its own (rollout.n_gpus_per_node)" if processes == 2 else f"a {placement} of its own"
         assert f"the rollout runs in {where}, ahead of the trainer by at most 0 step" in done.stdout
+        assert ("validation: on the rollout" in done.stdout) != trainer_validates
         assert f"through {backend}" in done.stdout
         assert not (out / "weight_sync").exists() or not list((out / "weight_sync").iterdir())  # files read, gone
         metrics = step_metrics(out)
@@ -225,6 +229,22 @@ def test_a_fractional_staleness_threshold_sends_part_of_the_next_step_early_and_
     assert_same_weights(out / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
+def test_the_rollout_validates_with_the_trainers_weights_between_two_syncs(tiny_model_dir, data_dir, tmp_path):
+    # Weights go to the rollout every 2 steps; validation after step 3 (the last) needs version 3, which the
+    # trainer then sends with the validation request. Validated by the trainer or by the rollout: one run.
+    # (a learning rate at which 3 steps move what validation measures: at 1e-2 they do not)
+    keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1")
+    runs = {}
+    for trainer_validates in (True, False):
+        out = tmp_path / str(trainer_validates)
+        run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
+                           f"async_training.use_trainer_do_validate={trainer_validates}"))
+        runs[trainer_validates] = computed(out)
+    moved = [k for k in runs[True][0] if k.startswith("val") and runs[True][3][k] != runs[True][0][k]]
+    assert moved, "validation measures the 3 updates"
+    assert_same_metrics(runs[True], runs[False])
+
+
 def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):
     out = tmp_path / "from-sync"
     shutil.copytree(sync_run / "global_step_2", out / "global_step_2")
@@ -238,7 +258,9 @@ def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, da
 def test_two_torchrun_ranks_train_asynchronously_exactly_like_one_process(tiny_model_dir, data_dir, sync_run,
                                                                           one_step_off_run, tmp_path):
     # Rank 0 holds the rollout; both ranks gather the weights for it and get every batch from it.
-    for name, keys, reference in (("bound0", (*LOG_PROBS, *ASYNC), sync_run),
+    # At bound 0 the rollout also validates (rank 0 sends the prompts, both ranks gather the weights and score).
+    for name, keys, reference in (("bound0", (*LOG_PROBS, *ASYNC, "async_training.use_trainer_do_validate=false"),
+                                   sync_run),
                                   ("bound1", ONE_STEP_OFF, one_step_off_run[0])):
         out = tmp_path / name
         done = run_torchrun_module("verl.trainer.main_ppo", run_args(tiny_model_dir, data_dir, out, *GRPO, *keys))
@@ -363,10 +385,11 @@ def test_a_script_without_a_main_guard_runs_an_asynchronous_distillation_like_on
 def test_rollout_ranks_of_a_torchrun_job_train_exactly_like_one_process(tiny_model_dir, data_dir, sync_run,
                                                                           one_step_off_run, tmp_path):
     # The job's last rollout.n_gpus_per_node ranks generate, the first ones train: 1 + 2 ranks at bound 0 (a
-    # pool of two rollout ranks, weights by broadcast), 2 + 1 ranks one step off (weights in shared memory).
+    # pool of two rollout ranks, weights by broadcast, which validate too), 2 + 1 ranks one step off (weights in
+    # shared memory).
     for name, rollout_ranks, keys, reference in (
             ("1+2", 2, (*LOG_PROBS, *ASYNC, *RANKS, "async_training.checkpoint_engine.backend=broadcast",
-                        "rollout.n_gpus_per_node=2"), sync_run),
+                        "rollout.n_gpus_per_node=2", "async_training.use_trainer_do_validate=false"), sync_run),
             ("2+1", 1, (*ONE_STEP_OFF, *RANKS), one_step_off_run[0])):
         out = tmp_path / name
         done = run_torchrun_module("verl.trainer.main_ppo", run_args(tiny_model_dir, data_dir, out, *GRPO, *keys),
@@ -406,7 +429,10 @@ def test_verls_fully_async_command_line_streams_samples_with_partial_rollouts(ti
     assert "the rollout runs in 2 processes of its own" in done.stdout
     # as verl's trainer: a step takes the first prompts done, each process answering its prompts one by one
     assert "streaming: a step trains on the first 4 prompts whose samples are all generated" in done.stdout
+    # verl's use_trainer_do_validate=false: the rollout pool validates (before training and after step 3)
+    assert "validation: on the rollout" in done.stdout
     metrics = step_metrics(out)
+    assert all(any(k.startswith("val-core/echo/") for k in metrics[step]) for step in (0, 3))
     assert all("async/dropped" in metrics[step] for step in (1, 2, 3))
     # The bound holds on the oldest version of every row (a request may start on weights newer than those it
     # went out with: timing); a row finished under newer weights is fresher (its last token), never older.
@@ -429,8 +455,11 @@ def test_streamed_prompts_at_bound_zero_are_the_synchronous_run_and_one_step_off
     off, no trained sample is older than the bound, and a resume from step 2 trains on the prompts its
     checkpoint holds (generated by version 1; generated again they would be version 2's)."""
     out = tmp_path / "bound0"
-    done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC, *STREAM))
+    # validated by the rollout too, each prompt answered on its own (the figures are the synchronous run's)
+    done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *LOG_PROBS, *ASYNC, *STREAM,
+                              "async_training.use_trainer_do_validate=false"))
     assert "streaming: a step trains on the first 4 prompts" in done.stdout
+    assert "validation: on the rollout" in done.stdout
     metrics = step_metrics(out)
     assert all(metrics[step]["async/dropped"] == 0 for step in (1, 2, 3))
     assert_same_metrics(step_metrics(sync_run), without_async(metrics))

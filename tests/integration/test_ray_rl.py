@@ -130,11 +130,14 @@ def test_an_asynchronous_run_on_ray_at_bound_zero_trains_exactly_like_one_proces
 def test_rollout_actors_of_a_pool_of_their_own_train_exactly_like_one_process(tiny_model_dir, data_dir, plain_run,
                                                                                tmp_path):
     # rollout_placement=ranks under Ray: two rollout actors (rollout.n_gpus_per_node) beside the 2-rank global
-    # pool, reached by the driver over sockets, the weights by broadcast.
+    # pool, reached by the driver over sockets, the weights by broadcast. They validate too (the actors of the
+    # global pool hold no engine).
     out = tmp_path / "rollout-pool"
     done = _ray(run_args(tiny_model_dir, data_dir, out, *GRPO, *RAY2, "async_training.enable=true",
-                         "async_training.rollout_placement=ranks", "rollout.n_gpus_per_node=2"))
+                         "async_training.rollout_placement=ranks", "rollout.n_gpus_per_node=2",
+                         "async_training.use_trainer_do_validate=false"))
     assert "the rollout runs in 2 Ray actor(s) of a pool of its own" in done.stdout and "through broadcast" in done.stdout
+    assert "validation: on the rollout" in done.stdout
     assert_same_metrics(step_metrics(plain_run(*GRPO)), without_async(step_metrics(out)))
     assert_same_weights(plain_run(*GRPO) / "huggingface", out / "huggingface", tiny_model_dir)
     _assert_no_hosts_left()

@@ -204,6 +204,12 @@ def test_an_asynchronous_rollout_counts_its_copy_kv_cache_and_process_in_every_p
                          "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", available=80 * GiB)
     assert engines.parts["async", "vLLM"][0] == engines.parts["rollout", "vLLM"][0] == int(0.3 * 80 * GiB)
     assert ("async", "weights") not in engines.parts and engines.peak > 48 * GiB
+    # The rollout validating too (verl's fully-async default), the trainer holds no engine: one vLLM share, not two.
+    one = small_plan("async_training.enable=true", "actor_rollout_ref.rollout.name=vllm",
+                     "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "async_training.use_trainer_do_validate=false",
+                     available=80 * GiB)
+    assert ("rollout", "vLLM") not in one.parts and one.parts["async", "vLLM"] == engines.parts["async", "vLLM"]
+    assert one.peak == pytest.approx(engines.peak - int(0.3 * 80 * GiB))
 
 
 @pytest.mark.parametrize("flags, cap, isa", [

@@ -110,6 +110,28 @@ def test_without_hybrid_engine_the_rollout_copy_is_synced_to_the_actor_after_upd
     assert not any(p.requires_grad for p in worker.rollout.model.parameters())
 
 
+def test_the_trainer_of_a_run_whose_rollout_validates_holds_no_engine_and_still_trains(tiny_model_dir):
+    from verl.trainer.ppo.roles import trainer_generates
+
+    # async_training.use_trainer_do_validate=false (verl's fully-async default): every sample comes from the rollout
+    cfg = TrainerConfig(async_training=dict(enable=True, use_trainer_do_validate=False))
+    assert not trainer_generates(cfg)
+    assert trainer_generates(TrainerConfig(async_training=dict(enable=True)))
+    assert trainer_generates(TrainerConfig(async_training=dict(use_trainer_do_validate=False)))  # a synchronous run
+    # vllm too: no second engine is built (vLLM is not even imported here)
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir, hybrid_engine=False, rollout=dict(name="vllm", n=2)),
+                                   generates=False)
+    assert worker.rollout.name == "none" and worker.agent_loop is None and not worker.rollout_holds_copy
+    generating = ActorRolloutRefWorker(worker_config(tiny_model_dir))
+    assert worker.rollout.eos_token_ids == generating.rollout.eos_token_ids  # DAPO's overlong filter reads them
+    batch = rollout_step(generating)  # samples from elsewhere train as ever
+    initial = snapshot(worker.actor_model)
+    worker.update_actor(batch)
+    assert max_diff(worker.actor_model, initial) > 1e-4
+    with pytest.raises(RuntimeError, match="holds no rollout engine"):
+        worker.generate_sequences(prompt_batch(worker.tokenizer))
+
+
 def micro_batch_case(tiny_model_dir):
     """A 4-sample batch whose responses stop at different lengths (4, 4, 1, 2 tokens), old log-probs from
     the model itself and random advantages: micro-batches of 2 hold 8 and 3 tokens."""

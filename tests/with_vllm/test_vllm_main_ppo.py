@@ -101,11 +101,15 @@ def test_an_asynchronous_run_generates_with_vllm_in_a_process_of_its_own(setup, 
     # fully-async default) the weights come on their own and the rollout steps vLLM's engine itself, asking
     # between steps for new weights (none come mid-batch at bound 0). (Staleness, its stamps and the correction
     # do not depend on the engine: tests/integration/test_async_rl.py; a swap midway: test_vllm_rollout.py.)
+    # The rollout's engine validates too (verl's fully-async default): the trainer builds no vLLM engine.
     root, model = setup
     out = root / "async"
     bound0 = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
-                   "async_training.enable=true", "async_training.partial_rollout=true"], out)
+                   "async_training.enable=true", "async_training.partial_rollout=true",
+                   "async_training.use_trainer_do_validate=false"], out)
     one = one_process[1]
+    validated = [k for k in one[STEPS] if k.startswith("val-")]
+    assert validated and all(bound0[STEPS][k] == pytest.approx(one[STEPS][k], abs=1e-6) for k in validated)
     for step in range(1, STEPS + 1):
         assert bound0[step]["async/staleness_max"] == 0 and bound0[step]["actor/rollout_log_prob_diff"] < 1e-4
         for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/entropy"):

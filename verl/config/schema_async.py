@@ -105,8 +105,10 @@ class AsyncTrainingConfig(Section):
                                          "each token by pi_prox / pi_behaviour, truncated as "
                                          "algorithm.rollout_correction.rollout_is_threshold says (AReaL's decoupled "
                                          "PPO objective).")
-    use_trainer_do_validate: bool = option(True, help="verl: validate with the trainer's weights. Here validation "
-                                           "always runs in the trainer.")
+    use_trainer_do_validate: bool = option(True, help="verl: who validates. true: the trainer, with an engine of its "
+                                           "own; false (verl's fully-async default): the rollout, with the trainer's "
+                                           "weights at each validation, after the requests queued ahead; the trainer "
+                                           "then holds no engine (on a GPU, no second vLLM engine).")
     use_dynamic_resource_scheduling: bool = verl_option(
         False, help="verl: hybrid rollout replicas on the trainer's GPUs, generating beside the standalone ones.",
         why="the trainer's devices are not lent to the rollout here", inert=False, refuse_if=bool, when="true",

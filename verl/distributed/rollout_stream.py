@@ -97,9 +97,9 @@ class RolloutStream:
         if not self.submitted:
             raise RuntimeError("no rollout request is open")
         step = self.submitted[0]
-        answer = self._wait(f"generating step {step}")
+        answer = self._wait(generating(step))
         if not isinstance(answer, RolloutResult) or answer.error is not None or answer.step != step:
-            self._raise_failed(answer, f"generating step {step}")
+            self._raise_failed(answer, generating(step))
         self.submitted.pop(0)
         return answer
 
@@ -108,8 +108,8 @@ class RolloutStream:
         done, in any order)."""
         if not self.submitted:
             raise RuntimeError("no rollout request is open")
-        doing = f"generating step {self.submitted[0]}" + (f" to {max(self.submitted)}" if max(self.submitted) >
-                                                          self.submitted[0] else "")
+        doing = generating(self.submitted[0]) + (f" to {max(self.submitted)}" if max(self.submitted) >
+                                                 self.submitted[0] > 0 else "")
         answer = self._wait(doing)
         if not isinstance(answer, RolloutResult) or answer.error is not None or answer.step not in self.submitted:
             self._raise_failed(answer, doing)
@@ -124,7 +124,7 @@ class RolloutStream:
         """Whether the answer to the oldest open request has arrived (never waits)."""
         if self._early is None:
             try:
-                self._early = self._receive(0.0, f"generating step {self.submitted[0]}" if self.submitted else "idle")
+                self._early = self._receive(0.0, generating(self.submitted[0]) if self.submitted else "idle")
             except queue.Empty:
                 return False
         return True
@@ -176,6 +176,11 @@ class RolloutStream:
             raise VerlError(f"the rollout {self.describe()} failed while {doing}: {last}\n"
                             f"(its traceback follows)\n{answer.error}")
         raise RuntimeError(f"the rollout {self.describe()} answered {answer!r} while {doing}")
+
+
+def generating(step: int) -> str:
+    """What the rollout is doing for a request of ``step`` (negative: a validation's), as messages say it."""
+    return f"generating step {step}" if step >= 0 else "validating"
 
 
 def ended(rollout: str, doing: str) -> str:
@@ -372,7 +377,7 @@ class RolloutPool(RolloutStream):
                     answer = member.any_result()
                     self.submitted.remove(answer.step)
                     return answer
-            doing = f"generating step {self.submitted[0]}"
+            doing = generating(self.submitted[0])
             gone = self._gone()
             if gone is not None:
                 raise VerlError(ended(gone, doing))

@@ -4,9 +4,9 @@ loop around the same model), ``dummy``, ``vllm``."""
 from __future__ import annotations
 
 from verl.errors import VerlError
-from verl.rollout.base import (RolloutEngine, SamplingParams, assemble_rollout, concat_rollouts,
+from verl.rollout.base import (RolloutEngine, SamplingParams, assemble_rollout, concat_rollouts, policy_eos,
                               response_mask_from_ids)
-from verl.rollout.dummy import DummyRollout
+from verl.rollout.dummy import NO_ROLLOUT, DummyRollout, NoRollout
 from verl.rollout.hf import HFRollout
 
 ROLLOUT_NAMES = ("auto", "hf", "native", "dummy", "vllm")
@@ -73,6 +73,8 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
                             f"use actor_rollout_ref.rollout.name=hf") from None
         return NativeRollout(model, tokenizer, device=device, seed=seed, max_num_seqs=max_num_seqs,
                              generation_batch_size=generation_batch_size)
+    if name == NO_ROLLOUT:
+        return NoRollout(policy_eos(model, tokenizer), tokenizer.pad_token_id, seed=seed)
     if name == "dummy":
         return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
     if name == "vllm":
@@ -83,9 +85,7 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
             raise VerlError("the vllm rollout needs the model folder (model_path) and the rollout section "
                             "(rollout_config) to build its engine")
         # ``model``: the policy, or its description (verl.models.loading.ModelDescription): vLLM reads the folder
-        eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
-            else tokenizer.eos_token_id
-        return VLLMRollout(model_path, tokenizer, eos_token_id=eos, model_config=model.config, config=rollout_config,
+        return VLLMRollout(model_path, tokenizer, eos_token_id=policy_eos(model, tokenizer), model_config=model.config, config=rollout_config,
                            max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
                            actor_dtype=model.dtype)
     from verl.config.key_errors import check_choice
@@ -93,6 +93,6 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     check_choice("actor_rollout_ref.rollout.name", name, ROLLOUT_NAMES, "rollout engine", OTHER_ENGINES)
 
 
-__all__ = ["OTHER_ENGINES", "ROLLOUT_NAMES", "DummyRollout", "HFRollout", "RolloutEngine", "SamplingParams",
+__all__ = ["NO_ROLLOUT", "OTHER_ENGINES", "ROLLOUT_NAMES", "DummyRollout", "NoRollout", "HFRollout", "RolloutEngine", "SamplingParams",
            "assemble_rollout", "auto_engine", "build_rollout", "concat_rollouts", "native_available",
            "response_mask_from_ids"]

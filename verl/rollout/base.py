@@ -44,6 +44,12 @@ class SamplingParams:
         return 1.0 if self.greedy else self.temperature
 
 
+def policy_eos(model, tokenizer) -> int | list[int]:
+    """The token id(s) that end a response of ``model``: its generation config's, else the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    return eos if eos is not None else tokenizer.eos_token_id
+
+
 class RolloutEngine(ABC):
     """Generates ``n`` responses per prompt. Subclasses implement :meth:`generate_responses`."""
 

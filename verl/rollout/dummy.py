@@ -36,3 +36,21 @@ class DummyRollout(RolloutEngine):
             log_probs[:, -1] = 0.0
             log_probs = log_probs.to(input_ids.device)
         return responses.to(input_ids.device), log_probs
+
+
+NO_ROLLOUT = "none"
+"""The engine of a trainer that generates nothing itself (not a ``rollout.name`` a user picks)."""
+
+
+class NoRollout(RolloutEngine):
+    """No engine: the trainer of an asynchronous run whose rollout also validates
+    (``async_training.use_trainer_do_validate=false``) generates nothing, so it holds no engine (on a
+    GPU, no second copy of the weights and no KV cache). It keeps what the trainer reads of an engine
+    (the EOS and pad ids); asking it to generate is a bug, said as one."""
+
+    name = NO_ROLLOUT
+
+    def generate_responses(self, input_ids, attention_mask, params: SamplingParams, seeds):
+        raise RuntimeError("this trainer holds no rollout engine: its samples and its validation come from the "
+                           "asynchronous rollout (async_training.use_trainer_do_validate=false), so nothing here "
+                           "should ask it to generate")

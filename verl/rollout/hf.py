@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.base import RolloutEngine, SamplingParams, policy_eos
 from verl.rollout.partial import join_generations
 from verl.models.vision import forbid_placeholders, multimodal_kwargs, placeholder_ids
 from verl.rollout.seeding import draw, filter_logits
@@ -74,9 +74,7 @@ class HFRollout(RolloutEngine):
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, generation_batch_size: int | None = None,
                  device: torch.device | str | None = None, seed: int = 0, max_num_seqs: int | None = None):
-        eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
-            else tokenizer.eos_token_id
-        super().__init__(eos, tokenizer.pad_token_id, seed)
+        super().__init__(policy_eos(model, tokenizer), tokenizer.pad_token_id, seed)
         self.model = model
         # Prompts per generate call (their n samples each) and rows at once: waves of the smaller.
         self.generation_batch_size, self.max_num_seqs = generation_batch_size, max_num_seqs

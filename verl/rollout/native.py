@@ -40,7 +40,7 @@ from transformers.cache_utils import DynamicLayer
 
 from verl.models.shared_prompt import cache_kwarg, distinct_prompts
 from verl.models.vision import forbid_placeholders, forward_inputs, placeholder_ids
-from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.rollout.base import RolloutEngine, SamplingParams, policy_eos
 from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.partial import join_generations
 from verl.rollout.row_decoder import RowDecoder, Rows, assemble
@@ -141,9 +141,7 @@ class NativeRollout(RolloutEngine):
     def __init__(self, model: torch.nn.Module, tokenizer, *, device: torch.device | str | None = None,
                  seed: int = 0, cache: str = "dynamic", compact_fraction: float = 0.125, fast: bool = True,
                  max_num_seqs: int | None = None, generation_batch_size: int | None = None):
-        eos = model.generation_config.eos_token_id if model.generation_config.eos_token_id is not None \
-            else tokenizer.eos_token_id
-        super().__init__(eos, tokenizer.pad_token_id, seed)
+        super().__init__(policy_eos(model, tokenizer), tokenizer.pad_token_id, seed)
         if cache not in CACHE_KINDS:
             raise ValueError(f"unknown native rollout cache {cache!r}; choose one of {CACHE_KINDS}")
         self.model, self.cache, self.fast = model, cache, fast

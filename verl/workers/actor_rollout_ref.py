@@ -25,7 +25,7 @@ from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora
 from verl.models.tiny import builtin_model_path
 from verl.models.vision import is_vision_model, load_processor
 from verl.protocol import Batch
-from verl.rollout import SamplingParams, auto_engine, build_rollout
+from verl.rollout import NO_ROLLOUT, SamplingParams, auto_engine, build_rollout
 from verl.utils.memory import memory_metrics
 from verl.utils.preflight import check_context_length
 from verl.workers.actor import Actor, PolicyModel
@@ -74,12 +74,13 @@ class ActorRolloutRefWorker:
     ``rollout.response_length``, which follows ``data.max_response_length`` inside a TrainerConfig),
     ``rollout_correction`` (verl's ``algorithm.rollout_correction`` as a
     :class:`~verl.algorithms.rollout_correction.RolloutCorrection`; default: token-level TIS as the
-    actor section asks, nothing more).
+    actor section asks, nothing more), ``generates`` (False: no rollout engine, for the trainer of an
+    asynchronous run whose rollout also validates).
     """
 
     def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
                  max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None,
-                 rollout_correction=None):
+                 rollout_correction=None, generates: bool = True):
         self.config = config = worker_section(config)
         # Everything comes from this section or the arguments: the rollout's prompt_length and
         # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
@@ -103,7 +104,8 @@ class ActorRolloutRefWorker:
         # (hf and native: a copy of the model made here, before the actor is sharded). vllm and
         # dummy only read the model's config.
         # rollout.name=auto: main_ppo has resolved it (and said so); the Python API resolves it here.
-        engine = rollout_engine_name(config.rollout, model)
+        # generates=False: an asynchronous run's trainer whose rollout also validates holds no engine at all.
+        engine = rollout_engine_name(config.rollout, model) if generates else NO_ROLLOUT
         self.rollout_shares_actor = config.hybrid_engine and engine in ("hf", "native")
         self.rollout_holds_copy = engine in ("hf", "native", "vllm") and not self.rollout_shares_actor
         rollout_model = model
@@ -141,7 +143,8 @@ class ActorRolloutRefWorker:
                                     seed=seed, max_response_length=self.max_response_length)
         self.sync_rollout_weights()
         self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
-        self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device)
+        self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device) \
+            if generates else None
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s, "
                     "shared prompts=%s", path, f"{sum(p.numel() for p in model.parameters()):,}", self.device,
                     engine, "yes" if self.ref else "no", "yes" if self.actor.share_prompts else "no")

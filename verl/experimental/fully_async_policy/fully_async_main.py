@@ -17,6 +17,8 @@ sample, at most ``(1 + staleness_threshold)`` syncs' worth ahead. Here, each sai
 * verl's ``data.train_batch_size=0`` and ``data.gen_batch_size`` (its streaming sizes) are not read;
 * ``async_training.partial_rollout``: verl's default (true): weights published while a step is being
   generated are taken mid-generation (:mod:`verl.rollout.partial`).
+* ``async_training.use_trainer_do_validate``: verl's default (false): the rollout validates, with the
+  trainer's weights; the trainer holds no engine of its own.
 
 The defaults are those of verl's fully_async_ppo_trainer.yaml; any key given wins.
 """
@@ -31,6 +33,7 @@ FULLY_ASYNC_KEYS = [
     "async_training.trigger_parameter_sync_step=4",
     "async_training.partial_rollout=true",
     "async_training.stream_samples=true",
+    "async_training.use_trainer_do_validate=false",
     "actor_rollout_ref.rollout.calculate_log_probs=true",
 ]
 STREAMING_SIZES = ("data.train_batch_size", "data.gen_batch_size")

@@ -74,10 +74,11 @@ def prepare_async_config(config) -> list[str]:
                           "with rollout_placement=thread use memory (or auto)")
     said = []
     if not config.actor_rollout_ref.hybrid_engine:
-        # verl's scripts of these modes set it: their rollout is apart; the trainer here keeps one for validation.
+        # verl's scripts of these modes set it: their rollout is apart; the trainer here may keep one for validation.
         config.actor_rollout_ref.hybrid_engine = True
-        said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training); the "
-                    "trainer's validation decodes with its own weights, shared")
+        said.append("actor_rollout_ref.hybrid_engine=false: the rollout already runs apart (async_training)" +
+                    ("; the trainer's validation decodes with its own weights, shared" if a.use_trainer_do_validate
+                     else ""))
     if ranks and config.trainer.backend == "ray":
         where = f"{processes} Ray actor(s) of a pool of its own (rollout.nnodes x rollout.n_gpus_per_node)"
     elif ranks:
@@ -100,6 +101,10 @@ def prepare_async_config(config) -> list[str]:
         said.append(f"streaming: a step trains on the first {config.data.train_batch_size} prompts whose samples are "
                     f"all generated, whichever step they were sent with; one older than {bound} version(s) is dropped "
                     f"and sent again (async_training.stream_samples=true)")
+    if not a.use_trainer_do_validate:
+        said.append("validation: on the rollout, with the trainer's weights at each validation (sent then, if not "
+                    "yet), after the requests queued ahead; the trainer holds no engine "
+                    "(async_training.use_trainer_do_validate=false)")
     said += _reward_placement_line(config)
     said += _lora_sync_line(config)
     if bound == 0:

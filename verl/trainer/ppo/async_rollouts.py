@@ -41,6 +41,9 @@ def next_request(step: int, published: int, whole: int, head: int, prompts: int,
     return None
 
 
+VALIDATION = -1
+"""The step of a validation request (``async_training.use_trainer_do_validate=false``); one is open at a time."""
+
 KEY_STRIDE = 1 << 20
 """A prompt's ``sample_key`` (``stream_samples``): its step x KEY_STRIDE + its place among the step's prompts."""
 
@@ -111,6 +114,8 @@ class AsyncRollouts:
         """``stream_samples``: each prompt sent and not yet trained on, by ``sample_key`` (sent again if dropped)."""
         self.dropped = 0
         """``stream_samples``: prompts dropped as too old since the last step's metrics."""
+        self.validating: list[RolloutResult] = []
+        """``stream_samples``: the prompts of the open validation request answered so far."""
 
     # ------------------------------------------------------------------ requests
     def fill(self) -> None:
@@ -255,13 +260,43 @@ class AsyncRollouts:
                 self._weights()  # the collective rank 0's _submit enters
 
     def _collect_any(self, block: bool) -> None:
-        """Answers that arrived into the pool (``block``: wait for one)."""
+        """Answers that arrived into the pool, a validation's aside (``block``: wait for one)."""
         while self.stream.submitted:
             if not block and not self.stream.any_ready():
                 return
-            self.pool.append(self.stream.any_result())
+            answer = self.stream.any_result()
+            (self.validating if answer.step == VALIDATION else self.pool).append(answer)
             if block:
                 return
+
+    # ------------------------------------------------------------------ validation
+    def validation_batch(self, prompts: Batch, params) -> Batch:
+        """Validation on the rollout (``async_training.use_trainer_do_validate=false``): ``prompts`` generated
+        with ``params`` by the rollout, with the trainer's current weights, after the requests already queued
+        ahead; waits for the answer (every rank gets it). Weights the trainer has not published yet (with
+        ``trigger_parameter_sync_step`` > 1) are published now: a validation step is a sync step."""
+        self.published = self.trainer.global_step
+        weights = self._weights() if self.sent != self.published else None  # a collective: every rank
+        batch = broadcast_object(None) if self.stream is None else self._validated(prompts, params, weights)
+        self.fill()  # a publish above may let more requests out
+        return batch
+
+    def _validated(self, prompts: Batch, params, weights) -> Batch:
+        if self.streaming:  # the rollout answers each prompt on its own: their keys put them back in order
+            prompts = prompts.index(slice(None))  # a copy: the validation batches are the same at every validation
+            prompts["sample_key"] = torch.arange(len(prompts))
+        self.stream.submit(RolloutRequest(VALIDATION, prompts, params, weights), each_prompt=self.streaming)
+        if self.streaming:
+            self.validating = []
+            while len(self.validating) < len(prompts):
+                self._collect_any(block=True)
+            answers = sorted(self.validating, key=lambda answer: answer.key)
+            batch = concat_rollouts([a.batch for a in answers], self.trainer.sampler.pad_token_id)
+            batch.pop("sample_key")
+        else:
+            self._collect(block_for=VALIDATION)
+            batch = self.done.pop(VALIDATION)[0].batch
+        return broadcast_object(batch) if self.trainer.distributed else batch
 
     def draw_more(self, step: int, draw: int) -> RolloutResult:
         """DAPO's ``draw``-th further prompt batch of ``step`` (the loader's next, seeded as the synchronous

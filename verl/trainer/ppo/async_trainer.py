@@ -66,6 +66,8 @@ class AsyncRLTrainer(RLTrainer):
         self.distributed = launched_distributed()
         channel = getattr(stream, "channel", None)  # the broadcast backend's
         self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder, channel))
+        if not a.use_trainer_do_validate:  # verl's fully-async default: the rollout validates too
+            self.validation_rollout = self.rollouts.validation_batch
 
     def resume(self) -> None:
         super().resume()

@@ -297,6 +297,8 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     weights when it holds a copy (vLLM, no hybrid engine) or gathers them (hybrid engine over ranks)."""
     arr = config.actor_rollout_ref
     rollout = arr.rollout
+    if not roles.trainer_generates(config):  # an asynchronous run whose rollout validates: no engine here
+        return {}
     if rollout.name == "vllm" and run.on_gpu and available:
         return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
                                       "gpu_memory_utilization x the GPU's memory: weights and KV cache")}

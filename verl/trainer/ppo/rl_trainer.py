@@ -41,6 +41,8 @@ class RLTrainer:
     metrics. Rank 0 alone writes: logs, progress, checkpoints, the Hugging Face folder."""
 
     label = "RL"  # on the progress line
+    validation_rollout = None
+    """``generate(prompts, params)`` of validation when not the actor group's engine (an asynchronous rollout)."""
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
                  tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False,
@@ -230,7 +232,8 @@ class RLTrainer:
     def validate(self, generations: list[dict] | None = None) -> dict[str, float]:
         """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config, generations)
+        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config, generations,
+                                 self.validation_rollout)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 

@@ -69,6 +69,13 @@ def uses_reference(config) -> bool:
     return bool(config.actor_rollout_ref.actor.use_kl_loss or config.algorithm.use_kl_in_reward)
 
 
+def trainer_generates(config) -> bool:
+    """Whether the trainer's own worker generates: not in an asynchronous run whose rollout also validates
+    (``async_training.use_trainer_do_validate=false``), where every sample comes from the rollout."""
+    a = config.async_training
+    return not (a.enable and not a.use_trainer_do_validate)
+
+
 def actor_rollout_ref_worker(config, *, total_steps: int, tokenizer=None) -> ActorRolloutRefWorker:
     """Actor, rollout and (when a KL term needs it) reference, in one worker: the hybrid engine."""
     arr = config.actor_rollout_ref
@@ -76,7 +83,8 @@ def actor_rollout_ref_worker(config, *, total_steps: int, tokenizer=None) -> Act
                                    device=config.trainer.device, max_response_length=config.data.max_response_length,
                                    total_steps=total_steps, seed=config.trainer.seed,
                                    rollout_correction=rollout_correction_of(arr.actor,
-                                                                            config.algorithm.rollout_correction))
+                                                                            config.algorithm.rollout_correction),
+                                   generates=trainer_generates(config))
     check_context_length(worker.actor_model.config, config.data.max_prompt_length, config.data.max_response_length)
     return worker
 

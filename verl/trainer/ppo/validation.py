@@ -84,10 +84,14 @@ def select_generations(rows: list[dict], n: int) -> list[dict]:
 
 
 def run_validation(actor_rollout_ref, reward, val_batches, config,
-                   generations: list[dict] | None = None) -> dict[str, float]:
+                   generations: list[dict] | None = None, generate=None) -> dict[str, float]:
     """All validation metrics (names in the module doc). With a ``generations`` list, each greedy
     sample is appended to it as ``{"prompt", "response", "score"}`` (texts decoded, special tokens
-    dropped)."""
+    dropped). ``generate(prompts, params)``: where the responses come from (default: the
+    ``actor_rollout_ref`` group's engine; an asynchronous run's rollout, which may score them too)."""
+    if generate is None:
+        def generate(prompts, params):
+            return actor_rollout_ref.run("generate_sequences", prompts, params=params)
     metrics: dict[str, float] = {}
     for kind, params in validation_passes(actor_rollout_ref, config):
         rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
@@ -96,8 +100,8 @@ def run_validation(actor_rollout_ref, reward, val_batches, config,
             # The same seeds at every validation: the sampled scores of two steps differ by the
             # policy, not by the luck of the draw.
             prompts = with_prompt_seeds(prompts, config.trainer.seed, -1 - number)
-            out = actor_rollout_ref.run("generate_sequences", prompts, params=params)
-            scored = reward.run("score", out)
+            out = generate(prompts, params)
+            scored = out if "token_level_scores" in out else reward.run("score", out)
             scores = scored["token_level_scores"].sum(-1).tolist()
             if kind == "greedy" and generations is not None:
                 prompt_texts = actor_rollout_ref.call("decode", out["prompts"])
