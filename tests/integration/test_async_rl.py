@@ -112,10 +112,13 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     ppo = tmp_path / "ppo"
     run_plain(run_args(model, data, ppo, *PPO, *ASYNC))
     assert_same_metrics(step_metrics(plain_run(*PPO)), without_async(step_metrics(ppo)))
-    # Multi-turn: the rollout process runs the agent loop and the tool calls; bound 0 is the one-process run.
+    # Multi-turn: the rollout process runs the agent loop and the tool calls (validation's too: the trainer holds
+    # no engine, nor an agent loop); bound 0 is the one-process run.
     tool_model, task, one = tool_run
     turns = tmp_path / "turns"
-    run_plain(tool_task_args(tool_model, task, turns, *SCALE_OUT_KEYS, *ASYNC))
+    run_plain(tool_task_args(tool_model, task, turns, *SCALE_OUT_KEYS, *ASYNC,
+                             "async_training.use_trainer_do_validate=false"))
+    assert any(k.startswith("val-core/") for k in step_metrics(turns)[0])
     assert_same_metrics(step_metrics(one), without_async(step_metrics(turns)))
     assert_same_weights(one / "huggingface", turns / "huggingface", tool_model)
     # One step off with partial rollouts and a tool that takes 1.5 s: the trainer publishes while the
@@ -134,13 +137,15 @@ def test_a_critic_and_multi_turn_tool_calls_run_apart_as_in_one_process_and_lora
     assert all(m["async/staleness_last_mean"] < m["async/staleness_mean"] for m in partial)
     # LoRA: by default (verl's lora.merge=false) the rollout gets the adapters alone, the base weights once
     # with its first weights, and merges them itself; with lora.merge=true it gets merged weights. Either
-    # way its log-probs follow the trainer's after every update, and the two are the same run.
+    # way its log-probs follow the trainer's after every update, and the two are the same run (the first validated
+    # by the rollout, from its adapters, the second by the trainer).
     lora = {}
     for merge, said in (("false", "the adapters alone"), ("true", "the weights with the adapters merged in")):
         lora[merge] = tmp_path / f"lora-merge-{merge}"
         done = run_plain(run_args(model, data, lora[merge], *GRPO, *LOG_PROBS, *ASYNC,
                                   "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
-                                  f"actor_rollout_ref.model.lora.merge={merge}"))
+                                  f"actor_rollout_ref.model.lora.merge={merge}",
+                                  f"async_training.use_trainer_do_validate={merge == 'true'}"))
         assert f"LoRA: the rollout gets {said}" in done.stdout
         metrics = step_metrics(lora[merge])
         assert all(metrics[step]["actor/rollout_log_prob_diff"] < 1e-5 for step in (2, 3))
