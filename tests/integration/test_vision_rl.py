@@ -124,12 +124,16 @@ def test_a_vision_language_policy_trains_asynchronously(vl_task, one_process, tm
     assert_same_metrics(step_metrics(one_process[0]), without_async(step_metrics(bound0)))
     assert_same_weights(one_process[0] / "huggingface", bound0 / "huggingface", model)
     # verl's geo3k fully-async scripts: one step off, partial rollouts (a row stopped by new weights goes on
-    # with its images: tests/unit/test_vision_rollout.py), LoRA adapters sent alone.
+    # with its images: tests/unit/test_vision_rollout.py), LoRA adapters sent alone, the rollout validating
+    # (with the pictures of the held-out prompts).
     off = tmp_path / "off"
     done = run_plain(args(model, folder, off, "async_training.enable=true", "async_training.max_staleness=1",
-                          "async_training.partial_rollout=true", "actor_rollout_ref.model.lora_rank=8"))
+                          "async_training.partial_rollout=true", "actor_rollout_ref.model.lora_rank=8",
+                          "async_training.use_trainer_do_validate=false"))
     assert "Vision-language policy (qwen2_vl)" in done.stdout and "the adapters alone" in done.stdout
+    assert "validation: on the rollout" in done.stdout
     metrics = step_metrics(off)
+    assert all(any(k.startswith("val-core/") for k in metrics[step]) for step in (0, 3))
     # (with partial rollouts a request may start on weights newer than those it went out with: timing)
     assert metrics[1]["async/staleness_max"] == 0 and all(metrics[step]["async/staleness_max"] <= 1 for step in (2, 3))
     assert all(metrics[step]["actor/pg_loss"] != 0 for step in (1, 2, 3))
