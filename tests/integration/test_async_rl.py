@@ -9,6 +9,7 @@ ahead of the trainer by at most ``max_staleness`` versions.
   ranks, verl's fully-async command line (failures: test_async_failures.py).
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -234,20 +235,26 @@ def test_a_fractional_staleness_threshold_sends_part_of_the_next_step_early_and_
     assert_same_weights(out / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
-def test_the_rollout_validates_with_the_trainers_weights_between_two_syncs(tiny_model_dir, data_dir, tmp_path):
-    # Weights go to the rollout every 2 steps; validation after step 3 (the last) needs version 3, which the
-    # trainer then sends with the validation request. Validated by the trainer or by the rollout: one run.
+def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_on(tiny_model_dir, data_dir,
+                                                                                  tmp_path):
+    # Weights to the rollout every 2 steps, validation after steps 0 and 2 (answered while the trainer goes on,
+    # recorded later for their own step) and 3, the last, which needs version 3: the trainer sends it with the
+    # validation and waits. Validated by the trainer or by the rollout: one run, its lines in the same order.
     # (a learning rate at which 3 steps move what validation measures: at 1e-2 they do not)
-    keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1")
-    runs = {}
+    keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1",
+            "trainer.test_freq=2")
+    runs, order = {}, {}
     for trainer_validates in (True, False):
         out = tmp_path / str(trainer_validates)
         run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
                            f"async_training.use_trainer_do_validate={trainer_validates}"))
         runs[trainer_validates] = computed(out)
+        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        order[trainer_validates] = [(row["step"], any(k.startswith("val-") for k in row)) for row in lines]
     moved = [k for k in runs[True][0] if k.startswith("val") and runs[True][3][k] != runs[True][0][k]]
     assert moved, "validation measures the 3 updates"
     assert_same_metrics(runs[True], runs[False])
+    assert order[False] == order[True] == [(0, True), (1, False), (2, False), (2, True), (3, False), (3, True)]
 
 
 def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):

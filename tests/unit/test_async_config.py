@@ -43,6 +43,19 @@ def test_verls_threshold_is_whole_steps_and_the_first_prompts_of_the_next(keys, 
     assert got_whole == whole and got_part == pytest.approx(part) and head_prompts(config) == head
 
 
+def test_validating_on_the_rollout_is_said_and_between_two_syncs_is_refused():
+    lines = prepare_async_config(_config("async_training.use_trainer_do_validate=false"))
+    assert any(line.startswith("validation: on the rollout") for line in lines)
+    assert not any("validation" in line for line in prepare_async_config(_config()))
+    keys = ("async_training.use_trainer_do_validate=false", "async_training.trigger_parameter_sync_step=2",
+            "async_training.max_staleness=1")
+    with pytest.raises(ConfigError, match=r"trainer.test_freq=3 validates between two of them: set trainer.test_freq "
+                                          r"to a multiple of 2 \(e.g. 4\) or async_training.use_trainer_do_validate=true"):
+        prepare_async_config(_config(*keys, "trainer.test_freq=3"))
+    for fine in ("trainer.test_freq=4", "trainer.test_freq=-1", "async_training.use_trainer_do_validate=true"):
+        prepare_async_config(_config(*keys, "trainer.test_freq=3", fine))
+
+
 def test_bound_zero_changes_nothing_and_stale_samples_get_the_rollouts_log_probs():
     config = _config()
     line, rewards = prepare_async_config(config)

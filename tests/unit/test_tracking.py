@@ -61,3 +61,24 @@ def test_unknown_logger_raises_and_lists_the_valid_names(tmp_path):
         Tracker(["console", "mlflow"], tmp_path)
     assert "mlflow" in str(err.value)
     assert all(name in str(err.value) for name in LOGGER_NAMES)
+
+
+def test_steps_in_order_hold_later_steps_behind_metrics_still_to_come(tmp_path):
+    from verl.tracking.tracker import StepsInOrder
+
+    tracker = StepsInOrder(Tracker([], tmp_path))
+    tracker.log({"a": 1.0}, 1)
+    tracker.expect(1)  # a validation of step 1, answered later
+    tracker.log({"a": 2.0}, 2)
+    tracker.log_generations([{"prompt": "p", "response": "r", "score": 1.0}], 2)
+    tracker.expect(2)
+    tracker.log({"a": 3.0}, 3)
+    steps = lambda: [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps() == [1]
+    tracker.log({"val": 0.5}, 1)  # what step 1 waited for goes out at once
+    tracker.arrived(1)
+    assert steps() == [1, 1, 2]  # then step 2, up to the next step still open
+    tracker.log({"val": 0.7}, 2)
+    tracker.arrived(2)
+    assert steps() == [1, 1, 2, 2, 3] and (tmp_path / "val_generations.jsonl").exists()
+    tracker.close()

@@ -107,8 +107,9 @@ class AsyncTrainingConfig(Section):
                                          "PPO objective).")
     use_trainer_do_validate: bool = option(True, help="verl: who validates. true: the trainer, with an engine of its "
                                            "own; false (verl's fully-async default): the rollout, with the trainer's "
-                                           "weights at each validation, after the requests queued ahead; the trainer "
-                                           "then holds no engine (on a GPU, no second vLLM engine).")
+                                           "weights at each validation, while the trainer goes on (trainer.test_freq "
+                                           "a multiple of trigger_parameter_sync_step); the trainer then holds no "
+                                           "engine (on a GPU, no second vLLM engine).")
     use_dynamic_resource_scheduling: bool = verl_option(
         False, help="verl: hybrid rollout replicas on the trainer's GPUs, generating beside the standalone ones.",
         why="the trainer's devices are not lent to the rollout here", inert=False, refuse_if=bool, when="true",

@@ -230,3 +230,42 @@ class Tracker:
         backends, self.backends = self.backends, []
         for backend in backends:
             backend.close(failed)
+
+
+class StepsInOrder:
+    """A :class:`Tracker` whose loggers see steps in order while some step's metrics are still to come
+    (an asynchronous run's validation on the rollout, recorded a step or two later): the metrics of later
+    steps wait behind it (wandb drops a step that goes back). Everything else passes through."""
+
+    def __init__(self, tracker: Tracker):
+        self.tracker = tracker
+        self.open: set[int] = set()
+        self.waiting: list[tuple[str, object, int]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.tracker, name)
+
+    def expect(self, step: int) -> None:
+        """Metrics of ``step`` are still to come: later steps wait for them (:meth:`arrived`)."""
+        self.open.add(step)
+
+    def arrived(self, step: int) -> None:
+        """``step``'s awaited metrics were logged: what waited behind it goes out, up to the next open step."""
+        self.open.discard(step)
+        waiting, self.waiting = self.waiting, []
+        for kind, value, at in waiting:
+            getattr(self, kind)(value, at)
+
+    def _held(self, kind: str, value, step: int) -> bool:
+        if self.open and step > min(self.open):
+            self.waiting.append((kind, value, step))
+            return True
+        return False
+
+    def log(self, metrics: dict, step: int) -> None:
+        if not self._held("log", metrics, step):
+            self.tracker.log(metrics, step)
+
+    def log_generations(self, rows: list[dict], step: int) -> None:
+        if not self._held("log_generations", rows, step):
+            self.tracker.log_generations(rows, step)

@@ -64,6 +64,12 @@ def prepare_async_config(config) -> list[str]:
                            "rank's engine would take the machine's first GPU; set rollout_placement=process)")
     if refused:
         raise ConfigError("async_training.enable=true does not support " + "; ".join(refused))
+    test_freq = config.trainer.test_freq
+    if not a.use_trainer_do_validate and k > 1 and test_freq > 0 and test_freq % k:
+        raise ConfigError(f"async_training.use_trainer_do_validate=false validates on the rollout, which gets the "
+                          f"trainer's weights every trigger_parameter_sync_step={k} steps, and trainer.test_freq="
+                          f"{test_freq} validates between two of them: set trainer.test_freq to a multiple of {k} "
+                          f"(e.g. {k * math.ceil(test_freq / k)}) or async_training.use_trainer_do_validate=true")
     if ranks and config.trainer.backend == "ray" and a.checkpoint_engine.backend == "auto":
         a.checkpoint_engine.backend = "broadcast"  # Ray may place the rollout's actors on other machines
     if a.checkpoint_engine.backend == "memory" and a.rollout_placement != "thread":

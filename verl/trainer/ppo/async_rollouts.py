@@ -42,7 +42,8 @@ def next_request(step: int, published: int, whole: int, head: int, prompts: int,
 
 
 VALIDATION = -1
-"""The step of a validation request (``async_training.use_trainer_do_validate=false``); one is open at a time."""
+"""The requests of the validation after step ``s`` (``async_training.use_trainer_do_validate=false``) go to the
+rollout as step ``VALIDATION - s`` (negative: never a training step's)."""
 
 KEY_STRIDE = 1 << 20
 """A prompt's ``sample_key`` (``stream_samples``): its step x KEY_STRIDE + its place among the step's prompts."""
@@ -114,8 +115,11 @@ class AsyncRollouts:
         """``stream_samples``: each prompt sent and not yet trained on, by ``sample_key`` (sent again if dropped)."""
         self.dropped = 0
         """``stream_samples``: prompts dropped as too old since the last step's metrics."""
-        self.validating: list[RolloutResult] = []
-        """``stream_samples``: the prompts of the open validation request answered so far."""
+        self.validations: dict[int, tuple[int, list[tuple[str, int]], int]] = {}
+        """Validations on the rollout not yet taken, by request step (:data:`VALIDATION` - the trainer's step): the
+        trainer's step, each request's kind and ``n``, and how many answers make it whole."""
+        self.validating: dict[int, list[RolloutResult]] = {}
+        """``stream_samples``: the prompts of open validations answered so far, by request step."""
 
     # ------------------------------------------------------------------ requests
     def fill(self) -> None:
@@ -210,7 +214,7 @@ class AsyncRollouts:
         greedy = [a.batch for a, kind in zip(answers, kinds) if kind == "greedy"]
         if greedy:
             result = dataclasses.replace(result, baseline=Batch.concat(greedy))
-        taken = (result, len(self.done), len(self.stream.submitted))
+        taken = (result, sum(1 for key in self.done if key >= 0), len(self.stream.submitted))
         return broadcast_object(taken) if self.trainer.distributed else taken
 
     def _take_streamed(self, step: int) -> tuple[RolloutResult, int, int]:
@@ -265,38 +269,70 @@ class AsyncRollouts:
             if not block and not self.stream.any_ready():
                 return
             answer = self.stream.any_result()
-            (self.validating if answer.step == VALIDATION else self.pool).append(answer)
+            if answer.step < 0:
+                self.validating.setdefault(answer.step, []).append(answer)
+            else:
+                self.pool.append(answer)
             if block:
                 return
 
     # ------------------------------------------------------------------ validation
-    def validation_batch(self, prompts: Batch, params) -> Batch:
-        """Validation on the rollout (``async_training.use_trainer_do_validate=false``): ``prompts`` generated
-        with ``params`` by the rollout, with the trainer's current weights, after the requests already queued
-        ahead; waits for the answer (every rank gets it). Weights the trainer has not published yet (with
-        ``trigger_parameter_sync_step`` > 1) are published now: a validation step is a sync step."""
+    def submit_validation(self, step: int, requests: list) -> None:
+        """Validation on the rollout (``async_training.use_trainer_do_validate=false``) of the trainer at
+        ``step``: ``requests`` (:func:`~verl.trainer.ppo.validation.validation_requests`) go to the rollout with
+        the trainer's current weights, after the requests already queued ahead; the answers are taken as they
+        come (:meth:`finished_validations`). A validation falls on a sync step (the config checks
+        ``trainer.test_freq``), or after the last step, whose weights are published now (no request follows)."""
         self.published = self.trainer.global_step
         weights = self._weights() if self.sent != self.published else None  # a collective: every rank
-        batch = broadcast_object(None) if self.stream is None else self._validated(prompts, params, weights)
-        self.fill()  # a publish above may let more requests out
-        return batch
+        vid = VALIDATION - step
+        self.validations[vid] = (step, [(kind, params.n) for kind, params, _ in requests],
+                                 sum(len(prompts) for _, _, prompts in requests) if self.streaming else len(requests))
+        if self.stream is not None:
+            for number, (_, params, prompts) in enumerate(requests):
+                if self.streaming:  # each prompt answered on its own: its key puts it back in order
+                    prompts = prompts.index(slice(None))  # a copy: the validation batches serve every validation
+                    prompts["sample_key"] = number * KEY_STRIDE + torch.arange(len(prompts))
+                self.stream.submit(RolloutRequest(vid, prompts, params, weights if number == 0 else None),
+                                   each_prompt=self.streaming)
+        self.fill()  # the publish above may let more requests out
 
-    def _validated(self, prompts: Batch, params, weights) -> Batch:
-        if self.streaming:  # the rollout answers each prompt on its own: their keys put them back in order
-            prompts = prompts.index(slice(None))  # a copy: the validation batches are the same at every validation
-            prompts["sample_key"] = torch.arange(len(prompts))
-        self.stream.submit(RolloutRequest(VALIDATION, prompts, params, weights), each_prompt=self.streaming)
-        if self.streaming:
-            self.validating = []
-            while len(self.validating) < len(prompts):
-                self._collect_any(block=True)
-            answers = sorted(self.validating, key=lambda answer: answer.key)
-            batch = concat_rollouts([a.batch for a in answers], self.trainer.sampler.pad_token_id)
+    def finished_validations(self, wait: bool) -> list[tuple[int, list]]:
+        """``[(step, [(kind, n, batch), ...])]``: the validations whose answers are all in (``wait``: every open
+        one, waiting for them), in step order, each batch in its request's order; on every rank (rank 0's,
+        broadcast)."""
+        finished = []
+        if self.stream is not None:
+            self._collect_any(block=False) if self.streaming else self._collect(block_for=None)
+            for vid in sorted(self.validations, reverse=True):  # the oldest step first
+                step, kinds, expected = self.validations[vid]
+                while len(self._answers_of(vid)) < expected and wait:
+                    self._collect_any(block=True) if self.streaming else self._collect(block_for=vid)
+                if len(self._answers_of(vid)) < expected:
+                    break  # answers come in order: the later ones are not in either
+                del self.validations[vid]
+                finished.append((step, [(kind, n, batch) for (kind, n), batch in zip(kinds, self._batches_of(vid))]))
+        if self.trainer.distributed:
+            finished = broadcast_object(finished if self.stream is not None else None)
+            for step, _ in finished:
+                self.validations.pop(VALIDATION - step, None)
+        return finished
+
+    def _answers_of(self, vid: int) -> list[RolloutResult]:
+        return (self.validating if self.streaming else self.done).get(vid, [])
+
+    def _batches_of(self, vid: int) -> list[Batch]:
+        """The answered batches of validation ``vid``, one per request (taken out of what was collected)."""
+        if not self.streaming:
+            return [answer.batch for answer in self.done.pop(vid)]
+        answers = sorted(self.validating.pop(vid), key=lambda answer: answer.key)
+        batches = []
+        for number in range(answers[-1].key // KEY_STRIDE + 1):
+            batch = concat_rollouts([a.batch for a in answers if a.key // KEY_STRIDE == number],
+                                    self.trainer.sampler.pad_token_id)
             batch.pop("sample_key")
-        else:
-            self._collect(block_for=VALIDATION)
-            batch = self.done.pop(VALIDATION)[0].batch
-        return broadcast_object(batch) if self.trainer.distributed else batch
+            batches.append(batch)
+        return batches
 
     def draw_more(self, step: int, draw: int) -> RolloutResult:
         """DAPO's ``draw``-th further prompt batch of ``step`` (the loader's next, seeded as the synchronous
@@ -321,7 +357,7 @@ class AsyncRollouts:
         """Wait for every open request (before a checkpoint: its batches go into it; rank 0 writes it)."""
         while self.stream is not None and self.stream.submitted:
             if self.streaming:
-                self.pool.append(self.stream.any_result())
+                self._collect_any(block=True)
                 continue
             result = self.stream.result()
             self.done.setdefault(result.step, []).append(result)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from pathlib import Path
 
 from verl.distributed.process_group import is_main_process, launched_distributed
@@ -51,7 +52,9 @@ from verl.trainer.ppo.async_config import rollout_processes, split_threads
 from verl.trainer.ppo.async_rollouts import AsyncRollouts
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.trainer.ppo.sampling import RolloutScorer
+from verl.trainer.ppo.validation import validation_metrics, validation_requests
 from verl.trainer.timing import timer
+from verl.tracking.tracker import StepsInOrder
 
 
 class AsyncRLTrainer(RLTrainer):
@@ -66,8 +69,10 @@ class AsyncRLTrainer(RLTrainer):
         self.distributed = launched_distributed()
         channel = getattr(stream, "channel", None)  # the broadcast backend's
         self.rollouts = AsyncRollouts(self, stream, WeightSender(a.weight_backend(), folder, channel))
-        if not a.use_trainer_do_validate:  # verl's fully-async default: the rollout validates too
-            self.validation_rollout = self.rollouts.validation_batch
+        self.rollout_validates = not a.use_trainer_do_validate
+        """verl's fully-async default: the rollout validates too (:meth:`log_validation`)."""
+        if self.rollout_validates:
+            self.tracker = StepsInOrder(self.tracker)
 
     def resume(self) -> None:
         super().resume()
@@ -87,6 +92,8 @@ class AsyncRLTrainer(RLTrainer):
                 batch, result = self._keep_informative_groups(step, batch, result, metrics, timing)
             waited = timing["timing_s/wait_rollout"]
             metrics.update(self.rollouts.metrics(step, result, ahead, in_flight, waited))
+            if self.rollout_validates:
+                self._record_validations(wait=False)
             batch = self.learn(batch, metrics, timing)
             if "rollout_corr/kl" in metrics:
                 metrics["async/mismatch_kl"] = metrics["rollout_corr/kl"]
@@ -136,7 +143,34 @@ class AsyncRLTrainer(RLTrainer):
                                     load_seconds=sum(a.load_seconds for a in answers),
                                     score_seconds=sum(a.score_seconds for a in answers))
 
+    def log_validation(self) -> None:
+        """With the rollout validating: the validation's prompts go to the rollout with the trainer's weights now,
+        and its metrics are recorded (for this step) once its answers are in, while the trainer goes on: at a later
+        step, before a checkpoint, or at once after the last step."""
+        if not self.rollout_validates:
+            super().log_validation()
+            return
+        start = time.perf_counter()
+        self.tracker.expect(self.global_step)
+        self.rollouts.submit_validation(self.global_step, validation_requests(
+            self.actor_rollout_ref, self.val_batches, self.config))
+        self.stage_seconds["validate"] += time.perf_counter() - start
+        if self.global_step >= self.total_steps:  # nothing left to overlap with
+            self._record_validations(wait=True)
+
+    def _record_validations(self, wait: bool) -> None:
+        """Score and record the validations whose answers are in (``wait``: every one still open)."""
+        for step, answers in self.rollouts.finished_validations(wait):
+            start = time.perf_counter()
+            generations = self.generations_wanted()
+            metrics = validation_metrics(self.actor_rollout_ref, self.reward, answers, generations)
+            self.stage_seconds["validate"] += time.perf_counter() - start
+            self.record_validation(step, metrics, generations)
+            self.tracker.arrived(step)
+
     def state_dict(self) -> dict:
+        if self.rollout_validates:
+            self._record_validations(wait=True)  # a checkpoint holds every validation before it
         state = super().state_dict()
         state["async"] = self.rollouts.state_dict()
         return state

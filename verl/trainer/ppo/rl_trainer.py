@@ -41,8 +41,6 @@ class RLTrainer:
     metrics. Rank 0 alone writes: logs, progress, checkpoints, the Hugging Face folder."""
 
     label = "RL"  # on the progress line
-    validation_rollout = None
-    """``generate(prompts, params)`` of validation when not the actor group's engine (an asynchronous rollout)."""
 
     def __init__(self, config, *, actor_rollout_ref, reward, train_loader, val_batches: list[Batch],
                  tracker, out_dir, total_steps: int, watchdog: Watchdog, critic=None, use_ref: bool = False,
@@ -232,22 +230,27 @@ class RLTrainer:
     def validate(self, generations: list[dict] | None = None) -> dict[str, float]:
         """Greedy (and sampled) decoding on the validation set: see ``verl.trainer.ppo.validation``."""
         start = time.perf_counter()
-        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config, generations,
-                                 self.validation_rollout)
+        metrics = run_validation(self.actor_rollout_ref, self.reward, self.val_batches, self.config, generations)
         self.stage_seconds["validate"] += time.perf_counter() - start
         return metrics
 
     def log_validation(self) -> None:
-        wanted = self.config.trainer.log_val_generations
-        generations: list[dict] | None = [] if wanted else None
-        metrics = self.validate(generations)
-        self.val_history.append((self.global_step, metrics))
-        self.tracker.log(metrics, self.global_step)
+        generations = self.generations_wanted()
+        self.record_validation(self.global_step, self.validate(generations), generations)
+
+    def generations_wanted(self) -> list[dict] | None:
+        """A list for validation's samples when ``trainer.log_val_generations`` asks for them, else None."""
+        return [] if self.config.trainer.log_val_generations else None
+
+    def record_validation(self, step: int, metrics: dict[str, float], generations: list[dict] | None) -> None:
+        """The validation of ``step``: into the history (checkpointed) and to every logger."""
+        self.val_history.append((step, metrics))
+        self.tracker.log(metrics, step)
         if generations:
-            self.tracker.log_generations(select_generations(generations, wanted), self.global_step)
+            self.tracker.log_generations(select_generations(generations, self.config.trainer.log_val_generations),
+                                         step)
         if self.is_main:
-            logger.info("validation at step %d: %s", self.global_step,
-                        ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
+            logger.info("validation at step %d: %s", step, ", ".join(f"{k}={v:.3f}" for k, v in metrics.items()))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

@@ -83,49 +83,64 @@ def select_generations(rows: list[dict], n: int) -> list[dict]:
     return rows[:n]
 
 
+def validation_requests(actor_rollout_ref, val_batches, config) -> list[tuple[str, object, object]]:
+    """``[(kind, sampling params, prompts)]``: every generation a validation asks for, pass by pass
+    (:func:`validation_passes`), batch by batch. The same seeds at every validation: the sampled
+    scores of two steps differ by the policy, not by the luck of the draw."""
+    return [(kind, params, with_prompt_seeds(prompts, config.trainer.seed, -1 - number))
+            for kind, params in validation_passes(actor_rollout_ref, config)
+            for number, prompts in enumerate(val_batches)]
+
+
 def run_validation(actor_rollout_ref, reward, val_batches, config,
                    generations: list[dict] | None = None, generate=None) -> dict[str, float]:
     """All validation metrics (names in the module doc). With a ``generations`` list, each greedy
     sample is appended to it as ``{"prompt", "response", "score"}`` (texts decoded, special tokens
     dropped). ``generate(prompts, params)``: where the responses come from (default: the
-    ``actor_rollout_ref`` group's engine; an asynchronous run's rollout, which may score them too)."""
+    ``actor_rollout_ref`` group's engine)."""
     if generate is None:
         def generate(prompts, params):
             return actor_rollout_ref.run("generate_sequences", prompts, params=params)
+    # one batch generated, then scored, at a time
+    answers = ((kind, params.n, generate(prompts, params))
+               for kind, params, prompts in validation_requests(actor_rollout_ref, val_batches, config))
+    return validation_metrics(actor_rollout_ref, reward, answers, generations)
+
+
+def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dict] | None = None
+                       ) -> dict[str, float]:
+    """The metrics of ``answers``, ``(kind, n, generated batch)`` in :func:`validation_requests`' order
+    (a batch the rollout scored already keeps its scores); ``generations`` as :func:`run_validation`'s."""
     metrics: dict[str, float] = {}
-    for kind, params in validation_passes(actor_rollout_ref, config):
-        rows: dict[str, tuple[list, list, list]] = defaultdict(lambda: ([], [], []))
-        n = params.n
-        for number, prompts in enumerate(val_batches):
-            # The same seeds at every validation: the sampled scores of two steps differ by the
-            # policy, not by the luck of the draw.
-            prompts = with_prompt_seeds(prompts, config.trainer.seed, -1 - number)
-            out = generate(prompts, params)
-            scored = out if "token_level_scores" in out else reward.run("score", out)
-            scores = scored["token_level_scores"].sum(-1).tolist()
-            if kind == "greedy" and generations is not None:
-                prompt_texts = actor_rollout_ref.call("decode", out["prompts"])
-                response_texts = actor_rollout_ref.call("decode", out["responses"])
-                generations += [{"prompt": p, "response": r, "score": s}
-                                for p, r, s in zip(prompt_texts, response_texts, scores)]
-            # Answers are only voted on by maj@N; the response text stands in where no pred came back.
-            answers = _answers(scored, len(out)) if kind == "sampled" and n > 1 else [""] * len(out)
-            unanswered = [i for i, a in enumerate(answers) if a is None]
-            if unanswered:
-                texts = actor_rollout_ref.call("decode", out["responses"][unanswered])
-                for i, text in zip(unanswered, texts):
-                    answers[i] = text
-            for i, source in enumerate(out["data_source"]):
-                bucket = rows[str(source)]
-                bucket[0].append(scores[i])
-                bucket[1].append(answers[i])
-                bucket[2].append(out["uid"][i])
-        for source, (scores, answers, groups) in rows.items():
+    passes: dict[str, tuple[int, dict]] = {}
+    for kind, n, out in answers:
+        rows = passes.setdefault(kind, (n, defaultdict(lambda: ([], [], []))))[1]
+        scored = out if "token_level_scores" in out else reward.run("score", out)
+        scores = scored["token_level_scores"].sum(-1).tolist()
+        if kind == "greedy" and generations is not None:
+            prompt_texts = actor_rollout_ref.call("decode", out["prompts"])
+            response_texts = actor_rollout_ref.call("decode", out["responses"])
+            generations += [{"prompt": p, "response": r, "score": s}
+                            for p, r, s in zip(prompt_texts, response_texts, scores)]
+        # Answers are only voted on by maj@N; the response text stands in where no pred came back.
+        voted = _answers(scored, len(out)) if kind == "sampled" and n > 1 else [""] * len(out)
+        unanswered = [i for i, a in enumerate(voted) if a is None]
+        if unanswered:
+            texts = actor_rollout_ref.call("decode", out["responses"][unanswered])
+            for i, text in zip(unanswered, texts):
+                voted[i] = text
+        for i, source in enumerate(out["data_source"]):
+            bucket = rows[str(source)]
+            bucket[0].append(scores[i])
+            bucket[1].append(voted[i])
+            bucket[2].append(out["uid"][i])
+    for kind, (n, rows) in passes.items():
+        for source, (scores, voted, groups) in rows.items():
             if kind == "greedy":
                 metrics[f"val-core/{source}/reward/mean@1"] = sum(scores) / len(scores)
             elif n == 1:
                 metrics[f"val-aux/{source}/reward/sampled_mean@1"] = sum(scores) / len(scores)
             else:
-                for name, value in at_n_metrics(scores, answers, groups).items():
+                for name, value in at_n_metrics(scores, voted, groups).items():
                     metrics[f"val-core/{source}/reward/{name}@{n}"] = value
     return metrics
