@@ -23,9 +23,13 @@ trained once and cached), with validation off unless ``--learn``:
   one thread each: three processes, so on two cores it measures the pool's cost more than its gain;
 * ``one_step_off_trainer_reward``: one step off with the rewards scored by the trainer
   (``async_training.reward_placement=trainer``; by default the rollout scores them as it generates).
+* ``one_step_off_rollout_validates``: one step off with the rollout validating while the trainer goes on
+  (``async_training.use_trainer_do_validate=false``); compare it with ``one_step_off`` under ``--test-freq``.
 
 ``--reward-delay S`` makes every response's reward take S seconds more (a slow verifier), to measure
 where scoring is best placed.
+``--test-freq N`` validates before training and every N steps (the whole run's wall time, start-up
+included, is the figure that shows where validation runs).
 
 Printed per mode: seconds per step (median of the steps after the first), samples per second over those
 steps, the trainer's and the rollout's idle fractions, the throughput against ``sync``, the staleness of
@@ -43,6 +47,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +72,8 @@ MODES = {
                             "rollout.n_gpus_per_node=2"], 1),
     "one_step_off_trainer_reward": (["async_training.enable=true", "async_training.max_staleness=1",
                                      "async_training.reward_placement=trainer"], 1),
+    "one_step_off_rollout_validates": (["async_training.enable=true", "async_training.max_staleness=1",
+                                        "async_training.use_trainer_do_validate=false"], 1),
 }
 # --reward-delay: the built-in scorer, then a wait per response (a slow verifier: a sandbox, a judge).
 SLOW_REWARD = """
@@ -82,7 +89,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_given: list[str],
-             reward_delay: float = 0.0) -> dict:
+             reward_delay: float = 0.0, test_freq: int = 0) -> dict:
     keys, threads = MODES[mode]
     # The task's demo preset applies (built-in model, built-in task); these keys sit above it.
     args = [f"data.builtin_task={task}", f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}",
@@ -93,11 +100,15 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_give
         reward = out.parent / "slow_reward.py"
         reward.write_text(SLOW_REWARD.format(delay=reward_delay))
         args.append(f"custom_reward_function.path={reward}")
-    if not learn:
+    if test_freq:
+        args += [f"trainer.test_freq={test_freq}", "trainer.val_before_train=true"]
+    elif not learn:
         args += ["trainer.test_freq=-1", "trainer.val_before_train=false"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *args], cwd=REPO, env=env,
                           capture_output=True, text=True)
+    run_s = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{mode} failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -117,6 +128,7 @@ def run_mode(mode: str, task: str, steps: int, learn: bool, out: Path, keys_give
               "partial": statistics.mean(r.get("async/partial_frac", 0.0) for r in later),
               "dropped": sum(r.get("async/dropped", 0.0) for r in later)}
     result["samples"] = samples
+    result["run_s"] = round(run_s, 1)
     result["wall_s"] = round(sum(r["timing_s/step"] for r in step_rows), 2)
     if learn:
         vals = [r for r in rows if any(k.startswith("val-core/") for k in r)]
@@ -134,24 +146,25 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     parser.add_argument("--learn", action="store_true", help="validate as the demo does (60 steps unless --steps)")
     parser.add_argument("--reward-delay", type=float, default=0.0, help="seconds added to every response's reward")
+    parser.add_argument("--test-freq", type=int, default=0, help="validate before training and every N steps")
     args = parser.parse_args()
     steps = 60 if args.learn and args.steps == 30 else args.steps
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode in args.modes:
             results.append(run_mode(mode, args.task, steps, args.learn, Path(tmp) / mode, args.keys,
-                                    args.reward_delay))
+                                    args.reward_delay, args.test_freq))
             print(json.dumps(results[-1]), flush=True)
     base = next((r for r in results if r["mode"] == "sync"), results[0])
     delay = f", reward +{args.reward_delay} s a response" if args.reward_delay else ""
     print(f"\n{args.task} {' '.join(args.keys)}{delay}, {steps} steps (figures over steps 2..{steps})")
     print(f"{'mode':<32} {'s/step':>7} {'samples/s':>10} {'vs sync':>8} {'trainer idle':>13} {'rollout idle':>13} "
-          f"{'staleness':>10} {'last':>6} {'partial':>8} {'dropped':>8}")
+          f"{'staleness':>10} {'last':>6} {'partial':>8} {'dropped':>8} {'run s':>7}")
     for r in results:
         rate, base_rate = r["samples"] / r["seconds"], base["samples"] / base["seconds"]
         print(f"{r['mode']:<32} {r['s_per_step']:>7.2f} {rate:>10.1f} {rate / base_rate:>7.2f}x "
               f"{r['trainer_idle']:>13.2f} {r['rollout_idle']:>13.2f} {r['staleness']:>10.2f} "
-              f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f} {r['dropped']:>8.0f}")
+              f"{r['staleness_last']:>6.2f} {r['partial']:>8.2f} {r['dropped']:>8.0f} {r['run_s']:>7.1f}")
         if "held_out" in r:
             print(f"{'':<32} held-out (step, greedy, sampled): {r['held_out']}")
 

@@ -257,6 +257,22 @@ def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_
     assert order[False] == order[True] == [(0, True), (1, False), (2, False), (2, True), (3, False), (3, True)]
 
 
+def test_with_partial_rollouts_a_validation_is_drawn_by_its_steps_weights_alone(tiny_model_dir, data_dir, tmp_path):
+    # Bound 0 with partial rollouts, validation after every step, answered while the trainer trains the next
+    # step, whose weights would reach the rollout mid-validation: they wait until its rows are done. Validated by
+    # the rollout or by the trainer: one run. (lr 0.1: each step moves what validation measures)
+    keys = (*GRPO, *LOG_PROBS, *ASYNC, "async_training.partial_rollout=true", "trainer.test_freq=1",
+            "actor_rollout_ref.actor.optim.lr=0.1")
+    runs = {}
+    for trainer_validates in (True, False):
+        out = tmp_path / str(trainer_validates)
+        run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
+                           f"async_training.use_trainer_do_validate={trainer_validates}"))
+        runs[trainer_validates] = computed(out)
+    assert len({tuple(sorted((k, v) for k, v in m.items() if k.startswith("val-"))) for m in runs[True].values()}) > 2
+    assert_same_metrics(runs[True], runs[False])
+
+
 def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):
     out = tmp_path / "from-sync"
     shutil.copytree(sync_run / "global_step_2", out / "global_step_2")

@@ -276,6 +276,26 @@ def test_partial_rollouts_take_weights_at_the_next_decode_step(eos_prone_dir, sa
         assert ended_before.any()
 
 
+def test_a_validations_rows_are_drawn_by_the_weights_it_came_after_alone(eos_prone_dir):
+    """Partial rollouts take weights mid-generation, but not into a validation's rows (a request of a negative
+    step): weights that come with a later request wait until those rows are done."""
+    worker = RolloutWorker(worker_config(eos_prone_dir, max_num_seqs=12), device="cpu")
+    tok = worker.tokenizer
+    new = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+           for k, v in worker.rollout.model.state_dict().items()}
+    greedy = dataclasses.replace(PARAMS, n=1, do_sample=False, logprobs=False)
+    validation = RolloutRequest(-1, seeded(tok, LONG_TAIL, 5), greedy)
+    expected = one_at_a_time(copy.deepcopy(worker), [copy.copy(validation)])[0]
+    later = RolloutRequest(2, seeded(tok, TEXTS, 9), PARAMS, WeightMessage(1, "memory", tensors=new))
+    # the weights come after 6 polls, while the rows before the validation (or its own) are being drawn
+    got, _ = answers(worker, [RolloutRequest(1, seeded(tok, LONG_TAIL, 0), PARAMS), validation, later], 3,
+                     partial=True, after={id(later): 6})
+    assert [a.step for a in got] == [1, -1, 2]
+    assert (got[1].batch["policy_version_first"] == -1).all() and (got[1].batch["policy_version_last"] == -1).all()
+    assert torch.equal(got[1].batch["responses"], expected.batch["responses"])
+    assert (got[2].batch["policy_version_first"] == 1).all() and worker.version == 1
+
+
 def test_without_a_slot_bound_rows_that_arrive_get_slots_of_their_own(qwen2):  # noqa: F811
     model, tokenizer = qwen2
     engine = NativeRollout(model, tokenizer)  # no max_num_seqs: every row decodes at once

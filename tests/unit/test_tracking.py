@@ -81,4 +81,7 @@ def test_steps_in_order_hold_later_steps_behind_metrics_still_to_come(tmp_path):
     tracker.log({"val": 0.7}, 2)
     tracker.arrived(2)
     assert steps() == [1, 1, 2, 2, 3] and (tmp_path / "val_generations.jsonl").exists()
-    tracker.close()
+    tracker.expect(3)  # a run that fails with a validation out still keeps the metrics of its later steps
+    tracker.log({"a": 4.0}, 4)
+    tracker.close(failed=True)
+    assert steps() == [1, 1, 2, 2, 3, 4]

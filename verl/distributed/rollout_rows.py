@@ -137,7 +137,9 @@ class RowServer:
         return True
 
     def _hold(self, request: RolloutRequest) -> None:
-        if self.partial and request.weights is not None:  # taken at the next decode step, like weights sent alone
+        # Partial rollouts take a request's weights at the next decode step, like weights sent alone; not while a
+        # validation (step < 0) is waiting or going: its rows are drawn by the weights it came with, every token.
+        if self.partial and request.weights is not None and not self._validating():
             self.inbox.stash(request.weights)
             request.weights = None
         self.held.append((request, self.worker.takes_rows(request.prompts, request.params)))
@@ -148,7 +150,8 @@ class RowServer:
         while self.held:
             request, joins = self.held[0]
             busy = self.decoder is not None and self.decoder.busy
-            if busy and (request.weights is not None or request.params != self.params or not joins):
+            # a validation starts on an empty decoder, once the weights before it are in
+            if busy and (request.weights is not None or request.params != self.params or not joins or request.step < 0):
                 return
             if not busy:
                 self.decoder = None
@@ -170,6 +173,9 @@ class RowServer:
             with torch.inference_mode():
                 self.decoder.add(opened.decoder_rows())
             self._stamp_started()
+
+    def _validating(self) -> bool:
+        return any(request.step < 0 for request, _ in self.held) or any(o.request.step < 0 for o in self.open)
 
     def _load(self, load) -> None:
         start = time.perf_counter()

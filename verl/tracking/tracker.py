@@ -269,3 +269,10 @@ class StepsInOrder:
     def log_generations(self, rows: list[dict], step: int) -> None:
         if not self._held("log_generations", rows, step):
             self.tracker.log_generations(rows, step)
+
+    def close(self, failed: bool = False) -> None:
+        """What still waits goes out (a run that fails with a validation out keeps its steps' metrics), then the
+        loggers close."""
+        self.open.clear()
+        self.arrived(-1)
+        self.tracker.close(failed)

@@ -188,7 +188,9 @@ class AsyncRollouts:
         now allows."""
         if version % self.sync_every == 0:
             self.published = version
-            if self.partial and self.sent is not None:
+            # not while a validation is out: it is the trainer's weights at its step, every token of it (these
+            # go with the next request instead, which the rollout holds until the validation's rows are done)
+            if self.partial and self.sent is not None and not self.validations:
                 weights = self._weights()
                 if self.stream is not None:
                     self.stream.send_weights(weights)
@@ -214,7 +216,7 @@ class AsyncRollouts:
         greedy = [a.batch for a, kind in zip(answers, kinds) if kind == "greedy"]
         if greedy:
             result = dataclasses.replace(result, baseline=Batch.concat(greedy))
-        taken = (result, sum(1 for key in self.done if key >= 0), len(self.stream.submitted))
+        taken = (result, sum(1 for key in self.done if key >= 0), sum(1 for key in self.stream.submitted if key >= 0))
         return broadcast_object(taken) if self.trainer.distributed else taken
 
     def _take_streamed(self, step: int) -> tuple[RolloutResult, int, int]:
@@ -240,7 +242,7 @@ class AsyncRollouts:
                                idle_seconds=sum(a.idle_seconds for a in taken),
                                load_seconds=sum(a.load_seconds for a in taken),
                                score_seconds=sum(a.score_seconds for a in taken))
-        return result, len(self.pool), len(self.stream.submitted)
+        return result, len(self.pool), sum(1 for key in self.stream.submitted if key >= 0)
 
     def _send_again(self, step: int, keys: list[int]) -> None:
         """Prompts dropped as too old, sent again (one request per step they came from: their prompts share its

@@ -92,13 +92,13 @@ class AsyncRLTrainer(RLTrainer):
                 batch, result = self._keep_informative_groups(step, batch, result, metrics, timing)
             waited = timing["timing_s/wait_rollout"]
             metrics.update(self.rollouts.metrics(step, result, ahead, in_flight, waited))
-            if self.rollout_validates:
-                self._record_validations(wait=False)
             batch = self.learn(batch, metrics, timing)
             if "rollout_corr/kl" in metrics:
                 metrics["async/mismatch_kl"] = metrics["rollout_corr/kl"]
             with timer("weight_sync", timing):
                 self.rollouts.publish(step)
+        if self.rollout_validates:  # validations answered meanwhile (outside the step's time)
+            self._record_validations(wait=False)
         metrics["async/trainer_idle_frac"] = waited / max(timing["timing_s/step"], 1e-9)
         metrics = self.step_metrics(batch, metrics, timing, traffic)
         self.count_nonfinite_updates(metrics)

@@ -109,13 +109,15 @@ def run_validation(actor_rollout_ref, reward, val_batches, config,
 
 def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dict] | None = None
                        ) -> dict[str, float]:
-    """The metrics of ``answers``, ``(kind, n, generated batch)`` in :func:`validation_requests`' order
-    (a batch the rollout scored already keeps its scores); ``generations`` as :func:`run_validation`'s."""
+    """The metrics of ``answers``, ``(kind, n, generated batch)`` in :func:`validation_requests`' order;
+    ``generations`` as :func:`run_validation`'s."""
     metrics: dict[str, float] = {}
     passes: dict[str, tuple[int, dict]] = {}
     for kind, n, out in answers:
         rows = passes.setdefault(kind, (n, defaultdict(lambda: ([], [], []))))[1]
-        scored = out if "token_level_scores" in out else reward.run("score", out)
+        # scored here even where the rollout scored it: its scores carry training's shaping (overlong penalty,
+        # agent rewards), validation's are the reward functions' alone
+        scored = reward.run("score", out)
         scores = scored["token_level_scores"].sum(-1).tolist()
         if kind == "greedy" and generations is not None:
             prompt_texts = actor_rollout_ref.call("decode", out["prompts"])
