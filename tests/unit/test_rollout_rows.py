@@ -296,6 +296,21 @@ def test_a_validations_rows_are_drawn_by_the_weights_it_came_after_alone(eos_pro
     assert (got[2].batch["policy_version_first"] == 1).all() and worker.version == 1
 
 
+def test_without_partial_rollouts_weights_that_come_alone_wait_for_the_rows_before_them(eos_prone_dir):
+    """A pool's process gets weights alone when it had no prompts of the request that brought them: rows of the next
+    request wait for the rows going to end, then start on the new weights, every one."""
+    worker = RolloutWorker(worker_config(eos_prone_dir, max_num_seqs=12), device="cpu")
+    tok = worker.tokenizer
+    new = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+           for k, v in worker.rollout.model.state_dict().items()}
+    update = WeightUpdate(WeightMessage(1, "memory", tensors=new))
+    later = RolloutRequest(2, seeded(tok, TEXTS, 9), PARAMS)
+    got, _ = answers(worker, [RolloutRequest(1, seeded(tok, LONG_TAIL, 0), PARAMS), update, later], 2,
+                     after={id(update): 4, id(later): 4})  # both arrive while the first rows are going
+    assert (got[0].batch["policy_version_last"] == -1).all()
+    assert (got[1].batch["policy_version_first"] == 1).all() and (got[1].batch["policy_version_last"] == 1).all()
+
+
 def test_without_a_slot_bound_rows_that_arrive_get_slots_of_their_own(qwen2):  # noqa: F811
     model, tokenizer = qwen2
     engine = NativeRollout(model, tokenizer)  # no max_num_seqs: every row decodes at once
@@ -401,5 +416,33 @@ def test_a_pool_sends_a_request_of_fewer_prompts_than_processes_to_as_many_proce
         pool.submit(RolloutRequest(3, prompts, PARAMS), each_prompt=True)
         got = [pool.any_result() for _ in range(3)]
         assert sorted((a.step, a.key) for a in got) == [(2, 7), (3, 7), (3, 8)] and not pool.submitted
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["rows", "request-at-a-time"])
+def test_a_pools_processes_without_prompts_of_a_request_take_its_weights_all_the_same(eos_prone_dir, continuous):
+    """A request of one prompt that brings weights goes to the first process alone; the others get its weights on
+    their own and the next request's rows are the new version's everywhere."""
+    from verl.distributed.rollout_stream import RolloutPool, ThreadRolloutStream
+
+    spec = WorkerSpec(worker_config(eos_prone_dir), device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1,
+                      continuous=continuous)
+    members = []
+    for _ in range(3):  # one at a time: models are not loaded by two threads at once
+        members.append(ThreadRolloutStream(spec, 60))
+        members[-1].start()
+    pool = RolloutPool(members, 60)
+    try:
+        tok = load_tokenizer(str(eos_prone_dir))
+
+        state = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
+                 for k, v in load_causal_lm(str(eos_prone_dir)).state_dict().items()}
+        pool.submit(RolloutRequest(1, seeded(tok, TEXTS[:1], 0), PARAMS, WeightMessage(1, "memory", tensors=state)))
+        assert (pool.result().batch["policy_version_first"] == 1).all()
+        pool.submit(RolloutRequest(2, seeded(tok, TEXTS[:3], 0), PARAMS))
+        after = pool.result().batch
+        assert len(after) == 3 * PARAMS.n and (after["policy_version_first"] == 1).all()
+        assert (after["policy_version_last"] == 1).all()
     finally:
         pool.close()

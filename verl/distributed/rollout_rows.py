@@ -151,7 +151,9 @@ class RowServer:
             request, joins = self.held[0]
             busy = self.decoder is not None and self.decoder.busy
             # a validation starts on an empty decoder, once the weights before it are in
-            if busy and (request.weights is not None or request.params != self.params or not joins or request.step < 0):
+            # (weights that came alone wait for an empty decoder too, without partial rollouts)
+            if busy and (request.weights is not None or request.params != self.params or not joins or request.step < 0
+                         or (not self.partial and self.inbox.weights is not None)):
                 return
             if not busy:
                 self.decoder = None

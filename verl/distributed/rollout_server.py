@@ -165,24 +165,26 @@ def serve(spec: WorkerSpec, requests, results) -> None:
         RowServer(worker, _Inbox(requests, worker, channel), results, score, spec.partial, channel,
                   groups=spec.groups).run()
         return
-    inbox = _Inbox(requests, worker, channel) if spec.partial else None
+    # Weights also come on their own: with partial rollouts, and to a pool's process that had no prompts of the
+    # request that brought them (taken before its next request).
+    inbox = _Inbox(requests, worker, channel)
     results.put("ready")
     last = time.perf_counter()
     while True:
-        request = inbox.next() if inbox is not None else requests.get()
+        request = inbox.next()
         if request is None:
             return
         start = time.perf_counter()
-        idle, load = start - last, 0.0
+        idle = start - last
         try:
+            inbox.load_seconds = 0.0
+            if inbox.weights is not None and not spec.partial:  # (partial: taken as the request starts)
+                inbox.apply()
             if request.weights is not None:
-                worker.load_weights(unpack(request.weights, channel), request.weights.version)
-                load = time.perf_counter() - start
-            if inbox is not None:
-                inbox.load_seconds = 0.0
-            batch = worker.generate_sequences(request.prompts, request.params, swap=inbox)
-            if inbox is not None:
-                load += inbox.load_seconds
+                inbox.stash(request.weights)
+                inbox.apply()
+            batch = worker.generate_sequences(request.prompts, request.params, swap=inbox if spec.partial else None)
+            load = inbox.load_seconds
             scoring = 0.0
             if score is not None:
                 scored = time.perf_counter()

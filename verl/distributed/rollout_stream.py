@@ -361,6 +361,9 @@ class RolloutPool(RolloutStream):
         members = self.members[:min(len(request.prompts), len(self.members))]
         for member, part in zip(members, request.prompts.chunk(len(members))):
             member.submit(dataclasses.replace(request, prompts=part), each_prompt)
+        if request.weights is not None:  # the processes without prompts of it take its weights all the same
+            for member in self.members[len(members):]:
+                member.send_weights(request.weights)
         if not each_prompt:
             self.routes.append(len(members))
         self.submitted.extend([request.step] * (len(request.prompts) if each_prompt else 1))
