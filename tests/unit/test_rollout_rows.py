@@ -395,17 +395,23 @@ def test_rows_added_after_every_row_left_start_a_batch_of_their_own(qwen2):  # n
     assert torch.equal(responses, alone[:, :responses.shape[1]])
 
 
-def test_a_pool_sends_a_request_of_fewer_prompts_than_processes_to_as_many_processes(eos_prone_dir):
-    """A prompt dropped and sent again alone (stream_samples), or a step's tail shorter than the pool: the first
-    processes take one prompt each, the others nothing, and every answer comes back."""
+def thread_pool(folder, continuous: bool = True):
+    """A RolloutPool of three rollout threads over the model in ``folder``, started."""
     from verl.distributed.rollout_stream import RolloutPool, ThreadRolloutStream
 
-    spec = WorkerSpec(worker_config(eos_prone_dir), device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1)
+    spec = WorkerSpec(worker_config(folder), device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1,
+                      continuous=continuous)
     members = []
     for _ in range(3):  # one at a time: models are not loaded by two threads at once
         members.append(ThreadRolloutStream(spec, 60))
         members[-1].start()
-    pool = RolloutPool(members, 60)
+    return RolloutPool(members, 60)
+
+
+def test_a_pool_sends_a_request_of_fewer_prompts_than_processes_to_as_many_processes(eos_prone_dir):
+    """A prompt dropped and sent again alone (stream_samples), or a step's tail shorter than the pool: the first
+    processes take one prompt each, the others nothing, and every answer comes back."""
+    pool = thread_pool(eos_prone_dir)
     try:
         prompts = seeded(load_tokenizer(str(eos_prone_dir)), TEXTS[:2], 0)
         prompts["sample_key"] = torch.tensor([7, 8])
@@ -424,18 +430,9 @@ def test_a_pool_sends_a_request_of_fewer_prompts_than_processes_to_as_many_proce
 def test_a_pools_processes_without_prompts_of_a_request_take_its_weights_all_the_same(eos_prone_dir, continuous):
     """A request of one prompt that brings weights goes to the first process alone; the others get its weights on
     their own and the next request's rows are the new version's everywhere."""
-    from verl.distributed.rollout_stream import RolloutPool, ThreadRolloutStream
-
-    spec = WorkerSpec(worker_config(eos_prone_dir), device="cpu", max_response_length=PARAMS.max_new_tokens, seed=1,
-                      continuous=continuous)
-    members = []
-    for _ in range(3):  # one at a time: models are not loaded by two threads at once
-        members.append(ThreadRolloutStream(spec, 60))
-        members[-1].start()
-    pool = RolloutPool(members, 60)
+    pool = thread_pool(eos_prone_dir, continuous=continuous)
     try:
         tok = load_tokenizer(str(eos_prone_dir))
-
         state = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
                  for k, v in load_causal_lm(str(eos_prone_dir)).state_dict().items()}
         pool.submit(RolloutRequest(1, seeded(tok, TEXTS[:1], 0), PARAMS, WeightMessage(1, "memory", tensors=state)))
