@@ -72,6 +72,18 @@ def step_metrics(out_dir) -> dict[int, dict]:
     return by_step
 
 
+# Measurements of the run's timing and traffic, not results of the computation (a resumed run has no
+# weights to send for the batches its checkpoint holds).
+MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/rollout_reward_s", "async/weight_sync_s",
+            "async/trainer_wait_s",
+            "async/trainer_idle_frac", "async/queue_depth", "async/in_flight", "async/weight_sync_bytes")
+
+
+def computed(out) -> dict[int, dict]:
+    """An asynchronous run's step metrics without the measured ones (:data:`MEASURED`)."""
+    return {step: {k: v for k, v in m.items() if k not in MEASURED} for step, m in step_metrics(out).items()}
+
+
 def without_async(metrics: dict[int, dict]) -> dict[int, dict]:
     """Step metrics without the ``async/`` ones: an asynchronous run's, to compare with a synchronous run."""
     return {step: {k: v for k, v in m.items() if not k.startswith("async/")} for step, m in metrics.items()}
@@ -103,6 +115,7 @@ def assert_same_weights(dir_a, dir_b, initial_dir) -> None:
 
 # An asynchronous run (docs/async.md): at bound 0, one step off, and with rollout ranks of a torchrun job.
 ASYNC = ("async_training.enable=true",)
+LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
 ONE_STEP_OFF = (*ASYNC, "async_training.max_staleness=1")
 RANKS = ("async_training.rollout_placement=ranks",)
 GRPO, PPO = ["algorithm.adv_estimator=grpo"], ["algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=1",

@@ -9,7 +9,6 @@ ahead of the trainer by at most ``max_staleness`` versions.
   ranks, verl's fully-async command line (failures: test_async_failures.py).
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -20,17 +19,11 @@ import pytest
 from helpers import REPO, run_torchrun_module
 from zygote import run_module
 from agent_models import SCALE_OUT_KEYS, tool_task_args
-from rl_compare import (ASYNC, GRPO, ONE_STEP_OFF, PPO, RANKS, assert_same_metrics, assert_same_weights,
-                        make_data_dir, run_args, run_plain, step_metrics, without_async)
+from rl_compare import (ASYNC, GRPO, LOG_PROBS, ONE_STEP_OFF, PPO, RANKS, assert_same_metrics, assert_same_weights,
+                        computed, make_data_dir, run_args, run_plain, step_metrics, without_async)
 
 pytestmark = pytest.mark.slow
 
-# Measurements of the run's timing and traffic, not results of the computation (a resumed run has no
-# weights to send for the batches its checkpoint holds).
-MEASURED = ("async/rollout_idle_frac", "async/rollout_gen_s", "async/rollout_reward_s", "async/weight_sync_s",
-            "async/trainer_wait_s",
-            "async/trainer_idle_frac", "async/queue_depth", "async/in_flight", "async/weight_sync_bytes")
-LOG_PROBS = ("actor_rollout_ref.rollout.calculate_log_probs=true",)
 SLOW_TOOL = '''
 import asyncio
 
@@ -64,10 +57,6 @@ def one_step_off_run(tiny_model_dir, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("one-step-off")
     done = run_plain(run_args(tiny_model_dir, data_dir, out, *GRPO, *ONE_STEP_OFF))
     return out, done.stdout
-
-
-def computed(out) -> dict[int, dict]:
-    return {step: {k: v for k, v in m.items() if k not in MEASURED} for step, m in step_metrics(out).items()}
 
 
 def test_bound_zero_is_the_synchronous_run(tiny_model_dir, data_dir, sync_run, tmp_path):
@@ -233,44 +222,6 @@ def test_a_fractional_staleness_threshold_sends_part_of_the_next_step_early_and_
     assert done.stdout.count("Resumed from") == 1
     assert_same_metrics({3: computed(out)[3]}, {3: computed(resumed)[3]})
     assert_same_weights(out / "huggingface", resumed / "huggingface", tiny_model_dir)
-
-
-def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_on(tiny_model_dir, data_dir,
-                                                                                  tmp_path):
-    # Weights to the rollout every 2 steps, validation after steps 0 and 2 (answered while the trainer goes on,
-    # recorded later for their own step) and 3, the last, which needs version 3: the trainer sends it with the
-    # validation and waits. Validated by the trainer or by the rollout: one run, its lines in the same order.
-    # (a learning rate at which 3 steps move what validation measures: at 1e-2 they do not)
-    keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1",
-            "trainer.test_freq=2")
-    runs, order = {}, {}
-    for trainer_validates in (True, False):
-        out = tmp_path / str(trainer_validates)
-        run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
-                           f"async_training.use_trainer_do_validate={trainer_validates}"))
-        runs[trainer_validates] = computed(out)
-        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        order[trainer_validates] = [(row["step"], any(k.startswith("val-") for k in row)) for row in lines]
-    moved = [k for k in runs[True][0] if k.startswith("val") and runs[True][3][k] != runs[True][0][k]]
-    assert moved, "validation measures the 3 updates"
-    assert_same_metrics(runs[True], runs[False])
-    assert order[False] == order[True] == [(0, True), (1, False), (2, False), (2, True), (3, False), (3, True)]
-
-
-def test_with_partial_rollouts_a_validation_is_drawn_by_its_steps_weights_alone(tiny_model_dir, data_dir, tmp_path):
-    # Bound 0 with partial rollouts, validation after every step, answered while the trainer trains the next
-    # step, whose weights would reach the rollout mid-validation: they wait until its rows are done. Validated by
-    # the rollout or by the trainer: one run. (lr 0.1: each step moves what validation measures)
-    keys = (*GRPO, *LOG_PROBS, *ASYNC, "async_training.partial_rollout=true", "trainer.test_freq=1",
-            "actor_rollout_ref.actor.optim.lr=0.1")
-    runs = {}
-    for trainer_validates in (True, False):
-        out = tmp_path / str(trainer_validates)
-        run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
-                           f"async_training.use_trainer_do_validate={trainer_validates}"))
-        runs[trainer_validates] = computed(out)
-    assert len({tuple(sorted((k, v) for k, v in m.items() if k.startswith("val-"))) for m in runs[True].values()}) > 2
-    assert_same_metrics(runs[True], runs[False])
 
 
 def test_an_asynchronous_run_resumes_a_synchronous_checkpoint(tiny_model_dir, data_dir, sync_run, tmp_path):

@@ -85,14 +85,14 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
             raise VerlError("the vllm rollout needs the model folder (model_path) and the rollout section "
                             "(rollout_config) to build its engine")
         # ``model``: the policy, or its description (verl.models.loading.ModelDescription): vLLM reads the folder
-        return VLLMRollout(model_path, tokenizer, eos_token_id=policy_eos(model, tokenizer), model_config=model.config, config=rollout_config,
-                           max_model_len=max_model_len, seed=seed, trust_remote_code=trust_remote_code,
-                           actor_dtype=model.dtype)
+        return VLLMRollout(model_path, tokenizer, eos_token_id=policy_eos(model, tokenizer), model_config=model.config,
+                           config=rollout_config, max_model_len=max_model_len, seed=seed,
+                           trust_remote_code=trust_remote_code, actor_dtype=model.dtype)
     from verl.config.key_errors import check_choice
 
     check_choice("actor_rollout_ref.rollout.name", name, ROLLOUT_NAMES, "rollout engine", OTHER_ENGINES)
 
 
-__all__ = ["NO_ROLLOUT", "OTHER_ENGINES", "ROLLOUT_NAMES", "DummyRollout", "NoRollout", "HFRollout", "RolloutEngine", "SamplingParams",
-           "assemble_rollout", "auto_engine", "build_rollout", "concat_rollouts", "native_available",
+__all__ = ["NO_ROLLOUT", "OTHER_ENGINES", "ROLLOUT_NAMES", "DummyRollout", "NoRollout", "HFRollout", "RolloutEngine",
+           "SamplingParams", "assemble_rollout", "auto_engine", "build_rollout", "concat_rollouts", "native_available",
            "response_mask_from_ids"]

@@ -252,6 +252,10 @@ class StepsInOrder:
     def arrived(self, step: int) -> None:
         """``step``'s awaited metrics were logged: what waited behind it goes out, up to the next open step."""
         self.open.discard(step)
+        self._flush()
+
+    def _flush(self) -> None:
+        """What waits goes out in order, up to the first step still open (it waits again behind that)."""
         waiting, self.waiting = self.waiting, []
         for kind, value, at in waiting:
             getattr(self, kind)(value, at)
@@ -274,5 +278,5 @@ class StepsInOrder:
         """What still waits goes out (a run that fails with a validation out keeps its steps' metrics), then the
         loggers close."""
         self.open.clear()
-        self.arrived(-1)
+        self._flush()
         self.tracker.close(failed)

@@ -216,7 +216,7 @@ class AsyncRollouts:
         greedy = [a.batch for a, kind in zip(answers, kinds) if kind == "greedy"]
         if greedy:
             result = dataclasses.replace(result, baseline=Batch.concat(greedy))
-        taken = (result, sum(1 for key in self.done if key >= 0), sum(1 for key in self.stream.submitted if key >= 0))
+        taken = (result, sum(1 for key in self.done if key >= 0), self._training_requests_open())
         return broadcast_object(taken) if self.trainer.distributed else taken
 
     def _take_streamed(self, step: int) -> tuple[RolloutResult, int, int]:
@@ -242,7 +242,11 @@ class AsyncRollouts:
                                idle_seconds=sum(a.idle_seconds for a in taken),
                                load_seconds=sum(a.load_seconds for a in taken),
                                score_seconds=sum(a.score_seconds for a in taken))
-        return result, len(self.pool), sum(1 for key in self.stream.submitted if key >= 0)
+        return result, len(self.pool), self._training_requests_open()
+
+    def _training_requests_open(self) -> int:
+        """Requests (or prompts, streamed) sent and not yet answered, a validation's left out."""
+        return sum(1 for step in self.stream.submitted if step >= 0)
 
     def _send_again(self, step: int, keys: list[int]) -> None:
         """Prompts dropped as too old, sent again (one request per step they came from: their prompts share its
