@@ -38,6 +38,29 @@ def test_the_warm_start_stops_at_its_target_accuracy_and_is_cached():
     assert again.cached and again.path == first.path and again.steps == 2
 
 
+def test_an_edit_to_a_builtin_task_makes_its_rows_and_trains_its_warm_start_anew(tmp_path, monkeypatch):
+    # What is cached from a task (its parquet rows, its warm start) is keyed by the tasks' sources: an
+    # edit, even one to a helper another task shares (calculator's rows are made by addition's code),
+    # never serves the old rows or a warm start trained on them, within one version too.
+    import shutil
+
+    from verl.data import tasks
+    from verl.trainer import warmstart
+    from verl.trainer.ppo.build import builtin_task_files
+
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path / "cache"))
+    config = TrainerConfig.from_overrides(["data.builtin_task=calculator"])
+    key, rows = warmstart._cache_key(config), builtin_task_files("calculator")
+    copy = tmp_path / "tasks"
+    shutil.copytree(os.path.dirname(tasks.__file__), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(tasks, "__file__", str(copy / "__init__.py"))
+    assert (warmstart._cache_key(config), builtin_task_files("calculator")) == (key, rows)  # the same sources
+    shared = copy / "addition.py"
+    shared.write_text(shared.read_text().replace('"index": i,', '"index": i, "edited": True,'))
+    assert warmstart._cache_key(config) != key
+    assert os.path.dirname(builtin_task_files("calculator")[0]) != os.path.dirname(rows[0])
+
+
 def test_a_warm_start_that_misses_its_target_trains_max_steps():
     config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.max_steps=5", "sft_warmstart.eval_every=2",
                                            "sft_warmstart.target_accuracy=1"])

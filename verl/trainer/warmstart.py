@@ -30,7 +30,7 @@ import torch
 from verl.checkpoint import write_hf_folder
 from verl.config.offline import SFTTrainerConfig
 from verl.data import collate_prompts
-from verl.data.tasks import TASKS
+from verl.data.tasks import TASKS, sources_digest
 from verl.distributed.process_group import alone
 from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
 from verl.rollout import SamplingParams, build_rollout
@@ -53,7 +53,10 @@ def _cache_key(config) -> str:
     base = builtin_model_path()
     # The chat template shapes the training text (prompt, marker, answer), so it is part of the key
     # (the folder's name is a hash of it and the model spec; the template is also named outright).
+    # So are the tasks' sources (their rows and worked examples): an edit to a task trains a new warm
+    # start, even within one version.
     spec = {"version": __version__, "trainer": "SFTTrainer", "task": config.data.builtin_task,
+            "tasks": sources_digest(),
             "sft": config.sft_warmstart.to_dict(),
             "seed": config.trainer.seed, "response_length": config.data.max_response_length,
             "model": json.loads((base / "config.json").read_text()), "model_folder": base.name,
@@ -103,9 +106,8 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
         from verl.models.tiny_vision import builtin_vl_model_path
         from verl.trainer import vision_warmstart
 
-        # Keyed by the model and by the task's and the training loop's sources: an edit retrains.
-        shaped_by = builtin_vl_model_path().name + Path(task.__file__).read_text() + \
-            Path(vision_warmstart.__file__).read_text()
+        # Keyed by the model and by the training loop's source too (the task's is in the key): an edit retrains.
+        shaped_by = builtin_vl_model_path().name + Path(vision_warmstart.__file__).read_text()
         folder = folder.with_name(f"{folder.name}-{hashlib.sha256(shaped_by.encode()).hexdigest()[:8]}")
         with cache_lock(folder, waiting=f"Another process is training this warm start ({folder}); waiting for it"):
             return vision_warmstart.vision_warm_start(config, folder, progress)

@@ -6,7 +6,6 @@ seconds, not a crashed run.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import weakref
@@ -17,7 +16,7 @@ from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATOR
                              POLICY_LOSSES)
 from verl.config.key_errors import check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
-from verl.data.tasks import TASKS
+from verl.data.tasks import TASKS, sources_digest
 from verl.errors import ConfigError, VerlError
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size)
@@ -40,9 +39,7 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     if task_name not in TASKS:
         raise VerlError(f"unknown built-in task {task_name!r} (data.builtin_task); choose one of {sorted(TASKS)}")
     task = TASKS[task_name]
-    # Keyed by the generator's source, so an edited generator never serves stale cached rows.
-    source = Path(task.__file__).read_bytes()
-    folder = cache_dir("data", f"{task_name}-{hashlib.sha1(source).hexdigest()[:10]}")
+    folder = cache_dir("data", f"{task_name}-{sources_digest()[:10]}")  # an edited task: rows made anew
     paths = []
     for split in ("train", "test"):
         path = folder / f"{split}.parquet"
