@@ -4,11 +4,12 @@ of ``metrics.jsonl``, are those of the trainer validating. (Bound 0 on every pla
 test_async_rl.py, test_ray_rl.py, test_vision_rl.py; the row server's rule: tests/unit/test_rollout_rows.py.)"""
 
 import json
+import shutil
 
 import pytest
 
-from rl_compare import (ASYNC, GRPO, LOG_PROBS, ONE_STEP_OFF, assert_same_metrics, computed, make_data_dir, run_args,
-                        run_plain)
+from rl_compare import (ASYNC, GRPO, LOG_PROBS, ONE_STEP_OFF, assert_same_metrics, assert_same_weights, computed,
+                        make_data_dir, run_args, run_plain)
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +39,24 @@ def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_
     assert moved, "validation measures the 3 updates"
     assert_same_metrics(runs[True], runs[False])
     assert order[False] == order[True] == [(0, True), (1, False), (2, False), (2, True), (3, False), (3, True)]
+
+
+def test_a_resume_between_two_syncs_validates_with_its_weights_and_trains_as_without_the_interruption(
+        tiny_model_dir, data_dir, tmp_path):
+    # Weights every 2 steps, one step off; a checkpoint after step 1, when the rollout holds version 0. Resumed with
+    # val_before_train (the checkpoint holds no validation yet), the rollout validates with step 1's weights first;
+    # step 3's request still waits for version 2: the same samples, metrics and weights as the uninterrupted run.
+    keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1",
+            "async_training.use_trainer_do_validate=false", "trainer.test_freq=2", "trainer.save_freq=1")
+    out, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
+    run_plain(run_args(tiny_model_dir, data_dir, out, *keys, "trainer.val_before_train=false"))
+    shutil.copytree(out / "global_step_1", resumed / "global_step_1")
+    run_plain(run_args(tiny_model_dir, data_dir, resumed, *keys, "trainer.val_before_train=true"))
+    before, after = computed(out), computed(resumed)
+    assert any(k.startswith("val-") for k in after[1]) and not any(k.startswith("val-") for k in before[1])
+    assert [after[step]["async/staleness_max"] for step in (2, 3)] == [1, 0]  # step 3: version 2's samples
+    assert_same_metrics({step: before[step] for step in (2, 3)}, {step: after[step] for step in (2, 3)})
+    assert_same_weights(out / "huggingface", resumed / "huggingface", tiny_model_dir)
 
 
 def test_with_partial_rollouts_a_validation_is_drawn_by_its_steps_weights_alone(tiny_model_dir, data_dir, tmp_path):

@@ -91,8 +91,11 @@ class AsyncRollouts:
         self.partial = a.partial_rollout
         self.published = 0
         """P: the last version published to the rollout."""
+        self.trained = 0
+        """The version of the trainer's weights: its updates so far (at a step's start, the step before's)."""
         self.sent: int | None = None
-        """The version the rollout holds (None: a fresh rollout, which gets P with its first request)."""
+        """The version the rollout holds (None: a fresh rollout, which gets the trainer's weights with its first
+        request). Never older than P once it holds one; newer only after a resume between two syncs (below)."""
         self.next_request = 1
         """The first step whose prompts (or whose tail, when its head went out) are not yet submitted."""
         self.tails: dict[int, object] = {}
@@ -160,7 +163,7 @@ class AsyncRollouts:
     def _submit(self, step: int, prompts) -> None:
         """The request for ``prompts`` of ``step`` (with the weights, when the rollout holds older ones) and,
         for ReMax, right after it the request of their greedy baseline, generated with the same weights."""
-        weights = self._weights() if self.sent != self.published else None
+        weights = self._weights() if self._rollout_behind() else None
         if self.params is None:
             self.params = self.trainer.actor_rollout_ref.call("sampling_params")
         if self.stream is not None:
@@ -169,16 +172,22 @@ class AsyncRollouts:
                 greedy = dataclasses.replace(self.params, n=1, do_sample=False, logprobs=False)
                 self.stream.submit(RolloutRequest(step, prompts, greedy))
 
+    def _rollout_behind(self) -> bool:
+        """Whether the rollout holds no weights yet, or older ones than those published last."""
+        return self.sent is None or self.sent < self.published
+
     def _weights(self):
-        """The published weights as a message for the rollout (None on the ranks without the stream). Of
-        a LoRA policy, unless ``model.lora.merge``: its adapters, with the base weights when the rollout
-        holds none yet (a fresh or resumed rollout)."""
+        """The trainer's weights as a message for the rollout (None on the ranks without the stream), stamped with
+        their version: P at a sync step. Only a rollout started by a resume between two syncs gets
+        (and stamps) weights newer than P: the trainer no longer holds P's. Of a LoRA policy, unless
+        ``model.lora.merge``: its adapters, with the base weights when the rollout holds none yet (a fresh or
+        resumed rollout)."""
         lora = "merged" if self.merge_lora else "adapters+base" if self.sent is None else "adapters"
         state = self.trainer.actor_rollout_ref.call("rollout_weights", lora)  # a collective under FSDP: every rank
-        self.sent = self.published
+        self.sent = self.trained
         if self.stream is None:
             return None
-        weights, cost = self.sender.pack(state, self.published)
+        weights, cost = self.sender.pack(state, self.sent)
         self.sync_cost = (self.sync_cost[0] + cost.seconds, self.sync_cost[1] + cost.nbytes)
         return weights
 
@@ -186,6 +195,7 @@ class AsyncRollouts:
         """The trainer reached ``version``: publish it every ``trigger_parameter_sync_step`` steps (with
         partial rollouts sent at once: the rollout takes it mid-generation) and submit what the bound
         now allows."""
+        self.trained = version
         if version % self.sync_every == 0:
             self.published = version
             # not while a validation is out: it is the trainer's weights at its step, every token of it (these
@@ -266,7 +276,7 @@ class AsyncRollouts:
             kind, value = broadcast_object(None)
             if kind == "taken":
                 return value
-            if self.sent != self.published:
+            if self._rollout_behind():
                 self._weights()  # the collective rank 0's _submit enters
 
     def _collect_any(self, block: bool) -> None:
@@ -288,9 +298,10 @@ class AsyncRollouts:
         ``step``: ``requests`` (:func:`~verl.trainer.ppo.validation.validation_requests`) go to the rollout with
         the trainer's current weights, after the requests already queued ahead; the answers are taken as they
         come (:meth:`finished_validations`). A validation falls on a sync step (the config checks
-        ``trainer.test_freq``), or after the last step, whose weights are published now (no request follows)."""
-        self.published = self.trainer.global_step
-        weights = self._weights() if self.sent != self.published else None  # a collective: every rank
+        ``trainer.test_freq``), after the last step, or at a resume (``val_before_train``) between two syncs: then
+        the rollout takes the trainer's weights for it, and the requests still wait for the next sync, as they would
+        have without the interruption."""
+        weights = self._weights() if self.sent != self.trained else None  # a collective: every rank
         vid = VALIDATION - step
         self.validations[vid] = (step, [(kind, params.n) for kind, params, _ in requests],
                                  sum(len(prompts) for _, _, prompts in requests) if self.streaming else len(requests))
@@ -405,6 +416,7 @@ class AsyncRollouts:
 
     def load_state_dict(self, state: dict) -> None:
         self.published, self.next_request = state["published"], state["next_request"]
+        self.trained = self.trainer.global_step  # the checkpoint's weights: P's, unless it was taken between syncs
         # A checkpoint of an earlier release holds one (batch, version) per step, each step whole.
         done = {step: value if isinstance(value, list) else [value] for step, value in state["done"].items()}
         self.done = {step: [RolloutResult(step, batch, version) for batch, version in parts]
