@@ -45,8 +45,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_programs import (  # noqa: F401 (re-exported to the tests)
-    ATTACKS, BANK, BANK_NO_HOOK, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, NATIVE, NO_SECCOMP_ATTACKS, SECRET,
-    SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
+    ATTACKS, BANK, BANK_NO_HOOK, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, LANDLOCK_ATTACKS, NATIVE,
+    NO_SECCOMP_ATTACKS, SECRET, SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
 from verl.rewards.sandbox_seccomp import _ARCHES, _NUMBERS
 
 _COLUMN = _ARCHES.get(os.uname().machine, (0,))[0]
@@ -75,6 +75,7 @@ sandbox._NAMESPACES = spec["namespaces"]
 sandbox._USER_NAMESPACE = spec["user_namespace"]
 if spec.get("unprotected"):  # the control: what the attacks get from a trainer left readable
     sandbox.PROTECT_TRAINER = False
+    sandbox._LANDLOCK = False  # which would also keep the run off the trainer's /proc entries
 warnings = []
 class Catch(logging.Handler):
     def emit(self, record):

@@ -104,7 +104,8 @@ namespaces: without them, a plain user's sandbox could then read the trainer's m
 _SECCOMP = sandbox_seccomp.filter_spec()  # None on an architecture the filter does not know
 _NAMESPACES = True  # switched off only by tests, to exercise the weak mode
 _USER_NAMESPACE = True  # switched off only by tests, to exercise root's fallback without one
-_LANDLOCK = True  # switched off only by tests, to exercise the layers without it (a kernel without Landlock)
+_LANDLOCK = True  # switched off only by tests, for the control against an unprotected trainer (Landlock also
+# keeps a run from reading /proc/<pid>/environ and mem of processes outside its domain)
 
 
 @dataclass(frozen=True)
