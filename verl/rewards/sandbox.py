@@ -261,7 +261,7 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
             return
         _state["warned"] = True
     mode = "root" if os.geteuid() == 0 else "a plain user (unprivileged user namespaces refused?)"
-    writes = "" if layers.get("landlock") else " and write"
+    writes = " (and chmod)" if layers.get("landlock") else " and write"
     exposed = (f"a program that loads native code may read{writes} what this uid may" if layers.get("seccomp") else
                f"it may reach the network,{' write what this uid may write,' if writes else ''} and signal this "
                "uid's processes")

@@ -308,7 +308,7 @@ def _child_drop(state: dict) -> None:
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
     if job["landlock"] and layers["no_new_privs"]:
-        layers["landlock"] = _child_landlock(libc, [os.getcwd()] + ["/dev/shm"] * layers["private_shm"])
+        layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"])
     if spec and limits["seccomp"] and layers["no_new_privs"]:
         layers["seccomp"] = _child_seccomp(libc, spec, os.getpid())
     # Forgotten, so importing them again is an audited import, which the hook refuses.
@@ -320,11 +320,13 @@ def _child_drop(state: dict) -> None:
 
 
 def _child_landlock(libc, directories: list) -> bool:
-    """Confine every write of this process and its future children to ``directories`` (and writes
-    to /dev/null, zero, full, random, urandom) with Landlock, if the kernel has it (Linux >= 5.13,
-    the LSM enabled): making, removing, renaming, linking and writing files anywhere else fails
-    with EACCES, for native code too. Reads are not confined. Already open files (the run's
+    """Confine every write of this process and its future children to ``directories`` ("." is the
+    working directory) and to /dev/null, zero, full, random, urandom, with Landlock, if the kernel
+    has it (Linux >= 5.13, the LSM enabled): making, removing, renaming, linking, truncating and
+    writing files anywhere else fails with EACCES, for native code too. Not confined: reads, and
+    metadata (chmod, utime, xattrs: Landlock has no right for them). Already open files (the run's
     streams) are not affected, and re-opening a memfd (/dev/stdout) is not a path Landlock checks.
+    Landlock also denies ptrace-mode access (/proc/<pid>/mem, environ) to processes outside the run.
     In weak mode this is what keeps the program inside its directory; the audit hook's path checks
     alone race with the program's signal handlers, which run inside the hook. True if it took."""
     import ctypes
