@@ -45,8 +45,8 @@ from pathlib import Path
 import pytest
 
 from sandbox_programs import (  # noqa: F401 (re-exported to the tests)
-    ATTACKS, BANK, BANK_NO_HOOK, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, NATIVE, NO_SECCOMP_ATTACKS, SECRET,
-    SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
+    ATTACKS, BANK, BANK_NO_HOOK, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, LANDLOCK_ATTACKS,
+    NAMESPACED_HOOK_ONLY, NATIVE, NO_SECCOMP_ATTACKS, SECRET, SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
 from verl.rewards.sandbox_seccomp import _ARCHES, _NUMBERS
 
 _COLUMN = _ARCHES.get(os.uname().machine, (0,))[0]
@@ -75,6 +75,7 @@ sandbox._NAMESPACES = spec["namespaces"]
 sandbox._USER_NAMESPACE = spec["user_namespace"]
 if spec.get("unprotected"):  # the control: what the attacks get from a trainer left readable
     sandbox.PROTECT_TRAINER = False
+    sandbox._LANDLOCK = False  # which would also keep the run off the trainer's /proc entries
 warnings = []
 class Catch(logging.Handler):
     def emit(self, record):
@@ -339,7 +340,8 @@ def _run_driver(mode: str) -> dict:
     evil = evil_extension()
     attacks = [{"name": n, "code": c, "hook": hook, "seccomp": True} for n, c in ATTACKS.items() for hook in (True, False)
                if (namespaces or n in WEAK_MODE_ATTACKS or (hook and n in WEAK_MODE_HOOK_ONLY))
-               and not (hook and n.startswith("syscall_"))]  # with the hook, ctypes is refused: nothing to see
+               and not (hook and n.startswith("syscall_"))  # with the hook, ctypes is refused: nothing to see
+               and not (namespaces and not hook and n in NAMESPACED_HOOK_ONLY)]
     if namespaces:
         attacks += [{"name": n, "code": ATTACKS[n], "hook": False, "seccomp": False} for n in NO_SECCOMP_ATTACKS]
     if evil is None:  # no C compiler: the native-code attacks cannot be built here

@@ -133,7 +133,6 @@ def unix():
 attempt(unix)
 attempt(lambda: open(__TARGET__ + "/escaped", "w").write("x"))
 attempt(lambda: open(__TMPDIR__ + "/escaped", "w").write("x"))
-attempt(lambda: os.mkfifo(__FIFO__))
 attempt(lambda: os.kill(__TRAINER__, signal.SIGUSR1))
 def pidfd():
     signal.pidfd_send_signal(os.pidfd_open(__TRAINER__), signal.SIGUSR1)
@@ -143,6 +142,7 @@ def environ():
     if b"VERL_TEST_SECRET" in data:
         print("LEAK", data)
 attempt(environ)
+attempt(lambda: os.mkfifo(__FIFO__))  # last: the filter kills it (mknodat)
 '''
 
 # Issue 22, class 1: the program answers the expected side of the assert itself. Every builtin
@@ -328,6 +328,80 @@ libc = ctypes.CDLL(None, use_errno=True)
 print("returned", libc.syscall(__NR__, *__ARGS__))
 """
 
+# Writes with no "open" audit event (the hook refuses the modules; the mounts or Landlock stop the writes).
+READLINE_PTH = r"""
+import readline  # its history file is text the program chooses, e.g. a .pth line that site.py runs
+readline.add_history("import os  # site.py runs a .pth line that starts with import")
+readline.write_history_file(__TARGET__ + "/escaped.pth")
+"""
+SQLITE_ATTACH = r"""
+import sqlite3
+db = sqlite3.connect(":memory:")
+db.execute("ATTACH DATABASE ? AS outside", (__TMPDIR__ + "/escaped.db",))
+db.execute("CREATE TABLE outside.t (x)")
+db.commit()
+"""
+# An extension module loads under any dotted name that ends in its own: the hook once checked only
+# the first part. _xxsubinterpreters' interpreters have no audit hook.
+RENAMED_EXTENSION = r"""
+import _imp, importlib.machinery, os, sys
+for directory in sys.path:
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        continue
+    for name in names:
+        if name.startswith("_xxsubinterpreters.") and name.endswith(".so"):
+            spec = importlib.machinery.ModuleSpec("innocent._xxsubinterpreters", None,
+                                                  origin=os.path.join(directory, name))
+            interpreters = _imp.create_dynamic(spec)
+            interpreters.run_string(interpreters.create(), "open(" + repr(__TARGET__ + "/escaped") + ", 'w')")
+            sys.exit()
+print("not found")
+"""
+# The hook checks a path, then the open happens. An open that blocks (a file leased by the program
+# itself) is retried after the program's signal handlers ran, with no second audit event; and a
+# signal handler can run inside the hook itself, after its checks. Either way the path can name
+# something else by the time the kernel opens it.
+OPEN_RACED_BY_A_LEASE = r"""
+import fcntl, os, signal
+open("bait", "w").close()
+os.symlink("bait", "link")
+lease = os.open("bait", os.O_RDONLY)
+fcntl.fcntl(lease, 1024, fcntl.F_WRLCK)  # F_SETLEASE: the program's own open of bait now blocks
+def swap(signum, frame):  # the kernel signals the lease holder (SIGIO): the open returns EINTR
+    os.remove("link")
+    os.symlink(__TARGET__, "link")
+signal.signal(signal.SIGIO, swap)
+directory = os.open("link", os.O_RDONLY)  # checked as bait, opened as __TARGET__
+fd = os.open("escaped", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=directory)  # checked in the cwd
+os.write(fd, b"escaped")
+"""
+OPEN_RACED_BY_A_TIMER = r"""
+import os, signal, time
+victim = __TARGET__ + "/victim"
+open("inside", "w").close()
+os.symlink("inside", "link")
+flips = [0]
+def flip(signum, frame):
+    flips[0] += 1
+    try:
+        os.symlink(victim if flips[0] % 2 else "inside", "next")
+        os.replace("next", "link")
+    except OSError:
+        pass
+signal.signal(signal.SIGALRM, flip)
+signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+deadline = time.monotonic() + 0.3
+while time.monotonic() < deadline:
+    try:
+        with open("link", "a") as f:
+            f.write("x")
+    except OSError:
+        pass
+signal.setitimer(signal.ITIMER_REAL, 0)
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -411,6 +485,11 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
                                 "                f.write(b'garbage' * 100)\n"
                                 "        except OSError:\n            pass\n"),
     "fifo_in_run_lock": "import os\nos.mkfifo(__FIFO__)\n",
+    "readline_history_outside": READLINE_PTH,
+    "sqlite_attach_outside": SQLITE_ATTACH,
+    "renamed_extension_sub_interpreter": RENAMED_EXTENSION,
+    "open_raced_by_a_lease": OPEN_RACED_BY_A_LEASE,
+    "open_raced_by_a_timer": OPEN_RACED_BY_A_TIMER,
     "host_shm": HOST_SHM,
     "device_nodes": DEVICE_NODES,
     "keyring": KEYRING_BY_CTYPES,
@@ -426,16 +505,27 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
 }
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
-                   "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "keyring"} | {
+                   "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "keyring", "readline_history_outside",
+                   "sqlite_attach_outside", "renamed_extension_sub_interpreter", "open_raced_by_a_lease"} | {
                    "syscall_" + name for name in SYSCALLS_KILLED}
 # The system-call filter kills these with or without the hook (native code passes the hook):
-BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd"} | {"syscall_" + name for name in SYSCALLS_KILLED}
+BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock"} | {  # fifo: mknodat
+                      "syscall_" + name for name in SYSCALLS_KILLED}
 # Run a third time without the filter too: the layers below it (own keyring, namespaces, noexec) hold alone.
 NO_SECCOMP_ATTACKS = ("keyring", "native_code_via_workdir", "host_shm", "device_nodes")
 NATIVE = ("native_code_via_memfd", "native_code_via_workdir")
 # What holds without namespaces: the trainer is non-dumpable (and, as root, the run has its own uid);
 # and these the audit hook refuses (with the hook off they would escape: that is weak isolation).
 WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritten", "chmod_0_leaves_folder",
-                     "keyring", "native_code_via_memfd", "native_code_via_workdir",
-                     *("syscall_" + name for name in SYSCALLS_KILLED))
+                     "keyring", "native_code_via_memfd", "native_code_via_workdir", "fifo_in_run_lock",
+                     "readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
+                     "open_raced_by_a_timer", *("syscall_" + name for name in SYSCALLS_KILLED))
+# With namespaces these run with the hook only: the mounts hold for them as for "escapes" (and a run
+# without the hook is what weak mode checks, where only Landlock holds).
+NAMESPACED_HOOK_ONLY = ("readline_history_outside", "sqlite_attach_outside", "renamed_extension_sub_interpreter",
+                        "open_raced_by_a_lease")
+# Without namespaces only Landlock stops these (the audit hook alone races, or is off): skipped
+# there on a kernel without it.
+LANDLOCK_ATTACKS = ("readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
+                    "open_raced_by_a_timer")
 WEAK_MODE_HOOK_ONLY = ("escapes", "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "device_nodes")

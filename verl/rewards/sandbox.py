@@ -40,6 +40,9 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
 * keyring and system calls (any user): a fresh, empty session keyring (``own_keyring``), and a
   seccomp filter (``seccomp``, see ``sandbox_seccomp``) that kills keyring, memfd, ptrace, bpf,
   io_uring, mount and namespace calls and signals to other processes, even from native code.
+* writes (any user, where the kernel has Landlock): every write, file made, removed or renamed
+  outside the working directory (and /dev/null ...) fails, even from native code (``landlock``,
+  see ``sandbox_child._child_landlock``); in weak mode this is what confines files.
 * audit hook (on by default): a second layer in Python, see ``sandbox_hook``.
 
 Where the namespaces cannot be had (a plain user on a system that refuses unprivileged user
@@ -101,6 +104,8 @@ namespaces: without them, a plain user's sandbox could then read the trainer's m
 _SECCOMP = sandbox_seccomp.filter_spec()  # None on an architecture the filter does not know
 _NAMESPACES = True  # switched off only by tests, to exercise the weak mode
 _USER_NAMESPACE = True  # switched off only by tests, to exercise root's fallback without one
+_LANDLOCK = True  # switched off only by tests, for the control against an unprotected trainer (Landlock also
+# keeps a run from reading /proc/<pid>/environ and mem of processes outside its domain)
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,7 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     job = json.dumps({"code": code, "calls": [dataclasses.asdict(c) for c in calls],
                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                      "user_namespace": _USER_NAMESPACE, "seccomp": _SECCOMP}).encode()
+                      "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}).encode()
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
 
@@ -256,13 +261,16 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
             return
         _state["warned"] = True
     mode = "root" if os.geteuid() == 0 else "a plain user (unprivileged user namespaces refused?)"
-    exposed = ("a program that loads native code may read and write what this uid may" if layers.get("seccomp") else
-               "it may reach the network, write what this uid may write, and signal this uid's processes")
+    writes = " (and chmod)" if layers.get("landlock") else " and write"
+    exposed = (f"a program that loads native code may read{writes} what this uid may" if layers.get("seccomp") else
+               f"it may reach the network,{' write what this uid may write,' if writes else ''} and signal this "
+               "uid's processes")
     logger.warning(
         "verl code-reward sandbox runs with WEAK ISOLATION as %s: %s could not be set up. Only "
-        "rlimits, %s%sthe audit hook%s contain a hostile program: %s. Rewards stay correct (they are "
+        "rlimits, %s%s%sthe audit hook%s contain a hostile program: %s. Rewards stay correct (they are "
         "judged outside the sandbox). See docs/code_reward.md, 'Isolation modes'.", mode, ", ".join(missing),
         "its own uid, " if layers.get("own_uid") else "", "the system-call filter, " if layers.get("seccomp") else "",
+        "Landlock (writes confined to its directory), " if layers.get("landlock") else "",
         " and the trainer's non-dumpable flag" if _state["protected"] else " (the trainer is NOT protected: "
         "PROTECT_TRAINER is False)", exposed)
 
@@ -484,7 +492,7 @@ def _remove_tree(top: str, max_steps: int = 2_000_000) -> None:
 _STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
-    sandbox_child._child_init, sandbox_child._child_drop, sandbox_child._child_run,
+    sandbox_child._child_init, sandbox_child._child_drop, sandbox_child._child_landlock, sandbox_child._child_run,
     sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
     sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 

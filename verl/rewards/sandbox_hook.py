@@ -73,11 +73,14 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
     def inside(target, workdir=workdir):
         return target is not None and (target == workdir or target.startswith(workdir + "/"))
 
-    def is_directory(target, stat_=posix.stat, is_dir=stat.S_ISDIR, oserror=OSError):
+    def is_directory(target, stat_=posix.stat, is_dir=stat.S_ISDIR, is_fifo=stat.S_ISFIFO, oserror=OSError):
+        """A directory, or a fifo: an open of a fifo blocks, and is retried after the program's
+        signal handlers ran (EINTR), without a second audit event, on whatever the path names then."""
         try:
-            return target is not None and is_dir(stat_(target).st_mode)
+            mode = stat_(target).st_mode if target is not None else 0
         except oserror:
             return False
+        return is_dir(mode) or is_fifo(mode)
 
     def is_stream(path, stat_=posix.stat, streams=frozenset(streams), oserror=OSError):
         """The path (a /dev/stdout or /proc/self/fd link included) is one of the run's own streams,
@@ -94,10 +97,15 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
         "gc.get_objects", "gc.get_referrers", "gc.get_referents",
         "sys._current_frames", "sys._current_exceptions", "sys.settrace", "sys.setprofile",
         "code.__new__", "function.__new__", "sys.remote_exec", "cpython.remote_debugger_script"})
-    # _posixshmem and _multiprocessing open /dev/shm files and semaphores with no audit event.
+    # _posixshmem and _multiprocessing open /dev/shm files and semaphores with no audit event; readline
+    # (history files), _sqlite3 (connect, ATTACH, VACUUM INTO), _tkinter (Tcl's open, file, load), _dbm
+    # and _gdbm write files with no "open" event either. Checked on every part of a dotted name: an
+    # extension module loads under any package name that ends in its own (``_imp.create_dynamic`` of
+    # a spec named "x._testcapi" runs PyInit__testcapi).
     refused_imports = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters",
                                  "_xxinterpchannels", "_interpreters", "_interpchannels", "_interpqueues",
-                                 "_posixshmem", "_multiprocessing"})
+                                 "_posixshmem", "_multiprocessing", "readline", "_sqlite3", "_tkinter", "_dbm",
+                                 "_gdbm"})
     # Under /dev only these open (and the run's own streams): no terminal, /dev/shm, GPU or disk.
     devices = frozenset({"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"})
     frame_attributes = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -117,7 +125,7 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
              writing=posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND,
              directory=posix.O_DIRECTORY | posix.O_PATH, type_=type, str_=str, int_=int, tuple_=tuple,
              frame_type=type(sys._getframe()), function_type=type(_child_audit_hook),
-             runtime_error=RuntimeError):
+             runtime_error=RuntimeError, set_lease=1024):
         if type_(event) is not str_ or type_(args) is not tuple_:
             return  # only sys.audit() from the program itself can send these; nothing follows them
         if event == "open":
@@ -127,7 +135,7 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
             text = as_str(event, path)
             target = resolve(text, True)
             if flags & directory or is_directory(target):  # a dir fd would make dir_fd escapes possible
-                deny(event, "opening a directory (" + str_(target) + ")")
+                deny(event, "opening a directory or a fifo (" + str_(target) + ")")
             if target is None or target.startswith("/dev/") and target not in devices and not is_stream(text):
                 deny(event, "opening " + str_(target) + ": only /dev/null, zero, full, random and urandom")
             if flags & writing and not inside(target) and not is_stream(text):
@@ -138,9 +146,12 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
             name = args[0]
             if type_(name) is not str_:
                 deny(event, "module names must be str")
-            top = name.split(".")[0]
-            if top in refused_imports or top.startswith("_test"):
-                deny(event, name + " is not allowed in the sandbox")
+            for part in name.split("."):
+                if part in refused_imports or part.startswith("_test"):
+                    deny(event, name + " is not allowed in the sandbox")
+        elif event == "fcntl.fcntl":
+            if args[1] == set_lease:  # a leased file makes the program's own open of it block (see is_directory)
+                deny(event, "file leases are not allowed in the sandbox")
         elif event == "object.__getattr__":
             if type_(args[1]) is str_ and args[1] in frame_attributes:
                 raise runtime_error("sandbox: reading " + str_(args[1]) + " is refused")

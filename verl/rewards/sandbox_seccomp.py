@@ -16,7 +16,9 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   modify_ldt, uselib, iopl, ioperm), namespaces and mounts (mount, umount2, unshare, setns,
   pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr,
   and clone with any CLONE_NEW* flag), SysV IPC segments outside RLIMIT_AS (shmget, shmat,
-  shmctl, msgget, semget), and administration (acct, swapon, swapoff, reboot, quotactl, vhangup);
+  shmctl, msgget, semget), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), and
+  special files (mknod, mknodat: ``os.mkfifo`` and ``os.mknod`` make files with no audit event, and
+  opening a fifo blocks, which the hook's path check races with);
 * signals and limits only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
   must name the process's own pid, prlimit64 its own pid or 0; anything else is ``KILL``;
 * ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
@@ -47,8 +49,8 @@ _NUMBERS = {
     "kcmp": (312, 272), "process_madvise": (440, 440), "shmget": (29, 194), "shmat": (30, 196),
     "shmctl": (31, 195), "msgget": (68, 186), "semget": (64, 190), "acct": (163, 89), "swapon": (167, 224),
     "swapoff": (168, 225), "reboot": (169, 142), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
-    "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116),
-    "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None),
+    "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116), "mknodat": (259, 33),
+    "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None), "mknod": (133, None),
     # handled by the rules below, not killed outright
     "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
     "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
