@@ -25,7 +25,7 @@ def tokenizer(tiny_model_dir):
     return load_tokenizer(str(tiny_model_dir))
 
 
-@pytest.fixture(scope="module", params=["qwen2", "llama", "phi3"])
+@pytest.fixture(scope="module", params=["qwen2", "llama", "phi3", "qwen3"])
 def arch_model(request, tmp_path_factory):
     path = make_tiny_model_folder(tmp_path_factory.mktemp(f"fast-{request.param}"), arch=request.param, **SIZES)
     return load_causal_lm(str(path)).eval()

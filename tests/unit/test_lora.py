@@ -232,3 +232,33 @@ def test_a_mistyped_target_module_is_refused_naming_the_layers_not_left_out_quie
                                              r"linear layers are named .*did you mean q_prj -> q_proj\?"):
         lora("q_prj")  # one name: PEFT's own error, with the names added
     lora(["self_attn.q_proj", "v_proj"])  # a dotted suffix matches, as in PEFT
+
+
+@pytest.mark.parametrize("arch", ["mixtral", "gpt2"])
+def test_all_linear_adapts_the_linear_layers_of_moe_and_conv1d_models_and_merges_exactly(arch, tmp_path, caplog):
+    """all-linear on Mixtral (transformers 5: its experts are one fused 3-D parameter, its router a module of
+    its own) adapts the attention's linear layers and leaves the experts frozen, saying so; it was refused
+    (PEFT's all-linear picked the experts and the router). GPT-2's Conv1D layers are adapted. Either way
+    the merged weights give the PEFT model's logits."""
+    from verl.models.tiny import make_tiny_model_folder
+
+    folder = make_tiny_model_folder(tmp_path / arch, arch=arch, num_layers=1, hidden_size=32, intermediate_size=64)
+    section = TrainerConfig(actor_rollout_ref=dict(model=dict(lora_rank=2))).actor_rollout_ref.model
+    with caplog.at_level("WARNING", logger="verl.models.lora"):
+        model = apply_lora(load_causal_lm(str(folder)), section)
+    adapted = sorted({n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in model.named_parameters() if p.requires_grad})
+    expected = {"mixtral": ["k_proj", "o_proj", "q_proj", "v_proj"], "gpt2": ["c_attn", "c_fc", "c_proj"]}[arch]
+    assert adapted == expected
+    assert ("MixtralExperts hold stacked" in caplog.text) == (arch == "mixtral")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.5)
+        ids = torch.tensor([[5, 9, 40, 41, 7, 3]])
+        adapted_logits = model(input_ids=ids).logits
+        plain = load_causal_lm(str(folder)).eval()
+        base_logits = plain(input_ids=ids).logits
+        plain.load_state_dict(merged_weights(model, model.state_dict()))
+        merged_logits = plain(input_ids=ids).logits
+    assert (adapted_logits - base_logits).abs().max() > 1e-3  # the adapters do something
+    torch.testing.assert_close(merged_logits, adapted_logits, atol=1e-5, rtol=0)

@@ -366,3 +366,31 @@ def test_a_model_described_without_its_weights_is_the_model_load_causal_lm_build
         load_causal_lm(str(folder)).generation_config.eos_token_id
     with pytest.raises(ModelLoadError, match="actor_rollout_ref.model.path"):
         describe_causal_lm(str(tmp_path / "missing"))
+
+
+def test_token_ids_past_the_models_embeddings_stop_the_run_with_one_line_before_any_model_loads(tmp_path, capsys):
+    """A tokenizer with more ids than the model has embeddings (another model's, or tokens added without
+    resizing): the prompt holding such an id is named; before, the first forward failed in torch with
+    "index out of range in self"."""
+    from transformers import AutoModelForCausalLM
+
+    from verl.models.loading import check_token_ids
+    from verl.models.tiny import build_char_tokenizer, build_tiny_config
+    from verl.trainer.main_ppo import main
+
+    folder = tmp_path / "tiny"
+    config = build_tiny_config(60, "llama", num_layers=1, hidden_size=32, intermediate_size=64)  # no 'A' (68) on
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    build_char_tokenizer().save_pretrained(folder)
+    model_args = [f"actor_rollout_ref.model.path={folder}", "sft_warmstart.enable=false",
+                  "data.builtin_task=addition", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    capsys.readouterr()
+    assert main(model_args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: prompt 0 of data.train_files holds token id 84 ('Q'), but the model (llama) embeds "
+                          "token ids 0..59 only, and the tokenizer has 259") and err.count("\n") == 1
+    tokenizer = load_tokenizer(str(folder))
+    check_token_ids(tokenizer, config, [[5, 59]], data_key="rows")  # ids the model has
+    tokenizer.pad_token = "Z"
+    with pytest.raises(ModelLoadError, match="the pad token 'Z' is id 93, but the model"):
+        check_token_ids(tokenizer, config, [[5]], data_key="rows")

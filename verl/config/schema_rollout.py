@@ -81,9 +81,9 @@ class RolloutConfig(Section):
     """Response generation."""
 
     name: str = option("auto", help="Rollout engine: auto (the fastest for the model, said at start: native for "
-                       "Qwen2, Llama, Mistral and Phi-3, hf for other models), hf (Hugging Face generate), native "
+                       "Qwen2, Qwen3, Llama, Mistral and Phi-3, hf for other models), hf (Hugging Face generate), native "
                        "(verl's own KV-cache decode loop: shared prefill of a prompt's samples, finished rows leave "
-                       "the batch, a lean decoder for those four families; same samples as hf), vllm, or dummy (tests).")
+                       "the batch, a lean decoder for those five families; same samples as hf), vllm, or dummy (tests).")
     n: int = option(8, bounds=">= 1", help="Responses sampled per prompt (samples per prompt); group-baseline "
                     "estimators such as GRPO (the default) need 2 or more.")
     temperature: float = option(1.0, bounds=">= 0", help="Sampling temperature.")

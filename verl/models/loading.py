@@ -170,6 +170,29 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
     return tok
 
 
+def check_token_ids(tokenizer, model_config, prompts, *, data_key: str,
+                    tokenizer_key: str = "actor_rollout_ref.model.tokenizer_path") -> None:
+    """Refuse, before any model loads, ids the model has no embedding for: the pad token's, or a prompt's
+    (``prompts``: their token id lists). Otherwise the first forward fails deep in torch with "index out
+    of range in self". Happens when the tokenizer is another model's, or has tokens added without the
+    embeddings resized. Only when the tokenizer has more ids than the model's vocabulary are the
+    prompts read (a model's vocabulary is usually padded past its tokenizer)."""
+    rows = model_config.get_text_config().vocab_size
+    if rows is None or len(tokenizer) <= rows:
+        return
+    why = (f"the model ({model_config.model_type}) embeds token ids 0..{rows - 1} only, and the tokenizer has "
+           f"{len(tokenizer)}: is it another model's ({tokenizer_key}), or were tokens added to it without "
+           f"resizing the model's embeddings? Use the model's own tokenizer (or resize the embeddings and "
+           f"save the model)")
+    if tokenizer.pad_token_id is not None and tokenizer.pad_token_id >= rows:
+        raise ModelLoadError(f"the pad token {tokenizer.pad_token!r} is id {tokenizer.pad_token_id}, but {why}")
+    for i, ids in enumerate(prompts):
+        outside = [t for t in ids if t >= rows]
+        if outside:
+            raise ModelLoadError(f"prompt {i} of {data_key} holds token id {outside[0]} "
+                                 f"({tokenizer.convert_ids_to_tokens(int(outside[0]))!r}), but {why}")
+
+
 def set_chat_template(tok, template: str, key: str) -> None:
     """Give ``tok`` the Jinja ``template`` (text, or the path of a file holding it), checked by rendering
     a two-turn conversation, so a broken template fails here, naming ``key``."""

@@ -24,6 +24,7 @@ parameter group.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import warnings
 from pathlib import Path
@@ -32,6 +33,8 @@ import torch
 from torch import nn
 
 from verl.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
 
 PEFT_PREFIX = "base_model.model."  # PeftModelForCausalLM -> LoraModel -> the Hugging Face model
 ADAPTER = "default"  # the adapter's name inside the PEFT model (peft's default)
@@ -82,6 +85,35 @@ def _check_targets(model: torch.nn.Module, target, config_key: str) -> None:
                              f"{_linear_names(model, unmatched)}")
 
 
+def _is_linear(module: nn.Module) -> bool:
+    from transformers.pytorch_utils import Conv1D
+
+    return isinstance(module, (nn.Linear, Conv1D))
+
+
+def _all_linear(model: nn.Module) -> list[str]:
+    """What ``target_modules=all-linear`` adapts here, as names PEFT matches: every linear (and GPT-2
+    Conv1D) layer but the output head. A layer's last name component where no other kind of module
+    shares it, else its full name.
+
+    Not left to PEFT: on transformers 5 its own all-linear also picks the fused experts and the routers
+    of MoE models (Mixtral, Qwen3-MoE: ``MixtralExperts`` holds every expert in one 3-D parameter),
+    which are not linear layers, which :func:`merged_weights` cannot fold and which were then refused.
+    Here those stay frozen (the attention, and a shared expert's linear layers, get the adapters) and
+    the log says so."""
+    head = model.get_output_embeddings()
+    linear = {name: module for name, module in model.named_modules() if _is_linear(module) and module is not head}
+    mixed = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name and name not in linear}
+    names = sorted({name.rsplit(".", 1)[-1] if name.rsplit(".", 1)[-1] not in mixed else name for name in linear})
+    stacked = sorted({type(module).__name__ for module in model.modules()
+                      if not isinstance(module, nn.modules.conv._ConvNd)
+                      and any(p.dim() >= 3 for p in module.parameters(recurse=False))})
+    if stacked:
+        logger.warning("LoRA target_modules=all-linear adapts the linear layers (%s); %s hold stacked (fused "
+                       "expert) weights, not linear layers, and stay frozen", ", ".join(names[:8]), ", ".join(stacked))
+    return names
+
+
 def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_ref.model") -> nn.Module:
     """``model`` (a plain Hugging Face causal LM) with LoRA adapters, as a PEFT model.
 
@@ -112,6 +144,8 @@ def apply_lora(model: nn.Module, model_cfg, *, config_key: str = "actor_rollout_
         if exclude is None and vision_tower(model) is not None:
             exclude = VISION_EXCLUDE  # a vision-language model: adapters on its language model alone
         _check_targets(model, target, config_key)
+        if isinstance(target, str) and target.lower() == "all-linear":
+            target = _all_linear(model)
         config = LoraConfig(r=model_cfg.lora_rank, lora_alpha=model_cfg.lora_alpha, lora_dropout=0.0, bias="none",
                             task_type="CAUSAL_LM", target_modules=target if isinstance(target, str) else list(target),
                             exclude_modules=exclude if exclude is None or isinstance(exclude, str) else list(exclude))

@@ -82,37 +82,68 @@ def build_char_tokenizer(chat_template: str | None = CHAR_CHAT_TEMPLATE):
 
 
 ARCHITECTURES = ("qwen2", "llama", "phi3", "opt")
+# More Hugging Face families, each with what sets it apart from Llama: q/k norms (qwen3, olmo2), a sliding
+# window on alternate layers and logit soft-capping (gemma2), learned positions and Conv1D layers (gpt2),
+# partial rotary (gpt_neox, phi, stablelm), one fused qkv with multi-query attention (falcon), layer norm
+# with biases, mixtures of experts (mixtral: fused experts; qwen2_moe: with a shared expert).
+# tests/unit/test_more_architectures.py runs each through the rollout and log-prob paths.
+MORE_ARCHITECTURES = ("qwen3", "mistral", "gemma", "gemma2", "gpt2", "gpt_neox", "falcon", "phi", "stablelm",
+                      "olmo2", "mixtral", "qwen2_moe")
 
 
 def build_tiny_config(vocab_size: int, arch: str = "qwen2", *, hidden_size: int = 128, num_layers: int = 4,
                       num_heads: int = 4, num_kv_heads: int = 2, intermediate_size: int = 384,
                       max_position_embeddings: int = 256, pad_token_id: int = 0, bos_token_id: int = 1,
                       eos_token_id: int = 2):
-    """A config of ``arch`` small enough to train on a CPU (about 0.8M parameters by default)."""
-    from transformers import LlamaConfig, OPTConfig, Phi3Config, Qwen2Config
+    """A config of ``arch`` (one of :data:`ARCHITECTURES` or :data:`MORE_ARCHITECTURES`) small enough to
+    train on a CPU (about 0.8M parameters by default)."""
+    import transformers
 
     special = dict(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id)
     decoder = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
                    num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
                    max_position_embeddings=max_position_embeddings, tie_word_embeddings=True, **special)
-    if arch == "qwen2":
-        return Qwen2Config(rope_theta=10000.0, **decoder)
-    if arch == "llama":
-        return LlamaConfig(rope_theta=10000.0, **decoder)
-    if arch == "phi3":
-        return Phi3Config(**decoder)
-    if arch == "opt":
-        return OPTConfig(vocab_size=vocab_size, hidden_size=hidden_size, ffn_dim=intermediate_size,
-                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                         word_embed_proj_dim=hidden_size, max_position_embeddings=max_position_embeddings,
-                         **special)
-    raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHITECTURES}")
+    # GPT-style configs name their sizes differently and have no grouped kv heads.
+    gpt = dict(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+               num_attention_heads=num_heads, **special)
+    experts = dict(num_experts_per_tok=2, **decoder)
+    builders = {
+        "qwen2": lambda: transformers.Qwen2Config(rope_theta=10000.0, **decoder),
+        "llama": lambda: transformers.LlamaConfig(rope_theta=10000.0, **decoder),
+        "phi3": lambda: transformers.Phi3Config(**decoder),
+        "opt": lambda: transformers.OPTConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, ffn_dim=intermediate_size, num_hidden_layers=num_layers,
+            num_attention_heads=num_heads, word_embed_proj_dim=hidden_size,
+            max_position_embeddings=max_position_embeddings, **special),
+        "qwen3": lambda: transformers.Qwen3Config(head_dim=hidden_size // num_heads, **decoder),
+        "mistral": lambda: transformers.MistralConfig(sliding_window=None, **decoder),
+        "gemma": lambda: transformers.GemmaConfig(head_dim=hidden_size // num_heads, **decoder),
+        # A window shorter than a demo sequence, so the sliding layers really slide.
+        "gemma2": lambda: transformers.Gemma2Config(head_dim=hidden_size // num_heads, sliding_window=8, **decoder),
+        "gpt2": lambda: transformers.GPT2Config(vocab_size=vocab_size, n_embd=hidden_size, n_layer=num_layers,
+                                                n_head=num_heads, n_inner=intermediate_size,
+                                                n_positions=max_position_embeddings, **special),
+        "gpt_neox": lambda: transformers.GPTNeoXConfig(intermediate_size=intermediate_size, rotary_pct=0.25,
+                                                       max_position_embeddings=max_position_embeddings, **gpt),
+        "falcon": lambda: transformers.FalconConfig(**gpt),
+        "phi": lambda: transformers.PhiConfig(intermediate_size=intermediate_size, partial_rotary_factor=0.5,
+                                              max_position_embeddings=max_position_embeddings, **gpt),
+        "stablelm": lambda: transformers.StableLmConfig(partial_rotary_factor=0.25, **decoder),
+        "olmo2": lambda: transformers.Olmo2Config(**decoder),
+        "mixtral": lambda: transformers.MixtralConfig(num_local_experts=4, **experts),
+        "qwen2_moe": lambda: transformers.Qwen2MoeConfig(
+            num_experts=4, moe_intermediate_size=intermediate_size // 4,
+            shared_expert_intermediate_size=intermediate_size // 4, **experts),
+    }
+    if arch not in builders:
+        raise ValueError(f"unknown tiny architecture {arch!r}; choose one of {ARCHITECTURES + MORE_ARCHITECTURES}")
+    return builders[arch]()
 
 
 def make_tiny_model_folder(path: str | Path, *, arch: str = "qwen2", seed: int = 0, vocab_size: int | None = None,
                            **config_kwargs) -> Path:
-    """Write a randomly initialised tiny model (``arch``: qwen2, llama, phi3, opt) and the byte-level
-    tokenizer to ``path``. ``vocab_size``: embedding rows beyond the tokenizer's (a real model's
+    """Write a randomly initialised tiny model (``arch``: one of :data:`ARCHITECTURES` or
+    :data:`MORE_ARCHITECTURES`) and the byte-level tokenizer to ``path``. ``vocab_size``: embedding rows beyond the tokenizer's (a real model's
     vocabulary size for its memory and compute, e.g. Qwen2.5's 151936; ids past the tokenizer decode
     to nothing), default the tokenizer's size.
 

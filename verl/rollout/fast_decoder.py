@@ -19,8 +19,8 @@ twenty tensor ops per layer:
   state for every new shape); the prefill uses ``scaled_dot_product_attention``;
 - RMSNorm is ``torch.nn.functional.rms_norm``; residual adds are folded into ``addmm``.
 
-Supported: ``model_type`` qwen2, llama, mistral and phi3 with their own Hugging Face classes,
-SiLU MLPs, "default" RoPE over the whole head, biases on any projection (Qwen2's q/k/v, Llama's
+Supported: ``model_type`` qwen2, qwen3 (with its per-head q/k norms), llama, mistral and phi3 with
+their own Hugging Face classes, SiLU MLPs, "default" RoPE over the whole head, biases on any projection (Qwen2's q/k/v, Llama's
 ``attention_bias`` / ``mlp_bias``), tied or untied LM head, a sliding window only when the whole
 sequence fits in it. :func:`unsupported_reason` says why a model is not supported, and the engine
 then runs the Hugging Face forward instead. ``tests/unit/test_fast_decoder.py`` checks the logits
@@ -34,14 +34,14 @@ import torch.nn.functional as F
 from torch import nn
 
 # model_type -> class-name prefix of its Hugging Face modules
-FAMILIES = {"qwen2": "Qwen2", "llama": "Llama", "mistral": "Mistral", "phi3": "Phi3"}
+FAMILIES = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama", "mistral": "Mistral", "phi3": "Phi3"}
 ATTENTION_IMPLEMENTATIONS = (None, "eager", "sdpa", "flash_attention_2", "flash_attention_3")
 
 
 def _sliding_window(config) -> int | None:
     """The attention window the Hugging Face model applies, or None for full attention."""
     window = getattr(config, "sliding_window", None)
-    if config.model_type == "qwen2":
+    if config.model_type in ("qwen2", "qwen3"):
         layer_types = getattr(config, "layer_types", None) or []
         return window if "sliding_attention" in layer_types else None
     return window if config.model_type in ("mistral", "phi3") else None
@@ -102,6 +102,10 @@ def unsupported_reason(model: nn.Module, total_length: int | None = None) -> str
         if 2 * rotary.inv_freq.numel() != attn.head_dim or attn.scaling != attn.head_dim ** -0.5:
             return "partial rotary or non-standard attention scaling"
         norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        if family == "Qwen3":  # RMSNorm over each head's queries and keys, before RoPE
+            norms += [getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)]
+            if getattr(norms[-2], "variance_epsilon", None) != getattr(norms[-1], "variance_epsilon", None):
+                return "q_norm and k_norm with different epsilons"
     if any(type(n).__name__ != f"{family}RMSNorm" for n in norms):
         return "a norm is not the family's RMSNorm"
     params = list(model.parameters())
@@ -146,10 +150,20 @@ def _project_residual(residual: torch.Tensor, x: torch.Tensor, part: tuple) -> t
 class _Layer:
     """One decoder layer's weights, read from the Hugging Face layer (views, or packed copies)."""
 
-    __slots__ = ("norm1", "eps1", "qkv", "o", "norm2", "eps2", "gate_up", "down")
+    __slots__ = ("norm1", "eps1", "qkv", "o", "norm2", "eps2", "gate_up", "down", "qk_norm", "qk_eps")
 
-    def __init__(self, layer: nn.Module, pack: bool, qk_rows: torch.Tensor | None):
+    def __init__(self, layer: nn.Module, pack: bool, qk_rows: torch.Tensor | None, heads: int, kv_heads: int,
+                 head_order: torch.Tensor | None):
         attn, mlp = layer.self_attn, layer.mlp
+        # Qwen3's per-head q/k norms, as one weight [heads + kv_heads, head_dim] in the q/k layout used
+        # (``head_order``: the pair-interleaved order of the complex RoPE; an RMS is order-blind).
+        self.qk_norm = self.qk_eps = None
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm.weight, attn.k_norm.weight
+            if head_order is not None:
+                q, k = q[head_order], k[head_order]
+            self.qk_norm = torch.cat([q.expand(heads, -1), k.expand(kv_heads, -1)])
+            self.qk_eps = attn.q_norm.variance_epsilon
         qkv = [attn.qkv_proj] if hasattr(attn, "qkv_proj") else [attn.q_proj, attn.k_proj, attn.v_proj]
         gate_up = [mlp.gate_up_proj] if hasattr(mlp, "gate_up_proj") else [mlp.gate_proj, mlp.up_proj]
         self.norm1, self.eps1 = layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon
@@ -191,7 +205,7 @@ class FastDecoder:
         # (the filled cache grows, finished rows leave): a process's memory grew by ~3 MB per decode
         # step and kept growing across calls (docs/performance.md). fp32 bmm keeps nothing.
         self.attention_fp32 = self.device.type == "cpu" and self.dtype in (torch.bfloat16, torch.float16)
-        qk_rows = None
+        qk_rows = pairs = None
         if self.complex:
             half, dim = self.head_dim // 2, self.head_dim
             pairs = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
@@ -199,7 +213,8 @@ class FastDecoder:
             qk_rows = (torch.arange(qk_heads)[:, None] * dim + pairs).flatten()
             qk_rows = torch.cat([qk_rows, torch.arange(qk_heads * dim, (qk_heads + self.kv_heads) * dim)])
             qk_rows = qk_rows.to(self.device)
-        self.layers = [_Layer(layer, pack, qk_rows) for layer in body.layers]
+        head_order = None if pairs is None else pairs.to(self.device)
+        self.layers = [_Layer(layer, pack, qk_rows, self.heads, self.kv_heads, head_order) for layer in body.layers]
         self.norm, self.norm_eps = body.norm.weight, body.norm.variance_epsilon
         self.lm = _parts([model.lm_head], None, False)
         self.inv_freq = body.rotary_emb.inv_freq
@@ -228,6 +243,13 @@ class FastDecoder:
         cos, sin = self.cos[positions].unsqueeze(-2), self.sin[positions].unsqueeze(-2)
         swapped = x.unflatten(-1, (2, self.head_dim // 2)).flip(-2).flatten(-2)
         return torch.addcmul(x * cos, swapped, sin)
+
+    @staticmethod
+    def _qk_norm(qk: torch.Tensor, layer: _Layer) -> torch.Tensor:
+        """``qk [..., heads + kv_heads, head_dim]`` through the layer's per-head norms (Qwen3), else as is."""
+        if layer.qk_norm is None:
+            return qk
+        return F.rms_norm(qk, qk.shape[-1:], None, layer.qk_eps).mul_(layer.qk_norm)
 
     def _mlp(self, x: torch.Tensor, layer: _Layer) -> torch.Tensor:
         h = F.rms_norm(x, layer.norm2.shape, layer.norm2, layer.eps2)
@@ -331,7 +353,7 @@ class FastDecoder:
         for layer in self.layers:
             h = F.rms_norm(x, layer.norm1.shape, layer.norm1, layer.eps1)
             qkv = _project(h, layer.qkv).view(rows, length, heads + 2 * kv, dim)
-            qk = self._rope(qkv[:, :, :heads + kv], positions)
+            qk = self._rope(self._qk_norm(qkv[:, :, :heads + kv], layer), positions)
             q, k, v = qk[:, :, :heads].transpose(1, 2), qk[:, :, heads:].transpose(1, 2), qkv[:, :, heads + kv:]
             store(k, v.transpose(1, 2))
             out = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed, scale=self.scale,
@@ -373,14 +395,14 @@ class FastDecoder:
         for layer, keys, values in zip(self.layers, self.keys, self.values):
             h = F.rms_norm(x, layer.norm1.shape, layer.norm1, layer.eps1)
             qkv = _project(h, layer.qkv)
+            qk = self._qk_norm(qkv[:, :nqk].view(b, heads + kv, dim), layer)
             if self.complex:  # rotate q; rotate k straight into its cache column
-                pairs = torch.view_as_complex(qkv[:, :nqk].view(b, heads + kv, half, 2))
+                pairs = torch.view_as_complex(qk.view(b, heads + kv, half, 2))
                 q = torch.view_as_real(pairs[:, :heads] * rot).view(rows, groups, dim)
                 key_slot = torch.view_as_complex(keys.view(b, kv, -1, half, 2)[:, :, col])
                 torch.mul(pairs[:, heads:], rot, out=key_slot)
             else:
-                qk = torch.addcmul(qkv[:, :nqk].view(b, heads + kv, dim) * cos,
-                                   qkv[:, :nqk].view(b, heads + kv, 2, half).flip(-2).view(b, heads + kv, dim), sin)
+                qk = torch.addcmul(qk * cos, qk.view(b, heads + kv, 2, half).flip(-2).view(b, heads + kv, dim), sin)
                 keys.view(b, kv, -1, dim)[:, :, col] = qk[:, heads:]
                 q = qk[:, :heads].reshape(rows, groups, dim)
             values.view(b, kv, -1, dim)[:, :, col] = qkv[:, nqk:].view(b, kv, dim)

@@ -2,7 +2,7 @@
 
 The engine runs one prefill, then one token per row per step, itself, instead of
 ``transformers.generate``, which decodes every row of the batch until the last one stops and
-prefills every sample of a prompt. For Qwen2, Llama, Mistral and Phi-3 the steps run through
+prefills every sample of a prompt. For Qwen2, Qwen3, Llama, Mistral and Phi-3 the steps run through
 :class:`verl.rollout.fast_decoder.FastDecoder`, a lean functional copy of their forward that reads
 the module's weights at every call (at these sizes most of a Hugging Face forward is per-op
 overhead: mask building, cache bookkeeping, module calls); any other model, or one the fast path

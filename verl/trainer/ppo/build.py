@@ -18,6 +18,7 @@ from verl.config.key_errors import check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
 from verl.data.tasks import TASKS, sources_digest
 from verl.errors import ConfigError, VerlError
+from verl.models.loading import check_token_ids
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size)
 from verl.distributed.watchdog import Watchdog
@@ -212,6 +213,13 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     elif val_files is not None:
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
+    # An id past the model's embeddings would fail the first forward with torch's "index out of range".
+    check_token_ids(tokenizer, model_config, (list(map(int, train_set[i]["input_ids"])) for i in range(len(train_set))),
+                    data_key="data.train_files")
+    for batch in val_batches:
+        check_token_ids(tokenizer, model_config, (ids[mask.bool()].tolist() for ids, mask in
+                                                  zip(batch["input_ids"], batch["attention_mask"])),
+                        data_key="data.val_files")
     if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
         check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
         for batch in val_batches:
