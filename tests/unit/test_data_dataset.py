@@ -124,3 +124,39 @@ def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tm
         RLDataset(str(path), tokenizer)
     rows[0]["images"] = []  # an empty column (a text dataset written by a VL pipeline) is fine
     RLDataset(str(write_parquet(rows, tmp_path / "text.parquet")), tokenizer)
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ([], r"holds no messages: give at least one \{role: user"),
+    ([{"role": "user"}], r"message 0 has no content .*every message needs both"),
+    ([{"role": "user", "content": "hi"}, {"from": "human", "value": "hi"}],
+     r"message 1 is in ShareGPT's \{from, value\} turns: rename from -> role, value -> content"),
+    ([{"role": "human", "content": "hi"}], r"message 0 has role 'human': chat templates know 'user'; rename the role"),
+])
+def test_a_prompt_that_is_not_chat_messages_is_named_with_its_file_row_and_fix(tmp_path, tokenizer, bad, problem):
+    """Parquet stores one struct type for a column, so a row whose messages lack a key (or use ShareGPT's
+    keys) reads back with None there: the template failed on it deep in Jinja, or rendered role 'human'."""
+    rows = [row("1+1="), {**row("2+2="), "prompt": bad}]
+    path = write_parquet(rows, tmp_path / "d.parquet")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 1: the prompt .*" + problem):
+        RLDataset(path, tokenizer, config_key="data.val_files")
+    jsonl = write_jsonl(rows, tmp_path / "d.jsonl")  # JSON lines keep each row's own keys: the same answer
+    with pytest.raises(DataError, match=r"^data\.train_files: row 1: .*" + problem):
+        RLDataset(jsonl, tokenizer)
+
+
+def test_an_assistant_turn_with_tool_calls_and_no_content_is_a_message():
+    from verl.data.dataset import message_problem
+
+    call = {"role": "assistant", "content": None, "tool_calls": [{"type": "function",
+                                                                  "function": {"name": "f", "arguments": "{}"}}]}
+    assert message_problem([{"role": "user", "content": "hi"}, call, {"role": "tool", "content": "1"}]) is None
+    assert "message 1 has no content" in message_problem([{"role": "user", "content": "hi"}, {**call, "tool_calls": None}])
+
+
+def test_row_errors_name_the_setting_of_their_file(tmp_path, tokenizer):
+    path = write_jsonl([row("abc"), row("abcdefgh")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"^data\.val_files: prompt of row 1 is 15 tokens"):
+        RLDataset(path, tokenizer, max_prompt_length=12, config_key="data.val_files")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 0: no prompt column 'question'"):
+        RLDataset(path, tokenizer, prompt_key="question", config_key="data.val_files")

@@ -55,6 +55,37 @@ def conversation_prompt(messages: list[dict]) -> list[dict]:
     return list(messages[:end])
 
 
+# Chat layouts other than {role, content}, by their keys, with the fix that makes them messages.
+OTHER_MESSAGE_LAYOUTS = {("from", "value"): "ShareGPT's {from, value} turns: rename from -> role, value -> content "
+                                           "(and the roles human -> user, gpt -> assistant)"}
+OTHER_ROLE_NAMES = {"human": "user", "gpt": "assistant"}
+
+
+def message_problem(prompt: Any) -> str | None:
+    """What keeps a list prompt from being chat messages (None when it is fine): no messages, a
+    message without a text role or content (in parquet, a key some rows lack is null in the others),
+    or ShareGPT's layout, which a chat template would fail on or render under a role the model never saw."""
+    if not isinstance(prompt, list):
+        return None
+    if not prompt:
+        return "the list holds no messages: give at least one {role: user, content: ...} message, or drop the row"
+    for j, message in enumerate(prompt):
+        if not isinstance(message, Mapping):
+            return f"message {j} is a {type(message).__name__}, not a {{role, content}} dict"
+        present = {k for k, v in message.items() if v is not None}
+        for keys, fix in OTHER_MESSAGE_LAYOUTS.items():
+            if set(keys) <= present and "content" not in present:
+                return f"message {j} is in {fix}"
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or (content is None and not message.get("tool_calls")):
+            missing = [k for k, v in (("role", role), ("content", content)) if v is None]
+            return (f"message {j} has no {' or '.join(missing) or 'text role'} (its keys with values: "
+                    f"{sorted(present)}); every message needs both")
+        if role in OTHER_ROLE_NAMES:
+            return f"message {j} has role {role!r}: chat templates know {OTHER_ROLE_NAMES[role]!r}; rename the role"
+    return None
+
+
 # The prompt settings RLDataset reads from a data config (``data.*``), with their defaults.
 SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
                     "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None,
@@ -164,6 +195,14 @@ class RLDataset(Dataset):
             rows = rows[:max_samples]
         if self.vision is None:
             _refuse_media(rows, config_key)
+        try:
+            self._build(rows, config_key, max_prompt_length, truncation, filter_overlong_prompts)
+        except DataError as e:  # a row's problem names the setting its file came from (train or val)
+            raise DataError(f"{config_key}: {e}") from e
+
+    def _build(self, rows: list[dict], config_key: str, max_prompt_length: int, truncation: str,
+               filter_overlong_prompts: bool) -> None:
+        prompt_key = self.prompt_key
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
@@ -235,12 +274,13 @@ class RLDataset(Dataset):
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
                 messages = None
-            elif is_messages(prompt):
+            elif is_messages(prompt) and not (problem := message_problem(prompt)):
                 messages = prompt
             else:
+                problem = problem if is_messages(prompt) else message_problem(prompt)
                 raise DataError(f"row {i}: the prompt (column {self.prompt_key!r}, or what prompt_of returns) must "
                                 f"be a string or a list of {{role, content}} messages, got {type(prompt).__name__}: "
-                                f"{prompt!r:.200}")
+                                f"{prompt!r:.200}" + (f"; {problem}" if problem else ""))
             texts.append(self._render(i, prompt, messages))
         # A rendered chat template already holds its special tokens; raw text gets the usual ones.
         add_special = not (self.apply_chat_template and self.tokenizer.chat_template is not None)
