@@ -118,3 +118,19 @@ def test_an_sft_run_whose_loss_has_not_moved_is_told_to_raise_the_learning_rate(
     assert stalled_loss_warning([(0, {"val/loss": 3.45})], 1e-5) is None  # nothing to compare yet
     assert stalled_loss_warning([(10, {"val/loss": 3.45}), (20, {"val/loss": 3.45})], 1e-5) is None  # no step 0
     assert stalled_loss_warning(history + [(40, {"val/loss": 3.449})], 1e-5) is None  # warned once, at the first
+
+
+@pytest.mark.parametrize("args, named", [
+    (["custom_reward_function.name=my_score"], "custom_reward_function.name='my_score' without custom_reward_function.path"),
+    (["custom_reward_function.reward_kwargs={scale: 2}"], "custom_reward_function.reward_kwargs={'scale': 2} without"),
+    (["reward.custom_reward_function.name=my_score"], "reward.custom_reward_function.name='my_score' without "
+                                                      "reward.custom_reward_function.path"),
+])
+def test_a_reward_function_name_without_its_file_is_refused_not_ignored(args, named):
+    """Before, the name was never read: the built-in scorers scored the run and it ended with code 0."""
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError, match=r"set (reward\.)?custom_reward_function\.path=my_reward\.py") as info:
+        TrainerConfig.from_cli(args).validate()
+    assert named in str(info.value)
+    TrainerConfig.from_cli(args + [f"{args[0].split('.name')[0].split('.reward_kwargs')[0]}.path=r.py"]).validate()

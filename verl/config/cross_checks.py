@@ -190,6 +190,22 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     check_fsdp_size("critic.fsdp_config.fsdp_size", cfg.critic.fsdp_config.fsdp_size)
     _check_dapo(cfg)
     _check_rollout_pool(cfg)
+    for section in ("custom_reward_function", "reward.custom_reward_function"):  # verl's old and new place
+        _check_custom_reward(cfg.get(section), section)
+
+
+def _check_custom_reward(custom, section: str) -> None:
+    """A function name or arguments without the file to find them in would be ignored, and the run
+    scored by the built-in scorers instead of the function meant."""
+    if custom.path:
+        return
+    given = [f"{section}.{key}={value!r}" for key, value, unset in
+             (("name", custom.name, "compute_score"), ("reward_kwargs", dict(custom.reward_kwargs), {}))
+             if value != unset]
+    if given:
+        raise ConfigError(f"{' and '.join(given)} without {section}.path: the function is read from that file, so "
+                          f"nothing would load it and the built-in scorers would score the run; set "
+                          f"{section}.path=my_reward.py (the file that defines it)")
 
 
 def _check_rollout_pool(cfg: ConfigNode) -> None:
