@@ -134,3 +134,22 @@ def test_a_reward_function_name_without_its_file_is_refused_not_ignored(args, na
         TrainerConfig.from_cli(args).validate()
     assert named in str(info.value)
     TrainerConfig.from_cli(args + [f"{args[0].split('.name')[0].split('.reward_kwargs')[0]}.path=r.py"]).validate()
+
+
+def test_rows_without_a_ground_truth_among_rows_with_one_are_counted_once_for_a_custom_reward(caplog):
+    """A reward function of the user's gets ground_truth=None for such rows, and most compare with it:
+    they would score 0 all run without a word (the built-in scorers stop the run; a function may need none)."""
+    from verl.rewards.scorers import warn_rows_without_ground_truth
+
+    rows = [{"ground_truth": str(i), "index": i} for i in range(9)]
+    for i in (2, 3, 4, 5, 6, 8):
+        rows[i]["ground_truth"] = None
+    with caplog.at_level("WARNING", logger="verl.rewards.scorers"):
+        assert warn_rows_without_ground_truth(rows, "data.val_files") == 6
+    assert len(caplog.records) == 1
+    assert "data.val_files: 6 of 9 rows have no ground truth (rows 2, 3, 4, 5, 6, ...)" in caplog.text
+    assert "Fill in reward_model.ground_truth" in caplog.text
+    caplog.clear()
+    assert warn_rows_without_ground_truth([{"ground_truth": None}] * 3, "data.train_files") == 0  # needs none
+    assert warn_rows_without_ground_truth([{"ground_truth": 0}] * 3, "data.train_files") == 0  # 0 is an answer
+    assert caplog.text == ""
