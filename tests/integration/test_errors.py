@@ -121,3 +121,17 @@ def test_a_reward_function_file_with_rows_missing_their_answer_is_warned_once(ti
     assert warned == ["data.train_files: 1 of 8 rows have no ground truth (row 5): the reward function gets "
                       "ground_truth=None for them, while the other rows have one. Fill in reward_model.ground_truth "
                       "(or a ground_truth / answer / solution column), or drop those rows"]
+
+
+def test_resuming_under_another_learning_rate_names_the_changed_key(tiny_model_dir, tmp_path, capsys, caplog):
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(_rows(), tmp_path / 't.parquet')}",
+            "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
+            "data.max_prompt_length=32", "trainer.save_freq=1", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    assert run_main(args + ["trainer.total_training_steps=1"], capsys)[0] == 0
+    with caplog.at_level("WARNING", logger="verl.trainer.run_loop"):
+        code, err = run_main(args + ["trainer.total_training_steps=2", "actor_rollout_ref.actor.optim.lr=1e-3"], capsys)
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(warned) == 1 and "1 setting(s) other than those of the run that saved it: " \
+                               "actor_rollout_ref.actor.optim.lr: 1e-06 -> 0.001" in warned[0], warned
