@@ -68,7 +68,8 @@ def test_missing_file_names_the_setting(tmp_path, tokenizer):
 def test_message_list_without_chat_template_says_how_to_fix(tmp_path):
     tok = build_char_tokenizer(chat_template=None)
     path = write_jsonl([row("1+1=")], tmp_path / "d.jsonl")
-    with pytest.raises(DataError, match=r"no chat template.*data\.apply_chat_template=false"):
+    with pytest.raises(DataError, match=r"no chat template.*actor_rollout_ref\.model\.custom_chat_template=.*"
+                                        r"data\.apply_chat_template=false"):
         RLDataset(path, tok)
     item = RLDataset(path, tok, apply_chat_template=False)[0]
     assert tok.decode(item["input_ids"]) == "1+1="

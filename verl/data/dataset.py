@@ -294,7 +294,8 @@ class RLDataset(Dataset):
                 return prompt  # a plain-text prompt for a base model: nothing to template
             raise DataError(
                 f"row {i}: the prompt is a list of chat messages and data.apply_chat_template=true, but "
-                f"the tokenizer has no chat template; use a tokenizer (model) with a chat template, or "
+                f"the tokenizer has no chat template; use a tokenizer (model) with a chat template, give one "
+                f"with actor_rollout_ref.model.custom_chat_template=<Jinja text or .jinja file>, or "
                 f"set data.apply_chat_template=false to feed the message contents as plain text")
         if messages is None:
             messages = [{"role": "user", "content": prompt}]
