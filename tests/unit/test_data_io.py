@@ -69,3 +69,16 @@ def test_bad_jsonl_line_is_named(tmp_path):
 def test_writing_an_always_empty_dict_column_to_parquet_is_refused_with_advice(tmp_path):
     with pytest.raises(DataError, match=r"\['extra_info'\].*write_jsonl"):
         write_parquet([{"prompt": "a", "extra_info": {}}], tmp_path / "d.parquet")
+
+
+def test_a_list_written_as_one_string_reads_its_files(tmp_path):
+    """verl's scripts build `data.train_files="['$a', '$b']"`: a YAML file or a Python call can hand that
+    on as one string, which read as a glob pattern matched nothing."""
+    a = write_jsonl([{"prompt": "a"}], tmp_path / "a.jsonl")
+    b = write_jsonl([{"prompt": "b"}], tmp_path / "b.jsonl")
+    for text in (f"['{a}', '{b}']", f'["{a}", "{b}"]', f"[{a}, {b}]"):
+        assert [r["prompt"] for r in read_rows(text)] == ["a", "b"]
+    (tmp_path / "part-1.jsonl").write_text('{"prompt": "p"}\n')
+    assert read_rows(str(tmp_path / "part-[0-9].jsonl")) == [{"prompt": "p"}]  # a pattern stays a pattern
+    with pytest.raises(DataError, match=r"data file not found: .*nope\.jsonl"):
+        read_rows(f"['{a}', '{tmp_path / 'nope.jsonl'}']")

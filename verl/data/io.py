@@ -23,12 +23,32 @@ def is_messages(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
 
 
+def _listed(text: str) -> list[str] | None:
+    """The files of a list written as one string, as verl's scripts build it in the shell
+    (``"['a.parquet', 'b.parquet']"``) and a YAML file or Python call may pass it on unparsed; None
+    for anything else (a glob's ``[...]`` is a pattern: ``data/part-[0-9].parquet``)."""
+    import glob
+
+    import yaml
+
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")) or os.path.exists(text) or glob.glob(text):
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
 def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike], config_key: str) -> list[Path]:
     """The files named; a pattern (``data/train-*.parquet``, a sharded dataset) is its matches, in name order."""
     import glob
 
     if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
+        paths = _listed(str(paths)) or [paths]
     out = []
     for given in paths:
         path = os.path.expanduser(str(given))
