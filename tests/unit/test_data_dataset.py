@@ -161,3 +161,13 @@ def test_row_errors_name_the_setting_of_their_file(tmp_path, tokenizer):
         RLDataset(path, tokenizer, max_prompt_length=12, config_key="data.val_files")
     with pytest.raises(DataError, match=r"^data\.val_files: row 0: no prompt column 'question'"):
         RLDataset(path, tokenizer, prompt_key="question", config_key="data.val_files")
+
+
+def test_a_reward_model_column_of_json_text_gives_its_ground_truth(tmp_path, tokenizer):
+    """A CSV cannot nest: its reward_model cell is JSON text (so is a column json.dumps'd before writing).
+    Before, such rows had no ground truth and the run stopped saying so, with the answer right there."""
+    path = tmp_path / "d.csv"
+    path.write_text('prompt,data_source,reward_model\n1+1=,exact_match,"{""ground_truth"": ""2""}"\n'
+                    '2+2=,exact_match,not json\n')
+    ds = RLDataset(str(path), tokenizer)
+    assert [ds[0]["ground_truth"], ds[1]["ground_truth"]] == ["2", None]

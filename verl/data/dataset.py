@@ -17,6 +17,7 @@ or a tokenizer without a chat template) fails before training starts, not hours 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -33,8 +34,14 @@ TRUNCATION_MODES = ("error", "left", "right")
 
 def ground_truth_of(row: dict) -> Any:
     """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
-    ``solution`` column, else (conversational rows) the final assistant message."""
+    ``solution`` column, else (conversational rows) the final assistant message. A ``reward_model``
+    written as JSON text (a CSV cell, a column json.dumps'd before writing) is read as its object."""
     reward_model = row.get("reward_model")
+    if isinstance(reward_model, str) and reward_model.lstrip().startswith("{"):
+        try:
+            reward_model = json.loads(reward_model)
+        except ValueError:
+            pass
     if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
     for key in ("ground_truth", "answer", "solution"):
