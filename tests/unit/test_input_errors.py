@@ -153,3 +153,25 @@ def test_rows_without_a_ground_truth_among_rows_with_one_are_counted_once_for_a_
     assert warn_rows_without_ground_truth([{"ground_truth": None}] * 3, "data.train_files") == 0  # needs none
     assert warn_rows_without_ground_truth([{"ground_truth": 0}] * 3, "data.train_files") == 0  # 0 is an answer
     assert caplog.text == ""
+
+
+def test_a_model_path_at_a_file_a_run_or_a_checkpoint_names_the_model_folder(tiny_model_dir, tmp_path):
+    """Before: transformers' 'Unrecognized model ... Should have a model_type key', or for a file the hub's
+    'Repo id must be in the form ...'."""
+    import shutil
+
+    with pytest.raises(ModelLoadError, match=r"config\.json' \(from `actor_rollout_ref\.model\.path`\) is a file; a model "
+                                             rf"is a folder .*set `actor_rollout_ref\.model\.path={tiny_model_dir}`"):
+        loading.load_tokenizer(str(tiny_model_dir / "config.json"))
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run / "huggingface")
+    (run / "global_step_2").mkdir()
+    (run / "global_step_2" / "state.pt").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=rf"holds no config\.json\. It is a training run's output folder; the run's "
+                                             rf"trained model is {run}/huggingface: point there"):
+        loading.load_tokenizer(str(run))
+    with pytest.raises(ModelLoadError, match=rf"It is a checkpoint to resume from \(state\.pt\); the run's trained model "
+                                             rf"is {run}/huggingface"):
+        loading.load_causal_lm_config(str(run / "global_step_2"))
+    with pytest.raises(ModelLoadError, match=rf"Folders under it that hold one: {run}/huggingface\."):
+        loading.load_tokenizer(str(tmp_path))
