@@ -175,3 +175,22 @@ def test_a_model_path_at_a_file_a_run_or_a_checkpoint_names_the_model_folder(tin
         loading.load_causal_lm_config(str(run / "global_step_2"))
     with pytest.raises(ModelLoadError, match=rf"Folders under it that hold one: {run}/huggingface\."):
         loading.load_tokenizer(str(tmp_path))
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("data.train_files=", "data.train_files is empty (data.train_files=''): give a .parquet/.jsonl file"),
+    ("data.val_files=[a.parquet,'']", "data.val_files holds an empty path (data.val_files=[a.parquet, '']): give"),
+    ("trainer.default_local_dir=", "trainer.default_local_dir is empty (trainer.default_local_dir=''): give the output "
+                                   "folder, e.g. trainer.default_local_dir=outputs/run"),
+    ("custom_reward_function.path=", "custom_reward_function.path is empty (custom_reward_function.path=''): give the "
+                                     ".py file"),
+    ("actor_rollout_ref.model.path=", "actor_rollout_ref.model.path is empty"),
+])
+def test_an_empty_path_is_refused_before_it_reads_or_writes_the_current_folder(arg, message):
+    """`key=` gives ''. Before: data files '' read the current folder as a dataset, an output folder ''
+    wrote the run's checkpoints and report into it, a reward path '' meant no reward function."""
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig.from_cli([arg]).validate()
+    assert message in str(info.value)

@@ -13,6 +13,7 @@ import logging
 
 from verl.config import compat, verl_rules
 from verl.config.node import ConfigNode
+from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
 
 # The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
@@ -190,8 +191,30 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     check_fsdp_size("critic.fsdp_config.fsdp_size", cfg.critic.fsdp_config.fsdp_size)
     _check_dapo(cfg)
     _check_rollout_pool(cfg)
+    _refuse_empty_paths(cfg)
     for section in ("custom_reward_function", "reward.custom_reward_function"):  # verl's old and new place
         _check_custom_reward(cfg.get(section), section)
+
+
+# Paths where '' (`key=` on the command line, an empty YAML string) would not be refused later, but read
+# as something else: the current folder (its files as a dataset; the run's output written among them),
+# or no reward function at all. What to give instead, by key.
+EMPTY_PATHS = {"data.train_files": "give a .parquet/.jsonl file (or a list), or leave the key out for the built-in task",
+               "data.val_files": "give a .parquet/.jsonl file (or a list), or leave the key out (null) for none",
+               "trainer.default_local_dir": "give the output folder, e.g. trainer.default_local_dir=outputs/run",
+               "actor_rollout_ref.model.path": "give a model folder or a hub id, or leave the key out for the built-in "
+                                               "model",
+               "custom_reward_function.path": "give the .py file of the reward function, or leave the key out (null) "
+                                              "for the built-in scorers"}
+
+
+def _refuse_empty_paths(cfg: ConfigNode) -> None:
+    for key, instead in EMPTY_PATHS.items():
+        value = cfg.get(key)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            what = "holds an empty path" if isinstance(value, (list, tuple)) else "is empty"
+            raise ConfigError(f"{key} {what} ({key}={format_flow(value)}): {instead}")
 
 
 def _check_custom_reward(custom, section: str) -> None:
