@@ -194,3 +194,20 @@ def test_an_empty_path_is_refused_before_it_reads_or_writes_the_current_folder(a
     with pytest.raises(ConfigError) as info:
         TrainerConfig.from_cli([arg]).validate()
     assert message in str(info.value)
+
+
+def test_a_kl_coefficient_without_its_switch_is_said_to_have_no_effect(caplog):
+    """verl's recipes set kl_loss_coef together with use_kl_loss=true; the coefficient alone is read by nothing."""
+    from verl.config import TrainerConfig
+
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli(["actor_rollout_ref.actor.kl_loss_coef=0.1"]).validate()
+        TrainerConfig.from_cli(["algorithm.kl_ctrl.kl_coef=0.1", "algorithm.kl_ctrl.type=adaptive"]).validate()
+        TrainerConfig.from_cli(["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                                "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.1"]).validate()
+    messages = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert messages == [
+        "actor_rollout_ref.actor.kl_loss_coef=0.1 has no effect: actor_rollout_ref.actor.use_kl_loss=false turns it "
+        "off; set actor_rollout_ref.actor.use_kl_loss=true to use it, or leave it at the default",
+        "algorithm.kl_ctrl.kl_coef=0.1 and algorithm.kl_ctrl.type=adaptive have no effect: algorithm.use_kl_in_reward="
+        "false turns it off; set algorithm.use_kl_in_reward=true to use it, or leave them at the default"]

@@ -153,6 +153,7 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
                           f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
     if not distilling_only:
         _warn_if_greedy_groups(cfg)
+    _warn_if_switched_off(cfg)
     if estimator in CRITIC_ESTIMATORS and cfg.critic.enable is False:
         raise ConfigError(f"algorithm.adv_estimator={estimator} computes advantages from a critic's values, and "
                           f"critic.enable=false turns the critic off: set critic.enable=true (or leave it null), "
@@ -267,6 +268,30 @@ def _warn_if_greedy_groups(cfg: ConfigNode) -> None:
                        "prompt are the same response, so their advantages are all 0 and the actor does not learn; "
                        "sample instead (actor_rollout_ref.rollout.temperature=1.0, do_sample=true)",
                        estimator, " and ".join(greedy), rollout.n)
+
+
+# Settings that act only under a switch: (switch, the settings it enables). verl's recipes set
+# kl_loss_coef and use_kl_loss together; set without the switch, the coefficient is read by nothing.
+SWITCHED_SETTINGS = (
+    ("actor_rollout_ref.actor.use_kl_loss", ("actor_rollout_ref.actor.kl_loss_coef",
+                                             "actor_rollout_ref.actor.kl_loss_type")),
+    ("algorithm.use_kl_in_reward", ("algorithm.kl_ctrl.kl_coef", "algorithm.kl_ctrl.type",
+                                    "algorithm.kl_ctrl.target_kl", "algorithm.kl_ctrl.horizon")),
+)
+
+
+def _warn_if_switched_off(cfg: ConfigNode) -> None:
+    """A setting changed from its default while the switch it belongs to is off: one warning per switch."""
+    defaults = type(cfg)()
+    for switch, keys in SWITCHED_SETTINGS:
+        if cfg.get(switch):
+            continue
+        given = [f"{key}={format_flow(cfg.get(key))}" for key in keys if cfg.get(key) != defaults.get(key)]
+        if given:
+            many = len(given) > 1
+            logger.warning("%s %s no effect: %s=false turns it off; set %s=true to use it, or leave %s at the "
+                           "default", " and ".join(given), "have" if many else "has", switch, switch,
+                           "them" if many else "it")
 
 
 def _check_token_budgets(cfg: ConfigNode) -> None:
