@@ -171,3 +171,22 @@ def test_a_reward_model_column_of_json_text_gives_its_ground_truth(tmp_path, tok
                     '2+2=,exact_match,not json\n')
     ds = RLDataset(str(path), tokenizer)
     assert [ds[0]["ground_truth"], ds[1]["ground_truth"]] == ["2", None]
+
+
+def test_the_reward_fn_key_column_reaches_the_batch_and_a_row_without_it_is_named(tmp_path, tokenizer):
+    """data.reward_fn_key names the column passed to the reward function as data_source (verl's key).
+    Before, no batch carried that column: every function got data_source=None without a word."""
+    from types import SimpleNamespace
+
+    from verl.data.dataset import SETTING_DEFAULTS
+
+    config = SimpleNamespace(**{**SETTING_DEFAULTS, "reward_fn_key": "source"})
+    path = write_jsonl([row("1+1=", source="math"), row("2+2=", source="code")], tmp_path / "d.jsonl")
+    ds = RLDataset(path, tokenizer, config)
+    batch = collate_prompts([ds[0], ds[1]], tokenizer.pad_token_id, extra_keys=("source",))
+    assert list(batch.non_tensors["source"]) == ["math", "code"]
+    assert list(batch.non_tensors["data_source"]) == ["arith"] * 2
+    bad = write_jsonl([row("1+1=", source="math"), row("2+2=")], tmp_path / "bad.jsonl")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 1 has no 'source' \(data\.reward_fn_key=source: .*"
+                                        r"columns found: \['data_source', 'extra_info', 'prompt', 'reward_model'\]"):
+        RLDataset(bad, tokenizer, config, config_key="data.val_files")

@@ -96,7 +96,8 @@ def message_problem(prompt: Any) -> str | None:
 # The prompt settings RLDataset reads from a data config (``data.*``), with their defaults.
 SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
                     "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None,
-                    "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None}
+                    "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None,
+                    "reward_fn_key": "data_source"}
 
 
 # verl's columns of images and videos (data.image_key / data.video_key): read with a vision-language
@@ -194,6 +195,8 @@ class RLDataset(Dataset):
         self.max_prompt_length = max_prompt_length
         self.apply_chat_template = apply_chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # data.reward_fn_key: the column whose value the reward function gets as data_source (verl's key).
+        self.reward_fn_key = _setting(config, "reward_fn_key")
 
         rows = read_rows(data_files, config_key=config_key)
         if not rows:
@@ -210,6 +213,12 @@ class RLDataset(Dataset):
     def _build(self, rows: list[dict], config_key: str, max_prompt_length: int, truncation: str,
                filter_overlong_prompts: bool) -> None:
         prompt_key = self.prompt_key
+        if self.reward_fn_key != "data_source":
+            for i, row in enumerate(rows):
+                if row.get(self.reward_fn_key) is None:
+                    raise DataError(f"row {i} has no {self.reward_fn_key!r} (data.reward_fn_key={self.reward_fn_key}: "
+                                    f"the column whose value the reward function gets as data_source); columns found: "
+                                    f"{sorted(row)}; fill it in, or set data.reward_fn_key to the column that holds it")
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
@@ -336,6 +345,8 @@ class RLDataset(Dataset):
             "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),
             "index": self._index[i],
         }
+        if self.reward_fn_key != "data_source":
+            item[self.reward_fn_key] = row[self.reward_fn_key]
         if self.vision is not None and self.vision.has_media(row):
             item.update(self.vision.media_of(self._index[i], row))
         return item

@@ -6,6 +6,7 @@ seconds, not a crashed run.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import weakref
@@ -56,10 +57,15 @@ def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | No
     return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools, processor=processor)
 
 
-def _val_batches(dataset, batch_size: int | None, pad_token_id: int):
+def _val_batches(dataset, batch_size: int | None, pad_token_id: int, extra_keys: tuple[str, ...] = ()):
     items = [dataset[i] for i in range(len(dataset))]
     size = batch_size or len(items)
-    return [collate_prompts(items[i:i + size], pad_token_id) for i in range(0, len(items), size)]
+    return [collate_prompts(items[i:i + size], pad_token_id, extra_keys) for i in range(0, len(items), size)]
+
+
+def _reward_key_columns(data_cfg) -> tuple[str, ...]:
+    """The column data.reward_fn_key names, carried in every batch beside data_source."""
+    return () if data_cfg.reward_fn_key == "data_source" else (data_cfg.reward_fn_key,)
 
 
 def uses_builtin_scorers(config) -> bool:
@@ -211,7 +217,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         logger.info("validation is off (trainer.test_freq <= 0, val_before_train=false): %s not read", val_files)
     elif val_files is not None:
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor)
-        val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id)
+        val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id,
+                                   _reward_key_columns(data_cfg))
     if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
         check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
         for batch in val_batches:
@@ -222,7 +229,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
                                        "data.val_files")
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
-                          pad_token_id=tokenizer.pad_token_id)
+                          collate=functools.partial(collate_prompts, pad_token_id=tokenizer.pad_token_id,
+                                                    extra_keys=_reward_key_columns(data_cfg)))
     # 0 is a run that only validates (verl's trainer.val_only): not "unset".
     total_steps = (trainer_cfg.total_training_steps if trainer_cfg.total_training_steps is not None
                    else trainer_cfg.total_epochs * len(loader))
