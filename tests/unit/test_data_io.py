@@ -82,3 +82,16 @@ def test_a_list_written_as_one_string_reads_its_files(tmp_path):
     assert read_rows(str(tmp_path / "part-[0-9].jsonl")) == [{"prompt": "p"}]  # a pattern stays a pattern
     with pytest.raises(DataError, match=r"data file not found: .*nope\.jsonl"):
         read_rows(f"['{a}', '{tmp_path / 'nope.jsonl'}']")
+
+
+def test_a_byte_order_mark_from_a_windows_editor_or_excel_is_not_part_of_the_first_row(tmp_path):
+    """Before: the JSON lines file failed on line 1 ('Unexpected UTF-8 BOM'), and the CSV's first column
+    was named '\\ufeffprompt', so 'no prompt column' listed a 'prompt' that looked right."""
+    bom = "\ufeff"
+    (tmp_path / "d.jsonl").write_text(bom + '{"prompt": "a"}\n', encoding="utf-8")
+    (tmp_path / "d.csv").write_text(bom + "prompt,answer\nb,1\n", encoding="utf-8")
+    assert read_rows(tmp_path / "d.jsonl") == [{"prompt": "a"}]
+    assert read_rows(tmp_path / "d.csv") == [{"prompt": "b", "answer": "1"}]
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{broken\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl \(from `data\.val_files`\), line 2: invalid JSON"):
+        read_rows(tmp_path / "bad.jsonl", config_key="data.val_files")

@@ -123,7 +123,7 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
     import csv
 
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             rows = [{key: (value if value != "" else None) for key, value in row.items()}
                     for row in csv.DictReader(f, delimiter=delimiter)]
     except (UnicodeDecodeError, csv.Error) as e:
@@ -137,7 +137,7 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
 
 def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{path} (from `{config_key}`) is not UTF-8 text ({e}); JSONL files are UTF-8, one "
                         f"JSON object per line") from None
@@ -145,7 +145,7 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: invalid JSON: {e}") from e
+            raise DataError(f"{path} (from `{config_key}`): invalid JSON: {e}") from e
         where = [f"item {i}" for i in range(len(rows))]
     else:
         rows, where = [], []
@@ -155,7 +155,7 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}, line {lineno}: invalid JSON: {e}") from e
+                raise DataError(f"{path} (from `{config_key}`), line {lineno}: invalid JSON: {e}") from e
             where.append(f"line {lineno}")
     for row, loc in zip(rows, where):
         if not isinstance(row, dict):
