@@ -190,3 +190,11 @@ def test_the_reward_fn_key_column_reaches_the_batch_and_a_row_without_it_is_name
     with pytest.raises(DataError, match=r"^data\.val_files: row 1 has no 'source' \(data\.reward_fn_key=source: .*"
                                         r"columns found: \['data_source', 'extra_info', 'prompt', 'reward_model'\]"):
         RLDataset(bad, tokenizer, config, config_key="data.val_files")
+
+
+@pytest.mark.parametrize("given", ["Qwen/Qwen2-0.5B-Instruct", None])
+def test_a_model_name_or_nothing_in_place_of_the_tokenizer_names_how_to_load_one(tmp_path, given):
+    path = write_jsonl([row("1+1=")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"RLDataset needs a loaded tokenizer as its second argument, got "
+                                        rf"{given!r}; load it first: tokenizer = verl\.models\.loading\.load_tokenizer"):
+        RLDataset(path, given)  # before: AttributeError: 'str' object has no attribute 'chat_template'

@@ -186,6 +186,10 @@ class RLDataset(Dataset):
             self.vision = VisionPrompts(processor, image_key=_setting(config, "image_key"),
                                         video_key=_setting(config, "video_key"),
                                         processor_kwargs=_setting(config, "mm_processor_kwargs"))
+        if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+            raise DataError(f"RLDataset needs a loaded tokenizer as its second argument, got {tokenizer!r}; load it "
+                            f"first: tokenizer = verl.models.loading.load_tokenizer(model_path) (or transformers' "
+                            f"AutoTokenizer.from_pretrained(model_path)), then RLDataset(files, tokenizer)")
         if truncation not in TRUNCATION_MODES:
             raise DataError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
         if max_prompt_length < 1:
