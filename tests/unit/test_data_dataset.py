@@ -96,7 +96,7 @@ def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, c
         ds = RLDataset(path, tokenizer, max_prompt_length=12, filter_overlong_prompts=True)
     assert ds.num_filtered == 2 and len(ds) == 2
     assert [ds[i]["index"] for i in range(2)] == [0, 2]
-    assert "2 of 4" in caplog.text
+    assert "data.train_files: filtered 2 of 4 prompts longer than data.max_prompt_length=12 tokens" in caplog.text
 
 
 def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):

@@ -271,8 +271,9 @@ class RLDataset(Dataset):
             self._ids.append(ids)
             self._index.append(i)
         if self.num_filtered:
-            logger.warning("filtered %d of %d prompts longer than max_prompt_length=%d tokens",
-                           self.num_filtered, len(rows), max_prompt_length)
+            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d tokens "
+                           "(data.filter_overlong_prompts=true); raise data.max_prompt_length to keep them",
+                           config_key, self.num_filtered, len(rows), max_prompt_length)
         if not self._rows:
             raise DataError(f"all {len(rows)} prompts are longer than data.max_prompt_length="
                             f"{max_prompt_length} and were filtered; raise data.max_prompt_length")
