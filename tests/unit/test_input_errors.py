@@ -211,3 +211,10 @@ def test_a_kl_coefficient_without_its_switch_is_said_to_have_no_effect(caplog):
         "off; set actor_rollout_ref.actor.use_kl_loss=true to use it, or leave it at the default",
         "algorithm.kl_ctrl.kl_coef=0.1 and algorithm.kl_ctrl.type=adaptive have no effect: algorithm.use_kl_in_reward="
         "false turns it off; set algorithm.use_kl_in_reward=true to use it, or leave them at the default"]
+
+
+def test_an_unknown_dtype_is_named_as_such_not_as_a_folder_that_cannot_be_loaded(tiny_model_dir):
+    with pytest.raises(ModelLoadError) as info:
+        loading.load_causal_lm(str(tiny_model_dir), dtype="bfloat17")
+    assert str(info.value).startswith("unknown dtype 'bfloat17'; use one of ['bf16', 'bfloat16'")  # before: "could
+    assert "could not load the model from folder" not in str(info.value)  # not load the model from folder ...: ..."

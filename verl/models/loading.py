@@ -240,9 +240,10 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     if attn is not None:
         kwargs["attn_implementation"] = attn
     auto = AutoModelForImageTextToText if is_vision_model(config) else AutoModelForCausalLM
+    torch_dtype = resolve_dtype(dtype)  # a wrong name is its own error, not the folder's
     try:
         model = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
-                                     **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
+                                     **{dtype_kw: torch_dtype}, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model
