@@ -218,3 +218,16 @@ def test_an_unknown_dtype_is_named_as_such_not_as_a_folder_that_cannot_be_loaded
         loading.load_causal_lm(str(tiny_model_dir), dtype="bfloat17")
     assert str(info.value).startswith("unknown dtype 'bfloat17'; use one of ['bf16', 'bfloat16'")  # before: "could
     assert "could not load the model from folder" not in str(info.value)  # not load the model from folder ...: ..."
+
+
+def test_a_resume_path_without_resume_mode_resume_path_is_said_to_be_ignored(caplog):
+    """As in verl, trainer.resume_from_path is read only under resume_mode=resume_path: before, a run given
+    only the path started from step 0 (or resumed from another checkpoint) without a word."""
+    from verl.config import TrainerConfig
+
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli(["trainer.resume_from_path=out/global_step_5"]).validate()
+        TrainerConfig.from_cli(["trainer.resume_from_path=out/global_step_5", "trainer.resume_mode=resume_path"]).validate()
+    assert [r.getMessage() for r in caplog.records if "resume_from_path" in r.getMessage()] == [
+        "trainer.resume_from_path=out/global_step_5 has no effect: trainer.resume_mode=auto resumes from the newest "
+        "checkpoint in trainer.default_local_dir, if any; set trainer.resume_mode=resume_path to resume from it"]
