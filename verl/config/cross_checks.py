@@ -200,7 +200,8 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
 # Paths where '' (`key=` on the command line, an empty YAML string) would not be refused later, but read
 # as something else: the current folder (its files as a dataset; the run's output written among them),
 # or no reward function at all. What to give instead, by key.
-EMPTY_PATHS = {"data.train_files": "give a .parquet/.jsonl file (or a list), or leave the key out for the built-in task",
+EMPTY_PATHS = {"data.train_files": "give a .parquet/.jsonl file (or a list), or leave the key out for the built-in "
+                                   "task",
                "data.val_files": "give a .parquet/.jsonl file (or a list), or leave the key out (null) for none",
                "trainer.default_local_dir": "give the output folder, e.g. trainer.default_local_dir=outputs/run",
                "actor_rollout_ref.model.path": "give a model folder or a hub id, or leave the key out for the built-in "
@@ -286,7 +287,8 @@ def _warn_if_switched_off(cfg: ConfigNode) -> None:
     trainer = cfg.trainer
     if trainer.resume_from_path and trainer.resume_mode != "resume_path":
         logger.warning("trainer.resume_from_path=%s has no effect: trainer.resume_mode=%s %s; set "
-                       "trainer.resume_mode=resume_path to resume from it", trainer.resume_from_path, trainer.resume_mode,
+                       "trainer.resume_mode=resume_path to resume from it", trainer.resume_from_path,
+                       trainer.resume_mode,
                        "starts from step 0" if trainer.resume_mode == "disable" else
                        "resumes from the newest checkpoint in trainer.default_local_dir, if any")
     for switch, keys in SWITCHED_SETTINGS:

@@ -96,8 +96,8 @@ def warn_changed_settings(saved: dict | None, current: dict, path) -> None:
     if changes:
         shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
         logger.warning("resuming from %s under %d setting(s) other than those of the run that saved it: %s. The "
-                       "weights, the optimizer state and its learning-rate schedule come from the checkpoint (a changed "
-                       "optim.lr does not apply); to train under the new settings from the start, set "
+                       "weights, the optimizer state and its learning-rate schedule come from the checkpoint (a "
+                       "changed optim.lr does not apply); to train under the new settings from the start, set "
                        "trainer.resume_mode=disable or another trainer.default_local_dir", path, len(changes), shown)
 
 

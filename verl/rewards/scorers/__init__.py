@@ -93,7 +93,8 @@ def warn_rows_without_ground_truth(items, key: str) -> int:
         first = ", ".join(str(row) for row in missing[:5]) + (", ..." if len(missing) > 5 else "")
         logger.warning("%s: %d of %d rows have no ground truth (row%s %s): the reward function gets ground_truth=None "
                        "for them, while the other rows have one. Fill in reward_model.ground_truth (or a ground_truth "
-                       "/ answer / solution column), or drop those rows", key, len(missing), total, "s" if len(missing) > 1 else "", first)
+                       "/ answer / solution column), or drop those rows", key, len(missing), total,
+                       "s" if len(missing) > 1 else "", first)
         return len(missing)
     return 0
 
