@@ -101,3 +101,53 @@ def test_rows_a_builtin_scorer_cannot_score_stop_before_loading_naming_row_and_k
                 "no_data_source": ("data.train_files: row 3 has no data_source", "custom_reward_function.path")}[case]
     assert all(part in err for part in expected), err
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+def test_a_reward_function_file_with_rows_missing_their_answer_is_warned_once(tiny_model_dir, tmp_path, capsys, caplog):
+    train = _rows()
+    train[5]["reward_model"] = {"ground_truth": None}
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return float(solution_str.strip() == ground_truth)\n")
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(train, tmp_path / 't.parquet')}",
+            f"custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1", "trainer.progress_bar=false",
+            "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
+            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    with caplog.at_level("WARNING", logger="verl.rewards.scorers"):
+        code, err = run_main(args, capsys)
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "no ground truth" in r.getMessage()]
+    assert warned == ["data.train_files: 1 of 8 rows have no ground truth (row 5): the reward function gets "
+                      "ground_truth=None for them, while the other rows have one. Fill in reward_model.ground_truth "
+                      "(or a ground_truth / answer / solution column), or drop those rows"]
+
+
+def test_resuming_under_another_learning_rate_names_the_changed_key(tiny_model_dir, tmp_path, capsys, caplog):
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(_rows(), tmp_path / 't.parquet')}",
+            "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
+            "data.max_prompt_length=32", "trainer.save_freq=1", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    assert run_main(args + ["trainer.total_training_steps=1"], capsys)[0] == 0
+    with caplog.at_level("WARNING", logger="verl.trainer.run_loop"):
+        code, err = run_main(args + ["trainer.total_training_steps=2", "actor_rollout_ref.actor.optim.lr=1e-3"], capsys)
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(warned) == 1 and "1 setting(s) other than those of the run that saved it: " \
+                               "actor_rollout_ref.actor.optim.lr: 1e-06 -> 0.001" in warned[0], warned
+
+
+def test_data_reward_fn_key_gives_the_reward_function_that_column(tiny_model_dir, tmp_path, capsys):
+    rows = [{**row, "source": "arith", "data_source": "unused"} for row in _rows()]
+    seen = tmp_path / "seen.txt"
+    reward = tmp_path / "reward.py"
+    reward.write_text(f"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      f"    open({str(seen)!r}, 'a').write(f'{{data_source}}\\n')\n    return 0.0\n")
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(rows, tmp_path / 't.parquet')}",
+            f"custom_reward_function.path={reward}", "data.reward_fn_key=source", "actor_rollout_ref.rollout.n=2",
+            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1",
+            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
+            "data.max_prompt_length=32", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    code, err = run_main(args, capsys)
+    assert code == 0, err
+    assert set(seen.read_text().split()) == {"arith"}  # before: None for every sample

@@ -154,3 +154,16 @@ def test_compute_loss_override_changes_the_objective_and_keeps_the_rest(tiny_mod
     fresh = LikelihoodTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
     fresh.load_checkpoint(str(tmp_path / "ckpt"))
     assert fresh.global_step == 1 and not changed(params(worker.actor_model), fresh.worker.actor_model)
+
+
+def test_the_trainer_config_in_place_of_the_worker_or_the_step_settings_names_where_it_goes(tiny_model_dir):
+    """Before: AttributeError: unknown config key 'config', and TypeError: ... argument after ** must be a mapping."""
+    from verl.config import ConfigError
+
+    config = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)), rollout=dict(name="dummy")))
+    with pytest.raises(ConfigError, match=r"PPOTrainer\(actor_rollout_ref_worker=\.\.\.\) takes the worker built from the "
+                                          r"config, got TrainerConfig; build it first: worker = ActorRolloutRefWorker"):
+        PPOTrainer(actor_rollout_ref_worker=config)
+    with pytest.raises(ConfigError, match=r"PPOTrainer\(config=\.\.\.\) takes the step's settings, a dict of kl_coef, .*"
+                                          r"got TrainerConfig; a TrainerConfig's actor_rollout_ref section goes to"):
+        PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir), config=config)

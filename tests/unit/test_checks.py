@@ -111,6 +111,16 @@ def test_prompt_plus_response_longer_than_the_context_names_lengths_limit_and_fi
         assert key in message
 
 
+def test_a_response_as_long_as_the_context_is_told_to_shorten_the_response_not_the_prompt():
+    with pytest.raises(VerlError) as err:
+        check_context_length(GPT2Config(n_positions=256), 32, 300)
+    assert "Lower data.max_response_length (to 224 or less with the current prompt length)" in str(err.value)
+    assert "to 0 or less" not in str(err.value)  # what it advised before: a prompt of no tokens
+    with pytest.raises(VerlError, match=r"Lower data\.max_prompt_length \(to 192 or less with the current response "
+                                        r"length\) and/or data\.max_response_length"):
+        check_context_length(GPT2Config(n_positions=256), 200, 64)
+
+
 def test_context_length_check_reads_other_architectures_and_custom_keys():
     with pytest.raises(VerlError, match="at most 128") as err:
         check_context_length(GPT2Config(n_positions=128), 100, 100, truncation_key="trunc",

@@ -32,6 +32,26 @@ def test_typos_still_get_a_did_you_mean():
         _check("actor_rollout_ref.rollout.name=vlm")
 
 
+@pytest.mark.parametrize("override, meant", [
+    ("algorithm.adv_estimator=GRPO", "algorithm.adv_estimator=grpo"),  # below the spelling cutoff before
+    ("actor_rollout_ref.rollout.name=vLLM", "actor_rollout_ref.rollout.name=vllm"),
+    ("actor_rollout_ref.actor.kl_loss_type=LOW_VAR_KL", "actor_rollout_ref.actor.kl_loss_type=low_var_kl"),
+])
+def test_a_name_in_other_letter_case_is_told_its_spelling(override, meant):
+    with pytest.raises(ConfigError, match=rf"did you mean {meant}\?"):
+        _check(override)
+
+
+@pytest.mark.parametrize("override, meant", [("data.truncation=LEFT", "data.truncation=left"),
+                                             ("algorithm.norm_adv_by_std_in_grpo=TRUE", None)])
+def test_a_schema_choice_in_other_letter_case_is_told_its_spelling(override, meant):
+    if meant is None:  # a bool, not a choice: YAML's spellings of true are read as it
+        assert TrainerConfig.from_overrides([override]).algorithm.norm_adv_by_std_in_grpo is True
+        return
+    with pytest.raises(ConfigError, match=rf"did you mean {meant}\?"):
+        TrainerConfig.from_overrides([override])
+
+
 def test_megatron_settings_are_refused_as_a_backend_not_a_typo():
     with pytest.raises(ConfigError, match=r"setting of the Megatron-LM backend, which is not supported here: this "
                                           r"project trains with FSDP") as err:

@@ -68,7 +68,8 @@ def test_missing_file_names_the_setting(tmp_path, tokenizer):
 def test_message_list_without_chat_template_says_how_to_fix(tmp_path):
     tok = build_char_tokenizer(chat_template=None)
     path = write_jsonl([row("1+1=")], tmp_path / "d.jsonl")
-    with pytest.raises(DataError, match=r"no chat template.*data\.apply_chat_template=false"):
+    with pytest.raises(DataError, match=r"no chat template.*actor_rollout_ref\.model\.custom_chat_template=.*"
+                                        r"data\.apply_chat_template=false"):
         RLDataset(path, tok)
     item = RLDataset(path, tok, apply_chat_template=False)[0]
     assert tok.decode(item["input_ids"]) == "1+1="
@@ -95,7 +96,7 @@ def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, c
         ds = RLDataset(path, tokenizer, max_prompt_length=12, filter_overlong_prompts=True)
     assert ds.num_filtered == 2 and len(ds) == 2
     assert [ds[i]["index"] for i in range(2)] == [0, 2]
-    assert "2 of 4" in caplog.text
+    assert "data.train_files: filtered 2 of 4 prompts longer than data.max_prompt_length=12 tokens" in caplog.text
 
 
 def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):
@@ -124,3 +125,76 @@ def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tm
         RLDataset(str(path), tokenizer)
     rows[0]["images"] = []  # an empty column (a text dataset written by a VL pipeline) is fine
     RLDataset(str(write_parquet(rows, tmp_path / "text.parquet")), tokenizer)
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ([], r"holds no messages: give at least one \{role: user"),
+    ([{"role": "user"}], r"message 0 has no content .*every message needs both"),
+    ([{"role": "user", "content": "hi"}, {"from": "human", "value": "hi"}],
+     r"message 1 is in ShareGPT's \{from, value\} turns: rename from -> role, value -> content"),
+    ([{"role": "human", "content": "hi"}], r"message 0 has role 'human': chat templates know 'user'; rename the role"),
+])
+def test_a_prompt_that_is_not_chat_messages_is_named_with_its_file_row_and_fix(tmp_path, tokenizer, bad, problem):
+    """Parquet stores one struct type for a column, so a row whose messages lack a key (or use ShareGPT's
+    keys) reads back with None there: the template failed on it deep in Jinja, or rendered role 'human'."""
+    rows = [row("1+1="), {**row("2+2="), "prompt": bad}]
+    path = write_parquet(rows, tmp_path / "d.parquet")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 1: the prompt .*" + problem):
+        RLDataset(path, tokenizer, config_key="data.val_files")
+    jsonl = write_jsonl(rows, tmp_path / "d.jsonl")  # JSON lines keep each row's own keys: the same answer
+    with pytest.raises(DataError, match=r"^data\.train_files: row 1: .*" + problem):
+        RLDataset(jsonl, tokenizer)
+
+
+def test_an_assistant_turn_with_tool_calls_and_no_content_is_a_message():
+    from verl.data.dataset import message_problem
+
+    call = {"role": "assistant", "content": None, "tool_calls": [{"type": "function",
+                                                                  "function": {"name": "f", "arguments": "{}"}}]}
+    assert message_problem([{"role": "user", "content": "hi"}, call, {"role": "tool", "content": "1"}]) is None
+    assert "message 1 has no content" in message_problem([{"role": "user", "content": "hi"}, {**call, "tool_calls": None}])
+
+
+def test_row_errors_name_the_setting_of_their_file(tmp_path, tokenizer):
+    path = write_jsonl([row("abc"), row("abcdefgh")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"^data\.val_files: prompt of row 1 is 15 tokens"):
+        RLDataset(path, tokenizer, max_prompt_length=12, config_key="data.val_files")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 0: no prompt column 'question'"):
+        RLDataset(path, tokenizer, prompt_key="question", config_key="data.val_files")
+
+
+def test_a_reward_model_column_of_json_text_gives_its_ground_truth(tmp_path, tokenizer):
+    """A CSV cannot nest: its reward_model cell is JSON text (so is a column json.dumps'd before writing).
+    Before, such rows had no ground truth and the run stopped saying so, with the answer right there."""
+    path = tmp_path / "d.csv"
+    path.write_text('prompt,data_source,reward_model\n1+1=,exact_match,"{""ground_truth"": ""2""}"\n'
+                    '2+2=,exact_match,not json\n')
+    ds = RLDataset(str(path), tokenizer)
+    assert [ds[0]["ground_truth"], ds[1]["ground_truth"]] == ["2", None]
+
+
+def test_the_reward_fn_key_column_reaches_the_batch_and_a_row_without_it_is_named(tmp_path, tokenizer):
+    """data.reward_fn_key names the column passed to the reward function as data_source (verl's key).
+    Before, no batch carried that column: every function got data_source=None without a word."""
+    from types import SimpleNamespace
+
+    from verl.data.dataset import SETTING_DEFAULTS
+
+    config = SimpleNamespace(**{**SETTING_DEFAULTS, "reward_fn_key": "source"})
+    path = write_jsonl([row("1+1=", source="math"), row("2+2=", source="code")], tmp_path / "d.jsonl")
+    ds = RLDataset(path, tokenizer, config)
+    batch = collate_prompts([ds[0], ds[1]], tokenizer.pad_token_id, extra_keys=("source",))
+    assert list(batch.non_tensors["source"]) == ["math", "code"]
+    assert list(batch.non_tensors["data_source"]) == ["arith"] * 2
+    bad = write_jsonl([row("1+1=", source="math"), row("2+2=")], tmp_path / "bad.jsonl")
+    with pytest.raises(DataError, match=r"^data\.val_files: row 1 has no 'source' \(data\.reward_fn_key=source: .*"
+                                        r"columns found: \['data_source', 'extra_info', 'prompt', 'reward_model'\]"):
+        RLDataset(bad, tokenizer, config, config_key="data.val_files")
+
+
+@pytest.mark.parametrize("given", ["Qwen/Qwen2-0.5B-Instruct", None])
+def test_a_model_name_or_nothing_in_place_of_the_tokenizer_names_how_to_load_one(tmp_path, given):
+    path = write_jsonl([row("1+1=")], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=r"RLDataset needs a loaded tokenizer as its second argument, got "
+                                        rf"{given!r}; load it first: tokenizer = verl\.models\.loading\.load_tokenizer"):
+        RLDataset(path, given)  # before: AttributeError: 'str' object has no attribute 'chat_template'

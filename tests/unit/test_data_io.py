@@ -69,3 +69,29 @@ def test_bad_jsonl_line_is_named(tmp_path):
 def test_writing_an_always_empty_dict_column_to_parquet_is_refused_with_advice(tmp_path):
     with pytest.raises(DataError, match=r"\['extra_info'\].*write_jsonl"):
         write_parquet([{"prompt": "a", "extra_info": {}}], tmp_path / "d.parquet")
+
+
+def test_a_list_written_as_one_string_reads_its_files(tmp_path):
+    """verl's scripts build `data.train_files="['$a', '$b']"`: a YAML file or a Python call can hand that
+    on as one string, which read as a glob pattern matched nothing."""
+    a = write_jsonl([{"prompt": "a"}], tmp_path / "a.jsonl")
+    b = write_jsonl([{"prompt": "b"}], tmp_path / "b.jsonl")
+    for text in (f"['{a}', '{b}']", f'["{a}", "{b}"]', f"[{a}, {b}]"):
+        assert [r["prompt"] for r in read_rows(text)] == ["a", "b"]
+    (tmp_path / "part-1.jsonl").write_text('{"prompt": "p"}\n')
+    assert read_rows(str(tmp_path / "part-[0-9].jsonl")) == [{"prompt": "p"}]  # a pattern stays a pattern
+    with pytest.raises(DataError, match=r"data file not found: .*nope\.jsonl"):
+        read_rows(f"['{a}', '{tmp_path / 'nope.jsonl'}']")
+
+
+def test_a_byte_order_mark_from_a_windows_editor_or_excel_is_not_part_of_the_first_row(tmp_path):
+    """Before: the JSON lines file failed on line 1 ('Unexpected UTF-8 BOM'), and the CSV's first column
+    was named '\\ufeffprompt', so 'no prompt column' listed a 'prompt' that looked right."""
+    bom = "\ufeff"
+    (tmp_path / "d.jsonl").write_text(bom + '{"prompt": "a"}\n', encoding="utf-8")
+    (tmp_path / "d.csv").write_text(bom + "prompt,answer\nb,1\n", encoding="utf-8")
+    assert read_rows(tmp_path / "d.jsonl") == [{"prompt": "a"}]
+    assert read_rows(tmp_path / "d.csv") == [{"prompt": "b", "answer": "1"}]
+    (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{broken\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl \(from `data\.val_files`\), line 2: invalid JSON"):
+        read_rows(tmp_path / "bad.jsonl", config_key="data.val_files")

@@ -118,3 +118,116 @@ def test_an_sft_run_whose_loss_has_not_moved_is_told_to_raise_the_learning_rate(
     assert stalled_loss_warning([(0, {"val/loss": 3.45})], 1e-5) is None  # nothing to compare yet
     assert stalled_loss_warning([(10, {"val/loss": 3.45}), (20, {"val/loss": 3.45})], 1e-5) is None  # no step 0
     assert stalled_loss_warning(history + [(40, {"val/loss": 3.449})], 1e-5) is None  # warned once, at the first
+
+
+@pytest.mark.parametrize("args, named", [
+    (["custom_reward_function.name=my_score"], "custom_reward_function.name='my_score' without custom_reward_function.path"),
+    (["custom_reward_function.reward_kwargs={scale: 2}"], "custom_reward_function.reward_kwargs={'scale': 2} without"),
+    (["reward.custom_reward_function.name=my_score"], "reward.custom_reward_function.name='my_score' without "
+                                                      "reward.custom_reward_function.path"),
+])
+def test_a_reward_function_name_without_its_file_is_refused_not_ignored(args, named):
+    """Before, the name was never read: the built-in scorers scored the run and it ended with code 0."""
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError, match=r"set (reward\.)?custom_reward_function\.path=my_reward\.py") as info:
+        TrainerConfig.from_cli(args).validate()
+    assert named in str(info.value)
+    TrainerConfig.from_cli(args + [f"{args[0].split('.name')[0].split('.reward_kwargs')[0]}.path=r.py"]).validate()
+
+
+def test_rows_without_a_ground_truth_among_rows_with_one_are_counted_once_for_a_custom_reward(caplog):
+    """A reward function of the user's gets ground_truth=None for such rows, and most compare with it:
+    they would score 0 all run without a word (the built-in scorers stop the run; a function may need none)."""
+    from verl.rewards.scorers import warn_rows_without_ground_truth
+
+    rows = [{"ground_truth": str(i), "index": i} for i in range(9)]
+    for i in (2, 3, 4, 5, 6, 8):
+        rows[i]["ground_truth"] = None
+    with caplog.at_level("WARNING", logger="verl.rewards.scorers"):
+        assert warn_rows_without_ground_truth(rows, "data.val_files") == 6
+    assert len(caplog.records) == 1
+    assert "data.val_files: 6 of 9 rows have no ground truth (rows 2, 3, 4, 5, 6, ...)" in caplog.text
+    assert "Fill in reward_model.ground_truth" in caplog.text
+    caplog.clear()
+    assert warn_rows_without_ground_truth([{"ground_truth": None}] * 3, "data.train_files") == 0  # needs none
+    assert warn_rows_without_ground_truth([{"ground_truth": 0}] * 3, "data.train_files") == 0  # 0 is an answer
+    assert caplog.text == ""
+
+
+def test_a_model_path_at_a_file_a_run_or_a_checkpoint_names_the_model_folder(tiny_model_dir, tmp_path):
+    """Before: transformers' 'Unrecognized model ... Should have a model_type key', or for a file the hub's
+    'Repo id must be in the form ...'."""
+    import shutil
+
+    with pytest.raises(ModelLoadError, match=r"config\.json' \(from `actor_rollout_ref\.model\.path`\) is a file; a model "
+                                             rf"is a folder .*set `actor_rollout_ref\.model\.path={tiny_model_dir}`"):
+        loading.load_tokenizer(str(tiny_model_dir / "config.json"))
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run / "huggingface")
+    (run / "global_step_2").mkdir()
+    (run / "global_step_2" / "state.pt").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=rf"holds no config\.json\. It is a training run's output folder; the run's "
+                                             rf"trained model is {run}/huggingface: point there"):
+        loading.load_tokenizer(str(run))
+    with pytest.raises(ModelLoadError, match=rf"It is a checkpoint to resume from \(state\.pt\); the run's trained model "
+                                             rf"is {run}/huggingface"):
+        loading.load_causal_lm_config(str(run / "global_step_2"))
+    with pytest.raises(ModelLoadError, match=rf"Folders under it that hold one: {run}/huggingface\."):
+        loading.load_tokenizer(str(tmp_path))
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("data.train_files=", "data.train_files is empty (data.train_files=''): give a .parquet/.jsonl file"),
+    ("data.val_files=[a.parquet,'']", "data.val_files holds an empty path (data.val_files=[a.parquet, '']): give"),
+    ("trainer.default_local_dir=", "trainer.default_local_dir is empty (trainer.default_local_dir=''): give the output "
+                                   "folder, e.g. trainer.default_local_dir=outputs/run"),
+    ("custom_reward_function.path=", "custom_reward_function.path is empty (custom_reward_function.path=''): give the "
+                                     ".py file"),
+    ("actor_rollout_ref.model.path=", "actor_rollout_ref.model.path is empty"),
+])
+def test_an_empty_path_is_refused_before_it_reads_or_writes_the_current_folder(arg, message):
+    """`key=` gives ''. Before: data files '' read the current folder as a dataset, an output folder ''
+    wrote the run's checkpoints and report into it, a reward path '' meant no reward function."""
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig.from_cli([arg]).validate()
+    assert message in str(info.value)
+
+
+def test_a_kl_coefficient_without_its_switch_is_said_to_have_no_effect(caplog):
+    """verl's recipes set kl_loss_coef together with use_kl_loss=true; the coefficient alone is read by nothing."""
+    from verl.config import TrainerConfig
+
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli(["actor_rollout_ref.actor.kl_loss_coef=0.1"]).validate()
+        TrainerConfig.from_cli(["algorithm.kl_ctrl.kl_coef=0.1", "algorithm.kl_ctrl.type=adaptive"]).validate()
+        TrainerConfig.from_cli(["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1",
+                                "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.kl_coef=0.1"]).validate()
+    messages = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert messages == [
+        "actor_rollout_ref.actor.kl_loss_coef=0.1 has no effect: actor_rollout_ref.actor.use_kl_loss=false turns it "
+        "off; set actor_rollout_ref.actor.use_kl_loss=true to use it, or leave it at the default",
+        "algorithm.kl_ctrl.kl_coef=0.1 and algorithm.kl_ctrl.type=adaptive have no effect: algorithm.use_kl_in_reward="
+        "false turns it off; set algorithm.use_kl_in_reward=true to use it, or leave them at the default"]
+
+
+def test_an_unknown_dtype_is_named_as_such_not_as_a_folder_that_cannot_be_loaded(tiny_model_dir):
+    with pytest.raises(ModelLoadError) as info:
+        loading.load_causal_lm(str(tiny_model_dir), dtype="bfloat17")
+    assert str(info.value).startswith("unknown dtype 'bfloat17'; use one of ['bf16', 'bfloat16'")  # before: "could
+    assert "could not load the model from folder" not in str(info.value)  # not load the model from folder ...: ..."
+
+
+def test_a_resume_path_without_resume_mode_resume_path_is_said_to_be_ignored(caplog):
+    """As in verl, trainer.resume_from_path is read only under resume_mode=resume_path: before, a run given
+    only the path started from step 0 (or resumed from another checkpoint) without a word."""
+    from verl.config import TrainerConfig
+
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli(["trainer.resume_from_path=out/global_step_5"]).validate()
+        TrainerConfig.from_cli(["trainer.resume_from_path=out/global_step_5", "trainer.resume_mode=resume_path"]).validate()
+    assert [r.getMessage() for r in caplog.records if "resume_from_path" in r.getMessage()] == [
+        "trainer.resume_from_path=out/global_step_5 has no effect: trainer.resume_mode=auto resumes from the newest "
+        "checkpoint in trainer.default_local_dir, if any; set trainer.resume_mode=resume_path to resume from it"]

@@ -281,3 +281,23 @@ def test_stop_signals_are_inert_outside_the_main_thread():
     thread.start()
     thread.join()
     assert seen == [(None, False)] and signal.getsignal(signal.SIGINT) == before
+
+
+def test_a_resume_under_other_settings_names_each_changed_key_once(caplog):
+    from verl.trainer.run_loop import changed_settings, warn_changed_settings
+
+    saved = TrainerConfig.from_cli(["actor_rollout_ref.actor.optim.lr=1e-6", "trainer.total_training_steps=10",
+                                    "actor_rollout_ref.rollout.n=2"]).to_dict()
+    now = TrainerConfig.from_cli(["actor_rollout_ref.actor.optim.lr=1e-3", "trainer.total_training_steps=20",
+                                  "actor_rollout_ref.rollout.n=8", "trainer.default_local_dir=elsewhere"]).to_dict()
+    # The run's length and where it writes may change; what it trains may not, silently.
+    assert changed_settings(saved, now) == ["actor_rollout_ref.actor.optim.lr: 1e-06 -> 0.001",
+                                            "actor_rollout_ref.rollout.n: 2 -> 8"]
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.run_loop"):
+        warn_changed_settings(saved, now, "out/run")
+        warn_changed_settings(saved, saved, "out/run")  # the same settings: nothing said
+        warn_changed_settings(None, now, "out/run")  # a checkpoint from before configs were saved in it
+    assert len(caplog.records) == 1
+    assert ("resuming from out/run under 2 setting(s) other than those of the run that saved it: "
+            "actor_rollout_ref.actor.optim.lr: 1e-06 -> 0.001; actor_rollout_ref.rollout.n: 2 -> 8") in caplog.text
+    assert "trainer.resume_mode=disable" in caplog.text

@@ -23,6 +23,15 @@ def test_missing_file_names_path_and_setting(tmp_path):
         load_reward_function(tmp_path / "nope.py")
 
 
+def test_a_folder_given_as_the_file_lists_the_python_files_in_it(tmp_path):
+    (tmp_path / "rewards").mkdir()
+    (tmp_path / "rewards" / "math_reward.py").write_text("def compute_score(**kw):\n    return 0.0\n")
+    with pytest.raises(RewardError, match=r"custom_reward_function\.path=.*rewards is a folder, not a reward function "
+                                          r"file \(it holds math_reward\.py\); set custom_reward_function\.path to "
+                                          r"the \.py file itself"):
+        load_reward_function(tmp_path / "rewards")
+
+
 def test_file_that_raises_on_import_names_file_and_exception(tmp_path):
     path = write(tmp_path, "import definitely_not_a_module_xyz\n")
     with pytest.raises(RewardError, match=r"my_reward\.py raised ModuleNotFoundError.*definitely_not_a_module_xyz"):

@@ -19,11 +19,11 @@ Section-typed fields (ConfigNode subclasses) are handled by `verl.config.node`, 
 from __future__ import annotations
 
 import copy
-import difflib
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
 
+from verl.config.key_errors import closest_choice
 from verl.errors import ConfigError
 
 NoneType = type(None)
@@ -89,8 +89,8 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         if any(value == c and type(value) is type(c) for c in get_args(tp)):
             return value
         allowed = ", ".join(repr(c) for c in get_args(tp))
-        close = difflib.get_close_matches(str(value), [str(c) for c in get_args(tp)], n=1, cutoff=0.6)
-        hint = f"; did you mean {key}={close[0]}?" if close else ""
+        close = closest_choice(value, get_args(tp), cutoff=0.6)
+        hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={_short_repr(value)} is not allowed; choose one of {allowed}{hint}")
     if tp is list or origin is list:
         if not isinstance(value, (list, tuple)):

@@ -13,6 +13,7 @@ import logging
 
 from verl.config import compat, verl_rules
 from verl.config.node import ConfigNode
+from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
 
 # The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
@@ -152,6 +153,7 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
                           f"(algorithm.adv_estimator=gae or reinforce_plus_plus)")
     if not distilling_only:
         _warn_if_greedy_groups(cfg)
+    _warn_if_switched_off(cfg)
     if estimator in CRITIC_ESTIMATORS and cfg.critic.enable is False:
         raise ConfigError(f"algorithm.adv_estimator={estimator} computes advantages from a critic's values, and "
                           f"critic.enable=false turns the critic off: set critic.enable=true (or leave it null), "
@@ -190,6 +192,45 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     check_fsdp_size("critic.fsdp_config.fsdp_size", cfg.critic.fsdp_config.fsdp_size)
     _check_dapo(cfg)
     _check_rollout_pool(cfg)
+    _refuse_empty_paths(cfg)
+    for section in ("custom_reward_function", "reward.custom_reward_function"):  # verl's old and new place
+        _check_custom_reward(cfg.get(section), section)
+
+
+# Paths where '' (`key=` on the command line, an empty YAML string) would not be refused later, but read
+# as something else: the current folder (its files as a dataset; the run's output written among them),
+# or no reward function at all. What to give instead, by key.
+EMPTY_PATHS = {"data.train_files": "give a .parquet/.jsonl file (or a list), or leave the key out for the built-in "
+                                   "task",
+               "data.val_files": "give a .parquet/.jsonl file (or a list), or leave the key out (null) for none",
+               "trainer.default_local_dir": "give the output folder, e.g. trainer.default_local_dir=outputs/run",
+               "actor_rollout_ref.model.path": "give a model folder or a hub id, or leave the key out for the built-in "
+                                               "model",
+               "custom_reward_function.path": "give the .py file of the reward function, or leave the key out (null) "
+                                              "for the built-in scorers"}
+
+
+def _refuse_empty_paths(cfg: ConfigNode) -> None:
+    for key, instead in EMPTY_PATHS.items():
+        value = cfg.get(key)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            what = "holds an empty path" if isinstance(value, (list, tuple)) else "is empty"
+            raise ConfigError(f"{key} {what} ({key}={format_flow(value)}): {instead}")
+
+
+def _check_custom_reward(custom, section: str) -> None:
+    """A function name or arguments without the file to find them in would be ignored, and the run
+    scored by the built-in scorers instead of the function meant."""
+    if custom.path:
+        return
+    given = [f"{section}.{key}={value!r}" for key, value, unset in
+             (("name", custom.name, "compute_score"), ("reward_kwargs", dict(custom.reward_kwargs), {}))
+             if value != unset]
+    if given:
+        raise ConfigError(f"{' and '.join(given)} without {section}.path: the function is read from that file, so "
+                          f"nothing would load it and the built-in scorers would score the run; set "
+                          f"{section}.path=my_reward.py (the file that defines it)")
 
 
 def _check_rollout_pool(cfg: ConfigNode) -> None:
@@ -228,6 +269,37 @@ def _warn_if_greedy_groups(cfg: ConfigNode) -> None:
                        "prompt are the same response, so their advantages are all 0 and the actor does not learn; "
                        "sample instead (actor_rollout_ref.rollout.temperature=1.0, do_sample=true)",
                        estimator, " and ".join(greedy), rollout.n)
+
+
+# Settings that act only under a switch: (switch, the settings it enables). verl's recipes set
+# kl_loss_coef and use_kl_loss together; set without the switch, the coefficient is read by nothing.
+SWITCHED_SETTINGS = (
+    ("actor_rollout_ref.actor.use_kl_loss", ("actor_rollout_ref.actor.kl_loss_coef",
+                                             "actor_rollout_ref.actor.kl_loss_type")),
+    ("algorithm.use_kl_in_reward", ("algorithm.kl_ctrl.kl_coef", "algorithm.kl_ctrl.type",
+                                    "algorithm.kl_ctrl.target_kl", "algorithm.kl_ctrl.horizon")),
+)
+
+
+def _warn_if_switched_off(cfg: ConfigNode) -> None:
+    """A setting changed from its default while the switch it belongs to is off: one warning per switch."""
+    defaults = type(cfg)()
+    trainer = cfg.trainer
+    if trainer.resume_from_path and trainer.resume_mode != "resume_path":
+        logger.warning("trainer.resume_from_path=%s has no effect: trainer.resume_mode=%s %s; set "
+                       "trainer.resume_mode=resume_path to resume from it", trainer.resume_from_path,
+                       trainer.resume_mode,
+                       "starts from step 0" if trainer.resume_mode == "disable" else
+                       "resumes from the newest checkpoint in trainer.default_local_dir, if any")
+    for switch, keys in SWITCHED_SETTINGS:
+        if cfg.get(switch):
+            continue
+        given = [f"{key}={format_flow(cfg.get(key))}" for key in keys if cfg.get(key) != defaults.get(key)]
+        if given:
+            many = len(given) > 1
+            logger.warning("%s %s no effect: %s=false turns it off; set %s=true to use it, or leave %s at the "
+                           "default", " and ".join(given), "have" if many else "has", switch, switch,
+                           "them" if many else "it")
 
 
 def _check_token_budgets(cfg: ConfigNode) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 import typing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from verl.config.key_errors import closest_choice
 from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
 
@@ -87,8 +87,8 @@ def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
     if value is None:
         return
     if spec.choices is not None and value not in spec.choices:
-        close = difflib.get_close_matches(str(value), spec.choices, n=1, cutoff=0.6)
-        hint = f"; did you mean {key}={close[0]}?" if close else ""
+        close = closest_choice(value, spec.choices, cutoff=0.6)
+        hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(spec.choices)}{hint}")
     if spec.bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         low, low_in, high, high_in = parse_bounds(spec.bounds)

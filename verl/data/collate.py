@@ -55,7 +55,7 @@ def _token_ids(ids) -> list[int]:
     return ids.tolist() if isinstance(ids, torch.Tensor) else [int(t) for t in ids]
 
 
-def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
+def collate_prompts(items: list[dict], pad_token_id: int, extra_keys: tuple[str, ...] = ()) -> Batch:
     """A Batch of prompts from :class:`~verl.data.dataset.RLDataset` items.
 
     Tensors: ``input_ids``, ``attention_mask``, ``position_ids`` ``[B, P]`` with P the longest prompt
@@ -74,6 +74,8 @@ def collate_prompts(items: list[dict], pad_token_id: int) -> Batch:
     for key in MEDIA_KEYS:
         if any(key in item for item in items):
             non_tensors[key] = [item.get(key) for item in items]
+    for key in extra_keys:  # e.g. the column data.reward_fn_key names, which the reward reads
+        non_tensors[key] = [item.get(key) for item in items]
     non_tensors["uid"] = [uuid.uuid4().hex for _ in items]
     return Batch({"input_ids": input_ids, "attention_mask": attention_mask,
                   "position_ids": position_ids_from_mask(attention_mask)}, non_tensors)

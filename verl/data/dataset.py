@@ -17,6 +17,7 @@ or a tokenizer without a chat template) fails before training starts, not hours 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -33,8 +34,14 @@ TRUNCATION_MODES = ("error", "left", "right")
 
 def ground_truth_of(row: dict) -> Any:
     """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
-    ``solution`` column, else (conversational rows) the final assistant message."""
+    ``solution`` column, else (conversational rows) the final assistant message. A ``reward_model``
+    written as JSON text (a CSV cell, a column json.dumps'd before writing) is read as its object."""
     reward_model = row.get("reward_model")
+    if isinstance(reward_model, str) and reward_model.lstrip().startswith("{"):
+        try:
+            reward_model = json.loads(reward_model)
+        except ValueError:
+            pass
     if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
     for key in ("ground_truth", "answer", "solution"):
@@ -55,10 +62,42 @@ def conversation_prompt(messages: list[dict]) -> list[dict]:
     return list(messages[:end])
 
 
+# Chat layouts other than {role, content}, by their keys, with the fix that makes them messages.
+OTHER_MESSAGE_LAYOUTS = {("from", "value"): "ShareGPT's {from, value} turns: rename from -> role, value -> content "
+                                           "(and the roles human -> user, gpt -> assistant)"}
+OTHER_ROLE_NAMES = {"human": "user", "gpt": "assistant"}
+
+
+def message_problem(prompt: Any) -> str | None:
+    """What keeps a list prompt from being chat messages (None when it is fine): no messages, a
+    message without a text role or content (in parquet, a key some rows lack is null in the others),
+    or ShareGPT's layout, which a chat template would fail on or render under a role the model never saw."""
+    if not isinstance(prompt, list):
+        return None
+    if not prompt:
+        return "the list holds no messages: give at least one {role: user, content: ...} message, or drop the row"
+    for j, message in enumerate(prompt):
+        if not isinstance(message, Mapping):
+            return f"message {j} is a {type(message).__name__}, not a {{role, content}} dict"
+        present = {k for k, v in message.items() if v is not None}
+        for keys, fix in OTHER_MESSAGE_LAYOUTS.items():
+            if set(keys) <= present and "content" not in present:
+                return f"message {j} is in {fix}"
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or (content is None and not message.get("tool_calls")):
+            missing = [k for k, v in (("role", role), ("content", content)) if v is None]
+            return (f"message {j} has no {' or '.join(missing) or 'text role'} (its keys with values: "
+                    f"{sorted(present)}); every message needs both")
+        if role in OTHER_ROLE_NAMES:
+            return f"message {j} has role {role!r}: chat templates know {OTHER_ROLE_NAMES[role]!r}; rename the role"
+    return None
+
+
 # The prompt settings RLDataset reads from a data config (``data.*``), with their defaults.
 SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
                     "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None,
-                    "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None}
+                    "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None,
+                    "reward_fn_key": "data_source"}
 
 
 # verl's columns of images and videos (data.image_key / data.video_key): read with a vision-language
@@ -147,6 +186,10 @@ class RLDataset(Dataset):
             self.vision = VisionPrompts(processor, image_key=_setting(config, "image_key"),
                                         video_key=_setting(config, "video_key"),
                                         processor_kwargs=_setting(config, "mm_processor_kwargs"))
+        if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+            raise DataError(f"RLDataset needs a loaded tokenizer as its second argument, got {tokenizer!r}; load it "
+                            f"first: tokenizer = verl.models.loading.load_tokenizer(model_path) (or transformers' "
+                            f"AutoTokenizer.from_pretrained(model_path)), then RLDataset(files, tokenizer)")
         if truncation not in TRUNCATION_MODES:
             raise DataError(f"data.truncation={truncation!r} is not one of {TRUNCATION_MODES}")
         if max_prompt_length < 1:
@@ -156,6 +199,8 @@ class RLDataset(Dataset):
         self.max_prompt_length = max_prompt_length
         self.apply_chat_template = apply_chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # data.reward_fn_key: the column whose value the reward function gets as data_source (verl's key).
+        self.reward_fn_key = _setting(config, "reward_fn_key")
 
         rows = read_rows(data_files, config_key=config_key)
         if not rows:
@@ -164,6 +209,20 @@ class RLDataset(Dataset):
             rows = rows[:max_samples]
         if self.vision is None:
             _refuse_media(rows, config_key)
+        try:
+            self._build(rows, config_key, max_prompt_length, truncation, filter_overlong_prompts)
+        except DataError as e:  # a row's problem names the setting its file came from (train or val)
+            raise DataError(f"{config_key}: {e}") from e
+
+    def _build(self, rows: list[dict], config_key: str, max_prompt_length: int, truncation: str,
+               filter_overlong_prompts: bool) -> None:
+        prompt_key = self.prompt_key
+        if self.reward_fn_key != "data_source":
+            for i, row in enumerate(rows):
+                if row.get(self.reward_fn_key) is None:
+                    raise DataError(f"row {i} has no {self.reward_fn_key!r} (data.reward_fn_key={self.reward_fn_key}: "
+                                    f"the column whose value the reward function gets as data_source); columns found: "
+                                    f"{sorted(row)}; fill it in, or set data.reward_fn_key to the column that holds it")
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
@@ -212,8 +271,9 @@ class RLDataset(Dataset):
             self._ids.append(ids)
             self._index.append(i)
         if self.num_filtered:
-            logger.warning("filtered %d of %d prompts longer than max_prompt_length=%d tokens",
-                           self.num_filtered, len(rows), max_prompt_length)
+            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d tokens "
+                           "(data.filter_overlong_prompts=true); raise data.max_prompt_length to keep them",
+                           config_key, self.num_filtered, len(rows), max_prompt_length)
         if not self._rows:
             raise DataError(f"all {len(rows)} prompts are longer than data.max_prompt_length="
                             f"{max_prompt_length} and were filtered; raise data.max_prompt_length")
@@ -235,12 +295,13 @@ class RLDataset(Dataset):
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
                 messages = None
-            elif is_messages(prompt):
+            elif is_messages(prompt) and not (problem := message_problem(prompt)):
                 messages = prompt
             else:
+                problem = problem if is_messages(prompt) else message_problem(prompt)
                 raise DataError(f"row {i}: the prompt (column {self.prompt_key!r}, or what prompt_of returns) must "
                                 f"be a string or a list of {{role, content}} messages, got {type(prompt).__name__}: "
-                                f"{prompt!r:.200}")
+                                f"{prompt!r:.200}" + (f"; {problem}" if problem else ""))
             texts.append(self._render(i, prompt, messages))
         # A rendered chat template already holds its special tokens; raw text gets the usual ones.
         add_special = not (self.apply_chat_template and self.tokenizer.chat_template is not None)
@@ -254,7 +315,8 @@ class RLDataset(Dataset):
                 return prompt  # a plain-text prompt for a base model: nothing to template
             raise DataError(
                 f"row {i}: the prompt is a list of chat messages and data.apply_chat_template=true, but "
-                f"the tokenizer has no chat template; use a tokenizer (model) with a chat template, or "
+                f"the tokenizer has no chat template; use a tokenizer (model) with a chat template, give one "
+                f"with actor_rollout_ref.model.custom_chat_template=<Jinja text or .jinja file>, or "
                 f"set data.apply_chat_template=false to feed the message contents as plain text")
         if messages is None:
             messages = [{"role": "user", "content": prompt}]
@@ -288,6 +350,8 @@ class RLDataset(Dataset):
             "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),
             "index": self._index[i],
         }
+        if self.reward_fn_key != "data_source":
+            item[self.reward_fn_key] = row[self.reward_fn_key]
         if self.vision is not None and self.vision.has_media(row):
             item.update(self.vision.media_of(self._index[i], row))
         return item

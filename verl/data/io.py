@@ -23,12 +23,32 @@ def is_messages(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(m, dict) and "content" in m for m in value)
 
 
+def _listed(text: str) -> list[str] | None:
+    """The files of a list written as one string, as verl's scripts build it in the shell
+    (``"['a.parquet', 'b.parquet']"``) and a YAML file or Python call may pass it on unparsed; None
+    for anything else (a glob's ``[...]`` is a pattern: ``data/part-[0-9].parquet``)."""
+    import glob
+
+    import yaml
+
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")) or os.path.exists(text) or glob.glob(text):
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
 def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike], config_key: str) -> list[Path]:
     """The files named; a pattern (``data/train-*.parquet``, a sharded dataset) is its matches, in name order."""
     import glob
 
     if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
+        paths = _listed(str(paths)) or [paths]
     out = []
     for given in paths:
         path = os.path.expanduser(str(given))
@@ -103,7 +123,7 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
     import csv
 
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             rows = [{key: (value if value != "" else None) for key, value in row.items()}
                     for row in csv.DictReader(f, delimiter=delimiter)]
     except (UnicodeDecodeError, csv.Error) as e:
@@ -117,7 +137,7 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
 
 def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise DataError(f"{path} (from `{config_key}`) is not UTF-8 text ({e}); JSONL files are UTF-8, one "
                         f"JSON object per line") from None
@@ -125,7 +145,7 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}: invalid JSON: {e}") from e
+            raise DataError(f"{path} (from `{config_key}`): invalid JSON: {e}") from e
         where = [f"item {i}" for i in range(len(rows))]
     else:
         rows, where = [], []
@@ -135,7 +155,7 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}, line {lineno}: invalid JSON: {e}") from e
+                raise DataError(f"{path} (from `{config_key}`), line {lineno}: invalid JSON: {e}") from e
             where.append(f"line {lineno}")
     for row, loc in zip(rows, where):
         if not isinstance(row, dict):

@@ -89,11 +89,35 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
 
 
+def _model_folders_near(folder: Path) -> str:
+    """Where the model probably is, for a folder without config.json: a run's output folder holds its
+    trained model in ``huggingface/``; a checkpoint (``global_step_N``, its ``state.pt``) is for resuming."""
+    for run in (folder, folder.parent):
+        if (run / "huggingface" / "config.json").is_file():
+            kind = "a checkpoint to resume from (state.pt)" if run != folder else "a training run's output folder"
+            return f"It is {kind}; the run's trained model is {run / 'huggingface'}: point there."
+    if (folder / "state.pt").is_file():
+        return ("It is a checkpoint to resume from (state.pt), not a model; a run writes its trained model to "
+                "huggingface/ in its output folder (trainer.default_local_dir): point there.")
+    found = sorted(str(p.parent) for depth in ("*/config.json", "*/*/config.json", "*/*/*/config.json")
+                   for p in folder.glob(depth))[:3]
+    if found:
+        return f"Folders under it that hold one: {', '.join(found)}."
+    return "Give the folder that holds config.json and the weights, or a hub id like 'Qwen/Qwen2-0.5B'."
+
+
 def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelLoadError:
     if _looks_like_path(name) and not Path(name).expanduser().exists():
         return ModelLoadError(f"{what} folder not found: {name!r} (from `{config_key}`). "
                               f"Give an existing folder that holds config.json, or a hub id like 'Qwen/Qwen2-0.5B'.")
-    if Path(name).expanduser().is_dir():
+    folder = Path(name).expanduser()
+    if folder.is_file():
+        return ModelLoadError(f"{what} {name!r} (from `{config_key}`) is a file; a model is a folder (config.json, "
+                              f"weights, tokenizer): set `{config_key}={folder.parent}`")
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): it holds no "
+                              f"config.json. {_model_folders_near(folder)}")
+    if folder.is_dir():
         return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): "
                               f"{type(exc).__name__}: {exc}")
     return ModelLoadError(
@@ -239,9 +263,10 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     if attn is not None:
         kwargs["attn_implementation"] = attn
     auto = AutoModelForImageTextToText if is_vision_model(config) else AutoModelForCausalLM
+    torch_dtype = resolve_dtype(dtype)  # a wrong name is its own error, not the folder's
     try:
         model = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
-                                     **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
+                                     **{dtype_kw: torch_dtype}, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
     return model

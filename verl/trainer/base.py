@@ -11,10 +11,13 @@ batching, micro-batch accumulation, gradient clipping, logging and checkpoints s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
+from verl.config.node import ConfigNode
 from verl.distributed.process_group import is_main_process
+from verl.errors import ConfigError
 from verl.protocol import Batch
 from verl.tracking import Tracker
 from verl.trainer.run_loop import save_checkpoint
@@ -22,6 +25,11 @@ from verl.trainer.run_loop import save_checkpoint
 
 class BaseTrainer:
     def __init__(self, actor_rollout_ref_worker, *, logger=None, output_dir: str | None = None):
+        if isinstance(actor_rollout_ref_worker, (ConfigNode, Mapping, str)):  # the config meant for the worker
+            raise ConfigError(f"{type(self).__name__}(actor_rollout_ref_worker=...) takes the worker built from the "
+                              f"config, got {type(actor_rollout_ref_worker).__name__}; build it first: worker = "
+                              f"ActorRolloutRefWorker(config=cfg.actor_rollout_ref), then "
+                              f"{type(self).__name__}(actor_rollout_ref_worker=worker)")
         self.worker = actor_rollout_ref_worker
         self.global_step = 0
         self.output_dir = Path(output_dir) if output_dir else None

@@ -25,12 +25,15 @@ What a trainer provides (plain attributes and methods, no base class):
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
 from verl.distributed.process_group import barrier
 from verl.trainer.progress import Progress
 from verl.trainer.stop import RunInterrupted, StopSignals
+
+logger = logging.getLogger(__name__)
 
 
 def save_checkpoint(checkpoints: CheckpointManager, step: int, state: dict) -> Path:
@@ -56,6 +59,46 @@ def resume_from_checkpoint(trainer, checkpoints: CheckpointManager, trainer_cfg,
     if announce and checkpoints.main:
         print(f"Resumed from {path} at step {trainer.global_step}", flush=True)
     return path
+
+
+# Settings a resumed run may change without changing what is trained: how long it runs, where and
+# how often it writes, what it reports. Every other changed key is named when the run resumes.
+RUN_ONLY_SETTINGS = ("trainer.total_training_steps", "trainer.total_epochs", "trainer.resume_mode",
+                     "trainer.resume_from_path", "trainer.default_local_dir", "trainer.default_hdfs_dir",
+                     "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.progress_bar",
+                     "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.write_report",
+                     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.dist_timeout_s",
+                     "trainer.log_val_generations", "logger.")
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changed_settings(saved: dict, current: dict) -> list[str]:
+    """``key: old -> new`` for each setting of ``current`` that differs from the ``saved`` config of the
+    run that wrote a checkpoint (nested dicts, as ``ConfigNode.to_dict``), run-only settings left out."""
+    old, new = _flat(saved), _flat(current)
+    return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(old.keys() | new.keys())
+            if old.get(key) != new.get(key) and not key.startswith(RUN_ONLY_SETTINGS)]
+
+
+def warn_changed_settings(saved: dict | None, current: dict, path) -> None:
+    """Said once when a run resumes under settings other than those that saved ``path``: its weights,
+    optimizer state and learning-rate schedule come from the checkpoint whatever the config now says."""
+    changes = changed_settings(saved, current) if saved is not None else []
+    if changes:
+        shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+        logger.warning("resuming from %s under %d setting(s) other than those of the run that saved it: %s. The "
+                       "weights, the optimizer state and its learning-rate schedule come from the checkpoint (a "
+                       "changed optim.lr does not apply); to train under the new settings from the start, set "
+                       "trainer.resume_mode=disable or another trainer.default_local_dir", path, len(changes), shown)
 
 
 def run_loop(trainer, cfg) -> None:

@@ -158,12 +158,18 @@ def check_context_length(model_config: Any, prompt_length: int, response_length:
     total = prompt_length + response_length
     if total <= limit:
         return
-    room = max(limit - response_length, 0)
+    # The setting to lower first: the one that leaves the other room (a response of the whole context
+    # leaves a prompt none, so "prompt to 0 or less" would be no advice).
+    if response_length < limit:
+        lower = f"{max_prompt_key} (to {limit - response_length} or less with the current response length) and/or " \
+                f"{max_response_key}"
+    else:
+        lower = f"{max_response_key} (to {max(limit - prompt_length, 1)} or less with the current prompt length) " \
+                f"and/or {max_prompt_key}"
     raise VerlError(
         f"input length exceeds the model's maximum context length: prompt {prompt_length} + response "
         f"{response_length} = {total} tokens, but the model takes at most {limit} ({name} in its "
-        f"config.json). Lower {max_prompt_key} (to {room} or less with the current response length) and/or "
-        f"{max_response_key} so that they sum to at most {limit}; prompts longer than {max_prompt_key} "
+        f"config.json). Lower {lower} so that they sum to at most {limit}; prompts longer than {max_prompt_key} "
         f"raise unless {truncation_key}=left (keep the end of the prompt) or {truncation_key}=right, or are "
         f"dropped with data.filter_overlong_prompts=true")
 

@@ -21,6 +21,11 @@ def import_user_file(path: str | os.PathLike, *, prefix: str, what: str, key: st
     naming ``what`` the file is and the config ``key`` that gives it.
     """
     path = Path(os.path.expanduser(str(path))).resolve()
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.py"))
+        listed = f" (it holds {', '.join(inside[:5])}{', ...' if len(inside) > 5 else ''})" if inside else \
+            " (it holds no .py file)"
+        raise error(f"{key}={path} is a folder, not a {what}{listed}; set {key} to the .py file itself")
     if not path.is_file():
         raise error(f"{what} not found: {path}; set {key} to an existing .py file")
     module_name = f"{prefix}_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"

@@ -17,12 +17,15 @@ in a sandbox (``code``, ``apps``, ``taco``, ``codecontests``).
 from __future__ import annotations
 
 import inspect
+import logging
 from typing import Any, Callable
 
 from verl.data.tasks import TASKS
 from verl.errors import RewardError
 from verl.rewards.scorers import code, geo3k, gsm8k, math_answers
 from verl.rewards.scorers.format import boxed_format, think_format
+
+logger = logging.getLogger(__name__)
 
 
 def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
@@ -72,6 +75,28 @@ def check_builtin_rows(items, key: str, reward_fn_key: str = "data_source") -> N
                 f"each response with reward_model.ground_truth (or a ground_truth / answer / solution column), so "
                 f"every response would score 0. Add the answer to that row, drop the row, or set "
                 f"custom_reward_function.path to a compute_score that needs none")
+
+
+def warn_rows_without_ground_truth(items, key: str) -> int:
+    """Before training with the user's reward functions: when some rows have a ground truth and others
+    not, the others are most likely a gap in the data (the function gets ``ground_truth=None`` for them
+    and, comparing, scores 0 whatever the model writes). Said once, with the count and the first rows;
+    returns the count. Rows that all lack one are a function that needs none: nothing is said."""
+    missing, total = [], 0
+    for position, item in enumerate(items):
+        if not isinstance(item, dict):
+            return 0  # a custom dataset class with rows of its own shape
+        total += 1
+        if item.get("ground_truth") is None:
+            missing.append(item.get("index", position))
+    if missing and len(missing) < total:
+        first = ", ".join(str(row) for row in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        logger.warning("%s: %d of %d rows have no ground truth (row%s %s): the reward function gets ground_truth=None "
+                       "for them, while the other rows have one. Fill in reward_model.ground_truth (or a ground_truth "
+                       "/ answer / solution column), or drop those rows", key, len(missing), total,
+                       "s" if len(missing) > 1 else "", first)
+        return len(missing)
+    return 0
 
 
 def get_scorer(data_source: str) -> Callable[..., Any]:

@@ -21,6 +21,7 @@ For training from prompts with generation, rewards and validation, use ``RLTrain
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,9 @@ import torch
 from verl.algorithms import compute_policy_loss, make_kl_controller
 from verl.algorithms.dapo import add_to_last_token
 from verl.config import AlgorithmConfig, CriticConfig
+from verl.config.fields import field_specs
 from verl.config.node import ConfigNode, option
+from verl.errors import ConfigError
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import WorkerGroup, make_worker_group
 from verl.protocol import Batch
@@ -60,6 +63,11 @@ class PPOTrainer(BaseTrainer):
     def __init__(self, actor_rollout_ref_worker, config: dict | PPOStepConfig | None = None, *, critic=None,
                  logger=None, output_dir: str | None = None):
         super().__init__(actor_rollout_ref_worker, logger=logger, output_dir=output_dir)
+        if not isinstance(config, (PPOStepConfig, Mapping, type(None))):
+            raise ConfigError(f"PPOTrainer(config=...) takes the step's settings, a dict of "
+                              f"{', '.join(field_specs(PPOStepConfig))} (or a PPOStepConfig), got "
+                              f"{type(config).__name__}; a TrainerConfig's actor_rollout_ref section goes to "
+                              f"ActorRolloutRefWorker(config=...)")
         self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
         self.critic = critic or self._build_critic()
         # The role groups of the RL path: these workers in this process, or this rank's under torchrun.

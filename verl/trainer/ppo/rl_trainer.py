@@ -23,7 +23,7 @@ from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation, select_generations
 from verl.trainer.progress import rl_postfix
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint
+from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
 from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 
@@ -257,7 +257,8 @@ class RLTrainer:
         # Full (unsharded) tensors: a checkpoint resumes at any number of ranks.
         state = {"global_step": self.global_step, "actor": self.actor_rollout_ref.call("state_dict"),
                  "loader": self.train_loader.state_dict(), "kl_coef": self.kl_ctrl.value, "rng": rng_state(),
-                 "val_history": self.val_history, "stage_seconds": dict(self.stage_seconds)}
+                 "val_history": self.val_history, "stage_seconds": dict(self.stage_seconds),
+                 "config": self.config.to_dict()}  # a resume under other settings is told which
         if self.critic is not None:
             state["critic"] = self.critic.call("state_dict")
         return state
@@ -268,6 +269,8 @@ class RLTrainer:
             logger.warning("this checkpoint of an asynchronous run holds %d batch(es) generated ahead (steps %s); a "
                            "synchronous resume does not train on them and their prompts are skipped; resume with "
                            "async_training.enable=true to train on them", len(ahead), sorted(ahead))
+        if self.is_main:
+            warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
