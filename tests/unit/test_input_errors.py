@@ -231,3 +231,25 @@ def test_a_resume_path_without_resume_mode_resume_path_is_said_to_be_ignored(cap
     assert [r.getMessage() for r in caplog.records if "resume_from_path" in r.getMessage()] == [
         "trainer.resume_from_path=out/global_step_5 has no effect: trainer.resume_mode=auto resumes from the newest "
         "checkpoint in trainer.default_local_dir, if any; set trainer.resume_mode=resume_path to resume from it"]
+
+
+def test_a_token_budget_below_the_longest_sample_is_said_once_naming_each_budget(caplog):
+    """With dynamic batch size a sample longer than its budget runs alone, past the budget (verl stops there):
+    each budget below data.max_prompt_length + data.max_response_length is named, with the sum."""
+    from verl.config import TrainerConfig
+
+    lengths = ["data.max_prompt_length=512", "data.max_response_length=1024"]
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli([*lengths, "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
+                                "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=4096"]).validate()
+        TrainerConfig.from_cli([*lengths, "actor_rollout_ref.actor.use_dynamic_bsz=true",
+                                "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1536"]).validate()  # fits
+        TrainerConfig.from_cli([*lengths, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=100"]).validate()  # off
+    messages = [r.getMessage() for r in caplog.records if "longest sample" in r.getMessage()]
+    assert len(messages) == 1
+    assert messages[0].startswith(
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024, actor_rollout_ref.rollout.log_prob_max_token_len_per_"
+        "gpu=1024 are below the longest sample, data.max_prompt_length + data.max_response_length = 1536 tokens")
+    assert "raise them to at least 1536" in messages[0]
+

@@ -311,6 +311,30 @@ def _check_token_budgets(cfg: ConfigNode) -> None:
                   getattr(arr, role).log_prob_max_token_len_per_gpu, 1, meaning)
     _at_least("critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu, 1, meaning)
     _at_least("critic.forward_max_token_len_per_gpu", critic.forward_max_token_len_per_gpu, 1, meaning)
+    _warn_if_a_sample_outgrows_its_budget(cfg)
+
+
+def _warn_if_a_sample_outgrows_its_budget(cfg: ConfigNode) -> None:
+    """A token budget of dynamic batch size below the longest sample the data settings allow: such a sample
+    runs alone in a micro-batch past the budget (memory the budget was meant to cap; verl stops there).
+    Said once, naming each budget and the sum it is below."""
+    arr, critic, data = cfg.actor_rollout_ref, cfg.critic, cfg.data
+    longest = data.max_prompt_length + data.max_response_length
+    budgets = {f"{_ACTOR}.ppo_max_token_len_per_gpu": arr.actor.ppo_max_token_len_per_gpu if arr.actor.use_dynamic_bsz
+               else None,
+               "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": log_prob_token_budget(arr, "rollout"),
+               "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": log_prob_token_budget(arr, "ref")}
+    if critic.use_dynamic_bsz:
+        budgets["critic.ppo_max_token_len_per_gpu"] = critic.ppo_max_token_len_per_gpu
+        budgets["critic.forward_max_token_len_per_gpu"] = (critic.forward_max_token_len_per_gpu
+                                                            or critic.ppo_max_token_len_per_gpu)
+    below = [f"{key}={budget}" for key, budget in budgets.items() if budget is not None and budget < longest]
+    if below:
+        logger.warning("%s %s below the longest sample, data.max_prompt_length + data.max_response_length = %d tokens: "
+                       "with dynamic batch size a sample longer than its budget runs alone in a micro-batch of more "
+                       "tokens than the budget allows (verl stops there); raise %s to at least %d (verl's advice: a "
+                       "few times that)", ", ".join(below), "is" if len(below) == 1 else "are", longest,
+                       "it" if len(below) == 1 else "them", longest)
 
 
 def _check_seq_len(data) -> None:
