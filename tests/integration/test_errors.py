@@ -151,3 +151,21 @@ def test_data_reward_fn_key_gives_the_reward_function_that_column(tiny_model_dir
     code, err = run_main(args, capsys)
     assert code == 0, err
     assert set(seen.read_text().split()) == {"arith"}  # before: None for every sample
+
+
+def test_a_reward_that_scores_every_sample_alike_is_said_after_the_first_five_steps(tiny_model_dir, tmp_path, capsys,
+                                                                                     caplog):
+    reward = tmp_path / "reward.py"
+    reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    return 0.25  # a reward that never tells answers apart\n")
+    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(_rows(), tmp_path / 't.parquet')}",
+            f"custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=6", "trainer.progress_bar=false",
+            "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
+            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    with caplog.at_level("WARNING", logger="verl.trainer.flat_rewards"):
+        code, err = run_main(args, capsys)
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "every sample scored" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith("steps 1-5: every sample scored 0.25"), warned
+

@@ -13,6 +13,7 @@ from verl.algorithms import compute_advantage, masked_whiten
 from verl.config import ConfigError, TrainerConfig
 from verl.config.schema_actor import FSDPConfig, OptimConfig
 from verl.errors import VerlError
+from verl.trainer.flat_rewards import FlatRewards
 from verl.protocol import Batch
 from verl.trainer.ppo.rl_trainer import RLTrainer
 from verl.workers.engine import TrainingEngine
@@ -129,7 +130,7 @@ def _trainer(limit: int):
 
     config = SimpleNamespace(trainer=SimpleNamespace(max_nonfinite_steps=limit))
     return SimpleNamespace(config=config, tracker=_Tracker(), global_step=0, is_main=True,
-                           nonfinite=NonfiniteGuard(limit, NONFINITE_STAGES))
+                           nonfinite=NonfiniteGuard(limit, NONFINITE_STAGES), flat_rewards=FlatRewards())
 
 
 def _step(trainer, actor: int, critic: int | None = None) -> None:

@@ -18,6 +18,7 @@ from verl.distributed.process_group import is_main_process
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import Traffic
 from verl.protocol import Batch
+from verl.trainer.flat_rewards import FlatRewards
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
@@ -72,6 +73,7 @@ class RLTrainer:
         self.stage_seconds: dict[str, float] = defaultdict(float)
         self.val_history: list[tuple[int, dict]] = []
         self.nonfinite = NonfiniteGuard(config.trainer.max_nonfinite_steps, NONFINITE_STAGES, warn=self.is_main)
+        self.flat_rewards = FlatRewards(warn=self.is_main)
 
     # ------------------------------------------------------------------ the RL step
     def fit(self) -> dict:
@@ -94,8 +96,10 @@ class RLTrainer:
 
     def count_nonfinite_updates(self, metrics: dict) -> None:
         """Warn about a step whose actor or critic skipped an update (NaN/inf loss or gradient norm);
-        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did (see verl.trainer.nonfinite)."""
+        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did (see verl.trainer.nonfinite).
+        Warn too when the first steps score every sample alike (verl.trainer.flat_rewards)."""
         self.nonfinite.observe(self.global_step, metrics, lambda m: self.tracker.log(m, self.global_step))
+        self.flat_rewards.observe(self.global_step, metrics)
 
     def train_step(self, prompts: Batch) -> dict:
         timing: dict[str, float] = {}
