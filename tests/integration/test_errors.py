@@ -17,6 +17,14 @@ def _rows():
              "reward_model": {"ground_truth": str(i + 1)}} for i in range(8)]
 
 
+def _small_run(tiny_model_dir, tmp_path, rows, *extra):
+    """The arguments of a tiny RL run on ``rows`` (4 prompts x 2 samples a step), output in tmp_path/out."""
+    return [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(rows, tmp_path / 't.parquet')}",
+            "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
+            "data.max_prompt_length=32", f"trainer.default_local_dir={tmp_path / 'out'}", *extra]
+
+
 def test_unknown_key_suggests_the_right_one(capsys):
     code, err = run_main(["trainer.totl_epochs=3"], capsys)
     assert code == 2
@@ -84,11 +92,8 @@ def test_rows_a_builtin_scorer_cannot_score_stop_before_loading_naming_row_and_k
         for row in train + val:
             row["data_source"] = "format/think"
             del row["reward_model"]
-    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(train, tmp_path / 't.parquet')}",
-            f"data.val_files={write_parquet(val, tmp_path / 'v.parquet')}", "actor_rollout_ref.rollout.n=2",
-            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1",
-            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
-            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    args = _small_run(tiny_model_dir, tmp_path, train, f"data.val_files={write_parquet(val, tmp_path / 'v.parquet')}",
+                      "trainer.total_training_steps=1")
     code, err = run_main(args, capsys)
     if case == "format_needs_none":
         assert code == 0, err
@@ -109,11 +114,8 @@ def test_a_reward_function_file_with_rows_missing_their_answer_is_warned_once(ti
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return float(solution_str.strip() == ground_truth)\n")
-    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(train, tmp_path / 't.parquet')}",
-            f"custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1", "trainer.progress_bar=false",
-            "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
-            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    args = _small_run(tiny_model_dir, tmp_path, train, f"custom_reward_function.path={reward}",
+                      "trainer.total_training_steps=1")
     with caplog.at_level("WARNING", logger="verl.rewards.scorers"):
         code, err = run_main(args, capsys)
     assert code == 0, err
@@ -124,10 +126,7 @@ def test_a_reward_function_file_with_rows_missing_their_answer_is_warned_once(ti
 
 
 def test_resuming_under_another_learning_rate_names_the_changed_key(tiny_model_dir, tmp_path, capsys, caplog):
-    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(_rows(), tmp_path / 't.parquet')}",
-            "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
-            "data.max_prompt_length=32", "trainer.save_freq=1", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    args = _small_run(tiny_model_dir, tmp_path, _rows(), "trainer.save_freq=1")
     assert run_main(args + ["trainer.total_training_steps=1"], capsys)[0] == 0
     with caplog.at_level("WARNING", logger="verl.trainer.run_loop"):
         code, err = run_main(args + ["trainer.total_training_steps=2", "actor_rollout_ref.actor.optim.lr=1e-3"], capsys)
@@ -143,11 +142,8 @@ def test_data_reward_fn_key_gives_the_reward_function_that_column(tiny_model_dir
     reward = tmp_path / "reward.py"
     reward.write_text(f"def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       f"    open({str(seen)!r}, 'a').write(f'{{data_source}}\\n')\n    return 0.0\n")
-    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(rows, tmp_path / 't.parquet')}",
-            f"custom_reward_function.path={reward}", "data.reward_fn_key=source", "actor_rollout_ref.rollout.n=2",
-            "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=1",
-            "trainer.progress_bar=false", "trainer.write_report=false", "data.max_response_length=4",
-            "data.max_prompt_length=32", f"trainer.default_local_dir={tmp_path / 'out'}"]
+    args = _small_run(tiny_model_dir, tmp_path, rows, f"custom_reward_function.path={reward}",
+                      "data.reward_fn_key=source", "trainer.total_training_steps=1")
     code, err = run_main(args, capsys)
     assert code == 0, err
     assert set(seen.read_text().split()) == {"arith"}  # before: None for every sample
@@ -158,11 +154,8 @@ def test_a_reward_that_scores_every_sample_alike_is_said_after_the_first_five_st
     reward = tmp_path / "reward.py"
     reward.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                       "    return 0.25  # a reward that never tells answers apart\n")
-    args = [f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={write_parquet(_rows(), tmp_path / 't.parquet')}",
-            f"custom_reward_function.path={reward}", "actor_rollout_ref.rollout.n=2", "data.train_batch_size=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4", "trainer.total_training_steps=6", "trainer.progress_bar=false",
-            "trainer.write_report=false", "data.max_response_length=4", "data.max_prompt_length=32",
-            f"trainer.default_local_dir={tmp_path / 'out'}"]
+    args = _small_run(tiny_model_dir, tmp_path, _rows(), f"custom_reward_function.path={reward}",
+                      "trainer.total_training_steps=6")
     with caplog.at_level("WARNING", logger="verl.trainer.flat_rewards"):
         code, err = run_main(args, capsys)
     assert code == 0, err
