@@ -293,12 +293,12 @@ class RLDataset(Dataset):
     def _tokenize(self, prompts: list[Any]) -> list[list[int]]:
         texts: list[str] = []
         for i, prompt in enumerate(prompts):
+            problem = message_problem(prompt)  # None for text, or for well-formed messages
             if isinstance(prompt, str):
                 messages = None
-            elif is_messages(prompt) and not (problem := message_problem(prompt)):
+            elif is_messages(prompt) and problem is None:
                 messages = prompt
             else:
-                problem = problem if is_messages(prompt) else message_problem(prompt)
                 raise DataError(f"row {i}: the prompt (column {self.prompt_key!r}, or what prompt_of returns) must "
                                 f"be a string or a list of {{role, content}} messages, got {type(prompt).__name__}: "
                                 f"{prompt!r:.200}" + (f"; {problem}" if problem else ""))
