@@ -138,7 +138,7 @@ def _step(trainer, actor: int, critic: int | None = None) -> None:
     metrics = {"actor/num_nonfinite_skipped": actor}
     if critic is not None:
         metrics["critic/num_nonfinite_skipped"] = critic
-    RLTrainer.count_nonfinite_updates(trainer, metrics)
+    RLTrainer.watch_step(trainer, metrics)
 
 
 def test_the_run_stops_after_max_nonfinite_steps_in_a_row_with_the_step_stage_and_fix(caplog):

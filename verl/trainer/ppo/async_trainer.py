@@ -101,7 +101,7 @@ class AsyncRLTrainer(RLTrainer):
             self._record_validations(wait=False)
         metrics["async/trainer_idle_frac"] = waited / max(timing["timing_s/step"], 1e-9)
         metrics = self.step_metrics(batch, metrics, timing, traffic)
-        self.count_nonfinite_updates(metrics)
+        self.watch_step(metrics)
         return metrics
 
     def _scored(self, result: RolloutResult, timing: dict) -> Batch:

@@ -91,13 +91,14 @@ class RLTrainer:
     def next_step(self) -> dict:
         self.global_step += 1
         metrics = self.train_step(next(self.train_loader))
-        self.count_nonfinite_updates(metrics)
+        self.watch_step(metrics)
         return metrics
 
-    def count_nonfinite_updates(self, metrics: dict) -> None:
-        """Warn about a step whose actor or critic skipped an update (NaN/inf loss or gradient norm);
-        stop once more than ``trainer.max_nonfinite_steps`` steps in a row did (see verl.trainer.nonfinite).
-        Warn too when the first steps score every sample alike (verl.trainer.flat_rewards)."""
+    def watch_step(self, metrics: dict) -> None:
+        """What a finished step's metrics tell about the run: warn about a step whose actor or critic skipped
+        an update (NaN/inf loss or gradient norm) and stop once more than ``trainer.max_nonfinite_steps`` steps
+        in a row did (verl.trainer.nonfinite); warn when the first steps score every sample alike
+        (verl.trainer.flat_rewards)."""
         self.nonfinite.observe(self.global_step, metrics, lambda m: self.tracker.log(m, self.global_step))
         self.flat_rewards.observe(self.global_step, metrics)
 
