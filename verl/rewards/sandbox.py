@@ -42,7 +42,7 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   io_uring, mount and namespace calls and signals to other processes, even from native code.
 * writes (any user, where the kernel has Landlock): every write, file made, removed or renamed
   outside the working directory (and /dev/null ...) fails, even from native code (``landlock``,
-  see ``sandbox_child._child_landlock``); in weak mode this is what confines files.
+  see ``sandbox_landlock``); in weak mode this is what confines files.
 * audit hook (on by default): a second layer in Python, see ``sandbox_hook``.
 
 Where the namespaces cannot be had (a plain user on a system that refuses unprivileged user
@@ -73,7 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from verl.errors import RewardError
-from verl.rewards import sandbox_child, sandbox_hook, sandbox_seccomp
+from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
 from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
 
@@ -492,7 +492,7 @@ def _remove_tree(top: str, max_steps: int = 2_000_000) -> None:
 _STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
-    sandbox_child._child_init, sandbox_child._child_drop, sandbox_child._child_landlock, sandbox_child._child_run,
+    sandbox_child._child_init, sandbox_child._child_drop, sandbox_landlock._child_landlock, sandbox_child._child_run,
     sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
     sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 

@@ -1,8 +1,8 @@
 """The sandbox's child side (see :mod:`verl.rewards.sandbox`): isolation, privilege drop and the run.
 
 None of this runs in the trainer's process: ``sandbox.run_python`` ships these functions' source
-(and ``sandbox_hook``'s) to ``python -I -B -c``, compiled as ``<verl-sandbox>``. So each function
-imports what it needs, and nothing from verl. Three processes take part, each started by a
+(and those of ``sandbox_hook``, ``sandbox_seccomp`` and ``sandbox_landlock``) to ``python -I -B -c``,
+compiled as ``<verl-sandbox>``. So each function imports what it needs, and nothing from verl. Three processes take part, each started by a
 ``fork`` of the one before; each set-up function returns only in the new process, so that no
 frame of an earlier stage (nor any of its ctypes handles) is on the stack once the program runs:
 
@@ -16,7 +16,7 @@ frame of an earlier stage (nor any of its ctypes handles) is on the stack once t
    namespace;
 3. the *sandboxed* process (``_child_drop``, then ``_child_run``): drops to its own uid (root)
    and every capability, sets no-new-privileges, non-dumpable and rlimits, confines its writes to
-   its working directory (Landlock, ``_child_landlock``), installs the filter, writes the set-up
+   its working directory (Landlock, ``sandbox_landlock._child_landlock``), installs the filter, writes the set-up
    report as the first line of the results pipe, installs the audit hook and runs the program,
    then each call, writing one JSON line per result.
 """
@@ -317,57 +317,6 @@ def _child_drop(state: dict) -> None:
     report = (json.dumps({"layers": layers}) + "\n").encode()
     while report:
         report = report[os.write(state["results_fd"], report):]
-
-
-def _child_landlock(libc, directories: list) -> bool:
-    """Confine every write of this process and its future children to ``directories`` ("." is the
-    working directory) and to /dev/null, zero, full, random, urandom, with Landlock, if the kernel
-    has it (Linux >= 5.13, the LSM enabled): making, removing, renaming, linking, truncating and
-    writing files anywhere else fails with EACCES, for native code too. Not confined: reads, and
-    metadata (chmod, utime, xattrs: Landlock has no right for them). Already open files (the run's
-    streams) are not affected, and re-opening a memfd (/dev/stdout) is not a path Landlock checks.
-    Landlock also denies ptrace-mode access (/proc/<pid>/mem, environ) to processes outside the run.
-    In weak mode this is what keeps the program inside its directory; the audit hook's path checks
-    alone race with the program's signal handlers, which run inside the hook. True if it took."""
-    import ctypes
-    import os
-
-    # landlock_create_ruleset, landlock_add_rule, landlock_restrict_self: the same numbers on every
-    # architecture. Rights: LANDLOCK_ACCESS_FS_WRITE_FILE (1 << 1), REMOVE_DIR ... MAKE_SYM (4 to 12),
-    # REFER (13, ABI 2), TRUNCATE (14, ABI 3). Not handled, so allowed: EXECUTE, READ_FILE, READ_DIR.
-    create, add, restrict = ctypes.c_long(444), ctypes.c_long(445), ctypes.c_long(446)
-    abi = libc.syscall(create, ctypes.c_void_p(None), ctypes.c_size_t(0), ctypes.c_uint32(1))  # ..._VERSION
-    if abi < 1:
-        return False
-    file_rights = 1 << 1 | (1 << 14 if abi >= 3 else 0)
-    handled = file_rights | sum(1 << bit for bit in range(4, 13)) | (1 << 13 if abi >= 2 else 0)
-
-    class PathBeneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-    attr = ctypes.c_uint64(handled)
-    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return False
-    rules = [(path, handled) for path in directories]
-    rules += [("/dev/" + node, file_rights) for node in ("null", "zero", "full", "random", "urandom")]
-    try:
-        for path, rights in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                rule = PathBeneath(rights, fd)
-                if libc.syscall(add, ctypes.c_long(ruleset), ctypes.c_long(1),  # LANDLOCK_RULE_PATH_BENEATH
-                                ctypes.byref(rule), ctypes.c_long(0)):
-                    return False
-            finally:
-                os.close(fd)
-        return libc.syscall(restrict, ctypes.c_long(ruleset), ctypes.c_long(0)) == 0
-    finally:
-        os.close(ruleset)
 
 
 def _child_run(job: dict, results_fd: int) -> None:
