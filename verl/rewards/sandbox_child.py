@@ -1,8 +1,8 @@
 """The sandbox's child side (see :mod:`verl.rewards.sandbox`): isolation, privilege drop and the run.
 
 None of this runs in the trainer's process: ``sandbox.run_python`` ships these functions' source
-(and those of ``sandbox_hook``, ``sandbox_seccomp`` and ``sandbox_landlock``) to ``python -I -B
--c``, compiled as ``<verl-sandbox>``. So each function imports what it needs, and nothing from verl.
+(and those of ``sandbox_hook``, ``sandbox_seccomp`` and ``sandbox_landlock``) to
+``python -I -B -c``, compiled as ``<verl-sandbox>``. So each function imports what it needs, and nothing from verl.
 Three processes take part, each started by a ``fork`` of the one before; each set-up function
 returns only in the new process, so that no frame of an earlier stage (nor any of its ctypes
 handles) is on the stack once the program runs:
