@@ -34,6 +34,7 @@ def test_reward_function_example_runs(tmp_path):
     assert (tmp_path / "outputs" / "run" / "huggingface" / "config.json").exists()
     metrics = (tmp_path / "outputs" / "run" / "metrics.jsonl").read_text()
     assert '"reward_extra/has_number/mean"' in metrics  # extra keys of the returned dict are logged
+    assert "the policy has nothing to learn from" in done.stderr  # the untrained model: as the README says
 
 
 def test_unknown_key_error_is_as_documented(tmp_path):
