@@ -103,12 +103,11 @@ class ConfigNode(metaclass=_NodeMeta):
         """YAML and overrides applied on OmegaConf (`verl.config.omega`): keys checked against the
         schema and values typed as text (`coerce.from_text`) as they are set, ``${...}`` resolved last
         against the final values; then back to the dataclasses, which check them strictly."""
-        tree = omega.value_tree(base if base is not None else cls())
+        tree = (base if base is not None else cls()).to_dict()
         if yaml_source is not None:
             omega.merge_mapping(tree, cls, read_yaml(yaml_source))
         overrides = [parse_override(arg) for arg in args]
         backend_first(overrides)
-        defaults = None
         for override in overrides:
             if override.package is not None:
                 group_choice(override)
@@ -116,9 +115,7 @@ class ConfigNode(metaclass=_NodeMeta):
                 logger.warning("%s: a setting of Hydra itself, which does not run here; ignored (config files "
                                "are given with --config-file, or --config-path/--config-name)", override.key)
             else:
-                if override.op == "delete" and defaults is None:
-                    defaults = omega.value_tree(cls())
-                omega.apply(tree, cls, override, defaults)
+                omega.apply(tree, cls, override)
         return cls._build(omega.resolved(tree, cls), parent=None, key=None)
 
     # ---------------------------------------------------------------- attribute access
