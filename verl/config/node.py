@@ -137,20 +137,17 @@ class ConfigNode(metaclass=_NodeMeta):
             raise AttributeError(name)
         link = links(type(self)).get(name)
         if link is not None:
-            value = raw_value(self, name)
-            return self._follow(*link) if value is None else value
+            # A linked field left at None reads the key it follows in the whole config, or its
+            # fallback for a section standing alone or a tree without that key.
+            key, fallback = link
+            value, root = raw_value(self, name), self._root()
+            if value is not None:
+                return value
+            return fallback if root is self else root.get(key, fallback)
         canonical = alias_map(type(self)).get(name)
         if canonical is not None and canonical != name:
             return getattr(self, canonical)
-        raise AttributeError(str(self._unknown(name, name)))
-
-    def _follow(self, link: str, fallback: Any) -> Any:
-        """The value of a linked field left at None: ``link``'s value in the whole config, or
-        ``fallback`` for a section standing alone or a tree without that key."""
-        root = self._root()
-        if root is self:
-            return fallback
-        return root.get(link, fallback)
+        raise AttributeError(str(self._unknown(name)))
 
     def _path(self, name: str | None = None) -> str:
         parts = [name] if name else []
@@ -166,15 +163,16 @@ class ConfigNode(metaclass=_NodeMeta):
             node = node._parent
         return node
 
-    def _unknown(self, name: str, tail: str, note: str = "") -> ConfigError:
-        root = self._root()
-        return unknown_key_error(self._path(tail), self._path(), list(alias_map(type(self))),
-                                 dotted_keys(type(root)), note)
+    def _unknown(self, name: str) -> ConfigError:
+        """The error of a name this section does not have, with a did-you-mean over the whole tree."""
+        return unknown_key_error(self._path(name), self._path(), list(alias_map(type(self))),
+                                 dotted_keys(type(self._root())))
 
-    def _spec(self, name: Any, tail: str | None = None, note: str = "") -> FieldSpec:
+    def _spec(self, name: Any) -> FieldSpec:
+        """The spec of the field called ``name`` (or one of its aliases)."""
         canonical = alias_map(type(self)).get(name) if isinstance(name, str) else None
         if canonical is None:
-            raise self._unknown(str(name), tail or str(name), note)
+            raise self._unknown(str(name))
         return field_specs(type(self))[canonical]
 
     def _check(self, spec: FieldSpec, value: Any) -> Any:
