@@ -149,23 +149,19 @@ def split_config_file(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
     ``--config-name ppo_trainer`` without a path names verl's default config, which is this project's
     default too; a Megatron config name is refused."""
-    path, config_dir, config_name, rest = None, None, None, []
+    given: dict[str, str | None] = dict.fromkeys((CONFIG_FILE_FLAG, CONFIG_PATH_FLAG, CONFIG_NAME_FLAG))
+    rest = []
     i = 0
     while i < len(args):
-        for flag in (CONFIG_FILE_FLAG, CONFIG_PATH_FLAG, CONFIG_NAME_FLAG):
+        for flag in given:
             value, j = _flag_value(args, i, flag)
             if value is not None:
-                if flag == CONFIG_FILE_FLAG:
-                    path = value
-                elif flag == CONFIG_PATH_FLAG:
-                    config_dir = value
-                else:
-                    config_name = value
-                i = j
+                given[flag], i = value, j
                 break
         else:
             rest.append(args[i])
             i += 1
+    path, config_dir, config_name = given.values()
     if config_name is not None:
         stem = Path(config_name).stem if config_name.endswith((".yaml", ".yml")) else config_name
         if "megatron" in stem.lower():
