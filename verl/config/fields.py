@@ -155,12 +155,11 @@ def alias_map(cls: type) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One field met by :func:`walk`: its dotted canonical key, its depth (0 at the top), its spec,
-    the section that holds it (``owner``) and its stored value (a nested section's node; in a walk
-    over a class, the field's default)."""
+    """One field met by :func:`walk`: its dotted canonical key, its spec, the section that holds it
+    (``owner``) and its stored value (a nested section's node; in a walk over a class, the field's
+    default)."""
 
     key: str
-    depth: int
     spec: FieldSpec
     owner: Any
     value: Any
@@ -170,29 +169,15 @@ class Entry:
         return self.spec.node_type is not None
 
 
-def walk(node: Any, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
+def walk(node: Any, prefix: str = "") -> Iterator[Entry]:
     """Every field below ``node`` (a section, or a section class), depth first in declaration
     order: a nested section's own entry, then its fields. The one walk over the schema: the text
     path's tree, the dicts, the renderings, the key listings and the compatibility rules all use it."""
     for name, spec in field_specs(node if isinstance(node, type) else type(node)).items():
         value = spec.default if isinstance(node, type) else raw_value(node, name)
-        yield Entry(prefix + name, depth, spec, node, value)
+        yield Entry(prefix + name, spec, node, value)
         if spec.node_type is not None:
-            yield from walk(spec.node_type if isinstance(node, type) else value, f"{prefix}{name}.", depth + 1)
-
-
-def nest(entries: Iterable[Entry], leaf) -> dict:
-    """Nested dicts of :func:`walk`'s entries (of one walk from the top): a dict for each section,
-    ``leaf(entry)`` for each leaf."""
-    out: dict = {}
-    sections = {"": out}
-    for entry in entries:
-        parent, _, name = entry.key.rpartition(".")
-        if entry.is_section:
-            sections[parent][name] = sections[entry.key] = {}
-        else:
-            sections[parent][name] = leaf(entry)
-    return out
+            yield from walk(spec.node_type if isinstance(node, type) else value, f"{prefix}{name}.")
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from typing import Any
 from verl.config import omega
 from verl.config.coerce import coerce, mismatch
 from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
-                                field_specs, links, nest, option, raw_value, section, stored_name, walk)
+                                field_specs, links, option, raw_value, section, stored_name, walk)
 from verl.config.key_errors import unknown_key_error
 from verl.config.render import render_help
 from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
@@ -260,7 +260,15 @@ class ConfigNode(metaclass=_NodeMeta):
     # ---------------------------------------------------------------- conversions
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dicts under canonical names (no aliases); values are copies."""
-        return nest(walk(self), lambda entry: copy.deepcopy(entry.value))
+        out: dict[str, Any] = {}
+        sections = {"": out}  # the dict of each section met so far, by its key
+        for entry in walk(self):
+            parent, _, name = entry.key.rpartition(".")
+            if entry.is_section:
+                sections[parent][name] = sections[entry.key] = {}
+            else:
+                sections[parent][name] = copy.deepcopy(entry.value)
+        return out
 
     def to_yaml(self) -> str:
         """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""
