@@ -27,7 +27,7 @@ from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, do
                                 field_specs, links, option, raw_value, section, stored_name, walk)
 from verl.config.key_errors import unknown_key_error
 from verl.config.render import render_help
-from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
+from verl.config.overrides import backend_first, is_hydra_setting, parse_override, split_config_file
 from verl.config.yaml_text import format_flow, read_yaml, to_yaml
 from verl.errors import ConfigError
 
@@ -107,11 +107,9 @@ class ConfigNode(metaclass=_NodeMeta):
         if yaml_source is not None:
             omega.merge_mapping(tree, cls, read_yaml(yaml_source))
         overrides = [parse_override(arg) for arg in args]
-        backend_first(overrides)
-        for override in overrides:
-            if override.package is not None:
-                group_choice(override)
-            elif is_hydra_setting(override):
+        backend_first(overrides)  # also checks each config-group choice (group@package=choice), once
+        for override in (o for o in overrides if o.package is None):
+            if is_hydra_setting(override):
                 logger.warning("%s: a setting of Hydra itself, which does not run here; ignored (config files "
                                "are given with --config-file, or --config-path/--config-name)", override.key)
             else:
