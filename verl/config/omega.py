@@ -83,11 +83,8 @@ def _merge(into: dict, data: dict) -> None:
 
 def _leaves(value: Any) -> Iterator[Any]:
     """The values in ``value``, through nested mappings and lists."""
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list):
-        for v in value:
+    if isinstance(value, (dict, list)):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _leaves(v)
     else:
         yield value
@@ -96,7 +93,7 @@ def _leaves(value: Any) -> Iterator[Any]:
 def _check_grammar(value: Any) -> None:
     """Every ``${...}`` text in ``value`` parses (OmegaConf's grammar; its error otherwise)."""
     for leaf in _leaves(value):
-        if isinstance(leaf, str) and "${" in leaf:
+        if is_interpolation(leaf):
             get_value_kind(leaf, strict_interpolation_validation=True)
 
 
