@@ -46,8 +46,7 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
     if bounds is not None:
         parse_bounds(bounds)  # a malformed range fails where it is declared
         notes.append(f"Range: {bounds}.")
-    if notes:
-        help = " ".join([help, *notes])
+    help = " ".join([help, *notes])
     metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds}
     if link is not None:
         if default is not None:

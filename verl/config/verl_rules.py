@@ -120,11 +120,11 @@ class Section(ConfigNode):
     """Base of the trainer's sections: applies the `verl_option` rules as values are set. (Keys of
     other backends' sections, actor.megatron.* and the like, are refused by `unknown_key_error`.)"""
 
-    def _check(self, spec, value, *args, **kwargs):
+    def _check(self, spec, value):
         rule = spec.metadata.get("verl_rule")
         if rule is not None and rule.normalize is not None:
             value = rule.normalize(value)
-        value = super()._check(spec, value, *args, **kwargs)
+        value = super()._check(spec, value)
         if rule is not None and rule.refuse_if is not None and rule.refuse_if(value):
             raise rule.refusal(self._path(spec.name), value)
         return value
