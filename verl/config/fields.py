@@ -94,16 +94,13 @@ def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
         above = value >= low if low_in else value > low
         below = value <= high if high_in else value < high
         if not (above and below):  # NaN fails both
-            raise ConfigError(f"{key}={value} must be {_describe_bounds(spec.bounds)}")
-
-
-def _describe_bounds(text: str) -> str:
-    low, low_in, high, high_in = parse_bounds(text)
-    if high == float("inf"):
-        return f"{'>=' if low_in else '>'} {low:g}"
-    if low == float("-inf"):
-        return f"{'<=' if high_in else '<'} {high:g}"
-    return f"in {text}"
+            if high == float("inf"):
+                wanted = f"{'>=' if low_in else '>'} {low:g}"
+            elif low == float("-inf"):
+                wanted = f"{'<=' if high_in else '<'} {high:g}"
+            else:
+                wanted = f"in {spec.bounds}"
+            raise ConfigError(f"{key}={value} must be {wanted}")
 
 
 @dataclasses.dataclass(frozen=True)
