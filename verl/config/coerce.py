@@ -52,11 +52,8 @@ def type_name(tp: Any) -> str:
 
 def is_dict_type(tp: Any) -> bool:
     """True for free-form mapping fields (`dict`, `dict[str, Any]`, optionally `| None`)."""
-    if tp is dict or get_origin(tp) is dict:
-        return True
-    if get_origin(tp) in (Union, types.UnionType):
-        return any(is_dict_type(a) for a in get_args(tp) if a is not NoneType)
-    return False
+    inner, _ = _optional(tp)
+    return inner is dict or get_origin(inner) is dict
 
 
 def _short_repr(value: Any) -> str:
@@ -201,17 +198,21 @@ def from_text(value: Any, tp: Any, key: str, example: str | Callable[[], str] = 
 
 
 def text_value(value: Any, tp: Any) -> Any:
-    """What a value read as text becomes for the annotation `tp`: a scalar annotation converts it
-    (`_text_scalar`), a list or dict of scalars converts each element; other annotations, and
-    values that are not a list or dict for a list or dict annotation, are left as given (`coerce`
-    judges them). Raises TextError."""
+    """What a value read as text becomes for the annotation `tp`: a scalar annotation converts it to
+    an `int`, `float`, `bool` or `str` (None only where the annotation allows it), a list or dict of
+    scalars converts each element; other annotations, and values that are not a list or dict for a
+    list or dict annotation, are left as given (`coerce` judges them). Raises TextError."""
+    inner, optional = _optional(tp)
     scalar = scalar_type(tp)
     if scalar is not None:
-        return _text_scalar(value, scalar, _optional(tp)[1])
-    origin = get_origin(_optional(tp)[0])
-    if origin is list and isinstance(value, (list, tuple)):
+        if value is None and not optional:
+            raise TextError(f"Incompatible value 'None' for field of type '{scalar.__name__}'")
+        if value is None or is_interpolation(value):  # an interpolation stays text until it is resolved
+            return value
+        return _TEXT_TO[scalar](value)
+    if get_origin(inner) is list and isinstance(value, (list, tuple)):
         return [_text_element(v, element_type(tp)) for v in value]
-    if origin is dict and isinstance(value, Mapping):
+    if get_origin(inner) is dict and isinstance(value, Mapping):
         return {k: _text_element(v, element_type(tp)) for k, v in value.items()}
     return value
 
@@ -219,18 +220,6 @@ def text_value(value: Any, tp: Any) -> Any:
 def _text_element(value: Any, tp: Any) -> Any:
     """An element of a list or dict read as text; a nested list or dict is left for `coerce` to judge."""
     return value if isinstance(value, (list, tuple, Mapping)) else text_value(value, tp)
-
-
-def _text_scalar(value: Any, tp: type, optional: bool) -> Any:
-    """`value` as an `int`, `float`, `bool` or `str` (`tp`); None where `optional`; an interpolation
-    stays text until it is resolved."""
-    if value is None:
-        if optional:
-            return None
-        raise TextError(f"Incompatible value 'None' for field of type '{tp.__name__}'")
-    if is_interpolation(value):
-        return value
-    return _TEXT_TO[tp](value)
 
 
 def _text_int(value: Any) -> int:

@@ -27,7 +27,7 @@ _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _dtype(name: str | None) -> str | None:
-    return _DTYPES.get(name, name) if name is not None else None
+    return _DTYPES.get(name, name)  # None stays None
 
 
 def _move(cfg: ConfigNode, src: str, dst: str, value: Any, unset: Any, dst_default: Any) -> None:

@@ -46,8 +46,7 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
     if bounds is not None:
         parse_bounds(bounds)  # a malformed range fails where it is declared
         notes.append(f"Range: {bounds}.")
-    if notes:
-        help = " ".join([help, *notes])
+    help = " ".join([help, *notes])
     metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds}
     if link is not None:
         if default is not None:
@@ -95,16 +94,13 @@ def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
         above = value >= low if low_in else value > low
         below = value <= high if high_in else value < high
         if not (above and below):  # NaN fails both
-            raise ConfigError(f"{key}={value} must be {_describe_bounds(spec.bounds)}")
-
-
-def _describe_bounds(text: str) -> str:
-    low, low_in, high, high_in = parse_bounds(text)
-    if high == float("inf"):
-        return f"{'>=' if low_in else '>'} {low:g}"
-    if low == float("-inf"):
-        return f"{'<=' if high_in else '<'} {high:g}"
-    return f"in {text}"
+            if high == float("inf"):
+                wanted = f"{'>=' if low_in else '>'} {low:g}"
+            elif low == float("-inf"):
+                wanted = f"{'<=' if high_in else '<'} {high:g}"
+            else:
+                wanted = f"in {spec.bounds}"
+            raise ConfigError(f"{key}={value} must be {wanted}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,12 +151,11 @@ def alias_map(cls: type) -> dict[str, str]:
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One field met by :func:`walk`: its dotted canonical key, its depth (0 at the top), its spec,
-    the section that holds it (``owner``) and its stored value (a nested section's node; in a walk
-    over a class, the field's default)."""
+    """One field met by :func:`walk`: its dotted canonical key, its spec, the section that holds it
+    (``owner``) and its stored value (a nested section's node; in a walk over a class, the field's
+    default)."""
 
     key: str
-    depth: int
     spec: FieldSpec
     owner: Any
     value: Any
@@ -170,29 +165,15 @@ class Entry:
         return self.spec.node_type is not None
 
 
-def walk(node: Any, prefix: str = "", depth: int = 0) -> Iterator[Entry]:
+def walk(node: Any, prefix: str = "") -> Iterator[Entry]:
     """Every field below ``node`` (a section, or a section class), depth first in declaration
     order: a nested section's own entry, then its fields. The one walk over the schema: the text
     path's tree, the dicts, the renderings, the key listings and the compatibility rules all use it."""
     for name, spec in field_specs(node if isinstance(node, type) else type(node)).items():
         value = spec.default if isinstance(node, type) else raw_value(node, name)
-        yield Entry(prefix + name, depth, spec, node, value)
+        yield Entry(prefix + name, spec, node, value)
         if spec.node_type is not None:
-            yield from walk(spec.node_type if isinstance(node, type) else value, f"{prefix}{name}.", depth + 1)
-
-
-def nest(entries: Iterable[Entry], leaf) -> dict:
-    """Nested dicts of :func:`walk`'s entries (of one walk from the top): a dict for each section,
-    ``leaf(entry)`` for each leaf."""
-    out: dict = {}
-    sections = {"": out}
-    for entry in entries:
-        parent, _, name = entry.key.rpartition(".")
-        if entry.is_section:
-            sections[parent][name] = sections[entry.key] = {}
-        else:
-            sections[parent][name] = leaf(entry)
-    return out
+            yield from walk(spec.node_type if isinstance(node, type) else value, f"{prefix}{name}.")
 
 
 @functools.cache

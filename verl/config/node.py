@@ -24,10 +24,10 @@ from typing import Any
 from verl.config import omega
 from verl.config.coerce import coerce, mismatch
 from verl.config.fields import (MISSING, FieldSpec, _check_domain, alias_map, dotted_keys, example_of,  # noqa: F401
-                                field_specs, links, nest, option, raw_value, section, stored_name, walk)
+                                field_specs, links, option, raw_value, section, stored_name, walk)
 from verl.config.key_errors import unknown_key_error
 from verl.config.render import render_help
-from verl.config.overrides import backend_first, group_choice, is_hydra_setting, parse_override, split_config_file
+from verl.config.overrides import backend_first, is_hydra_setting, parse_override, split_config_file
 from verl.config.yaml_text import format_flow, read_yaml, to_yaml
 from verl.errors import ConfigError
 
@@ -103,22 +103,17 @@ class ConfigNode(metaclass=_NodeMeta):
         """YAML and overrides applied on OmegaConf (`verl.config.omega`): keys checked against the
         schema and values typed as text (`coerce.from_text`) as they are set, ``${...}`` resolved last
         against the final values; then back to the dataclasses, which check them strictly."""
-        tree = omega.value_tree(base if base is not None else cls())
+        tree = (base if base is not None else cls()).to_dict()
         if yaml_source is not None:
             omega.merge_mapping(tree, cls, read_yaml(yaml_source))
         overrides = [parse_override(arg) for arg in args]
-        backend_first(overrides)
-        defaults = None
-        for override in overrides:
-            if override.package is not None:
-                group_choice(override)
-            elif is_hydra_setting(override):
+        backend_first(overrides)  # also checks each config-group choice (group@package=choice), once
+        for override in (o for o in overrides if o.package is None):
+            if is_hydra_setting(override):
                 logger.warning("%s: a setting of Hydra itself, which does not run here; ignored (config files "
                                "are given with --config-file, or --config-path/--config-name)", override.key)
             else:
-                if override.op == "delete" and defaults is None:
-                    defaults = omega.value_tree(cls())
-                omega.apply(tree, cls, override, defaults)
+                omega.apply(tree, cls, override)
         return cls._build(omega.resolved(tree, cls), parent=None, key=None)
 
     # ---------------------------------------------------------------- attribute access
@@ -140,20 +135,17 @@ class ConfigNode(metaclass=_NodeMeta):
             raise AttributeError(name)
         link = links(type(self)).get(name)
         if link is not None:
-            value = raw_value(self, name)
-            return self._follow(*link) if value is None else value
+            # A linked field left at None reads the key it follows in the whole config, or its
+            # fallback for a section standing alone or a tree without that key.
+            key, fallback = link
+            value, root = raw_value(self, name), self._root()
+            if value is not None:
+                return value
+            return fallback if root is self else root.get(key, fallback)
         canonical = alias_map(type(self)).get(name)
         if canonical is not None and canonical != name:
             return getattr(self, canonical)
-        raise AttributeError(str(self._unknown(name, name)))
-
-    def _follow(self, link: str, fallback: Any) -> Any:
-        """The value of a linked field left at None: ``link``'s value in the whole config, or
-        ``fallback`` for a section standing alone or a tree without that key."""
-        root = self._root()
-        if root is self:
-            return fallback
-        return root.get(link, fallback)
+        raise AttributeError(str(self._unknown(name)))
 
     def _path(self, name: str | None = None) -> str:
         parts = [name] if name else []
@@ -169,15 +161,16 @@ class ConfigNode(metaclass=_NodeMeta):
             node = node._parent
         return node
 
-    def _unknown(self, name: str, tail: str, note: str = "") -> ConfigError:
-        root = self._root()
-        return unknown_key_error(self._path(tail), self._path(), list(alias_map(type(self))),
-                                 dotted_keys(type(root)), note)
+    def _unknown(self, name: str) -> ConfigError:
+        """The error of a name this section does not have, with a did-you-mean over the whole tree."""
+        return unknown_key_error(self._path(name), self._path(), list(alias_map(type(self))),
+                                 dotted_keys(type(self._root())))
 
-    def _spec(self, name: Any, tail: str | None = None, note: str = "") -> FieldSpec:
+    def _spec(self, name: Any) -> FieldSpec:
+        """The spec of the field called ``name`` (or one of its aliases)."""
         canonical = alias_map(type(self)).get(name) if isinstance(name, str) else None
         if canonical is None:
-            raise self._unknown(str(name), tail or str(name), note)
+            raise self._unknown(str(name))
         return field_specs(type(self))[canonical]
 
     def _check(self, spec: FieldSpec, value: Any) -> Any:
@@ -265,7 +258,15 @@ class ConfigNode(metaclass=_NodeMeta):
     # ---------------------------------------------------------------- conversions
     def to_dict(self) -> dict[str, Any]:
         """Nested plain dicts under canonical names (no aliases); values are copies."""
-        return nest(walk(self), lambda entry: copy.deepcopy(entry.value))
+        out: dict[str, Any] = {}
+        sections = {"": out}  # the dict of each section met so far, by its key
+        for entry in walk(self):
+            parent, _, name = entry.key.rpartition(".")
+            if entry.is_section:
+                sections[parent][name] = sections[entry.key] = {}
+            else:
+                sections[parent][name] = copy.deepcopy(entry.value)
+        return out
 
     def to_yaml(self) -> str:
         """Block YAML of `to_dict()`; `from_yaml` reads it back to an equal config."""

@@ -1,7 +1,7 @@
 """The text path of the config: YAML files and Hydra overrides are applied to a tree of the values
 (plain nested dicts), and `${...}` interpolation is resolved by OmegaConf.
 
-    tree = value_tree(TrainerConfig())           # nested dicts of the values
+    tree = TrainerConfig().to_dict()             # nested dicts of the values
     apply(tree, TrainerConfig, parse_override("actor_rollout_ref.actor.optim.lr=1e-6"))
     TrainerConfig.from_dict(resolved(tree, TrainerConfig))   # back to the dataclasses (choices, rules)
 
@@ -19,7 +19,6 @@ canonical keys and refuses keys a section does not have, with errors that name t
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,26 +29,31 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl.config.coerce import (TextError, element_type, from_text, is_dict_type, is_interpolation, mismatch,
                                 scalar_type, text_value)
-from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, nest, walk
+from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, walk
 from verl.config.key_errors import unknown_key_error
 from verl.config.verl_yaml_keys import VERL_KEYS
 from verl.errors import ConfigError
 
 
 # ------------------------------------------------------------------ the tree of values
-def value_tree(node) -> dict:
-    """Nested dicts of copies of ``node``'s values, untyped: `from_text` types what is set on it."""
-    return nest(walk(node), lambda entry: copy.deepcopy(entry.value))
+# The tree is a config's `to_dict()`: nested dicts of copies of its values, which `from_text` types
+# as they are set. `_ABSENT` marks a key the tree does not hold (a value there may be None).
+_ABSENT = object()
 
 
-def _select(tree: dict, key: str) -> Any:
-    """The value at dotted ``key`` (the tree itself at ``""``), or None where the path stops."""
+def _select(tree: dict, key: str, default: Any = None) -> Any:
+    """The value at dotted ``key`` (the tree itself at ``""``), or ``default`` where the path stops."""
     value: Any = tree
     for part in key.split(".") if key else ():
         if not isinstance(value, dict) or part not in value:
-            return None
+            return default
         value = value[part]
     return value
+
+
+def _holds(tree: dict, key: str) -> bool:
+    """Whether the tree holds dotted ``key``."""
+    return _select(tree, key, _ABSENT) is not _ABSENT
 
 
 def _put(tree: dict, key: str, value: Any) -> None:
@@ -79,11 +83,8 @@ def _merge(into: dict, data: dict) -> None:
 
 def _leaves(value: Any) -> Iterator[Any]:
     """The values in ``value``, through nested mappings and lists."""
-    if isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    elif isinstance(value, list):
-        for v in value:
+    if isinstance(value, (dict, list)):
+        for v in value.values() if isinstance(value, dict) else value:
             yield from _leaves(v)
     else:
         yield value
@@ -92,13 +93,8 @@ def _leaves(value: Any) -> Iterator[Any]:
 def _check_grammar(value: Any) -> None:
     """Every ``${...}`` text in ``value`` parses (OmegaConf's grammar; its error otherwise)."""
     for leaf in _leaves(value):
-        if isinstance(leaf, str) and "${" in leaf:
+        if is_interpolation(leaf):
             get_value_kind(leaf, strict_interpolation_validation=True)
-
-
-def _is_text(tp: Any) -> bool:
-    """A field that takes the text as typed: str, or a choice of str values."""
-    return scalar_type(tp) is str
 
 
 # ------------------------------------------------------------------ keys through the schema
@@ -123,21 +119,17 @@ def locate(cls, key: str, note: str = "") -> Target:
     node_cls, canon = cls, []
     for i, part in enumerate(parts):
         canonical = alias_map(node_cls).get(part)
-        prefix = ".".join(canon)
         if canonical is None:
             full = ".".join([*canon, *parts[i:]])
-            raise unknown_key_error(full, prefix, list(alias_map(node_cls)), dotted_keys(cls), note)
+            raise unknown_key_error(full, ".".join(canon), list(alias_map(node_cls)), dotted_keys(cls), note)
         spec = field_specs(node_cls)[canonical]
         canon.append(canonical)
-        if i == len(parts) - 1:
-            return Target(".".join(canon), spec, ())
-        if spec.node_type is not None:
-            node_cls = spec.node_type
-        elif is_dict_type(spec.type):
+        # The key ends here, or goes on below a free-form mapping: the rest is its tail.
+        if i == len(parts) - 1 or (spec.node_type is None and is_dict_type(spec.type)):
             return Target(".".join(canon), spec, tuple(parts[i + 1:]))
-        else:
+        if spec.node_type is None:
             raise not_a_section(".".join(canon), parts[i + 1])
-    raise AssertionError("unreachable")
+        node_cls = spec.node_type
 
 
 def not_a_section(path: str, name: str) -> ConfigError:
@@ -147,9 +139,8 @@ def not_a_section(path: str, name: str) -> ConfigError:
 
 # ------------------------------------------------------------------ applying values
 def _mismatch(target: Target, value: Any) -> ConfigError:
-    if target.spec.node_type is not None and not target.tail:
-        return mismatch(value, target.spec.node_type, target.key, example_of(target.spec))
-    return mismatch(value, target.spec.type if not target.tail else Any, target.key, example_of(target.spec))
+    """The wrong-type error of ``value`` at ``target`` (a section's annotation is its class)."""
+    return mismatch(value, Any if target.tail else target.spec.type, target.key, example_of(target.spec))
 
 
 def _annotation(target: Target) -> Any:
@@ -162,7 +153,7 @@ def _annotation(target: Target) -> Any:
 
 def _str_as_typed(target: Target, value: Any, raw: str | None) -> Any:
     """A str field takes the text as typed (``tag=007`` is "007", ``name=true`` is "true")."""
-    if target.tail or not _is_text(target.spec.type) or value is None or isinstance(value, (str, dict, list)):
+    if target.tail or scalar_type(target.spec.type) is not str or value is None or isinstance(value, (str, dict, list)):
         return value
     if raw is not None:
         return raw.strip()
@@ -172,25 +163,15 @@ def _str_as_typed(target: Target, value: Any, raw: str | None) -> Any:
 def _added_before(tree: dict, cls, target: Target) -> bool:
     """Whether ``target`` is an entry of a free-form mapping that an earlier key of this command line or
     file added (an entry of the mapping's defaults, verl's keys of its free-form sections, is not)."""
-    return bool(target.tail) and _holds(tree, target) and not _holds(value_tree(cls()), target)
-
-
-def _holds(tree: dict, target: Target) -> bool:
-    """Whether the free-form mapping at ``target.path`` already holds ``target.tail``."""
-    container = _select(tree, target.path)
-    for part in target.tail:
-        if not isinstance(container, dict) or part not in container:
-            return False
-        container = container[part]
-    return True
+    return bool(target.tail) and _holds(tree, target.key) and not _holds(cls().to_dict(), target.key)
 
 
 def _check_free_form(tree: dict, target: Target, add: bool) -> None:
     """Below a free-form mapping a plain ``key=value`` changes a key that is there; ``+`` adds one."""
     container = _select(tree, target.path)
     if container is None:
-        _put(tree, target.path, {})
-        container = _select(tree, target.path)
+        container = {}
+        _put(tree, target.path, container)
     for i, part in enumerate(target.tail):
         key = ".".join((target.path, *target.tail[:i + 1]))
         if not isinstance(container, dict):
@@ -227,11 +208,11 @@ def set_value(tree: dict, cls, target: Target, value: Any, *, raw: str | None = 
         raise _mismatch(target, value) from None
 
 
-def delete(tree: dict, defaults: dict, target: Target, key: str) -> None:
+def delete(tree: dict, cls, target: Target, key: str) -> None:
     """``~key``: a key below a free-form mapping is removed; a setting of the schema gets its default back."""
     if not target.tail:
         parent, _, name = target.path.rpartition(".")
-        _select(tree, parent)[name] = copy.deepcopy(_select(defaults, target.path))
+        _select(tree, parent)[name] = _select(cls().to_dict(), target.path)
         return
     container = _select(tree, ".".join((target.path, *target.tail[:-1])))
     if not isinstance(container, dict) or target.tail[-1] not in container:
@@ -239,7 +220,7 @@ def delete(tree: dict, defaults: dict, target: Target, key: str) -> None:
     del container[target.tail[-1]]
 
 
-def apply(tree: dict, cls, override, defaults: dict) -> None:
+def apply(tree: dict, cls, override) -> None:
     """One parsed command-line override (see `verl.config.overrides`)."""
     add = override.op != "set"
     target = locate(cls, override.key, " ('+' adds keys only below free-form dict fields)" if add else "")
@@ -250,7 +231,7 @@ def apply(tree: dict, cls, override, defaults: dict) -> None:
                           f"is already at {override.key}'); write {override.key}={value} to change it, or "
                           f"++{override.key}={value} to set it whether or not it is there")
     if override.op == "delete":
-        delete(tree, defaults, target, override.key)
+        delete(tree, cls, target, override.key)
     else:
         set_value(tree, cls, target, override.value, raw=override.raw, add=add)
 
@@ -271,7 +252,7 @@ def resolved(tree: dict, cls) -> dict:
     """Plain values with every ``${...}`` resolved (by OmegaConf) against the final tree; where an
     interpolation stood, the value it gave is typed as text for its field (``${oc.env:LR}`` is a float
     for a float field), since nothing typed it when it was set. Without any ``${...}``: the tree."""
-    if not _holds_interpolation(tree):
+    if not any(is_interpolation(leaf) for leaf in _leaves(tree)):
         return tree
     try:
         plain = OmegaConf.to_container(OmegaConf.create(tree), resolve=True)
@@ -286,11 +267,6 @@ def resolved(tree: dict, cls) -> dict:
     return plain
 
 
-def _holds_interpolation(value: Any) -> bool:
-    """Whether ``value``, or anything in it, is a ``${...}`` text."""
-    return any(is_interpolation(leaf) for leaf in _leaves(value))
-
-
 def _unresolved(key: str, text: str, detail: str) -> ConfigError:
     """The error of an interpolation at ``key`` (stored as ``text``) that does not resolve to a value."""
     return ConfigError(f"{key}={text}: cannot resolve the interpolation ({detail}); refer to an existing "
@@ -299,31 +275,23 @@ def _unresolved(key: str, text: str, detail: str) -> ConfigError:
 
 def _typed_leaf(value: Any, raw: Any, tp: Any, tree: dict, key: str) -> Any:
     """A field's resolved value: where its value, or an element of its list or dict, was an
-    interpolation, what it gave typed as text for the annotation there; the rest was typed when set."""
+    interpolation (``raw``), what it gave typed as text for the annotation there (`Any` below the
+    first level: kept as given); the rest was typed when set. A value the type does not take is an
+    error of the interpolation, as OmegaConf's typed nodes reported it."""
     if is_interpolation(raw):
-        return _typed_interpolation(value, raw, tp, tree, key)
+        try:
+            return text_value(value, tp)
+        except TextError as e:
+            raise _unresolved(key, _raw_text(tree, key), f"While dereferencing interpolation '{raw}': {e}") from None
     if isinstance(raw, list) and isinstance(value, list):
-        return [_typed_interpolation(v, r, element_type(tp), tree, f"{key}[{i}]") if is_interpolation(r) else v
-                for i, (v, r) in enumerate(zip(value, raw))]
+        return [_typed_leaf(v, r, element_type(tp), tree, f"{key}[{i}]") for i, (v, r) in enumerate(zip(value, raw))]
     if isinstance(raw, dict) and isinstance(value, dict):
-        return {k: _typed_interpolation(v, raw[k], element_type(tp), tree, f"{key}.{k}")
-                if is_interpolation(raw[k]) else v for k, v in value.items()}
+        return {k: _typed_leaf(v, raw[k], element_type(tp), tree, f"{key}.{k}") for k, v in value.items()}
     return value
 
 
-def _typed_interpolation(value: Any, raw: str, tp: Any, tree: dict, key: str) -> Any:
-    """What the interpolation ``raw`` at ``key`` gave, typed as text for ``tp``; a value the type does not
-    take is an error of the interpolation, as OmegaConf's typed nodes reported it."""
-    try:
-        return text_value(value, tp)
-    except TextError as e:
-        raise _unresolved(key, _raw_text(tree, key), f"While dereferencing interpolation '{raw}': {e}") from None
-
-
 def _raw_text(tree: dict, key: str) -> str:
-    """The ``${...}`` text stored at ``key``, unresolved."""
-    parent, _, leaf = key.rpartition(".")
-    container = _select(tree, parent)
-    if not isinstance(container, dict) or leaf not in container:  # the best we can do is the key alone
-        return "?"
-    return str(container[leaf])
+    """The ``${...}`` text stored at ``key``, unresolved; "?" where the tree has no such key (an element
+    of a list, ``key[0]``): the best we can do is the key alone."""
+    text = _select(tree, key, _ABSENT)
+    return "?" if text is _ABSENT else str(text)

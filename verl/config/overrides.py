@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl.config.key_errors import BACKEND_SECTIONS, BACKENDS, backend_key_error
 from verl.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -95,8 +96,6 @@ def parse_override(arg: str) -> Override:
 def group_choice(override: Override) -> None:
     """``group@package=choice``: verl's config groups pick a backend. FSDP is the one that runs here."""
     choice = str(override.value)
-    from verl.config.key_errors import BACKENDS
-
     # verl's choices of the other backends carry its config name: megatron_actor, mlite_actor, ...
     backend = next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
     if backend is not None:
@@ -112,8 +111,6 @@ def group_choice(override: Override) -> None:
 def backend_first(overrides: Sequence[Override]) -> None:
     """Refuse a launch of another backend on its backend, whatever key comes first: a Megatron script
     also sets keys unknown here, and "unknown key optim.min_lr" would hide the real reason."""
-    from verl.config.key_errors import BACKEND_SECTIONS, backend_key_error
-
     for override in overrides:
         if override.package is not None:
             group_choice(override)
@@ -149,23 +146,19 @@ def split_config_file(args: Sequence[str]) -> tuple[str | None, list[str]]:
 
     ``--config-name ppo_trainer`` without a path names verl's default config, which is this project's
     default too; a Megatron config name is refused."""
-    path, config_dir, config_name, rest = None, None, None, []
+    given: dict[str, str | None] = dict.fromkeys((CONFIG_FILE_FLAG, CONFIG_PATH_FLAG, CONFIG_NAME_FLAG))
+    rest = []
     i = 0
     while i < len(args):
-        for flag in (CONFIG_FILE_FLAG, CONFIG_PATH_FLAG, CONFIG_NAME_FLAG):
+        for flag in given:
             value, j = _flag_value(args, i, flag)
             if value is not None:
-                if flag == CONFIG_FILE_FLAG:
-                    path = value
-                elif flag == CONFIG_PATH_FLAG:
-                    config_dir = value
-                else:
-                    config_name = value
-                i = j
+                given[flag], i = value, j
                 break
         else:
             rest.append(args[i])
             i += 1
+    path, config_dir, config_name = given.values()
     if config_name is not None:
         stem = Path(config_name).stem if config_name.endswith((".yaml", ".yml")) else config_name
         if "megatron" in stem.lower():

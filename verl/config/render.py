@@ -25,7 +25,7 @@ def render_yaml(node, header: str = "") -> str:
     """
     lines = [f"# {line}" if line else "#" for line in header.splitlines()]
     for entry in walk(node):
-        indent = 2 * entry.depth
+        indent = 2 * entry.key.count(".")  # two spaces a level
         pad = " " * indent
         if indent == 0 and lines:
             lines.append("")

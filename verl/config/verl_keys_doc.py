@@ -7,22 +7,13 @@ from __future__ import annotations
 from collections import defaultdict
 
 from verl.config.coerce import is_dict_type
-from verl.config.verl_rules import Rule, rule_of
-from verl.config.fields import walk
-from verl.config.node import ConfigNode
+from verl.config.verl_rules import Rule, rules
 
 _SHORT = {"actor_rollout_ref.": ""}  # actor, ref, rollout, model stand for actor_rollout_ref.*
 
 
-def _rules(node: ConfigNode):
-    """(dotted key, rule) for every verl_option of the tree, `.*` marking a free-form mapping."""
-    for entry in walk(node):
-        rule = rule_of(entry.spec)
-        if rule is not None:
-            yield entry.key + (".*" if is_dict_type(entry.spec.type) else ""), rule
-
-
 def _short(key: str) -> str:
+    """The key as the tables show it: `actor.x` for `actor_rollout_ref.actor.x`."""
     for long, short in _SHORT.items():
         if key.startswith(long):
             return short + key[len(long):]
@@ -71,12 +62,13 @@ def render_verl_keys() -> str:
 
     refused: dict[tuple[str, str], list[str]] = defaultdict(list)
     inert: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for key, rule in _rules(TrainerConfig()):
+    for entry, rule in rules(TrainerConfig()):
+        key = _short(entry.key + (".*" if is_dict_type(entry.spec.type) else ""))
         if rule.refuse_if is not None:
-            refused[(rule.when or "other values", _reason(rule))].append(_short(key))
+            refused[(rule.when or "other values", _reason(rule))].append(key)
         elif rule.inert or rule.warn_if is not None:
             when = _warn_when(rule.when) if rule.warn_if is not None else ""
-            inert[(when, _reason(rule))].append(_short(key))
+            inert[(when, _reason(rule))].append(key)
     lines = ["# verl keys refused, or accepted without effect", "",
              "Generated from the schema (`python -m verl.config verl-keys > docs/config_verl_keys.md`; a unit test "
              "checks it is current). How verl's keys are read here: [config.md](config.md). `actor`, `ref`, "

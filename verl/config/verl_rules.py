@@ -25,7 +25,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from verl.config.fields import walk
+from verl.config.fields import Entry, walk
 from verl.config.key_errors import BACKENDS
 from verl.config.node import MISSING, ConfigNode, option
 from verl.config.yaml_text import format_flow
@@ -116,40 +116,36 @@ def strategy_option(help: str, default: str = "fsdp") -> Any:
                        when="for anything but fsdp / fsdp2", instead=FSDP_INSTEAD)
 
 
-def rule_of(spec) -> Rule | None:
-    """The rule of a field declared with `verl_option` (a FieldSpec), else None."""
-    return spec.metadata.get("verl_rule") if spec.node_type is None else None
-
-
 class Section(ConfigNode):
     """Base of the trainer's sections: applies the `verl_option` rules as values are set. (Keys of
     other backends' sections, actor.megatron.* and the like, are refused by `unknown_key_error`.)"""
 
-    def _check(self, spec, value, *args, **kwargs):
-        rule = rule_of(spec)
+    def _check(self, spec, value):
+        rule = spec.metadata.get("verl_rule")
         if rule is not None and rule.normalize is not None:
             value = rule.normalize(value)
-        value = super()._check(spec, value, *args, **kwargs)
+        value = super()._check(spec, value)
         if rule is not None and rule.refuse_if is not None and rule.refuse_if(value):
             raise rule.refusal(self._path(spec.name), value)
         return value
 
 
 # ------------------------------------------------------------------ checks at validate()
-def _rules(cfg: ConfigNode) -> Iterator[tuple[ConfigNode, str, Rule, Any]]:
-    """(section, field name, rule, value) of every verl_option below ``cfg``."""
-    for entry in walk(cfg):
-        rule = rule_of(entry.spec)
+def rules(node: ConfigNode) -> Iterator[tuple[Entry, Rule]]:
+    """The walk's entry and the rule of every field declared with `verl_option` below ``node``
+    (`validate()` checks them, the table of verl's keys lists them)."""
+    for entry in walk(node):
+        rule = entry.spec.metadata.get("verl_rule")
         if rule is not None:
-            name = entry.spec.name
-            yield entry.owner, name, rule, getattr(entry.owner, name)
+            yield entry, rule
 
 
 def check(cfg: ConfigNode) -> None:
     """Refuse what a free-form value changed in place asks for, and log one warning per key whose
     value asks for something not done here. Called by `validate()`."""
-    for node, name, rule, value in _rules(cfg):
-        if rule.refuse_if is not None and rule.refuse_if(value):
-            raise rule.refusal(node._path(name), value)
-        if rule.warn_if is not None and rule.warn_if(value):
-            logger.warning(rule.warning(node._path(name), value))
+    for entry, rule in rules(cfg):
+        key = entry.owner._path(entry.spec.name)
+        if rule.refuse_if is not None and rule.refuse_if(entry.value):
+            raise rule.refusal(key, entry.value)
+        if rule.warn_if is not None and rule.warn_if(entry.value):
+            logger.warning(rule.warning(key, entry.value))

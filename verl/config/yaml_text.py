@@ -11,7 +11,9 @@ import functools
 import os
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
+from omegaconf._utils import get_omega_conf_dumper, get_yaml_loader
 from omegaconf.errors import OmegaConfBaseException
 
 from verl.errors import ConfigError
@@ -20,8 +22,6 @@ from verl.errors import ConfigError
 def read_yaml(source: str | os.PathLike) -> dict:
     """A mapping from a YAML file path or YAML text (OmegaConf's loader: ``1e-4`` is a float);
     ``${...}`` stays text, to resolve once everything is applied. An empty document is ``{}``."""
-    import yaml
-
     text, where = source, "text"
     if isinstance(source, os.PathLike) or ("\n" not in source and os.path.isfile(source)):
         with open(source, encoding="utf-8") as f:
@@ -45,9 +45,6 @@ def to_yaml(data: dict) -> str:
     """Block YAML of plain data (OmegaConf's writer: strings that would read back as something else
     are quoted); `read_yaml` reads it back equal. What ``OmegaConf.to_yaml`` writes, without building
     a DictConfig of the data first (half its time)."""
-    import yaml
-    from omegaconf._utils import get_omega_conf_dumper
-
     return yaml.dump(data, Dumper=get_omega_conf_dumper(), default_flow_style=False, allow_unicode=True,
                      sort_keys=False)
 
@@ -55,8 +52,6 @@ def to_yaml(data: dict) -> str:
 def format_flow(value: Any) -> str:
     """One-line YAML for ``value`` (an override's value side, a default in the commented YAML) that
     OmegaConf's loader reads back as an equal value."""
-    import yaml
-
     # A one-element flow list, brackets dropped: the scalar quoting without an end-of-document marker.
     text = yaml.dump([value], Dumper=_flow_dumper(), default_flow_style=True, width=float("inf"),
                      allow_unicode=True).strip()
@@ -67,7 +62,4 @@ def format_flow(value: Any) -> str:
 def _flow_dumper():
     """A dumper that quotes a string exactly when OmegaConf's loader would read it as something else
     (``'1e-4'``, ``'yes'``, ``'null'``), and leaves keys such as ``n`` plain, as Hydra's grammar needs."""
-    import yaml
-    from omegaconf._utils import get_yaml_loader
-
     return type("FlowDumper", (yaml.SafeDumper,), {"yaml_implicit_resolvers": get_yaml_loader().yaml_implicit_resolvers})
