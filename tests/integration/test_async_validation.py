@@ -27,7 +27,7 @@ def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_
     # (a learning rate at which 3 steps move what validation measures: at 1e-2 they do not)
     keys = (*GRPO, *ONE_STEP_OFF, "async_training.trigger_parameter_sync_step=2", "actor_rollout_ref.actor.optim.lr=0.1",
             "trainer.test_freq=2")
-    runs, order = {}, {}
+    runs, order, rollout_gen = {}, {}, {}
     for trainer_validates in (True, False):
         out = tmp_path / str(trainer_validates)
         run_plain(run_args(tiny_model_dir, data_dir, out, *keys,
@@ -35,6 +35,10 @@ def test_the_rollout_validates_with_the_trainers_weights_while_the_trainer_goes_
         runs[trainer_validates] = computed(out)
         lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         order[trainer_validates] = [(row["step"], any(k.startswith("val-") for k in row)) for row in lines]
+        rollout_gen[trainer_validates] = [row.get("timing_s/validate_gen") for row in lines
+                                          if any(k.startswith("val-") for k in row)]
+    # the rollout's seconds generating each validation are logged with it (the trainer's own: timing_s/validate)
+    assert rollout_gen[True] == [None] * 3 and len(rollout_gen[False]) == 3 and all(s > 0 for s in rollout_gen[False])
     moved = [k for k in runs[True][0] if k.startswith("val") and runs[True][3][k] != runs[True][0][k]]
     assert moved, "validation measures the 3 updates"
     assert_same_metrics(runs[True], runs[False])

@@ -314,9 +314,10 @@ class AsyncRollouts:
                                    each_prompt=self.streaming)
         self.fill()  # the publish above may let more requests out
 
-    def finished_validations(self, wait: bool) -> list[tuple[int, list]]:
-        """``[(step, [(kind, n, batch), ...])]``: the validations whose answers are all in (``wait``: every open
-        one, waiting for them), in step order, each batch in its request's order; on every rank (rank 0's,
+    def finished_validations(self, wait: bool) -> list[tuple[int, list, float]]:
+        """``[(step, [(kind, n, batch), ...], gen_seconds)]``: the validations whose answers are all in
+        (``wait``: every open one, waiting for them), in step order, each batch in its request's order, with
+        the seconds the rollout spent generating them (summed over its processes); on every rank (rank 0's,
         broadcast)."""
         finished = []
         if self.stream is not None:
@@ -328,10 +329,12 @@ class AsyncRollouts:
                 if len(self._answers_of(vid)) < expected:
                     break  # answers come in order: the later ones are not in either
                 del self.validations[vid]
-                finished.append((step, [(kind, n, batch) for (kind, n), batch in zip(kinds, self._batches_of(vid))]))
+                gen_seconds = sum(answer.gen_seconds for answer in self._answers_of(vid))
+                finished.append((step, [(kind, n, batch) for (kind, n), batch in zip(kinds, self._batches_of(vid))],
+                                 gen_seconds))
         if self.trainer.distributed:
             finished = broadcast_object(finished if self.stream is not None else None)
-            for step, _ in finished:
+            for step, _, _ in finished:
                 self.validations.pop(VALIDATION - step, None)
         return finished
 

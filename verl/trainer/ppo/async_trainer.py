@@ -160,10 +160,11 @@ class AsyncRLTrainer(RLTrainer):
 
     def _record_validations(self, wait: bool) -> None:
         """Score and record the validations whose answers are in (``wait``: every one still open)."""
-        for step, answers in self.rollouts.finished_validations(wait):
+        for step, answers, gen_seconds in self.rollouts.finished_validations(wait):
             start = time.perf_counter()
             generations = self.generations_wanted()
             metrics = validation_metrics(self.actor_rollout_ref, self.reward, answers, generations)
+            metrics["timing_s/validate_gen"] = gen_seconds  # the rollout's, beside the trainer's timing_s/validate
             self.stage_seconds["validate"] += time.perf_counter() - start
             self.record_validation(step, metrics, generations)
             self.tracker.arrived(step)
