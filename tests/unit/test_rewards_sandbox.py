@@ -212,6 +212,28 @@ def test_endless_output_is_capped():
     assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
 
 
+@pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
+def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounded_number_of_parses(calls,
+                                                                                                  monkeypatch):
+    """4 MiB of tiny lines written to the results pipe (every fd) once cost the trainer a parse per
+    line, ~470,000 of them and 2 s of its CPU per run; now at most two per call plus a fixed slack,
+    and the program only loses its own results."""
+    from verl.rewards import sandbox_results
+
+    scans, scan = [], sandbox_results._scan
+    monkeypatch.setattr(sandbox_results, "_scan", lambda *args: scans.append(1) or scan(*args))
+    flood = ("import os\njunk = b'{\"i\": 0}\\n' * (1 << 16)\nfor fd in range(3, 64):\n    try:\n"
+             "        for _ in range(8):\n            os.write(fd, junk)\n    except OSError:\n        pass\n"
+             "def add(a, b):\n    return a + b\n")
+    result = run_python(flood, calls=calls, limits=SandboxLimits(audit_hook=False))
+    assert result.status == "ok" and len(result.results) == len(calls)
+    assert 1 <= len(scans) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
+    # an honest run's results all come back (the report, a line per call, the empty end)
+    scans.clear()
+    honest = run_python("def add(a, b):\n    return a + b\n", calls=calls)
+    assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
+
+
 def test_score_batch_returns_for_a_batch_of_hostile_programs(run_uids):
     good = "a, b = map(int, input().split())\nprint(a + b)\n"
     hostile = ["while True:\n    pass\n", FORK_BOMB, "x = bytearray(10**11)\n",
