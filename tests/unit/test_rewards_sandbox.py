@@ -234,6 +234,44 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
     assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
 
 
+def test_a_flood_of_short_output_lines_is_compared_without_splitting_it():
+    """4 MiB of two-letter lines on stdout once built ~1.4 million strings (~110 MiB) in the
+    trainer for each run before failing the comparison."""
+    import tracemalloc
+
+    flood = "import sys\nsys.stdout.write('\\nab' * (4 * 2**20 // 3 - 10))\n"
+    tracemalloc.start()
+    try:
+        score = compute_score("code", flood, SUM_TESTS, EXTRA)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert score["score"] == 0.0 and score["status"] == "wrong_answer"
+    assert peak < 32 * 2**20  # ~8 MiB: the output itself, once as bytes and once as str
+
+
+def test_output_comparison_is_the_line_by_line_one_for_every_kind_of_line_break():
+    import random
+
+    from verl.rewards.scorers.code import _same_output
+
+    def reference(actual, expected):
+        def norm(text):
+            return [line.rstrip() for line in text.rstrip().splitlines()]
+        return norm(actual) == norm(expected)
+
+    pieces = ["a", "b", " ", "\t", "\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x1f", "\x85",
+              "\u2028", "\u2029", "\xa0", "\u3000"]
+    rng, equal = random.Random(0), 0
+    for _ in range(20_000):
+        expected = "".join(rng.choices(pieces, k=rng.randint(0, 8)))
+        actual = (expected + "".join(rng.choices(pieces[2:], k=rng.randint(0, 3))) if rng.random() < 0.5
+                  else "".join(rng.choices(pieces, k=rng.randint(0, 8))))
+        assert _same_output(actual, expected) == reference(actual, expected), (actual, expected)
+        equal += reference(actual, expected)
+    assert 5_000 < equal < 19_000  # both outcomes were exercised
+
+
 def test_score_batch_returns_for_a_batch_of_hostile_programs(run_uids):
     good = "a, b = map(int, input().split())\nprint(a + b)\n"
     hostile = ["while True:\n    pass\n", FORK_BOMB, "x = bytearray(10**11)\n",
