@@ -189,6 +189,17 @@ def escaped(stdout):
     for line in stdout.splitlines():
         if line.startswith("WORKDIR ") and os.path.lexists(line[8:]):
             found.append("left " + line[8:] + " behind")
+        if line.startswith("PID "):  # the program's pid as it saw it (in a pid namespace, not this one's)
+            try:
+                with open("/proc/%s/stat" % line[4:]) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open("/proc/%s/cmdline" % line[4:], "rb") as f:
+                    sandboxed = b"<verl-sandbox>" in f.read()
+            except (OSError, IndexError):
+                continue
+            if sandboxed and state not in "ZX":
+                found.append("left process %s running (%s) after the run" % (line[4:], state))
+                os.kill(int(line[4:]), signal.SIGKILL)
     found += received
     received.clear()
     with open(shm) as f:

@@ -320,6 +320,15 @@ os.chmod(".", 0o500)
 print("WORKDIR", os.getcwd())
 """
 
+# Out of the run's process group, which the trainer kills at the end (a plain user's weak mode has
+# no pid namespace and no own uid to end it otherwise): the driver looks for the process afterwards.
+LEAVE_THE_GROUP = r"""
+import os, time
+print("PID", os.getpid(), flush=True)
+os.setsid()
+time.sleep(30)
+"""
+
 ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "hook_disabled_by_recursion_error": STEAL_HOOK_FRAMES_BY_RECURSION + SMASH_STOLEN + ESCAPES,
     "hook_state_via_signal_frames": STEAL_HOOK_FRAMES_BY_SIGNAL + SMASH_STOLEN + ESCAPES,
@@ -360,6 +369,7 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "parent_stages": PARENT_STAGES,
     "limits_threads_fork_and_mappings": RESOURCES,
     "cleanup_follows_no_link": CLEANUP_LINKS,
+    "leave_the_process_group": LEAVE_THE_GROUP,
     "chmod_0_leaves_folder": ("import os\nstart = os.getcwd()\npath = start\nfor i in range(100):\n"
                               "    path += '/d'\n    os.mkdir(path)\n    open(path + '/f', 'w').write('x')\n"
                               "for i in range(100):\n    if i % 30 == 0:\n        os.chmod(path, 0)\n"
@@ -369,10 +379,12 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
                    "limits_threads_fork_and_mappings", "cleanup_follows_no_link", "dup2_file_onto_stdout",
-                   "sub_interpreter", "host_shm", "keyring", "readline_history_outside", "sqlite_attach_outside", "renamed_extension_sub_interpreter", "open_raced_by_a_lease"} | {
+                   "sub_interpreter", "host_shm", "keyring", "readline_history_outside", "sqlite_attach_outside",
+                   "renamed_extension_sub_interpreter", "open_raced_by_a_lease"} | {
                    "syscall_" + name for name in SYSCALLS_KILLED}
 # The system-call filter kills these with or without the hook (native code passes the hook):
-BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock"} | {  # fifo: mknodat
+BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock",  # fifo: mknodat
+                      "leave_the_process_group"} | {
                       "syscall_" + name for name in SYSCALLS_KILLED}
 # Run a third time without the filter too: the layers below it (own keyring, namespaces, noexec) hold alone.
 NO_SECCOMP_ATTACKS = ("keyring", "native_code_via_workdir", "host_shm", "device_nodes")
@@ -381,6 +393,7 @@ NATIVE = ("native_code_via_memfd", "native_code_via_workdir")
 # and these the audit hook refuses (with the hook off they would escape: that is weak isolation).
 WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritten", "chmod_0_leaves_folder",
                      "parent_stages", "limits_threads_fork_and_mappings", "cleanup_follows_no_link",
+                     "leave_the_process_group",
                      "keyring", "native_code_via_memfd", "native_code_via_workdir", "fifo_in_run_lock",
                      "readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
                      "open_raced_by_a_timer", *("syscall_" + name for name in SYSCALLS_KILLED))

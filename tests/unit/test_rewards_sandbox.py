@@ -132,7 +132,8 @@ def test_background_grandchild_that_left_the_process_group_is_killed_when_the_ru
                                                                                        run_uids):
     # Forking is allowed here on purpose: the grandchild starts its own session, so killing the
     # process group misses it. The pid namespace's end kills it; without namespaces only the sweep
-    # of the run's uid can reach it.
+    # of the run's uid can reach it. The filter kills setsid (the escape tests check that); it is
+    # off here so that these layers are tested alone.
     monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
     monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
     code = ("import os, time\n"
@@ -144,7 +145,7 @@ def test_background_grandchild_that_left_the_process_group_is_killed_when_the_ru
             "    os._exit(0)\n"
             "os.wait()\n"
             "time.sleep(0.2)\n")
-    result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False,
+    result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False, seccomp=False,
                                                               max_processes=4)), "own_uid")
     assert result.status == "ok", result.stderr
     assert result.layers["pid_namespace"] is namespaces
