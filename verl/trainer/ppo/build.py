@@ -188,7 +188,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if config.async_training.enable:
         prepare_async(config)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
-    out_dir = Path(trainer_cfg.default_local_dir)
+    out_dir = Path(trainer_cfg.default_local_dir).expanduser()  # '~/runs/x' quoted: not a folder named ~
     if is_main_process():
         check_output_dir(out_dir, "trainer.default_local_dir")  # before any model loads
 
