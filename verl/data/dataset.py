@@ -43,6 +43,19 @@ def json_object(value: Any) -> Any:
     return value
 
 
+def json_messages(prompt: Any) -> Any:
+    """Chat messages written as JSON text (a CSV cell, a column json.dumps'd before writing) read as the
+    messages: as text the model would be prompted with the JSON itself. Any other prompt as it is."""
+    if isinstance(prompt, str) and prompt.lstrip().startswith("[{"):
+        try:
+            parsed = json.loads(prompt)
+        except ValueError:
+            return prompt
+        if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
+            return parsed
+    return prompt
+
+
 def ground_truth_of(row: dict) -> Any:
     """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
     ``solution`` column, else (conversational rows) the final assistant message. A ``reward_model``
@@ -239,7 +252,7 @@ class RLDataset(Dataset):
         prompts = []
         for i, row in enumerate(rows):
             try:
-                prompts.append(self.prompt_of(row))
+                prompts.append(json_messages(self.prompt_of(row)))
             except DataError as e:
                 raise DataError(f"row {i}: {e}") from e
         all_ids = self._tokenize(prompts)
