@@ -108,3 +108,14 @@ def test_a_utf16_file_is_named_as_utf16_not_as_invalid_json(tmp_path, encoding):
         with pytest.raises(DataError, match=rf"{name} \(from `data.train_files`\) is UTF-16 text, not UTF-8; .*save "
                                             r"it as UTF-8"):
             read_rows(path)
+
+
+def test_the_files_both_train_and_val_read_are_found_under_any_spelling(tmp_path, monkeypatch):
+    from verl.data.io import files_read_by_both
+
+    monkeypatch.chdir(tmp_path)
+    train = write_jsonl(ROWS, tmp_path / "train.jsonl")
+    test = write_jsonl(ROWS, tmp_path / "test.jsonl")
+    assert files_read_by_both(str(train), ["./train.jsonl"]) == [str(train.resolve())]
+    assert files_read_by_both("train*.jsonl", [str(test)]) == []
+    assert files_read_by_both(str(train), None) == [] and files_read_by_both(str(train), "org/dataset") == []

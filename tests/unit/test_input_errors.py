@@ -309,3 +309,28 @@ def test_exact_match_takes_a_whole_float_answer_as_the_integer_it_is():
     assert exact_match("exact_match", "3.0", 3.0) == 1.0
     assert exact_match("exact_match", "3", 3.5) == 0.0
     assert exact_match("exact_match", "3", "3.0") == 0.0  # text is compared as written
+
+
+def test_a_relative_model_path_that_is_not_here_names_the_current_folder(tmp_path, monkeypatch):
+    """'models/tiny' from another folder was read as a hub id, and the message spoke of the hub only."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match=rf"'models/tiny' .*it is not a local folder \(a relative path is read "
+                                             rf"from the current folder, {tmp_path}: no models/tiny there\)"):
+        loading.load_tokenizer("models/tiny")
+
+
+def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are_scored():
+    """Before: np.array(0.5) stopped the run as 'not a number', and exact_match compared the response with
+    str(['2', 'two']), so a row listing its accepted answers scored 0 whatever the model wrote."""
+    import numpy as np
+
+    from verl.rewards.manager import as_score
+    from verl.rewards.scorers import exact_match
+
+    assert [as_score(v, "f", 0)[0] for v in (np.array(0.5), np.array([1.0]), torch.tensor([2.0]))] == [0.5, 1.0, 2.0]
+    with pytest.raises(ValueError, match=r"returned array\(\[1., 2.\]\) \(ndarray\) for sample 0"):
+        as_score(np.array([1.0, 2.0]), "f", 0)
+    assert exact_match("exact_match", "two", ["2", "two"]) == 1.0
+    assert exact_match("exact_match", "3", [3.0]) == 1.0
+    assert exact_match("exact_match", "2", []) == 0.0

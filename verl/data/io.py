@@ -64,6 +64,19 @@ def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike], config_key
     return out
 
 
+def files_read_by_both(train_files, val_files) -> list[str]:
+    """The local files that ``data.train_files`` and ``data.val_files`` both name (hub ids and patterns that
+    match nothing are left out: their reading says what is wrong with them)."""
+    def resolved(files, key):
+        try:
+            return {str(p.resolve()) for p in _as_paths(files, key) if p.is_file()}
+        except DataError:
+            return set()
+    if train_files is None or val_files is None:
+        return []
+    return sorted(resolved(train_files, "data.train_files") & resolved(val_files, "data.val_files"))
+
+
 def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
               config_key: str = "data.train_files") -> list[dict]:
     """All rows of one file or of several files, concatenated in order.
