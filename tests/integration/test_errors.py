@@ -162,3 +162,23 @@ def test_a_reward_that_scores_every_sample_alike_is_said_after_the_first_five_st
     warned = [r.getMessage() for r in caplog.records if "every sample scored" in r.getMessage()]
     assert len(warned) == 1 and warned[0].startswith("steps 1-5: every sample scored 0.25"), warned
 
+
+
+def test_an_output_folder_under_home_is_written_there_and_validating_on_the_train_file_is_said(
+        tiny_model_dir, tmp_path, capsys, caplog, monkeypatch):
+    """`trainer.default_local_dir='~/runs/x'` (quoted, as the override grammar asks): before, the run wrote
+    its checkpoints and model to ./~/runs/x of the current folder. data.val_files naming the training file
+    (under another spelling here) went without a word."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    args = [a for a in _small_run(tiny_model_dir, tmp_path, _rows()) if not a.startswith("trainer.default_local_dir")]
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.build"):
+        code, err = run_main([*args, "trainer.default_local_dir='~/runs/x'", "trainer.total_training_steps=1",
+                              "sft_warmstart.enable=false", "data.val_files=./t.parquet"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "home" / "runs" / "x" / "huggingface" / "config.json").is_file()
+    assert not (tmp_path / "~").exists()
+    warned = [r.getMessage() for r in caplog.records if "both read" in r.getMessage()]
+    assert warned == [f"data.val_files and data.train_files both read {tmp_path.resolve() / 't.parquet'}: validation "
+                      f"then scores prompts the policy trains on, which shows memorising more than learning; give "
+                      f"held-out rows (e.g. the test split) as data.val_files"]

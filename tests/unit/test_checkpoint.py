@@ -127,7 +127,7 @@ def test_resume_path_follows_the_resume_mode(tmp_path):
     with pytest.raises(VerlError, match="needs trainer.resume_from_path"):
         manager.resume_path(trainer)
     trainer.resume_from_path = str(tmp_path / "global_step_9")
-    with pytest.raises(VerlError, match="holds no checkpoint"):
+    with pytest.raises(VerlError, match="global_step_9 does not exist; give a global_step_N folder"):
         manager.resume_path(trainer)
     trainer.resume_from_path = str(tmp_path / "global_step_3")
     assert manager.resume_path(trainer) == tmp_path / "global_step_3"

@@ -198,3 +198,31 @@ def test_a_model_name_or_nothing_in_place_of_the_tokenizer_names_how_to_load_one
     with pytest.raises(DataError, match=r"RLDataset needs a loaded tokenizer as its second argument, got "
                                         rf"{given!r}; load it first: tokenizer = verl\.models\.loading\.load_tokenizer"):
         RLDataset(path, given)  # before: AttributeError: 'str' object has no attribute 'chat_template'
+
+
+def test_an_extra_info_column_of_json_text_reaches_the_reward_function_as_a_dict(tmp_path, tokenizer):
+    """Before, the reward function got the text, and its extra_info.get(...) raised AttributeError at the
+    first step, after the models had loaded."""
+    path = tmp_path / "d.csv"
+    path.write_text('prompt,data_source,ground_truth,extra_info\n1+1=,arith,2,"{""split"": ""train"", ""index"": 0}"\n'
+                    '2+2=,arith,4,plain text\n')
+    ds = RLDataset(str(path), tokenizer)
+    assert [ds[0]["extra_info"], ds[1]["extra_info"]] == [{"split": "train", "index": 0}, "plain text"]
+
+
+def test_a_prompt_of_chat_messages_written_as_json_text_is_read_as_the_messages(tmp_path, tokenizer):
+    """A CSV cell, or a column json.dumps'd before writing to parquet. Before, the model was prompted with the
+    JSON text itself ('[{"role": "user", ...}]' as one user message), without a word."""
+    import json
+
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1="}]
+    path = write_parquet([{"prompt": json.dumps(messages), "data_source": "arith", "ground_truth": "2"},
+                          {"prompt": "[{not json", "data_source": "arith", "ground_truth": "2"}], tmp_path / "d.parquet")
+    ds = RLDataset(str(path), tokenizer)
+    assert ds[0]["raw_prompt"] == messages
+    assert ds[0]["input_ids"] == RLDataset(write_parquet([{"prompt": messages}], tmp_path / "m.parquet"),
+                                           tokenizer)[0]["input_ids"]
+    assert ds[1]["raw_prompt"] == "[{not json"  # text that only looks like it stays text
+    sharegpt = write_parquet([{"prompt": json.dumps([{"from": "human", "value": "1+1="}])}], tmp_path / "s.parquet")
+    with pytest.raises(DataError, match=r"ShareGPT's \{from, value\} turns"):
+        RLDataset(str(sharegpt), tokenizer)

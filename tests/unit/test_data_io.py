@@ -95,3 +95,27 @@ def test_a_byte_order_mark_from_a_windows_editor_or_excel_is_not_part_of_the_fir
     (tmp_path / "bad.jsonl").write_text('{"a": 1}\n{broken\n')
     with pytest.raises(DataError, match=r"bad\.jsonl \(from `data\.val_files`\), line 2: invalid JSON"):
         read_rows(tmp_path / "bad.jsonl", config_key="data.val_files")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16"])
+def test_a_utf16_file_is_named_as_utf16_not_as_invalid_json(tmp_path, encoding):
+    """Windows' "Unicode" and PowerShell's `>` write UTF-16. Without its byte order mark every other byte
+    is NUL and was read as UTF-8: "line 1: invalid JSON: Expecting property name ...", or a CSV whose
+    header was not its columns."""
+    for name, text in (("d.jsonl", '{"prompt": "1+1="}\n'), ("d.csv", "prompt,answer\n1+1=,2\n")):
+        path = tmp_path / name
+        path.write_bytes(text.encode(encoding))
+        with pytest.raises(DataError, match=rf"{name} \(from `data.train_files`\) is UTF-16 text, not UTF-8; .*save "
+                                            r"it as UTF-8"):
+            read_rows(path)
+
+
+def test_the_files_both_train_and_val_read_are_found_under_any_spelling(tmp_path, monkeypatch):
+    from verl.data.io import files_read_by_both
+
+    monkeypatch.chdir(tmp_path)
+    train = write_jsonl(ROWS, tmp_path / "train.jsonl")
+    test = write_jsonl(ROWS, tmp_path / "test.jsonl")
+    assert files_read_by_both(str(train), ["./train.jsonl"]) == [str(train.resolve())]
+    assert files_read_by_both("train*.jsonl", [str(test)]) == []
+    assert files_read_by_both(str(train), None) == [] and files_read_by_both(str(train), "org/dataset") == []

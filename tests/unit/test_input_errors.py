@@ -253,3 +253,84 @@ def test_a_token_budget_below_the_longest_sample_is_said_once_naming_each_budget
         "gpu=1024 are below the longest sample, data.max_prompt_length + data.max_response_length = 1536 tokens")
     assert "raise them to at least 1536" in messages[0]
 
+
+
+def test_a_model_path_at_a_lora_adapter_names_its_base_model_and_the_adapter_key(tmp_path):
+    """Before: 'it holds no config.json. Give the folder that holds config.json and the weights'."""
+    adapter = tmp_path / "my-lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "Qwen/Qwen2-0.5B", "peft_type": "LORA"}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match=rf"holds a LoRA adapter \(adapter_config.json\), not a model: set "
+                                             rf"`actor_rollout_ref.model.path=Qwen/Qwen2-0.5B` and "
+                                             rf"`actor_rollout_ref.model.lora_adapter_path={adapter}`"):
+        loading.load_tokenizer(str(adapter))
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("trainer.logger=[console,wandbb]", "unknown logger 'wandbb' in trainer.logger=[console, wandbb]; did you mean "
+                                        "'wandb'? choose from console, jsonl, tensorboard, wandb"),
+    ("trainer.logger='console,wandb'", "trainer.logger='console,wandb' is one name holding commas; write a list: "
+                                       "trainer.logger=[console,wandb]"),
+    ("logger.type=tensorbord", "unknown logger 'tensorbord' in logger.type=tensorbord; did you mean 'tensorboard'?"),
+])
+def test_a_misspelt_logger_is_refused_with_the_config_not_after_the_data_loads(arg, message):
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig.from_cli([arg]).validate()
+    assert message in str(info.value)
+    TrainerConfig.from_cli(["trainer.logger=console"]).validate()  # one name, as verl also takes it
+    TrainerConfig.from_cli(["trainer.logger=[console,mlflow]"]).validate()  # verl's: refused by name at the start
+
+
+@pytest.mark.parametrize("args, why", [
+    (["data.train_files=t.parquet"], "no data.val_files is given"),
+    (["data.train_files=t.parquet", "data.val_files=v.parquet", "trainer.val_before_train=false"],
+     "trainer.val_before_train=false"),
+])
+def test_zero_training_steps_with_nothing_to_validate_is_refused(args, why):
+    """Before: the run loaded the models, trained no step, exported the model it was given and ended with 0."""
+    from verl.config import ConfigError, TrainerConfig
+
+    with pytest.raises(ConfigError, match=rf"trainer.total_training_steps=0 trains no step \(it only validates\), "
+                                          rf"and {why}: the run would do nothing"):
+        TrainerConfig.from_cli(["trainer.total_training_steps=0", *args]).validate()
+    TrainerConfig.from_cli(["trainer.total_training_steps=0", "data.train_files=t.parquet",
+                            "data.val_files=v.parquet"]).validate()  # verl's val_only
+
+
+def test_exact_match_takes_a_whole_float_answer_as_the_integer_it_is():
+    """pandas stores an integer column with a gap as float64: 3.0 never matched the response "3", so every
+    row scored 0 without a word."""
+    from verl.rewards.scorers import exact_match
+
+    assert exact_match("exact_match", " 3\n", 3.0) == 1.0
+    assert exact_match("exact_match", "3.0", 3.0) == 1.0
+    assert exact_match("exact_match", "3", 3.5) == 0.0
+    assert exact_match("exact_match", "3", "3.0") == 0.0  # text is compared as written
+
+
+def test_a_relative_model_path_that_is_not_here_names_the_current_folder(tmp_path, monkeypatch):
+    """'models/tiny' from another folder was read as a hub id, and the message spoke of the hub only."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match=rf"'models/tiny' .*it is not a local folder \(a relative path is read "
+                                             rf"from the current folder, {tmp_path}: no models/tiny there\)"):
+        loading.load_tokenizer("models/tiny")
+
+
+def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are_scored():
+    """Before: np.array(0.5) stopped the run as 'not a number', and exact_match compared the response with
+    str(['2', 'two']), so a row listing its accepted answers scored 0 whatever the model wrote."""
+    import numpy as np
+
+    from verl.rewards.manager import as_score
+    from verl.rewards.scorers import exact_match
+
+    assert [as_score(v, "f", 0)[0] for v in (np.array(0.5), np.array([1.0]), torch.tensor([2.0]))] == [0.5, 1.0, 2.0]
+    with pytest.raises(ValueError, match=r"returned array\(\[1., 2.\]\) \(ndarray\) for sample 0"):
+        as_score(np.array([1.0, 2.0]), "f", 0)
+    assert exact_match("exact_match", "two", ["2", "two"]) == 1.0
+    assert exact_match("exact_match", "3", [3.0]) == 1.0
+    assert exact_match("exact_match", "2", []) == 0.0

@@ -182,3 +182,33 @@ def test_sft_on_a_builtin_task_trains_on_its_worked_solutions():
     assert len(val) == 200 and all(r["response"].rstrip().split("#### ")[-1].isdigit() for r in train[:50])
     with pytest.raises(VerlError, match=r"'word_problems'.*no preference data.*\['addition'\]"):
         offline_rows(data, "preference")
+
+
+def test_kto_labels_written_as_text_are_read_as_the_bools_they_spell():
+    """A CSV cell is always text: before, every KTO row of a CSV stopped the run with "label 'true' ... must
+    be true (desirable) or false (undesirable)"."""
+    rows = [{"prompt": "a", "completion": "b", "label": label} for label in ("true", "False", " 1", "0", True, 0)]
+    assert [item["label"] for item in KTODataset(rows, encoder()).items] == [True, False, True, False, True, False]
+    with pytest.raises(DataError, match=r"^row 0 of data.train_files: label 'yes' in column 'label' must be true "
+                                        r"\(desirable\) or false \(undesirable\): a bool, 1 / 0, or that text"):
+        KTODataset([{"prompt": "a", "completion": "b", "label": "yes"}], encoder())
+
+
+def test_a_conversation_without_an_assistant_turn_is_refused_naming_the_row():
+    """Before: the row was trained on with an empty loss mask (it taught nothing) and the run ended with 0."""
+    rows = [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]},
+            {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "c"}]}]
+    with pytest.raises(DataError, match=r"^row 1 of data.train_files: the conversation has no assistant turn, and "
+                                        r"the loss covers assistant turns only"):
+        SFTDataset(rows, encoder(), messages_key="messages")
+
+
+def test_preference_rows_whose_chosen_is_their_rejected_are_counted_once(caplog):
+    """Their DPO loss is constant (no gradient): before, they went into every batch without a word."""
+    rows = [{"prompt": "a", "chosen": "b", "rejected": "b" if i in (1, 3) else "c"} for i in range(4)]
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        PreferenceDataset(rows, encoder())
+        PreferenceDataset(rows[:1], encoder())
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.train_files: 2 of 4 rows have the same chosen and rejected response (row 1, 3): they carry no "
+        "preference, so DPO learns nothing from them; drop them or fix the rejected column"]

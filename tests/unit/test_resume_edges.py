@@ -301,3 +301,20 @@ def test_a_resume_under_other_settings_names_each_changed_key_once(caplog):
     assert ("resuming from out/run under 2 setting(s) other than those of the run that saved it: "
             "actor_rollout_ref.actor.optim.lr: 1e-06 -> 0.001; actor_rollout_ref.rollout.n: 2 -> 8") in caplog.text
     assert "trainer.resume_mode=disable" in caplog.text
+
+
+def test_a_resume_from_path_at_the_run_folder_names_its_newest_checkpoint(tmp_path, monkeypatch):
+    """Before: 'holds no checkpoint (no state.pt)' for the run's own folder, and for a missing one; a
+    '~/...' path was looked up under a folder named '~' in the current folder."""
+    manager = saved(tmp_path / "run", steps=(2, 10))
+    trainer_cfg = TrainerConfig().trainer
+    trainer_cfg.resume_mode, trainer_cfg.resume_from_path = "resume_path", str(tmp_path / "run")
+    with pytest.raises(VerlError, match=rf"is a run's output folder, not one of its checkpoints; its newest is "
+                                        rf"global_step_10: trainer.resume_from_path={tmp_path}/run/global_step_10"):
+        manager.resume_state(trainer_cfg)
+    trainer_cfg.resume_from_path = str(tmp_path / "nowhere")
+    with pytest.raises(VerlError, match=r"nowhere does not exist; give a global_step_N folder"):
+        manager.resume_state(trainer_cfg)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    trainer_cfg.resume_from_path = "~/run/global_step_2"
+    assert manager.resume_state(trainer_cfg)[0] == tmp_path / "run" / "global_step_2"

@@ -102,10 +102,9 @@ class CheckpointManager:
             return self.load_latest()
         if not trainer_cfg.resume_from_path:
             raise VerlError("trainer.resume_mode=resume_path needs trainer.resume_from_path=<.../global_step_N>")
-        path = Path(trainer_cfg.resume_from_path)
+        path = Path(trainer_cfg.resume_from_path).expanduser()
         if not (path / "state.pt").exists():
-            raise VerlError(f"trainer.resume_from_path={path} holds no checkpoint (no state.pt); give a "
-                            f"global_step_N folder under a run's default_local_dir")
+            raise VerlError(f"trainer.resume_from_path={trainer_cfg.resume_from_path} {_not_a_checkpoint(path)}")
         state, problem = self._try_load(path)
         if problem:
             raise VerlError(f"trainer.resume_from_path={path}: {problem}; give another global_step_N folder")
@@ -230,3 +229,16 @@ def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike
         shutil.rmtree(target)
     os.replace(tmp, target)
     return target
+
+
+def _not_a_checkpoint(path: Path) -> str:
+    """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest."""
+    if not path.exists():
+        return "does not exist; give a global_step_N folder under a run's default_local_dir"
+    steps = sorted((p for p in path.glob("global_step_*") if (p / "state.pt").exists()),
+                   key=lambda p: int(p.name.rsplit("_", 1)[-1]) if p.name.rsplit("_", 1)[-1].isdigit() else -1)
+    if steps:
+        return (f"is a run's output folder, not one of its checkpoints; its newest is {steps[-1].name}: "
+                f"trainer.resume_from_path={steps[-1]} (or trainer.resume_mode=auto with "
+                f"trainer.default_local_dir={path} resumes from the newest)")
+    return "holds no checkpoint (no state.pt); give a global_step_N folder under a run's default_local_dir"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 
 from verl.config import compat, verl_rules
+from verl.config.key_errors import closest_choice
 from verl.config.node import ConfigNode
 from verl.config.yaml_text import format_flow
 from verl.errors import ConfigError
+from verl.tracking.tracker import LOGGER_NAMES
 
 # The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
 # annotated as the ConfigNode it is, so that the import goes one way.
@@ -154,6 +156,8 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     if not distilling_only:
         _warn_if_greedy_groups(cfg)
     _warn_if_switched_off(cfg)
+    _check_loggers(cfg)
+    _refuse_a_run_without_steps_or_validation(cfg)
     if estimator in CRITIC_ESTIMATORS and cfg.critic.enable is False:
         raise ConfigError(f"algorithm.adv_estimator={estimator} computes advantages from a critic's values, and "
                           f"critic.enable=false turns the critic off: set critic.enable=true (or leave it null), "
@@ -217,6 +221,43 @@ def _refuse_empty_paths(cfg: ConfigNode) -> None:
         if any(isinstance(v, str) and not v.strip() for v in values):
             what = "holds an empty path" if isinstance(value, (list, tuple)) else "is empty"
             raise ConfigError(f"{key} {what} ({key}={format_flow(value)}): {instead}")
+
+
+def _refuse_a_run_without_steps_or_validation(cfg: ConfigNode) -> None:
+    """total_training_steps=0 only validates (verl's trainer.val_only); with nothing to validate the run
+    would load the models, train nothing, and export the model it was given, with exit code 0."""
+    trainer, data = cfg.trainer, cfg.data
+    if trainer.total_training_steps != 0:
+        return
+    has_val = data.val_files is not None or data.train_files is None  # the built-in task brings its own
+    if has_val and trainer.val_before_train:
+        return
+    why = "trainer.val_before_train=false" if has_val else "no data.val_files is given"
+    raise ConfigError(f"trainer.total_training_steps=0 trains no step (it only validates), and {why}: the run "
+                      f"would do nothing; set trainer.total_training_steps to the number of steps, or leave it out "
+                      f"(null) to train trainer.total_epochs; to only validate, give data.val_files and "
+                      f"trainer.val_before_train=true")
+
+
+# verl's other loggers: not offered here; the tracker refuses them by name when the run starts.
+VERL_ONLY_LOGGERS = ("mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")
+
+
+def _check_loggers(cfg: ConfigNode) -> None:
+    """A misspelt logger name is said with the config, before the data and models load."""
+    for key in ("trainer.logger", "logger.type"):
+        value = cfg.get(key)
+        names = [value] if isinstance(value, str) else list(value or [])
+        for name in names:
+            if name in LOGGER_NAMES or name in VERL_ONLY_LOGGERS:
+                continue
+            if isinstance(name, str) and "," in name:
+                raise ConfigError(f"{key}={name!r} is one name holding commas; write a list: "
+                                  f"{key}=[{','.join(n.strip() for n in name.split(','))}]")
+            close = closest_choice(name, LOGGER_NAMES, cutoff=0.6)
+            hint = f"did you mean {close!r}? " if close else ""
+            raise ConfigError(f"unknown logger {name!r} in {key}={format_flow(value)}; {hint}"
+                              f"choose from {', '.join(LOGGER_NAMES)}")
 
 
 def _check_custom_reward(custom, section: str) -> None:

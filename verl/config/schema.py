@@ -225,7 +225,8 @@ class TrainerSectionConfig(Section):
 
     total_epochs: int = option(1, bounds=">= 1", help="Passes over the training prompts.")
     total_training_steps: int | None = option(None, bounds=">= 0", aliases=("max_steps",), help="Stop after "
-                                              "this many RL steps; null (or 0) = total_epochs x steps per epoch.")
+                                              "this many RL steps; null = total_epochs x steps per epoch; 0 = no step (only "
+                                              "validate, with val_before_train and validation data).")
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
     logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")

@@ -32,16 +32,35 @@ logger = logging.getLogger(__name__)
 TRUNCATION_MODES = ("error", "left", "right")
 
 
+def json_object(value: Any) -> Any:
+    """A mapping written as JSON text (a CSV cell, a column json.dumps'd before writing) read as its
+    object; any other value, and text that is not a JSON object, as it is."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def json_messages(prompt: Any) -> Any:
+    """Chat messages written as JSON text (a CSV cell, a column json.dumps'd before writing) read as the
+    messages: as text the model would be prompted with the JSON itself. Any other prompt as it is."""
+    if isinstance(prompt, str) and prompt.lstrip().startswith("[{"):
+        try:
+            parsed = json.loads(prompt)
+        except ValueError:
+            return prompt
+        if isinstance(parsed, list) and parsed and all(isinstance(m, dict) for m in parsed):
+            return parsed
+    return prompt
+
+
 def ground_truth_of(row: dict) -> Any:
     """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
     ``solution`` column, else (conversational rows) the final assistant message. A ``reward_model``
     written as JSON text (a CSV cell, a column json.dumps'd before writing) is read as its object."""
-    reward_model = row.get("reward_model")
-    if isinstance(reward_model, str) and reward_model.lstrip().startswith("{"):
-        try:
-            reward_model = json.loads(reward_model)
-        except ValueError:
-            pass
+    reward_model = json_object(row.get("reward_model"))
     if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
     for key in ("ground_truth", "answer", "solution"):
@@ -233,7 +252,7 @@ class RLDataset(Dataset):
         prompts = []
         for i, row in enumerate(rows):
             try:
-                prompts.append(self.prompt_of(row))
+                prompts.append(json_messages(self.prompt_of(row)))
             except DataError as e:
                 raise DataError(f"row {i}: {e}") from e
         all_ids = self._tokenize(prompts)
@@ -347,7 +366,7 @@ class RLDataset(Dataset):
             "raw_prompt": self._prompts[i],
             "data_source": row.get("data_source"),
             "ground_truth": ground_truth_of(row),
-            "extra_info": row["extra_info"] if "extra_info" in row else self._other_columns(row),
+            "extra_info": json_object(row["extra_info"]) if "extra_info" in row else self._other_columns(row),
             "index": self._index[i],
         }
         if self.reward_fn_key != "data_source":

@@ -8,6 +8,7 @@ one set of fields for all rows, so a dict key missing from some rows reads back 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -61,6 +62,19 @@ def _as_paths(paths: str | os.PathLike | Sequence[str | os.PathLike], config_key
         else:
             out.append(Path(path))
     return out
+
+
+def files_read_by_both(train_files, val_files) -> list[str]:
+    """The local files that ``data.train_files`` and ``data.val_files`` both name (hub ids and patterns that
+    match nothing are left out: their reading says what is wrong with them)."""
+    def resolved(files, key):
+        try:
+            return {str(p.resolve()) for p in _as_paths(files, key) if p.is_file()}
+        except DataError:
+            return set()
+    if train_files is None or val_files is None:
+        return []
+    return sorted(resolved(train_files, "data.train_files") & resolved(val_files, "data.val_files"))
 
 
 def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -122,11 +136,11 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
     an empty cell is None. Chat messages and other nested values need JSON lines or parquet."""
     import csv
 
+    text = _read_text(path, config_key, f"{path.suffix[1:]} files are UTF-8, a header row then one row per line")
     try:
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            rows = [{key: (value if value != "" else None) for key, value in row.items()}
-                    for row in csv.DictReader(f, delimiter=delimiter)]
-    except (UnicodeDecodeError, csv.Error) as e:
+        rows = [{key: (value if value != "" else None) for key, value in row.items()}
+                for row in csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)]
+    except csv.Error as e:
         raise DataError(f"{path} (from `{config_key}`) is not a readable UTF-8 {path.suffix[1:]} file ({e})") from None
     for i, row in enumerate(rows):
         if None in row:  # more cells than the header has columns
@@ -135,12 +149,22 @@ def _read_csv(path: Path, config_key: str, delimiter: str) -> list[dict]:
     return rows
 
 
-def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
+def _read_text(path: Path, config_key: str, expected: str) -> str:
+    """The file's text as UTF-8 (a byte order mark dropped). UTF-16 (Windows' "Unicode", PowerShell's
+    ``>``) is named as such: without its mark every other byte is NUL, which UTF-8 reads without error."""
+    raw = path.read_bytes()
+    utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in raw[:4096]
+    if utf16:
+        raise DataError(f"{path} (from `{config_key}`) is UTF-16 text, not UTF-8; {expected}: save it as UTF-8 "
+                        f"(e.g. `iconv -f UTF-16 -t UTF-8 in > out`, or your editor's 'UTF-8' encoding)")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path} (from `{config_key}`) is not UTF-8 text ({e}); JSONL files are UTF-8, one "
-                        f"JSON object per line") from None
+        raise DataError(f"{path} (from `{config_key}`) is not UTF-8 text ({e}); {expected}") from None
+
+
+def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
+    text = _read_text(path, config_key, "JSONL files are UTF-8, one JSON object per line")
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)

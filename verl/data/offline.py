@@ -19,6 +19,7 @@ Without one (``apply_chat_template=false`` or a tokenizer without a template) th
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,8 @@ from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.io import DataError, is_messages
 from verl.data.loader import PromptLoader
 from verl.protocol import Batch
+
+logger = logging.getLogger(__name__)
 
 Encoded = tuple[list[int], list[int]]  # (token ids, loss mask)
 
@@ -102,6 +105,10 @@ class Encoder:
         if not self.templated:
             raise DataError(f"{where}: chat conversations need the tokenizer's chat template (data.apply_chat_template"
                             f"=true and a tokenizer that has one)")
+        if not any(message.get("role") == "assistant" for message in messages):
+            raise DataError(f"{where}: the conversation has no assistant turn, and the loss covers assistant turns "
+                            f"only, so nothing in it would be trained on; end it with the answer as a "
+                            f"{{role: assistant}} message, or drop the row")
         full = self._render(messages, False)
         ids, mask, done = [], [], 0
         for k, message in enumerate(messages):
@@ -212,12 +219,30 @@ class PreferenceDataset:
                                     for i, row in enumerate(rows)
                                     for key, side in ((chosen_key, "chosen"), (rejected_key, "rejected"))])
         self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+        same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
+        if same:  # their loss is constant: no gradient, yet they count in every average
+            logger.warning("%s: %d of %d rows have the same chosen and rejected response (row %s): they carry no "
+                           "preference, so DPO learns nothing from them; drop them or fix the rejected column",
+                           source, len(same), len(rows), ", ".join(map(str, same[:5])) + (", ..." if len(same) > 5 else ""))
 
     def __len__(self) -> int:
         return len(self.items)
 
     def __getitem__(self, i: int) -> dict:
         return self.items[i]
+
+
+# A label as text (a CSV cell is always text; JSON written by hand): read as the bool it spells.
+TEXT_LABELS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def _label(value: Any, where: str, label_key: str) -> bool:
+    if isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TEXT_LABELS:
+        return TEXT_LABELS[value.strip().lower()]
+    raise DataError(f"{where}: label {value!r} in column {label_key!r} must be true (desirable) or false "
+                    f"(undesirable): a bool, 1 / 0, or that text")
 
 
 class KTODataset:
@@ -227,19 +252,15 @@ class KTODataset:
                  completion_key: str = "completion", label_key: str = "label", source: str = "data.train_files"):
         check_columns(rows, {prompt_key: "data.prompt_key", completion_key: "data.completion_key",
                              label_key: "data.label_key"}, source)
-        for i, row in enumerate(rows):
-            label = row[label_key]
-            if not isinstance(label, bool) and label not in (0, 1):
-                raise DataError(f"row {i} of {source}: label {label!r} in column {label_key!r} must be true "
-                                f"(desirable) or false (undesirable)")
+        labels = [_label(row[label_key], f"row {i} of {source}", label_key) for i, row in enumerate(rows)]
         wheres = [f"row {i} of {source}" for i in range(len(rows))]
         split = encoder.prompt_response_many([(row[prompt_key], row[completion_key], where)
                                               for row, where in zip(rows, wheres)])
         self.items = []
-        for row, where, (prompt_ids, completion_ids) in zip(rows, wheres, split):
+        for label, where, (prompt_ids, completion_ids) in zip(labels, wheres, split):
             ids, mask = encoder.join(prompt_ids, completion_ids, where)
             self.items.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids, "input_ids": ids,
-                               "loss_mask": mask, "label": bool(row[label_key])})
+                               "loss_mask": mask, "label": label})
 
     def __len__(self) -> int:
         return len(self.items)

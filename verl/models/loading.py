@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import logging
 import os
 import socket
@@ -106,6 +107,24 @@ def _model_folders_near(folder: Path) -> str:
     return "Give the folder that holds config.json and the weights, or a hub id like 'Qwen/Qwen2-0.5B'."
 
 
+def _cwd_note(name: str) -> str:
+    """For 'models/qwen' meant as a folder: a relative path is read from the current folder, which is named."""
+    if "/" not in name or name.startswith(("/", "~")):
+        return ""
+    return f" (a relative path is read from the current folder, {os.getcwd()}: no {name} there)"
+
+
+def _adapter_fix(folder: Path, config_key: str) -> str:
+    """The two keys that train on from a LoRA adapter: its base model and the adapter itself."""
+    try:
+        base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        base = None
+    section = config_key.rsplit(".", 1)[0] if config_key.endswith(".path") else "actor_rollout_ref.model"
+    return (f"set `{config_key}={base or '<its base model>'}` and `{section}.lora_adapter_path={folder}` to "
+            f"train on from the adapter (or merge it into its base model first)")
+
+
 def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelLoadError:
     if _looks_like_path(name) and not Path(name).expanduser().exists():
         return ModelLoadError(f"{what} folder not found: {name!r} (from `{config_key}`). "
@@ -114,6 +133,9 @@ def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelL
     if folder.is_file():
         return ModelLoadError(f"{what} {name!r} (from `{config_key}`) is a file; a model is a folder (config.json, "
                               f"weights, tokenizer): set `{config_key}={folder.parent}`")
+    if folder.is_dir() and (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        return ModelLoadError(f"{what} folder {name!r} (from `{config_key}`) holds a LoRA adapter "
+                              f"(adapter_config.json), not a model: {_adapter_fix(folder, config_key)}")
     if folder.is_dir() and not (folder / "config.json").is_file():
         return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): it holds no "
                               f"config.json. {_model_folders_near(folder)}")
@@ -121,7 +143,7 @@ def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelL
         return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): "
                               f"{type(exc).__name__}: {exc}")
     return ModelLoadError(
-        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder and the "
+        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{_cwd_note(name)} and the "
         f"Hugging Face hub could not provide it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
         f"Check the id, or download it where the hub is reachable (`huggingface-cli download {name} "
         f"--local-dir DIR`) and set `{config_key}=DIR`; with HF_HUB_OFFLINE=1 only local folders and the cache "
@@ -154,7 +176,7 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return {"local_files_only": True}
     raise ModelLoadError(
-        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder, it is not in the "
+        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{_cwd_note(name)}, it is not in the "
         f"Hugging Face cache, and the hub ({endpoint}) cannot be reached from this machine. Download it where the "
         f"hub is reachable (`huggingface-cli download {name} --local-dir DIR`), copy DIR here and set "
         f"`{config_key}=DIR` (or set HF_ENDPOINT to a mirror you can reach).")

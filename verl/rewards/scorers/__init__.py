@@ -29,8 +29,14 @@ logger = logging.getLogger(__name__)
 
 
 def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
-    """1.0 when the response, stripped of surrounding whitespace, equals ``str(ground_truth)``."""
-    return 1.0 if solution_str.strip() == str(ground_truth) else 0.0
+    """1.0 when the response, stripped of surrounding whitespace, equals ``str(ground_truth)``. A whole
+    float answer is also matched without its ".0": pandas stores a column of integers with a gap as
+    floats, and 3.0 would otherwise never match the response "3". A list of answers (aliases) matches any
+    one of them."""
+    accepted = list(ground_truth) if isinstance(ground_truth, (list, tuple)) else [ground_truth]  # any of several
+    answers = {str(answer) for answer in accepted}
+    answers |= {str(int(a)) for a in accepted if isinstance(a, float) and a.is_integer()}
+    return 1.0 if solution_str.strip() in answers else 0.0
 
 
 SCORERS: dict[str, Callable[..., Any]] = {

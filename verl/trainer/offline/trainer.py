@@ -86,7 +86,7 @@ class OfflineTrainer:
         if base_is_reference:
             self.ref_model = BaseView(self.policy.model)
         self.micro_batch_size = data_cfg.micro_batch_size_per_gpu
-        self.out_dir = Path(trainer_cfg.default_local_dir)
+        self.out_dir = Path(trainer_cfg.default_local_dir).expanduser()
         self.checkpoints = CheckpointManager(self.out_dir, trainer_cfg.max_ckpt_to_keep, main=self.is_main)
         self.global_step = 0
         self.val_history: list[tuple[int, dict]] = []

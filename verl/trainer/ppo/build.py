@@ -17,6 +17,7 @@ from verl.algorithms import (ADV_ESTIMATORS, KL_KINDS, NOT_IMPLEMENTED_ESTIMATOR
                              POLICY_LOSSES)
 from verl.config.key_errors import check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
+from verl.data.io import files_read_by_both
 from verl.data.tasks import TASKS, sources_digest
 from verl.errors import ConfigError, VerlError
 from verl.models.loading import check_token_ids
@@ -188,7 +189,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if config.async_training.enable:
         prepare_async(config)
     data_cfg, arr_cfg, trainer_cfg = config.data, config.actor_rollout_ref, config.trainer
-    out_dir = Path(trainer_cfg.default_local_dir)
+    out_dir = Path(trainer_cfg.default_local_dir).expanduser()  # '~/runs/x' quoted: not a folder named ~
     if is_main_process():
         check_output_dir(out_dir, "trainer.default_local_dir")  # before any model loads
 
@@ -217,6 +218,10 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     if val_files is not None and not validating:
         logger.info("validation is off (trainer.test_freq <= 0, val_before_train=false): %s not read", val_files)
     elif val_files is not None:
+        for path in files_read_by_both(train_files, val_files)[:1]:  # said once: often a quick test on purpose
+            logger.warning("data.val_files and data.train_files both read %s: validation then scores prompts the "
+                           "policy trains on, which shows memorising more than learning; give held-out rows "
+                           "(e.g. the test split) as data.val_files", path)
         val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id,
                                    _reward_key_columns(data_cfg))
