@@ -328,7 +328,8 @@ def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are
     from verl.rewards.manager import as_score
     from verl.rewards.scorers import exact_match
 
-    assert [as_score(v, "f", 0)[0] for v in (np.array(0.5), np.array([1.0]), torch.tensor([2.0]))] == [0.5, 1.0, 2.0]
+    one_value = (np.array(0.5), np.array([1.0]), torch.tensor([2.0]), torch.tensor([[3.0]]), np.array([[4.0]]))
+    assert [as_score(v, "f", 0)[0] for v in one_value] == [0.5, 1.0, 2.0, 3.0, 4.0]
     with pytest.raises(ValueError, match=r"returned array\(\[1., 2.\]\) \(ndarray\) for sample 0"):
         as_score(np.array([1.0, 2.0]), "f", 0)
     assert exact_match("exact_match", "two", ["2", "two"]) == 1.0

@@ -53,7 +53,7 @@ def as_score(value: Any, name: str, sample: int) -> tuple[float, dict]:
                               f"{value!r:.300}; put the reward under 'score' (other keys are logged)")
         extras = {k: v for k, v in value.items() if k != "score"}
         value = value["score"]
-    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim <= 1 and np.prod(value.shape) == 1:  # 0-d or [1]
+    if isinstance(value, torch.Tensor) and value.numel() == 1 or isinstance(value, np.ndarray) and value.size == 1:
         value = value.item()
     if isinstance(value, (bool, np.bool_)):
         return float(value), extras
