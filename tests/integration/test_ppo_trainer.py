@@ -130,6 +130,17 @@ def test_keys_the_step_does_not_read_are_said_once(tiny_model_dir, caplog):
                     "values and advantages itself); it reads input_ids, prompt_mask, reward, attention_mask"]
 
 
+def test_a_mini_batch_larger_than_the_batch_is_said_once(tiny_model_dir, caplog):
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir), config=dict(mini_batch_size=4))
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.ppo_trainer"):
+        trainer.step(tutorial_batch((0.5, 1.0)))
+        trainer.step(tutorial_batch((0.5, 1.0)))
+    assert [r.getMessage() for r in caplog.records] == [
+        "PPOTrainer: mini_batch_size=4 is more than the 2 row(s) of this batch, so each step makes one update on the "
+        "whole batch; give batches of at least mini_batch_size rows, or set mini_batch_size to the rows of a batch "
+        "(or null: the whole batch)"]
+
+
 def test_compute_loss_override_changes_the_objective_and_keeps_the_rest(tiny_model_dir, tmp_path):
     calls = []
 

@@ -21,6 +21,7 @@ For training from prompts with generation, rewards and validation, use ``RLTrain
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,6 +39,8 @@ from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.roles import value_critic
+
+logger = logging.getLogger(__name__)
 from verl.trainer.ppo.step_batch import batch_from_dict
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
@@ -80,6 +83,7 @@ class PPOTrainer(BaseTrainer):
                                          use_kl_in_reward=self.worker.ref is not None,
                                          kl_penalty=self.config.kl_penalty)
         self.kl_ctrl = make_kl_controller("fixed", self.config.kl_coef)
+        self._said_mini_batch = False  # a mini-batch larger than a batch is said once
 
     def _build_critic(self) -> Critic:
         """A value model on the policy's architecture and weights, with this step's critic settings."""
@@ -123,6 +127,11 @@ class PPOTrainer(BaseTrainer):
         cfg = self.config
         batch = self.prepare(data)
         size = cfg.mini_batch_size or len(batch)
+        if size > len(batch) and not self._said_mini_batch:
+            self._said_mini_batch = True
+            logger.warning("PPOTrainer: mini_batch_size=%d is more than the %d row(s) of this batch, so each step "
+                           "makes one update on the whole batch; give batches of at least mini_batch_size rows, or "
+                           "set mini_batch_size to the rows of a batch (or null: the whole batch)", size, len(batch))
         critic_metrics = self._update(self.critic_group, "update", batch, size)
         actor_metrics = self._update(self.actor_group, "update_actor", batch, size, loss_fn=self.compute_loss)
         self.global_step += 1
