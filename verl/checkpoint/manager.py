@@ -235,10 +235,9 @@ def _not_a_checkpoint(path: Path) -> str:
     """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest."""
     if not path.exists():
         return "does not exist; give a global_step_N folder under a run's default_local_dir"
-    steps = sorted((p for p in path.glob("global_step_*") if (p / "state.pt").exists()),
-                   key=lambda p: int(p.name.rsplit("_", 1)[-1]) if p.name.rsplit("_", 1)[-1].isdigit() else -1)
-    if steps:
-        return (f"is a run's output folder, not one of its checkpoints; its newest is {steps[-1].name}: "
-                f"trainer.resume_from_path={steps[-1]} (or trainer.resume_mode=auto with "
+    newest = CheckpointManager(path, main=False).latest()  # the one resume_mode=auto would take
+    if newest is not None:
+        return (f"is a run's output folder, not one of its checkpoints; its newest is {newest.name}: "
+                f"trainer.resume_from_path={newest} (or trainer.resume_mode=auto with "
                 f"trainer.default_local_dir={path} resumes from the newest)")
     return "holds no checkpoint (no state.pt); give a global_step_N folder under a run's default_local_dir"
