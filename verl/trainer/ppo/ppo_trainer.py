@@ -39,11 +39,11 @@ from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.roles import value_critic
-
-logger = logging.getLogger(__name__)
 from verl.trainer.ppo.step_batch import batch_from_dict
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
