@@ -15,6 +15,7 @@ from verl.rewards.sandbox import SandboxLimits, run_python
 from verl.rewards.sandbox_child import _child_encode
 from verl.rewards.sandbox_trusted import names_for
 from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, compile_check, decode_value, judge, parse_results
+from verl.rewards.sandbox_workdir import remove_tree
 from verl.rewards.scorers.code import compute_score
 
 LIMITS = SandboxLimits(wall_seconds=3, cpu_seconds=3, memory_bytes=256 * 2**20)
@@ -287,7 +288,7 @@ def test_a_run_directory_is_removed_whatever_the_run_left_in_it(tmp_path, monkey
         if depth % 700 == 0:
             os.chmod("d", 0)
     monkeypatch.chdir(tmp_path)
-    sandbox._remove_tree(str(top))
+    remove_tree(str(top))
     assert not top.exists() and (tmp_path / "keep").read_text().startswith("outside")
 
 

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import inspect
 import json
@@ -64,7 +63,6 @@ import logging
 import os
 import select
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -77,6 +75,7 @@ from verl.errors import RewardError
 from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
 from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
+from verl.rewards.sandbox_workdir import remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +221,7 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
         for fd in opened:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _remove_tree(workdir)
+        remove_tree(workdir)
 
 
 def isolation(limits: SandboxLimits = SandboxLimits(wall_seconds=10)) -> dict[str, bool]:
@@ -422,70 +421,6 @@ def _status(exited: bool, returncode: int | None, cpu: float | None, limits: San
     if returncode in named:
         return named[returncode]
     return "killed" if returncode is None or returncode < 0 else "error"
-
-
-def _remove_tree(top: str, max_steps: int = 2_000_000) -> None:
-    """Remove a run's directory whatever the run did to it: modes like 000 (made 700 first) and
-    any depth (subdirectories are moved up to ``top`` one level at a time, so neither recursion
-    nor path length grows). Never raises; gives up, with a warning, after ``max_steps`` entries
-    or a round that removed nothing.
-    With a private working directory (a tmpfs gone with the run) ``top`` is already empty."""
-    try:
-        os.rmdir(top)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    steps, fresh = 0, 0
-    try:
-        os.chmod(top, 0o700)
-        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        logger.warning("verl sandbox: could not remove %s", top)
-        return
-    try:
-        progress = True
-        while progress and steps < max_steps:  # a round that removes nothing ends it
-            names, progress = os.listdir(top_fd), False
-            if not names:
-                break
-            for name in names:
-                steps += 1
-                try:
-                    mode = os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode
-                    if not stat.S_ISDIR(mode):
-                        os.unlink(name, dir_fd=top_fd)
-                        progress = True
-                        continue
-                    os.chmod(name, 0o700, dir_fd=top_fd)  # a directory, not a link: no race, the run is dead
-                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top_fd)
-                    try:
-                        for child in os.listdir(sub):
-                            steps += 1
-                            if stat.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
-                                os.chmod(child, 0o700, dir_fd=sub)  # moving a directory writes its ".."
-                            while True:
-                                fresh += 1
-                                try:
-                                    os.rename(child, f".verl-{fresh}", src_dir_fd=sub, dst_dir_fd=top_fd)
-                                    break
-                                except FileExistsError:
-                                    continue
-                                except OSError as e:  # that name is taken (by a directory ...)
-                                    if e.errno not in (errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
-                                        raise
-                    finally:
-                        os.close(sub)
-                    os.rmdir(name, dir_fd=top_fd)
-                    progress = True
-                except OSError:
-                    continue
-        os.rmdir(top)
-    except OSError:
-        logger.warning("verl sandbox: could not remove %s entirely", top)
-    finally:
-        os.close(top_fd)
 
 
 # The child runs sandbox_child's and sandbox_hook's functions as ``python -c`` source compiled
