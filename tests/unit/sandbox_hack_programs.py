@@ -220,6 +220,22 @@ EXIT_ZERO_FROM_A_TIMER = ("import os, signal, time\nsignal.signal(signal.SIGALRM
                           "        signal.setitimer(signal.ITIMER_REAL, 0.05)\n    else:\n        time.sleep(1)\n"
                           "    return s[::-1]\n")
 
+# Junk without end on every fd: past the byte cap the trainer stops reading the results pipe (writers
+# then get EPIPE), so the harness's own results are lost too: flooding only ever fails the run.
+FLOOD_UNTIL_EPIPE = r"""
+import os
+junk = b"x" * 65536
+for fd in range(3, 64):
+    written = 0
+    while written < 64 << 20:
+        try:
+            written += os.write(fd, junk)
+        except OSError:
+            break
+def rev(s):
+    return s[::-1]
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -269,12 +285,14 @@ BANK = {  # name -> (program, tests, score)
     "results_channel_flooded_with_lines": (FLOOD_RESULT_LINES, REV_ASSERTS, 0.0),
     "list_subclass_equal_to_everything": (LIST_EQUAL_TO_EVERYTHING, REV_ASSERTS, 0.0),
     "exit_zero_from_a_timer_during_the_calls": (EXIT_ZERO_FROM_A_TIMER, REV_ASSERTS, 0.5),
+    "results_channel_flooded_until_epipe": (FLOOD_UNTIL_EPIPE, REV_ASSERTS, 0.0),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
                 "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
                 "spoofed_memory_error", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
-                "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls"]
+                "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
+                "results_channel_flooded_until_epipe"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]

@@ -311,6 +311,8 @@ def _child_drop(state: dict) -> None:
     if job["landlock"] and layers["no_new_privs"]:
         layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"])
     if spec and limits["seccomp"] and layers["no_new_privs"]:
+        if not layers["private_workdir"]:  # a host directory: no directories made in it (see sandbox_seccomp)
+            spec = {**spec, "errno": spec["errno"] + spec["weak_errno"]}
         layers["seccomp"] = _child_seccomp(libc, spec, os.getpid())
     # Forgotten, so importing them again is an audited import, which the hook refuses.
     for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes", "subprocess")]:
