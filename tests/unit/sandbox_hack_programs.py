@@ -236,6 +236,16 @@ def rev(s):
     return s[::-1]
 """
 
+# The expected outputs in the training data on the host's disk (a world-readable file, as data sets
+# often are). With namespaces it is not in the new root; in weak mode Landlock confines reads too.
+DATASET_READ = r"""
+import json
+try:
+    print(json.load(open(__DATASET__))["output"].strip())
+except OSError as error:
+    print("not found", error)
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -286,13 +296,14 @@ BANK = {  # name -> (program, tests, score)
     "list_subclass_equal_to_everything": (LIST_EQUAL_TO_EVERYTHING, REV_ASSERTS, 0.0),
     "exit_zero_from_a_timer_during_the_calls": (EXIT_ZERO_FROM_A_TIMER, REV_ASSERTS, 0.5),
     "results_channel_flooded_until_epipe": (FLOOD_UNTIL_EPIPE, REV_ASSERTS, 0.0),
+    "answer_read_from_a_dataset_file": (DATASET_READ, SECRET_STDIO, 0.0),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
                 "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
                 "spoofed_memory_error", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
                 "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
-                "results_channel_flooded_until_epipe"]
+                "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]

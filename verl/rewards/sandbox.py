@@ -43,7 +43,8 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   (setsid, setpgid), even from native code.
 * writes (any user, where the kernel has Landlock): every write, file made, removed or renamed
   outside the working directory (and /dev/null ...) fails, even from native code (``landlock``,
-  see ``sandbox_landlock``); in weak mode this is what confines files.
+  see ``sandbox_landlock``); in weak mode this is what confines files, and reads are confined too (to what
+  the new root would show).
 * audit hook (on by default): a second layer in Python, see ``sandbox_hook``.
 
 Where the namespaces cannot be had (a plain user on a system that refuses unprivileged user

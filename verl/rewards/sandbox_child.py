@@ -309,7 +309,12 @@ def _child_drop(state: dict) -> None:
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
     if job["landlock"] and layers["no_new_privs"]:
-        layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"])
+        # Without the new root, reads too are confined to what it would show (the working directory, the
+        # system directories, the interpreter, /proc): no data set, home or repository of the trainer's.
+        readable = None if layers["private_mounts"] else ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                                          "/libx32", "/etc", "/proc", sys.prefix, sys.base_prefix,
+                                                          sys.exec_prefix, sys.base_exec_prefix]
+        layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"], readable)
     if spec and limits["seccomp"] and layers["no_new_privs"]:
         if not layers["private_workdir"]:  # a host directory: no directories made in it (see sandbox_seccomp)
             spec = {**spec, "errno": spec["errno"] + spec["weak_errno"]}
