@@ -35,6 +35,7 @@ def test_the_logged_status_is_the_trainers_view_not_the_programs(mode):
     report = driver_report(mode)
     for bank in ("bank", "bank/no-hook"):
         assert report[bank]["spoofed_memory_error"]["status"] == "error"  # a class named MemoryError is not one
+        assert report[bank]["spoofed_memory_error_by_metaclass"]["status"] == "error"  # nor one equal to it
         assert report[bank]["colliding_set_result"]["status"] == "wrong_answer"  # refused, not rebuilt
         assert report[bank]["answer_read_from_the_session_keyring"]["status"] == "blocked"
     assert report["bank"]["expected_side_shadowed/stdlib_names"]["status"] == "unsupported"

@@ -342,7 +342,9 @@ def _child_run(job: dict, results_fd: int) -> None:
     excepthook, run_exitfuncs, encode, decode, type_, str_, import_ = (
         sys.__excepthook__, atexit._run_exitfuncs, _child_encode, _child_decode, type, str, __import__)
     # A class the program defines may be named MemoryError: only the builtin classes keep their names.
-    builtin_errors = frozenset(v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+    # Looked up by id: a metaclass's __eq__ and __hash__ made a class of the program's "in" a set of them.
+    builtin_errors = frozenset(id(v) for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+    id_ = id
     memory_error = MemoryError
     calls, memory_code = job["calls"], job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
@@ -373,7 +375,7 @@ def _child_run(job: dict, results_fd: int) -> None:
         except BaseException as error:  # noqa: BLE001 (SystemExit and MemoryError included)
             try:
                 kind = type_(error)
-                name = str_.__str__(kind.__name__) if kind in builtin_errors else "user:" + str_(kind.__name__)
+                name = str_.__str__(kind.__name__) if id_(kind) in builtin_errors else "user:" + str_(kind.__name__)
                 line = dumps({"i": index, "raised": name})
             except BaseException:  # noqa: BLE001
                 line = '{"i": %d, "raised": "?"}' % index
