@@ -99,7 +99,13 @@ def test_exiting_before_the_assert_runs_does_not_pass_it(early_exit):
     assert compute_score("code", code, {"assert": "assert add(1, 2) == 3"}, EXTRA)["score"] == 0.0
 
 
-@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n"])
+IGNORES_SIGNALS = ("import signal, time\nfor name in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGXCPU', 'SIGALRM', 'SIGPIPE'):\n"
+                   "    signal.signal(getattr(signal, name), signal.SIG_IGN)\ntime.sleep = lambda s: None\n"
+                   "while True:\n    time.sleep(600)\n")
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n", IGNORES_SIGNALS],
+                         ids=["loop", "sleep", "ignores-signals-patched-sleep"])
 def test_infinite_loop_times_out_scores_zero_and_returns(code):
     started = time.monotonic()
     result = run_python(code, limits=LIMITS)
@@ -208,10 +214,11 @@ def test_network_socket_is_refused_and_the_listener_sees_nothing(limits, status,
             listener.accept()
 
 
-def test_endless_output_is_capped():
-    result = run_python("while True:\n    print('x' * 1000)\n",
-                        limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
-    assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_endless_output_is_capped(stream):
+    code = f"import signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nwhile True:\n    sys.{stream}.write('x' * 1000)\n"
+    result = run_python(code, limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
+    assert result.status != "ok" and result.truncated and len(getattr(result, stream)) <= 64 * 1024
 
 
 @pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
