@@ -298,7 +298,7 @@ def program_bindings(code: str) -> dict[str, str] | None:
     return {**{n: q for n, q in imported.items() if n not in defined}, **dict.fromkeys(defined, "")}
 
 
-MAX_PARSED_HERE = 16 * 1024
+MAX_PARSED_HERE = 8 * 1024
 """Longest program (in characters) whose text the trainer parses in its own process. A longer one is
 parsed by a helper process under the run's CPU, memory and wall limits: the parser holds the GIL,
 and its time grows faster than the text for some shapes (120 KB of f-string fields took ~2 s,
