@@ -131,7 +131,7 @@ values = {"__PORT__": str(tcp.getsockname()[1]), "__ABSTRACT__": repr(abstract_n
           "__SHM__": repr(shm), "__PTS__": repr(pts), "__DEVICES__": repr(tuple(spec["devices"])),
           "__EVIL__": repr(spec["evil"]), "__KEYCTL__": str(spec["nr"]["keyctl"]),
           **{"__NR_%s__" % name: str(number) for name, number in spec["nr"].items()},
-          "__TRAINER__": str(os.getpid())}
+          "__DATASET__": repr(os.path.join(spec["target"], "dataset.json")), "__TRAINER__": str(os.getpid())}
 
 shm_before = set()
 
@@ -168,7 +168,7 @@ def escaped(stdout):
             conn.close()
         except BlockingIOError:
             pass
-    for directory, expected in ((spec["target"], {"victim"}), (spec["tmpdir"], {"sock"})):
+    for directory, expected in ((spec["target"], {"victim", "dataset.json"}), (spec["tmpdir"], {"sock"})):
         extra = sorted(set(os.listdir(directory)) - expected)
         if extra:
             found.append("wrote %s in %s" % (extra, directory))
@@ -381,6 +381,9 @@ def _run_driver(mode: str) -> dict:
     target, tmpdir = tempfile.mkdtemp(prefix="verl-sandbox-target-", dir=base), tempfile.mkdtemp()
     try:
         Path(target, "victim").write_text("original")
+        # the training data, world-readable as data sets often are, expected outputs included
+        Path(target, "dataset.json").write_text(json.dumps({"input": "\n", "output": SECRET + "\n"}))
+        os.chmod(f"{target}/dataset.json", 0o644)
         for path, mode_bits in ((target, 0o777), (tmpdir, 0o777), (f"{target}/victim", 0o666)):
             os.chmod(path, mode_bits)  # writable by the run's own uid too: only the sandbox may stop it
             os.chown(path, uid, uid)

@@ -131,6 +131,11 @@ EXPECTED_SIDE_TESTS = {  # suite -> (asserts, a correct program)
 DOS_COLLIDING = ("P = 2**61 - 1\ndef rev(s):\n    return {P * (k + 1) for k in range(5000)}\n")
 DOS_COLLIDING_LIST = ("P = 2**61 - 1\ndef rev(s):\n    return [(P * (k + 1),) for k in range(20000)]\n")
 FAKE_MEMORY_ERROR = "class MemoryError(Exception):\n    pass\ndef rev(s):\n    raise MemoryError('fake')\n"
+# The same class made "equal" to the builtin one by its metaclass (a set lookup of it ran __hash__ and __eq__).
+FAKE_MEMORY_ERROR_BY_METACLASS = ("import builtins\nREAL = builtins.MemoryError\nclass Meta(type):\n"
+                                  "    def __eq__(cls, other):\n        return True\n    def __hash__(cls):\n"
+                                  "        return type.__hash__(REAL)\nclass MemoryError(Exception, metaclass=Meta):\n"
+                                  "    pass\ndef rev(s):\n    raise MemoryError('fake')\n")
 SHM_READ = r"""
 import os
 found = ""
@@ -220,6 +225,32 @@ EXIT_ZERO_FROM_A_TIMER = ("import os, signal, time\nsignal.signal(signal.SIGALRM
                           "        signal.setitimer(signal.ITIMER_REAL, 0.05)\n    else:\n        time.sleep(1)\n"
                           "    return s[::-1]\n")
 
+# Junk without end on every fd: past the byte cap the trainer stops reading the results pipe (writers
+# then get EPIPE), so the harness's own results are lost too: flooding only ever fails the run.
+FLOOD_UNTIL_EPIPE = r"""
+import os
+junk = b"x" * 65536
+for fd in range(3, 64):
+    written = 0
+    while written < 64 << 20:
+        try:
+            written += os.write(fd, junk)
+        except OSError:
+            break
+def rev(s):
+    return s[::-1]
+"""
+
+# The expected outputs in the training data on the host's disk (a world-readable file, as data sets
+# often are). With namespaces it is not in the new root; in weak mode Landlock confines reads too.
+DATASET_READ = r"""
+import json
+try:
+    print(json.load(open(__DATASET__))["output"].strip())
+except OSError as error:
+    print("not found", error)
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -265,16 +296,20 @@ BANK = {  # name -> (program, tests, score)
     "colliding_set_result": (DOS_COLLIDING, ["assert rev('ab') == {1}"], 0.0),
     "colliding_list_made_a_set": (DOS_COLLIDING_LIST, ["assert set(rev('ab')) == set()"], 0.0),
     "spoofed_memory_error": (FAKE_MEMORY_ERROR, REV_ASSERTS, 0.0),
+    "spoofed_memory_error_by_metaclass": (FAKE_MEMORY_ERROR_BY_METACLASS, REV_ASSERTS, 0.0),
     "answer_searched_in_own_memory": (FIND_IN_OWN_MEMORY, SECRET_STDIO, 0.0),
     "results_channel_flooded_with_lines": (FLOOD_RESULT_LINES, REV_ASSERTS, 0.0),
     "list_subclass_equal_to_everything": (LIST_EQUAL_TO_EVERYTHING, REV_ASSERTS, 0.0),
     "exit_zero_from_a_timer_during_the_calls": (EXIT_ZERO_FROM_A_TIMER, REV_ASSERTS, 0.5),
+    "results_channel_flooded_until_epipe": (FLOOD_UNTIL_EPIPE, REV_ASSERTS, 0.0),
+    "answer_read_from_a_dataset_file": (DATASET_READ, SECRET_STDIO, 0.0),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
                 "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
-                "spoofed_memory_error", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
-                "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls"]
+                "spoofed_memory_error", "spoofed_memory_error_by_metaclass", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
+                "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
+                "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]

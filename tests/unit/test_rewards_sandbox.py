@@ -5,6 +5,7 @@ root, with it off, to prove the OS layers (own uid, private mounts, network name
 hold on their own. Timing checks are generous upper bounds ("it returned"), never precise.
 """
 
+import dataclasses
 import json
 import os
 import runpy
@@ -98,7 +99,13 @@ def test_exiting_before_the_assert_runs_does_not_pass_it(early_exit):
     assert compute_score("code", code, {"assert": "assert add(1, 2) == 3"}, EXTRA)["score"] == 0.0
 
 
-@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n"])
+IGNORES_SIGNALS = ("import signal, time\nfor name in ('SIGTERM', 'SIGINT', 'SIGHUP', 'SIGXCPU', 'SIGALRM', 'SIGPIPE'):\n"
+                   "    signal.signal(getattr(signal, name), signal.SIG_IGN)\ntime.sleep = lambda s: None\n"
+                   "while True:\n    time.sleep(600)\n")
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass\n", "import time\ntime.sleep(600)\n", IGNORES_SIGNALS],
+                         ids=["loop", "sleep", "ignores-signals-patched-sleep"])
 def test_infinite_loop_times_out_scores_zero_and_returns(code):
     started = time.monotonic()
     result = run_python(code, limits=LIMITS)
@@ -207,10 +214,11 @@ def test_network_socket_is_refused_and_the_listener_sees_nothing(limits, status,
             listener.accept()
 
 
-def test_endless_output_is_capped():
-    result = run_python("while True:\n    print('x' * 1000)\n",
-                        limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
-    assert result.status != "ok" and result.truncated and len(result.stdout) <= 64 * 1024
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_endless_output_is_capped(stream):
+    code = f"import signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\nwhile True:\n    sys.{stream}.write('x' * 1000)\n"
+    result = run_python(code, limits=SandboxLimits(wall_seconds=2, cpu_seconds=2, max_output_bytes=64 * 1024))
+    assert result.status != "ok" and result.truncated and len(getattr(result, stream)) <= 64 * 1024
 
 
 @pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
@@ -233,6 +241,24 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
     scans.clear()
     honest = run_python("def add(a, b):\n    return a + b\n", calls=calls)
     assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
+
+
+@pytest.mark.parametrize("limits", [LIMITS, NO_HOOK])
+def test_an_endless_stream_on_the_results_channel_is_read_only_up_to_the_cap(limits, monkeypatch):
+    """Writing to the results pipe without end made the trainer read (and drop) all of it: a 5 s
+    run cost ~2.4 s of trainer CPU for 0.1 s of its own. Past the cap the pipe is no longer read."""
+    cap = 256 * 1024
+    read, os_read = [], os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(len(data := os_read(fd, n))) or data)
+    flood = ("import os\njunk = b'x' * 65536\nfds = []\nfor fd in range(3, 64):\n    try:\n        os.fstat(fd)\n"
+             "        fds.append(fd)\n    except OSError:\n        pass\nwhile True:\n    for fd in fds:\n"
+             "        try:\n            os.write(fd, junk)\n        except OSError:\n            pass\n")
+    result = run_python(flood, calls=["len('ab')"], limits=dataclasses.replace(limits, max_output_bytes=cap))
+    assert result.status == "timeout" and result.truncated and result.results == [None]
+    assert cap <= sum(read) <= cap + 2 * 65536, sum(read)  # was as much as it could write in the wall limit
+    # a program whose results are over the cap ends as before, its result lost
+    big = run_python("x = 'y' * 300_000\n", calls=["x", "len(x)"], limits=dataclasses.replace(LIMITS, max_output_bytes=cap))
+    assert big.status == "ok" and big.results == [None, None] and big.truncated
 
 
 def test_a_flood_of_short_output_lines_is_compared_without_splitting_it():

@@ -15,7 +15,11 @@ def test_hack_bank_scores_zero_and_a_correct_solution_one(mode):
     in, scores out); in the weak modes through compute_score."""
     report = driver_report(mode)
     scores = {name: report["bank"][name].get("score", report["bank"][name]) for name in BANK}
-    assert scores == {name: score for name, (_, _, score) in BANK.items()}
+    expected = {name: score for name, (_, _, score) in BANK.items()}
+    if mode.endswith("weak") and not any(entry.get("layers", {}).get("landlock") for entry in report["attacks"].values()):
+        expected.pop("answer_read_from_a_dataset_file")  # weak mode without Landlock: reads are not confined
+        scores.pop("answer_read_from_a_dataset_file")
+    assert scores == expected
     assert report["bank_escaped"] == []  # the trainer's shm file, terminal and session key untouched
 
 
@@ -31,6 +35,7 @@ def test_the_logged_status_is_the_trainers_view_not_the_programs(mode):
     report = driver_report(mode)
     for bank in ("bank", "bank/no-hook"):
         assert report[bank]["spoofed_memory_error"]["status"] == "error"  # a class named MemoryError is not one
+        assert report[bank]["spoofed_memory_error_by_metaclass"]["status"] == "error"  # nor one equal to it
         assert report[bank]["colliding_set_result"]["status"] == "wrong_answer"  # refused, not rebuilt
         assert report[bank]["answer_read_from_the_session_keyring"]["status"] == "blocked"
     assert report["bank"]["expected_side_shadowed/stdlib_names"]["status"] == "unsupported"

@@ -94,3 +94,27 @@ def test_weak_isolation_is_announced_once_and_only_when_weak(mode):
         assert len(weak) == 1 and "network_namespace" in weak[0], report["warnings"]
     else:
         assert weak == [], report["warnings"]
+
+
+@pytest.mark.parametrize("mode", ["root", "user", "root-weak", "user-weak"])
+def test_a_run_cannot_fill_its_working_directory_with_directories_for_the_trainer_to_remove(mode):
+    """Removing a directory costs a host file system ~10 times what making one does: in weak mode the
+    filter refuses mkdir in the host working directory; with namespaces the private tmpfs caps the count."""
+    report = driver_report(mode)
+    entries = {name: entry for name, entry in report["attacks"].items() if name.split("/")[0] == "many_directories"}
+    assert len(entries) == 2  # hook on and off
+    for name, entry in entries.items():
+        assert "raised" not in entry and entry["escaped"] == [], (name, entry)
+        assert "MADE " in entry["stdout"], entry  # (the old code: the run timed out making directories)
+        made = int(entry["stdout"].split("MADE ")[1])
+        if mode.endswith("weak"):
+            assert made == 0 and "PermissionError" in entry["stdout"] and entry["layers"]["seccomp"], entry
+        else:
+            assert 0 < made <= sandbox_inodes(), entry  # the tmpfs's nr_inodes: full, not the 100,000 tried
+
+
+def sandbox_inodes():
+    from sandbox_attacks import LIMITS
+    from verl.rewards.sandbox import SandboxLimits
+
+    return max(64, SandboxLimits(**LIMITS).max_disk_bytes // 4096)

@@ -387,3 +387,38 @@ def test_numbers_too_large_to_judge_cheaply_are_no_result(line):
 def test_a_program_that_does_not_parse_fails_as_an_error_not_as_an_unjudgeable_test():
     result = compute_score("code", "def f(p:\n    return 3\n", ["assert f(Point(1, 2)) == 3"], EXTRA)
     assert result["score"] == 0.0 and result["status"] == "error"
+
+
+# A program's text is parsed in the trainer (which of its names the asserts may trust). The parser
+# holds the GIL and some shapes cost it far more than their length: 600 KB of f-string fields took
+# ~40 s of trainer CPU. A long program is parsed by a helper process under the run's limits.
+SLOW_TO_PARSE = "def rev(s):\n    return s[::-1]\nx = f'" + "{1}" * 200_000 + "'\n"
+
+
+def test_a_program_slow_to_parse_is_not_parsed_in_the_trainer_and_scores_zero_as_a_timeout(monkeypatch):
+    from verl.rewards import sandbox_trusted
+
+    parsed = []
+    parse = sandbox_trusted.ast.parse
+    monkeypatch.setattr(sandbox_trusted.ast, "parse", lambda text, *a, **k: parsed.append(len(text)) or parse(text, *a, **k))
+    runs = []
+    monkeypatch.setattr("verl.rewards.scorers.code.run_python", lambda *a, **k: runs.append(a))
+    result = compute_score("code", SLOW_TO_PARSE, ["assert rev('ab') == 'ba'"],
+                           {"sandbox": {"cpu_seconds": 1, "wall_seconds": 2}})
+    assert result == {"score": 0.0, "passed": 0, "total": 1, "status": "timeout"}
+    assert max(parsed, default=0) < sandbox_trusted.MAX_PARSED_HERE and runs == []  # nor run: it could not compile
+
+
+@pytest.mark.parametrize("padding", [0, 20_000])
+def test_a_long_program_resolves_its_names_as_a_short_one_does(monkeypatch, padding):
+    from verl.rewards import sandbox_trusted
+
+    program = ("import math as m\nfrom math import pi as PI, sqrt\nfrom json import *\nimport numpy as np\n"
+               "def root(x):\n    return m.sqrt(x)\nclass Point: pass\nfor i in range(3): pass\n" + "#" * padding + "\n")
+    used = frozenset({"root", "Point", "sqrt", "PI", "m", "np", "i", "dumps", "missing", "sorted"})
+    here = names_for(program, {"math": "math"}, used)
+    monkeypatch.setattr(sandbox_trusted, "MAX_PARSED_HERE", -1)  # every program through the helper
+    assert names_for(program, {"math": "math"}, used) == here
+    assert names_for("def broken(:\n" + "#" * padding, {}, used) == names_for("def broken(:\n", {}, used)
+    program = program.replace("import numpy as np\n", "")  # (importing numpy is slow in a sandbox)
+    assert compute_score("code", program, ["assert root(16) == 4.0", "assert root(16) == sqrt(16)"], EXTRA)["score"] == 1.0

@@ -309,8 +309,15 @@ def _child_drop(state: dict) -> None:
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
     if job["landlock"] and layers["no_new_privs"]:
-        layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"])
+        # Without the new root, reads too are confined to what it would show (the working directory, the
+        # system directories, the interpreter, /proc): no data set, home or repository of the trainer's.
+        readable = None if layers["private_mounts"] else ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                                          "/libx32", "/etc", "/proc", sys.prefix, sys.base_prefix,
+                                                          sys.exec_prefix, sys.base_exec_prefix]
+        layers["landlock"] = _child_landlock(libc, ["."] + ["/dev/shm"] * layers["private_shm"], readable)
     if spec and limits["seccomp"] and layers["no_new_privs"]:
+        if not layers["private_workdir"]:  # a host directory: no directories made in it (see sandbox_seccomp)
+            spec = {**spec, "errno": spec["errno"] + spec["weak_errno"]}
         layers["seccomp"] = _child_seccomp(libc, spec, os.getpid())
     # Forgotten, so importing them again is an audited import, which the hook refuses.
     for name in [n for n in sys.modules if n.split(".")[0] in ("ctypes", "_ctypes", "subprocess")]:
@@ -335,7 +342,9 @@ def _child_run(job: dict, results_fd: int) -> None:
     excepthook, run_exitfuncs, encode, decode, type_, str_, import_ = (
         sys.__excepthook__, atexit._run_exitfuncs, _child_encode, _child_decode, type, str, __import__)
     # A class the program defines may be named MemoryError: only the builtin classes keep their names.
-    builtin_errors = frozenset(v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+    # Looked up by id: a metaclass's __eq__ and __hash__ made a class of the program's "in" a set of them.
+    builtin_errors = frozenset(id(v) for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
+    id_ = id
     memory_error = MemoryError
     calls, memory_code = job["calls"], job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
@@ -366,7 +375,7 @@ def _child_run(job: dict, results_fd: int) -> None:
         except BaseException as error:  # noqa: BLE001 (SystemExit and MemoryError included)
             try:
                 kind = type_(error)
-                name = str_.__str__(kind.__name__) if kind in builtin_errors else "user:" + str_(kind.__name__)
+                name = str_.__str__(kind.__name__) if id_(kind) in builtin_errors else "user:" + str_(kind.__name__)
                 line = dumps({"i": index, "raised": name})
             except BaseException:  # noqa: BLE001
                 line = '{"i": %d, "raised": "?"}' % index

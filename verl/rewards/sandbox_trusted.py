@@ -33,7 +33,9 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import json
 import math
+import signal
 import string
 import sys
 from dataclasses import dataclass
@@ -296,10 +298,66 @@ def program_bindings(code: str) -> dict[str, str] | None:
     return {**{n: q for n, q in imported.items() if n not in defined}, **dict.fromkeys(defined, "")}
 
 
-def names_for(code: str, declared: dict[str, str], used: frozenset[str]) -> Names:
+MAX_PARSED_HERE = 8 * 1024
+"""Longest program (in characters) whose text the trainer parses in its own process. A longer one is
+parsed by a helper process under the run's CPU, memory and wall limits: the parser holds the GIL,
+and its time grows faster than the text for some shapes (120 KB of f-string fields took ~2 s,
+600 KB ~40 s)."""
+
+_HELPER = r"""
+import json, os, resource, sys, types
+cpu, memory, rewards = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+for name, path in (("verl", os.path.dirname(rewards)), ("verl.rewards", rewards)):
+    module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
+    module.__path__ = [path]
+    sys.modules[name] = module
+from verl.rewards.sandbox_trusted import program_bindings
+job = json.loads(sys.stdin.buffer.read())
+bound = program_bindings(job["code"])
+used = set(job["used"])
+sys.stdout.write(json.dumps(None if bound is None else {n: q for n, q in bound.items() if n in used}))
+"""
+
+
+def _bindings_elsewhere(code: str, used: frozenset[str], cpu_seconds: float, memory_bytes: int,
+                        wall_seconds: float) -> dict[str, str] | None:
+    """``program_bindings`` (restricted to ``used``) computed by a helper process; ``TooCostly`` when
+    the parse did not finish within the limits (the sandbox, which compiles the same text under the
+    same limits, could not run it either), None when it failed otherwise (as for text that does not
+    parse)."""
+    import os
+    import subprocess
+
+    job = json.dumps({"code": code, "used": sorted(used)}).encode("utf-8", "surrogatepass")
+    try:
+        done = subprocess.run([sys.executable, "-I", "-B", "-c", _HELPER, str(max(1, int(cpu_seconds))),
+                               str(memory_bytes), os.path.dirname(os.path.abspath(__file__))],
+                              input=job, capture_output=True, timeout=wall_seconds, cwd="/")
+    except subprocess.TimeoutExpired:
+        raise TooCostly("the program's text took too long to parse") from None
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise TooCostly("the program's text took too long to parse")
+    try:
+        bound = json.loads(done.stdout) if done.returncode == 0 else None
+    except ValueError:
+        return None
+    if bound is not None and not (type(bound) is dict and all(type(v) is str for v in bound.values())):
+        return None
+    return bound
+
+
+def names_for(code: str, declared: dict[str, str], used: frozenset[str], *, cpu_seconds: float = 5,
+              memory_bytes: int = 512 * 2**20, wall_seconds: float = 5.0) -> Names:
     """The resolver for a program, restricted to the names the asserts ``used`` (so that plans
-    can be cached across programs that bind those names alike)."""
-    bound = program_bindings(code)
+    can be cached across programs that bind those names alike). A program longer than
+    ``MAX_PARSED_HERE`` is parsed in a helper process under these limits (``TooCostly`` if it
+    does not finish in them)."""
+    if len(code) > MAX_PARSED_HERE:
+        bound = _bindings_elsewhere(code, used, cpu_seconds, memory_bytes, wall_seconds)
+    else:
+        bound = program_bindings(code)
     if bound is None:  # it cannot run, so it cannot answer anything: its failure is the program's, not the test's
         bound = {n: "" for n in used if n not in _BUILTINS and n not in BARE and n not in _STDLIB}
     return Names(tuple(sorted((n, q) for n, q in declared.items() if n in used)),

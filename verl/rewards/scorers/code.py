@@ -45,6 +45,7 @@ from typing import Any
 
 from verl.errors import RewardError
 from verl.rewards.sandbox import SandboxLimits, run_python
+from verl.rewards.sandbox_results import TooCostly
 from verl.rewards.sandbox_trusted import Names, imports_of, names_for
 from verl.rewards.sandbox_verdict import AssertPlan, compile_check, judge
 
@@ -249,7 +250,11 @@ def _score_stdio(code: str, cases: list[TestCase], limits: SandboxLimits) -> tup
 
 def _score_asserts(code: str, checks: list[str], declared: dict[str, str],
                    limits: SandboxLimits) -> tuple[int, str]:
-    names = names_for(code, declared, frozenset().union(*map(_names_in, checks)))
+    try:
+        names = names_for(code, declared, frozenset().union(*map(_names_in, checks)), cpu_seconds=limits.cpu_seconds,
+                          memory_bytes=limits.memory_bytes, wall_seconds=limits.wall_seconds)
+    except TooCostly:  # its text alone took longer to parse than a run may take: it could not have run
+        return 0, "timeout"
     compiled = [_plan(check, names) for check in checks]
     plans = [plan for plan, _ in compiled]
     calls, offsets = [], []
