@@ -83,11 +83,20 @@ def test_overlong_prompt_error_names_row_length_limit_and_fixes(tmp_path, tokeni
         RLDataset(path, tokenizer, max_prompt_length=12)
 
 
-@pytest.mark.parametrize("mode, expected", [("left", "abcdefgh\nA: "), ("right", "Q: abcdefgh\n")])
+@pytest.mark.parametrize("mode, expected", [("left", "abcdefgh\nA: "), ("right", "Q: abcdefgh\n"),
+                                            ("middle", "Q: abcgh\nA: ")])  # middle: verl's first 6 + last 6
 def test_truncation_cuts_the_named_side(tmp_path, tokenizer, mode, expected):
     path = write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl")
     ds = RLDataset(path, tokenizer, max_prompt_length=12, truncation=mode)
     assert tokenizer.decode(ds[0]["input_ids"]) == expected
+
+
+def test_verls_middle_truncation_is_accepted_by_the_config_and_reaches_the_dataset(tmp_path, tokenizer):
+    from verl.config import TrainerConfig
+
+    data = TrainerConfig.from_overrides(["data.truncation=middle", "data.max_prompt_length=11"]).data
+    ds = RLDataset(write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl"), tokenizer, data)
+    assert tokenizer.decode(ds[0]["input_ids"]) == "Q: abgh\nA: "  # 5 from the start, 6 from the end
 
 
 def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, caplog):

@@ -46,8 +46,9 @@ class DataConfig(Section):
                                         "validation set at once.")
     shuffle: bool = option(True, help="Shuffle the training prompts each epoch.")
     seed: int | None = option(1, bounds="[0, 4294967295]", help="Seed of the prompt shuffling; null = trainer.seed.")
-    truncation: Literal["error", "left", "right"] = option("error", help="A prompt longer than "
-                                                           "max_prompt_length raises (error) or is cut from the left or right.")
+    truncation: Literal["error", "left", "right", "middle"] = option("error", help="A prompt longer than "
+                                                                     "max_prompt_length raises (error) or is cut from the "
+                                                                     "left, the right or the middle (its two ends kept).")
     filter_overlong_prompts: bool = option(False, help="Drop prompts longer than max_prompt_length "
                                            "when loading the dataset.")
     chat_template_kwargs: dict = option({}, aliases=("apply_chat_template_kwargs",), help="Extra keyword "

@@ -29,7 +29,19 @@ from verl.data.io import DataError, is_messages, read_rows
 
 logger = logging.getLogger(__name__)
 
-TRUNCATION_MODES = ("error", "left", "right")
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+def cut_prompt(ids: list[int], length: int, truncation: str) -> list[int]:
+    """``ids`` cut to ``length`` tokens: its end kept ("left"), its start ("right"), or (``"middle"``, as
+    verl cuts) its first ``length // 2`` tokens and its last ``length - length // 2``."""
+    if len(ids) <= length:
+        return ids
+    if truncation == "left":
+        return ids[-length:]
+    if truncation == "middle":
+        return ids[:length // 2] + ids[len(ids) - (length - length // 2):]
+    return ids[:length]
 
 
 def json_object(value: Any) -> Any:
@@ -171,7 +183,8 @@ class RLDataset(Dataset):
     Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
         prompt_key: the column that holds the prompt (chat messages or a plain string).
         max_prompt_length: the longest prompt allowed, in tokens (after the chat template).
-        truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right".
+        truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right", or
+            out of the "middle" (its first and last halves of max_prompt_length kept, as verl does).
         filter_overlong_prompts: drop longer prompts instead (``num_filtered`` counts them).
         apply_chat_template: render message lists with the tokenizer's chat template (with the
             generation prompt). When false, the text is tokenized as is (message contents are
@@ -283,8 +296,8 @@ class RLDataset(Dataset):
                         f"prompt of row {i} is {len(ids)} tokens long, over data.max_prompt_length="
                         f"{max_prompt_length}; raise data.max_prompt_length, set "
                         f"data.filter_overlong_prompts=true to drop such prompts, or set "
-                        f"data.truncation=left|right to cut them")
-                ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
+                        f"data.truncation=left|right|middle to cut them")
+                ids = cut_prompt(ids, max_prompt_length, truncation)
             self._rows.append(row)
             self._prompts.append(prompt)
             self._ids.append(ids)
