@@ -182,8 +182,10 @@ class RuleRewardManager:
 
 
 def build_reward_functions(entries: Sequence[dict], custom_path: str | None = None, custom_name: str = "compute_score",
-                           custom_kwargs: dict | None = None) -> list[RewardFunction]:
+                           custom_kwargs: dict | None = None, reward_manager: str = "naive") -> list[RewardFunction]:
     """Reward functions from config: ``custom_reward_function`` (weight 1) and ``reward.functions``.
+    With ``reward_manager="batch"`` (verl's ``reward_model.reward_manager``), ``custom_reward_function``
+    is called as verl's batch manager calls it, once per batch with lists, whatever its parameters say.
 
     Each entry of ``reward.functions`` is a dict with ``name`` (a function in ``path``, or a
     built-in scorer name such as ``format/think`` when there is no ``path``), and optionally
@@ -197,7 +199,7 @@ def build_reward_functions(entries: Sequence[dict], custom_path: str | None = No
         fn = load_reward_function(custom_path, custom_name)
         if custom_kwargs:
             fn = functools.partial(fn, **custom_kwargs)
-        functions.append(RewardFunction(fn, name=custom_name))
+        functions.append(RewardFunction(fn, name=custom_name, style="batch" if reward_manager == "batch" else ""))
     allowed = {"name", "path", "weight", "kwargs"}
     for i, entry in enumerate(entries):
         where = f"reward.functions[{i}]"
