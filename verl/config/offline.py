@@ -42,6 +42,11 @@ class SFTDataConfig(ConfigNode):
     builtin_task: str = option("addition", help="Built-in task used when train_files is null.")
     prompt_key: str = option("prompt", help="Column holding the prompt: chat messages or text.")
     response_key: str = option("response", help="Column holding the response: text (or assistant messages).")
+    prompt_dict_keys: list[str] | None = option(None, help="verl's: when the prompt_key column holds a dict (the "
+                                                "extra_info of verl's gsm8k parquet), the keys to read inside it, in "
+                                                "order: [question] takes row[prompt_key]['question']; null = the column "
+                                                "itself.")
+    response_dict_keys: list[str] | None = option(None, help="The same for response_key, e.g. [answer].")
     messages_key: str | None = option(None, help="Column holding whole chat conversations; when set, rows "
                                       "are conversations and the loss is on the assistant turns only "
                                       "(prompt_key/response_key are not used).")
@@ -102,6 +107,9 @@ class KTODataConfig(ConfigNode):
 @dataclass
 class OfflineModelConfig(ModelConfig):
     """The policy being trained (its starting weights) and its sharding."""
+
+    path: str | None = option(None, aliases=("partial_pretrain",), help="Hugging Face model id or local folder; "
+                              "null = the built-in tiny model (verl's SFT name: partial_pretrain).")
 
     fsdp_config: FSDPConfig = section(FSDPConfig, help="Policy sharding (FSDP2).")
 

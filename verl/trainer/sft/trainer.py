@@ -43,7 +43,8 @@ class SFTTrainer(OfflineTrainer):
     def make_dataset(self, rows, source):
         data = self.config.data
         return SFTDataset(rows, self.encoder, prompt_key=data.prompt_key, response_key=data.response_key,
-                          messages_key=data.messages_key, source=source)
+                          messages_key=data.messages_key, source=source, prompt_dict_keys=data.prompt_dict_keys,
+                          response_dict_keys=data.response_dict_keys)
 
     def collate(self, items) -> Batch:
         return collate_sft(items, self.tokenizer.pad_token_id)
