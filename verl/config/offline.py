@@ -33,6 +33,18 @@ _TEMPLATE_HELP = ("Format rows with the tokenizer's chat template (false = promp
 
 
 @dataclass
+class SFTMultiturnConfig(ConfigNode):
+    """verl's switch for conversation rows (its data.multiturn section)."""
+
+    enable: bool = option(False, help="Rows are chat conversations in the messages_key column below (verl's "
+                          "form of data.messages_key, which wins when both are set).")
+    messages_key: str = option("messages", help="Column of the conversations when enable is true.")
+    tools_key: str = option("tools", help="verl's column of tool schemas; not read here (the chat template "
+                            "gets no tools).")
+    enable_thinking_key: str = option("enable_thinking", help="verl's per-row thinking switch column; not read here.")
+
+
+@dataclass
 class SFTDataConfig(ConfigNode):
     """Supervised data: prompt/response columns or chat messages."""
 
@@ -50,6 +62,8 @@ class SFTDataConfig(ConfigNode):
     messages_key: str | None = option(None, help="Column holding whole chat conversations; when set, rows "
                                       "are conversations and the loss is on the assistant turns only "
                                       "(prompt_key/response_key are not used).")
+    multiturn: SFTMultiturnConfig = section(SFTMultiturnConfig, help="verl's multiturn.enable / messages_key: "
+                                            "the same as data.messages_key.")
     train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Examples per optimiser step, over all ranks.")
     micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help=_MICRO_HELP.format(unit="Examples"))
     max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + response (see truncation).")
