@@ -235,3 +235,21 @@ def test_a_prompt_of_chat_messages_written_as_json_text_is_read_as_the_messages(
     sharegpt = write_parquet([{"prompt": json.dumps([{"from": "human", "value": "1+1="}])}], tmp_path / "s.parquet")
     with pytest.raises(DataError, match=r"ShareGPT's \{from, value\} turns"):
         RLDataset(str(sharegpt), tokenizer)
+
+
+def test_verls_max_samples_keys_pick_a_seeded_subset_or_the_first_rows(tmp_path, tokenizer):
+    import numpy as np
+
+    from verl.config import TrainerConfig
+    from verl.data import create_rl_dataset
+
+    path = write_jsonl([row(f"q{i}") for i in range(6)], tmp_path / "d.jsonl")
+    data = TrainerConfig.from_overrides(["data.train_max_samples=3", "data.val_max_samples=2", "data.seed=3"]).data
+    train = create_rl_dataset(path, tokenizer, data)
+    expected = sorted(np.random.default_rng(3).choice(6, size=3, replace=False).tolist())  # verl's draw, data.shuffle
+    assert [train[i]["index"] for i in range(len(train))] == expected
+    assert [train[i]["extra_info"]["tag"] for i in range(3)] == [f"q{k}" for k in expected]
+    assert len(create_rl_dataset(path, tokenizer, data, config_key="data.val_files")) == 2
+    data.shuffle = False
+    first = create_rl_dataset(path, tokenizer, data)
+    assert [first[i]["index"] for i in range(len(first))] == [0, 1, 2]

@@ -61,14 +61,10 @@ class DataConfig(Section):
                                         why="the dataset is tokenized with the policy's tokenizer",
                                         refuse_if=lambda v: v is not None, when="unless null",
                                         instead="set actor_rollout_ref.model.tokenizer_path")
-    train_max_samples: int = verl_option(-1, help="Use at most this many training prompts; -1 = all.",
-                                         inert=False, why="the whole file is used here",
-                                         refuse_if=lambda v: v != -1, when="unless -1",
-                                         instead="cut the file (e.g. pandas: df.head(n).to_parquet(...))")
-    val_max_samples: int = verl_option(-1, help="Use at most this many validation prompts; -1 = all.",
-                                       inert=False, why="the whole file is used here",
-                                       refuse_if=lambda v: v != -1, when="unless -1",
-                                       instead="cut the file (e.g. pandas: df.head(n).to_parquet(...))")
+    train_max_samples: int = option(-1, bounds=">= -1", help="Use at most this many training prompts, as verl "
+                                    "picks them: a random subset drawn with data.seed when data.shuffle, else the "
+                                    "first ones; taken before filter_overlong_prompts; -1 (or 0) = all.")
+    val_max_samples: int = option(-1, bounds=">= -1", help="The same for the validation prompts; -1 (or 0) = all.")
     gen_batch_size: int | None = option(None, bounds=">= 1", help="verl: prompts per generation batch of dynamic sampling; "
                                         "here prompts are drawn data.train_batch_size at a time, so validate() "
                                         "refuses another value.")
