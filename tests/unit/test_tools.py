@@ -198,3 +198,48 @@ def test_decoded_arguments_and_tool_results_normalise():
     assert normalize_tool_result((ToolResponse(text="y"), 1, {"m": 2})) == (ToolResponse(text="y"), 1.0, {"m": 2})
     with pytest.raises(ValueError, match="must be a list"):
         ToolResponse(image="not a list")
+
+
+GSM8K_TOOL_YAML = """tools:
+  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
+    config:
+      type: native
+    tool_schema:
+      type: "function"
+      function:
+        name: "calc_gsm8k_reward"
+        description: "A tool for calculating the reward of gsm8k."
+        parameters:
+          type: "object"
+          properties:
+            answer:
+              type: "string"
+              description: "The model's answer"
+          required: ["answer"]
+"""
+
+
+def test_verls_gsm8k_tool_config_grades_answers_against_the_rows_ground_truth(tmp_path):
+    # verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml names this class
+    (tmp_path / "gsm8k_tool_config.yaml").write_text(GSM8K_TOOL_YAML)
+    (tool,) = load_tool_config(tmp_path / "gsm8k_tool_config.yaml")
+    assert tool.name == "calc_gsm8k_reward"
+
+    async def session(**create_kwargs):
+        instance, _ = await tool.create(**create_kwargs)
+        calls = [await tool.execute(instance, {"answer": a}) for a in ("12", "72", "#### 72", 72.0)]
+        final = await tool.calc_reward(instance)
+        await tool.release(instance)
+        return [(r.text, step) for r, step, _ in calls], final
+
+    calls, final = asyncio.run(session(ground_truth="72"))  # extra_info.tools_kwargs...create_kwargs
+    assert [step for _, step in calls] == [-0.05, 0.0, -0.05, -0.05] and final == 1.0
+    assert calls[0][0] == "Current parsed answer='12' reward=0.0" and calls[1][0].endswith("reward=1.0")
+    assert asyncio.run(session(create_kwargs={"ground_truth": "5"}))[1] == 0.0  # verl's nested form
+
+
+def test_a_verl_tool_module_this_project_lacks_is_named_as_verls_with_the_fix(tmp_path):
+    (tmp_path / "t.yaml").write_text(GSM8K_TOOL_YAML.replace("gsm8k_tool.Gsm8kTool", "geo3k_tool.Geo3kTool"))
+    with pytest.raises(VerlError, match=r"verl's verl.tools.geo3k_tool is not part of this project .*Gsm8kTool.*"
+                                        r"BaseTool subclass"):
+        load_tool_config(tmp_path / "t.yaml")
