@@ -240,6 +240,27 @@ def test_verls_gsm8k_tool_config_grades_answers_against_the_rows_ground_truth(tm
 
 def test_a_verl_tool_module_this_project_lacks_is_named_as_verls_with_the_fix(tmp_path):
     (tmp_path / "t.yaml").write_text(GSM8K_TOOL_YAML.replace("gsm8k_tool.Gsm8kTool", "geo3k_tool.Geo3kTool"))
-    with pytest.raises(VerlError, match=r"verl's verl.tools.geo3k_tool is not part of this project .*Gsm8kTool.*"
-                                        r"BaseTool subclass"):
+    with pytest.raises(VerlError, match=r"verl.s verl.tools.geo3k_tool is not part of this project .*Gsm8kTool.*"
+                                        r"BaseTool \(or .*BaseInteraction\) subclass"):
         load_tool_config(tmp_path / "t.yaml")
+
+
+def test_verls_gsm8k_interaction_config_grades_each_answer_and_ends_on_the_right_one(tmp_path):
+    from verl.agent.interactions import load_interactions
+
+    (tmp_path / "gsm8k_interaction_config.yaml").write_text(
+        'interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n'
+        '    config: {}\n')
+    gsm8k = load_interactions(tmp_path / "gsm8k_interaction_config.yaml")["gsm8k"]
+
+    async def session():
+        # extra_info.interaction_kwargs of verl's gsm8k_multiturn_w_interaction.py rows
+        instance = await gsm8k.start_interaction(name="gsm8k", query="6*12?", ground_truth="72")
+        turns = [await gsm8k.generate_response(instance, [{"role": "user", "content": "6*12?"},
+                                                          {"role": "assistant", "content": answer}])
+                 for answer in ("It is 72", "#### 71", "so #### 72")]
+        await gsm8k.finalize_interaction(instance)
+        return [(done, score) for done, _, score, _ in turns], turns[-1][1]
+
+    turns, reply = asyncio.run(session())
+    assert turns == [(False, 0.0), (False, 0.0), (True, 1.0)] and reply == "Your response is correct!"
