@@ -157,7 +157,8 @@ def test_on_error_raise_names_function_sample_and_value():
 
 def test_unknown_data_source_is_an_error_even_with_on_error_zero():
     batch = make_batch(["a"])
-    with pytest.raises(RewardError, match="no built-in reward scorer for data_source='src'"):
+    with pytest.raises(RewardError, match="no built-in reward scorer for data_source='src'.*custom_reward_function.path"
+                                          ".*or, for rows a learned reward model scores .*reward_model.enable=true"):
         RuleRewardManager(TOK, on_error="zero")(batch)
 
 

@@ -113,7 +113,9 @@ def get_scorer(data_source: str) -> Callable[..., Any]:
         raise RewardError(
             f"no built-in reward scorer for data_source={data_source!r}; known: {sorted(SCORERS)}. "
             f"Write a compute_score(data_source, solution_str, ground_truth, extra_info) function "
-            f"and set custom_reward_function.path to its file") from None
+            f"and set custom_reward_function.path to its file, or, for rows a learned reward model scores "
+            f"(reward_model.style 'model', as in verl's full_hh_rlhf data), set reward_model.enable=true and "
+            f"reward_model.model.path") from None
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
