@@ -236,3 +236,16 @@ def test_verls_sft_model_key_partial_pretrain_is_model_path():
     from verl.config.offline import SFTTrainerConfig
 
     assert SFTTrainerConfig.from_overrides(["model.partial_pretrain=my/model"]).model.path == "my/model"
+
+
+def test_verls_top_level_sft_keys_are_taken(caplog):
+    # verl's SFT scripts end with: ulysses_sequence_parallel_size=2 use_remove_padding=true
+    import logging
+
+    from verl.config.offline import SFTTrainerConfig
+
+    config = SFTTrainerConfig.from_overrides(["ulysses_sequence_parallel_size=2", "use_remove_padding=true"])
+    with caplog.at_level(logging.WARNING, logger="verl.config.offline"):
+        config.validate()
+    assert config.model.use_remove_padding is True
+    assert "ulysses_sequence_parallel_size=2: there is no sequence parallelism here" in caplog.text

@@ -10,6 +10,7 @@ normalised by the whole step's count, so the micro-batch size never changes the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +20,7 @@ from verl.config.schema_actor import FSDPConfig, ModelConfig, OptimConfig
 from verl.errors import ConfigError
 
 Truncation = Literal["error", "left", "right"]
+logger = logging.getLogger(__name__)
 SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)
 
 _FILES_HELP = ("a parquet/jsonl file or a list of them; null = rows built from the built-in addition "
@@ -262,6 +264,20 @@ class SFTTrainerConfig(_OfflineConfig):
     trainer: OfflineTrainerSectionConfig = section(
         OfflineTrainerSectionConfig(default_local_dir="outputs/sft", experiment_name="sft"),
         help="Run control, logging, checkpoints.")
+    # verl's SFT scripts pass these two at the top level.
+    ulysses_sequence_parallel_size: int = option(1, bounds=">= 1", help="verl's Ulysses sequence-parallel group "
+                                                 "size. No sequence parallelism here (every rank holds whole "
+                                                 "sequences; the update is the same): above 1 logs a warning.")
+    use_remove_padding: bool = option(False, help="verl's top-level SFT key: true sets model.use_remove_padding.")
+
+    def validate(self, dp_size: int = 1) -> None:
+        super().validate(dp_size)
+        if self.use_remove_padding:
+            self.model.use_remove_padding = True
+        if self.ulysses_sequence_parallel_size > 1:
+            logger.warning("ulysses_sequence_parallel_size=%d: there is no sequence parallelism here; every rank "
+                           "trains on whole sequences (the same update, more memory per rank)",
+                           self.ulysses_sequence_parallel_size)
 
 
 @dataclass
