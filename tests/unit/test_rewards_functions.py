@@ -304,3 +304,25 @@ def test_reward_manager_batch_is_accepted_by_the_config():
     from verl.config import TrainerConfig
 
     assert TrainerConfig.from_overrides(["reward_model.reward_manager=batch"]).reward_model.reward_manager == "batch"
+
+
+def test_reward_manager_dapo_logs_a_number_result_as_acc_too(tmp_path):
+    # verl's DAPO manager: a plain score is also reward_extra_info["acc"]; a dict is taken as it is
+    path = tmp_path / "dapo.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return solution_str == '12'\n"
+                    "async def as_dict(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return {'score': 0.5, 'acc': False}\n"
+                    "def broken(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return None\n")
+    batch = make_batch(["12", "7"])
+    [fn] = build_reward_functions([], str(path), "compute_score", reward_manager="dapo")
+    scores, columns = RuleRewardManager(TOK, functions=[fn])(batch)
+    assert last_token_scores(scores, batch) == [1.0, 0.0] and columns["acc"] == [True, False]
+    [fn] = build_reward_functions([], str(path), "as_dict", reward_manager="dapo")
+    assert fn.is_async and RuleRewardManager(TOK, functions=[fn])(batch)[1]["acc"] == [False, False]
+    [fn] = build_reward_functions([], str(path), "broken", reward_manager="dapo")
+    with pytest.raises(RewardError, match="returned None"):
+        RuleRewardManager(TOK, functions=[fn])(batch)
+    [fn] = build_reward_functions([], str(path), "compute_score")  # naive: no acc added
+    assert "acc" not in RuleRewardManager(TOK, functions=[fn])(batch)[1]
