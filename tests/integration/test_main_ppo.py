@@ -57,6 +57,7 @@ def test_grpo_on_parquet_with_custom_reward_writes_a_loadable_policy(tiny_model_
     assert 0.1 < steps[0]["perf/cpu_memory_used_gb"] < 64  # the process's peak RSS, in GiB
     assert "perf/max_memory_allocated_gb" not in steps[0]  # CUDA only
     assert any("val-core/echo/reward/mean@1" in r for r in rows)
+    assert all(r["val-aux/echo/length/mean@1"] >= 0 for r in rows if "val-core/echo/reward/mean@1" in r)  # the dict's key
     model = AutoModelForCausalLM.from_pretrained(out / "huggingface")
     tokenizer = AutoTokenizer.from_pretrained(out / "huggingface")
     original = AutoModelForCausalLM.from_pretrained(tiny_model_dir)

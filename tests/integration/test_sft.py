@@ -126,3 +126,14 @@ def test_help_lists_the_sft_keys(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "data.response_key" in out and "data.messages_key" in out and "optim.clip_grad" in out
+
+
+def test_verls_multiturn_keys_train_on_the_conversations_as_messages_key_does(tiny_model_dir, tmp_path):
+    # verl's multiturn SFT script: data.multiturn.enable=true data.multiturn.messages_key=messages
+    rows = [{"conv": [{"role": "user", "content": f"{a}+1="}, {"role": "assistant", "content": str(a + 1)}]}
+            for a in range(8)]
+    files = {"train_files": str(write_parquet(rows, tmp_path / "conv.parquet"))}
+    verl_style = SFTTrainer(config(tiny_model_dir, tmp_path, **files, multiturn={"enable": True, "messages_key": "conv"}))
+    ours = SFTTrainer(config(tiny_model_dir, tmp_path, **files, messages_key="conv"))
+    assert len(verl_style.train_set) == 8
+    assert [verl_style.train_set[i] for i in range(8)] == [ours.train_set[i] for i in range(8)]

@@ -101,9 +101,9 @@ def test_literal_choices_are_listed_on_a_wrong_choice():
     cfg = TrainerConfig()
     cfg.data.truncation = "left"
     with pytest.raises(ConfigError) as err:
-        cfg.data.truncation = "middle"
-    assert "data.truncation='middle'" in str(err.value)
-    assert "'error', 'left', 'right'" in str(err.value)
+        cfg.data.truncation = "center"
+    assert "data.truncation='center'" in str(err.value)
+    assert "'error', 'left', 'right', 'middle'" in str(err.value)
     with pytest.raises(ConfigError, match="'float32', 'fp32', 'bfloat16'"):
         TrainerConfig(actor_rollout_ref=dict(model=dict(dtype="float64")))
 

@@ -129,8 +129,8 @@ def test_override_errors_are_short_and_name_the_fix():
         _cfg("trainer.lr=3")
     with pytest.raises(ConfigError, match="data.train_batch_size expects int, got 'many'"):
         _cfg("data.train_batch_size=many")
-    with pytest.raises(ConfigError, match="data.truncation='middle' is not allowed; choose one of"):
-        _cfg("data.truncation=middle")
+    with pytest.raises(ConfigError, match="data.truncation='center' is not allowed; choose one of"):
+        _cfg("data.truncation=center")
     with pytest.raises(ConfigError, match="without dashes"):
         _cfg("--trainer.total_epochs=3")
     with pytest.raises(ConfigError, match="malformed key"):
@@ -318,7 +318,7 @@ def test_a_bad_bool_word_is_refused_where_it_is_set():
     with pytest.raises(ConfigError, match=r"^data.shuffle expects bool, got 3 \(int\)"):
         TrainerConfig.from_yaml("data:\n  shuffle: 3\n")
     # Choices are checked once everything is applied, so a later override can still fix a bad one.
-    assert _cfg("data.truncation=middle", "data.truncation=left").data.truncation == "left"
+    assert _cfg("data.truncation=center", "data.truncation=left").data.truncation == "left"
 
 
 def test_values_from_interpolations_are_typed_once_resolved(monkeypatch):

@@ -220,7 +220,7 @@ def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     ("algorithm.rollout_correction.loss_type=gspo", "the bypass losses are ppo_clip and reinforce"),
     ("distillation.distillation_loss.loss_mode=forward_kl_topk", "full logits"),
     ("trainer.val_only=True", "total_training_steps=0"),
-    ("data.train_max_samples=1000", "cut the file"),
+    ("data.tokenizer=other/tokenizer", "set actor_rollout_ref.model.tokenizer_path"),
 ])
 def test_refused_keys_name_the_key_and_what_to_use_instead(arg, named):
     key = arg.split("=", 1)[0]

@@ -83,11 +83,20 @@ def test_overlong_prompt_error_names_row_length_limit_and_fixes(tmp_path, tokeni
         RLDataset(path, tokenizer, max_prompt_length=12)
 
 
-@pytest.mark.parametrize("mode, expected", [("left", "abcdefgh\nA: "), ("right", "Q: abcdefgh\n")])
+@pytest.mark.parametrize("mode, expected", [("left", "abcdefgh\nA: "), ("right", "Q: abcdefgh\n"),
+                                            ("middle", "Q: abcgh\nA: ")])  # middle: verl's first 6 + last 6
 def test_truncation_cuts_the_named_side(tmp_path, tokenizer, mode, expected):
     path = write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl")
     ds = RLDataset(path, tokenizer, max_prompt_length=12, truncation=mode)
     assert tokenizer.decode(ds[0]["input_ids"]) == expected
+
+
+def test_verls_middle_truncation_is_accepted_by_the_config_and_reaches_the_dataset(tmp_path, tokenizer):
+    from verl.config import TrainerConfig
+
+    data = TrainerConfig.from_overrides(["data.truncation=middle", "data.max_prompt_length=11"]).data
+    ds = RLDataset(write_jsonl([row("abcdefgh")], tmp_path / "d.jsonl"), tokenizer, data)
+    assert tokenizer.decode(ds[0]["input_ids"]) == "Q: abgh\nA: "  # 5 from the start, 6 from the end
 
 
 def test_filtering_drops_overlong_prompts_and_counts_them(tmp_path, tokenizer, caplog):
@@ -226,3 +235,21 @@ def test_a_prompt_of_chat_messages_written_as_json_text_is_read_as_the_messages(
     sharegpt = write_parquet([{"prompt": json.dumps([{"from": "human", "value": "1+1="}])}], tmp_path / "s.parquet")
     with pytest.raises(DataError, match=r"ShareGPT's \{from, value\} turns"):
         RLDataset(str(sharegpt), tokenizer)
+
+
+def test_verls_max_samples_keys_pick_a_seeded_subset_or_the_first_rows(tmp_path, tokenizer):
+    import numpy as np
+
+    from verl.config import TrainerConfig
+    from verl.data import create_rl_dataset
+
+    path = write_jsonl([row(f"q{i}") for i in range(6)], tmp_path / "d.jsonl")
+    data = TrainerConfig.from_overrides(["data.train_max_samples=3", "data.val_max_samples=2", "data.seed=3"]).data
+    train = create_rl_dataset(path, tokenizer, data)
+    expected = sorted(np.random.default_rng(3).choice(6, size=3, replace=False).tolist())  # verl's draw, data.shuffle
+    assert [train[i]["index"] for i in range(len(train))] == expected
+    assert [train[i]["extra_info"]["tag"] for i in range(3)] == [f"q{k}" for k in expected]
+    assert len(create_rl_dataset(path, tokenizer, data, config_key="data.val_files")) == 2
+    data.shuffle = False
+    first = create_rl_dataset(path, tokenizer, data)
+    assert [first[i]["index"] for i in range(len(first))] == [0, 1, 2]

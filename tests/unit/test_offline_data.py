@@ -212,3 +212,40 @@ def test_preference_rows_whose_chosen_is_their_rejected_are_counted_once(caplog)
     assert [r.getMessage() for r in caplog.records] == [
         "data.train_files: 2 of 4 rows have the same chosen and rejected response (row 1, 3): they carry no "
         "preference, so DPO learns nothing from them; drop them or fix the rejected column"]
+
+
+def test_verls_dict_keys_read_the_prompt_and_response_inside_an_extra_info_column(tmp_path):
+    # verl's gsm8k SFT recipe: data.prompt_key=extra_info data.prompt_dict_keys=[question], the same for the answer
+    from verl.config.offline import SFTTrainerConfig
+    from verl.data import read_rows, write_parquet
+
+    path = write_parquet([{"prompt": [{"role": "user", "content": "x"}], "data_source": "openai/gsm8k",
+                           "extra_info": {"split": "train", "index": 0, "question": "1+1=", "answer": "2"}}],
+                         tmp_path / "gsm8k.parquet")
+    data = SFTTrainerConfig.from_overrides(["data.prompt_key=extra_info", "data.response_key=extra_info",
+                                            "data.prompt_dict_keys=[question]", "data.response_dict_keys=[answer]"]).data
+    item = SFTDataset(read_rows(path), encoder(), prompt_key=data.prompt_key, response_key=data.response_key,
+                      prompt_dict_keys=data.prompt_dict_keys, response_dict_keys=data.response_dict_keys)[0]
+    assert chars(item["input_ids"]) == [*"Q: 1+1=\nA: ", "2", EOS] and item["loss_mask"] == [0] * 11 + [1, 1]
+    with pytest.raises(DataError, match=r"row 0 .*prompt_dict_keys=\['questio'\] reads 'questio' .*'question'"):
+        SFTDataset(read_rows(path), encoder(), prompt_key="extra_info", response_key="extra_info",
+                   prompt_dict_keys=["questio"], response_dict_keys=["answer"])
+
+
+def test_verls_sft_model_key_partial_pretrain_is_model_path():
+    from verl.config.offline import SFTTrainerConfig
+
+    assert SFTTrainerConfig.from_overrides(["model.partial_pretrain=my/model"]).model.path == "my/model"
+
+
+def test_verls_top_level_sft_keys_are_taken(caplog):
+    # verl's SFT scripts end with: ulysses_sequence_parallel_size=2 use_remove_padding=true
+    import logging
+
+    from verl.config.offline import SFTTrainerConfig
+
+    config = SFTTrainerConfig.from_overrides(["ulysses_sequence_parallel_size=2", "use_remove_padding=true"])
+    with caplog.at_level(logging.WARNING, logger="verl.config.offline"):
+        config.validate()
+    assert config.model.use_remove_padding is True
+    assert "ulysses_sequence_parallel_size=2: there is no sequence parallelism here" in caplog.text

@@ -157,7 +157,8 @@ def test_on_error_raise_names_function_sample_and_value():
 
 def test_unknown_data_source_is_an_error_even_with_on_error_zero():
     batch = make_batch(["a"])
-    with pytest.raises(RewardError, match="no built-in reward scorer for data_source='src'"):
+    with pytest.raises(RewardError, match="no built-in reward scorer for data_source='src'.*custom_reward_function.path"
+                                          ".*or, for rows a learned reward model scores .*reward_model.enable=true"):
         RuleRewardManager(TOK, on_error="zero")(batch)
 
 
@@ -257,3 +258,71 @@ def test_verl_and_trl_signatures_that_take_the_arguments_load():
                                           r"the arguments prompts, completions, completion_ids, .*unexpected keyword "
                                           r"argument 'completion_ids'.*def reward\(prompts, completions, \*\*kwargs\)"):
         RewardFunction(lambda prompts, completions: [0.0], name="strict")
+
+
+def batch_first_is_twelve(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+    """verl's batch reward manager's signature: lists in, one result per response out."""
+    return [{"score": float(s == g), "level": e["level"], "source_is_src": d == "src"}
+            for d, s, g, e in zip(data_sources, solution_strs, ground_truths, extra_infos)]
+
+
+def test_a_function_in_verls_batch_manager_signature_is_called_once_with_lists():
+    calls = []
+
+    def spy(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
+        calls.append((list(data_sources), list(solution_strs), list(ground_truths), kwargs))
+        return batch_first_is_twelve(data_sources, solution_strs, ground_truths, extra_infos)
+
+    batch = make_batch(["12", "123", "12"])
+    manager = RuleRewardManager(TOK, functions=[RewardFunction(functools.partial(spy, scale=2))])
+    assert manager.functions[0].style == "batch"
+    scores, columns = manager(batch)
+    assert calls == [(["src"] * 3, ["12", "123", "12"], ["12"] * 3, {"scale": 2})]
+    assert last_token_scores(scores, batch) == [1.0, 0.0, 1.0]
+    assert columns["level"] == [0, 10, 20] and columns["source_is_src"] == [True] * 3
+
+
+def test_reward_manager_batch_calls_the_custom_function_once_per_batch(tmp_path):
+    path = tmp_path / "batched.py"
+    path.write_text("def compute_score(**kwargs):\n"  # nothing in the signature says batch: the manager does
+                    "    return [float(s == '12') for s in kwargs['solution_strs']]\n")
+    [fn] = build_reward_functions([], str(path), "compute_score", reward_manager="batch")
+    batch = make_batch(["12", "7"])
+    scores, _ = RuleRewardManager(TOK, functions=[fn])(batch)
+    assert last_token_scores(scores, batch) == [1.0, 0.0]
+
+
+def test_reward_manager_batch_with_a_per_sample_function_says_both_fixes(tmp_path):
+    path = tmp_path / "per_sample.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n")
+    with pytest.raises(RewardError, match=r"cannot be called with the arguments data_sources, solution_strs.*"
+                                          r"leave reward_model.reward_manager at naive"):
+        build_reward_functions([], str(path), "compute_score", reward_manager="batch")
+
+
+def test_reward_manager_batch_is_accepted_by_the_config():
+    from verl.config import TrainerConfig
+
+    assert TrainerConfig.from_overrides(["reward_model.reward_manager=batch"]).reward_model.reward_manager == "batch"
+
+
+def test_reward_manager_dapo_logs_a_number_result_as_acc_too(tmp_path):
+    # verl's DAPO manager: a plain score is also reward_extra_info["acc"]; a dict is taken as it is
+    path = tmp_path / "dapo.py"
+    path.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return solution_str == '12'\n"
+                    "async def as_dict(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return {'score': 0.5, 'acc': False}\n"
+                    "def broken(data_source, solution_str, ground_truth, extra_info=None):\n"
+                    "    return None\n")
+    batch = make_batch(["12", "7"])
+    [fn] = build_reward_functions([], str(path), "compute_score", reward_manager="dapo")
+    scores, columns = RuleRewardManager(TOK, functions=[fn])(batch)
+    assert last_token_scores(scores, batch) == [1.0, 0.0] and columns["acc"] == [True, False]
+    [fn] = build_reward_functions([], str(path), "as_dict", reward_manager="dapo")
+    assert fn.is_async and RuleRewardManager(TOK, functions=[fn])(batch)[1]["acc"] == [False, False]
+    [fn] = build_reward_functions([], str(path), "broken", reward_manager="dapo")
+    with pytest.raises(RewardError, match="returned None"):
+        RuleRewardManager(TOK, functions=[fn])(batch)
+    [fn] = build_reward_functions([], str(path), "compute_score")  # naive: no acc added
+    assert "acc" not in RuleRewardManager(TOK, functions=[fn])(batch)[1]

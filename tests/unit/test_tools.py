@@ -198,3 +198,69 @@ def test_decoded_arguments_and_tool_results_normalise():
     assert normalize_tool_result((ToolResponse(text="y"), 1, {"m": 2})) == (ToolResponse(text="y"), 1.0, {"m": 2})
     with pytest.raises(ValueError, match="must be a list"):
         ToolResponse(image="not a list")
+
+
+GSM8K_TOOL_YAML = """tools:
+  - class_name: "verl.tools.gsm8k_tool.Gsm8kTool"
+    config:
+      type: native
+    tool_schema:
+      type: "function"
+      function:
+        name: "calc_gsm8k_reward"
+        description: "A tool for calculating the reward of gsm8k."
+        parameters:
+          type: "object"
+          properties:
+            answer:
+              type: "string"
+              description: "The model's answer"
+          required: ["answer"]
+"""
+
+
+def test_verls_gsm8k_tool_config_grades_answers_against_the_rows_ground_truth(tmp_path):
+    # verl's examples/sglang_multiturn/config/tool_config/gsm8k_tool_config.yaml names this class
+    (tmp_path / "gsm8k_tool_config.yaml").write_text(GSM8K_TOOL_YAML)
+    (tool,) = load_tool_config(tmp_path / "gsm8k_tool_config.yaml")
+    assert tool.name == "calc_gsm8k_reward"
+
+    async def session(**create_kwargs):
+        instance, _ = await tool.create(**create_kwargs)
+        calls = [await tool.execute(instance, {"answer": a}) for a in ("12", "72", "#### 72", 72.0)]
+        final = await tool.calc_reward(instance)
+        await tool.release(instance)
+        return [(r.text, step) for r, step, _ in calls], final
+
+    calls, final = asyncio.run(session(ground_truth="72"))  # extra_info.tools_kwargs...create_kwargs
+    assert [step for _, step in calls] == [-0.05, 0.0, -0.05, -0.05] and final == 1.0
+    assert calls[0][0] == "Current parsed answer='12' reward=0.0" and calls[1][0].endswith("reward=1.0")
+    assert asyncio.run(session(create_kwargs={"ground_truth": "5"}))[1] == 0.0  # verl's nested form
+
+
+def test_a_verl_tool_module_this_project_lacks_is_named_as_verls_with_the_fix(tmp_path):
+    (tmp_path / "t.yaml").write_text(GSM8K_TOOL_YAML.replace("gsm8k_tool.Gsm8kTool", "geo3k_tool.Geo3kTool"))
+    with pytest.raises(VerlError, match=r"verl.s verl.tools.geo3k_tool is not part of this project .*Gsm8kTool.*"
+                                        r"BaseTool \(or .*BaseInteraction\) subclass"):
+        load_tool_config(tmp_path / "t.yaml")
+
+
+def test_verls_gsm8k_interaction_config_grades_each_answer_and_ends_on_the_right_one(tmp_path):
+    from verl.agent.interactions import load_interactions
+
+    (tmp_path / "gsm8k_interaction_config.yaml").write_text(
+        'interaction:\n  - name: "gsm8k"\n    class_name: "verl.interactions.gsm8k_interaction.Gsm8kInteraction"\n'
+        '    config: {}\n')
+    gsm8k = load_interactions(tmp_path / "gsm8k_interaction_config.yaml")["gsm8k"]
+
+    async def session():
+        # extra_info.interaction_kwargs of verl's gsm8k_multiturn_w_interaction.py rows
+        instance = await gsm8k.start_interaction(name="gsm8k", query="6*12?", ground_truth="72")
+        turns = [await gsm8k.generate_response(instance, [{"role": "user", "content": "6*12?"},
+                                                          {"role": "assistant", "content": answer}])
+                 for answer in ("It is 72", "#### 71", "so #### 72")]
+        await gsm8k.finalize_interaction(instance)
+        return [(done, score) for done, _, score, _ in turns], turns[-1][1]
+
+    turns, reply = asyncio.run(session())
+    assert turns == [(False, 0.0), (False, 0.0), (True, 1.0)] and reply == "Your response is correct!"

@@ -10,6 +10,7 @@ normalised by the whole step's count, so the micro-batch size never changes the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +20,7 @@ from verl.config.schema_actor import FSDPConfig, ModelConfig, OptimConfig
 from verl.errors import ConfigError
 
 Truncation = Literal["error", "left", "right"]
+logger = logging.getLogger(__name__)
 SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)
 
 _FILES_HELP = ("a parquet/jsonl file or a list of them; null = rows built from the built-in addition "
@@ -33,6 +35,18 @@ _TEMPLATE_HELP = ("Format rows with the tokenizer's chat template (false = promp
 
 
 @dataclass
+class SFTMultiturnConfig(ConfigNode):
+    """verl's switch for conversation rows (its data.multiturn section)."""
+
+    enable: bool = option(False, help="Rows are chat conversations in the messages_key column below (verl's "
+                          "form of data.messages_key, which wins when both are set).")
+    messages_key: str = option("messages", help="Column of the conversations when enable is true.")
+    tools_key: str = option("tools", help="verl's column of tool schemas; not read here (the chat template "
+                            "gets no tools).")
+    enable_thinking_key: str = option("enable_thinking", help="verl's per-row thinking switch column; not read here.")
+
+
+@dataclass
 class SFTDataConfig(ConfigNode):
     """Supervised data: prompt/response columns or chat messages."""
 
@@ -42,9 +56,16 @@ class SFTDataConfig(ConfigNode):
     builtin_task: str = option("addition", help="Built-in task used when train_files is null.")
     prompt_key: str = option("prompt", help="Column holding the prompt: chat messages or text.")
     response_key: str = option("response", help="Column holding the response: text (or assistant messages).")
+    prompt_dict_keys: list[str] | None = option(None, help="verl's: when the prompt_key column holds a dict (the "
+                                                "extra_info of verl's gsm8k parquet), the keys to read inside it, in "
+                                                "order: [question] takes row[prompt_key]['question']; null = the column "
+                                                "itself.")
+    response_dict_keys: list[str] | None = option(None, help="The same for response_key, e.g. [answer].")
     messages_key: str | None = option(None, help="Column holding whole chat conversations; when set, rows "
                                       "are conversations and the loss is on the assistant turns only "
                                       "(prompt_key/response_key are not used).")
+    multiturn: SFTMultiturnConfig = section(SFTMultiturnConfig, help="verl's multiturn.enable / messages_key: "
+                                            "the same as data.messages_key.")
     train_batch_size: int = option(32, bounds=">= 1", aliases=("batch_size",), help="Examples per optimiser step, over all ranks.")
     micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help=_MICRO_HELP.format(unit="Examples"))
     max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + response (see truncation).")
@@ -102,6 +123,9 @@ class KTODataConfig(ConfigNode):
 @dataclass
 class OfflineModelConfig(ModelConfig):
     """The policy being trained (its starting weights) and its sharding."""
+
+    path: str | None = option(None, aliases=("partial_pretrain",), help="Hugging Face model id or local folder; "
+                              "null = the built-in tiny model (verl's SFT name: partial_pretrain).")
 
     fsdp_config: FSDPConfig = section(FSDPConfig, help="Policy sharding (FSDP2).")
 
@@ -240,6 +264,20 @@ class SFTTrainerConfig(_OfflineConfig):
     trainer: OfflineTrainerSectionConfig = section(
         OfflineTrainerSectionConfig(default_local_dir="outputs/sft", experiment_name="sft"),
         help="Run control, logging, checkpoints.")
+    # verl's SFT scripts pass these two at the top level.
+    ulysses_sequence_parallel_size: int = option(1, bounds=">= 1", help="verl's Ulysses sequence-parallel group "
+                                                 "size. No sequence parallelism here (every rank holds whole "
+                                                 "sequences; the update is the same): above 1 logs a warning.")
+    use_remove_padding: bool = option(False, help="verl's top-level SFT key: true sets model.use_remove_padding.")
+
+    def validate(self, dp_size: int = 1) -> None:
+        super().validate(dp_size)
+        if self.use_remove_padding:
+            self.model.use_remove_padding = True
+        if self.ulysses_sequence_parallel_size > 1:
+            logger.warning("ulysses_sequence_parallel_size=%d: there is no sequence parallelism here; every rank "
+                           "trains on whole sequences (the same update, more memory per rank)",
+                           self.ulysses_sequence_parallel_size)
 
 
 @dataclass

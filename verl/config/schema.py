@@ -46,8 +46,9 @@ class DataConfig(Section):
                                         "validation set at once.")
     shuffle: bool = option(True, help="Shuffle the training prompts each epoch.")
     seed: int | None = option(1, bounds="[0, 4294967295]", help="Seed of the prompt shuffling; null = trainer.seed.")
-    truncation: Literal["error", "left", "right"] = option("error", help="A prompt longer than "
-                                                           "max_prompt_length raises (error) or is cut from the left or right.")
+    truncation: Literal["error", "left", "right", "middle"] = option("error", help="A prompt longer than "
+                                                                     "max_prompt_length raises (error) or is cut from the "
+                                                                     "left, the right or the middle (its two ends kept).")
     filter_overlong_prompts: bool = option(False, help="Drop prompts longer than max_prompt_length "
                                            "when loading the dataset.")
     chat_template_kwargs: dict = option({}, aliases=("apply_chat_template_kwargs",), help="Extra keyword "
@@ -60,14 +61,10 @@ class DataConfig(Section):
                                         why="the dataset is tokenized with the policy's tokenizer",
                                         refuse_if=lambda v: v is not None, when="unless null",
                                         instead="set actor_rollout_ref.model.tokenizer_path")
-    train_max_samples: int = verl_option(-1, help="Use at most this many training prompts; -1 = all.",
-                                         inert=False, why="the whole file is used here",
-                                         refuse_if=lambda v: v != -1, when="unless -1",
-                                         instead="cut the file (e.g. pandas: df.head(n).to_parquet(...))")
-    val_max_samples: int = verl_option(-1, help="Use at most this many validation prompts; -1 = all.",
-                                       inert=False, why="the whole file is used here",
-                                       refuse_if=lambda v: v != -1, when="unless -1",
-                                       instead="cut the file (e.g. pandas: df.head(n).to_parquet(...))")
+    train_max_samples: int = option(-1, bounds=">= -1", help="Use at most this many training prompts, as verl "
+                                    "picks them: a random subset drawn with data.seed when data.shuffle, else the "
+                                    "first ones; taken before filter_overlong_prompts; -1 (or 0) = all.")
+    val_max_samples: int = option(-1, bounds=">= -1", help="The same for the validation prompts; -1 (or 0) = all.")
     gen_batch_size: int | None = option(None, bounds=">= 1", help="verl: prompts per generation batch of dynamic sampling; "
                                         "here prompts are drawn data.train_batch_size at a time, so validate() "
                                         "refuses another value.")

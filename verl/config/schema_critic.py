@@ -150,13 +150,15 @@ class RewardModelConfig(Section):
     model: RewardModelModelConfig = section(RewardModelModelConfig, help="Reward model weights.")
     micro_batch_size_per_gpu: int | None = option(None, bounds=">= 1", help="Samples per reward-model forward pass; null = all at once.")
     reward_manager: str = verl_option("naive", help="How scores are computed and placed on tokens; naive "
-                                      "= one rule-function call per sample, score on the last token; dapo "
+                                      "= one rule-function call per sample, score on the last token; batch = "
+                                      "custom_reward_function called once per step with lists (data_sources, "
+                                      "solution_strs, ground_truths, extra_infos), one score per response back; dapo "
                                       "(naive plus overlong_buffer below), prime (naive in parallel) and gdpo "
                                       "(naive; a dict's keys reach the batch as reward_extra/<key>, which "
                                       "adv_estimator=gdpo reads) give the same scores here.", inert=False,
-                                      why="only the naive scoring is implemented",
-                                      refuse_if=lambda v: v not in ("naive", "dapo", "prime", "gdpo"),
-                                      when="for anything but naive / dapo / prime / gdpo",
+                                      why="only the naive and batch scoring are implemented",
+                                      refuse_if=lambda v: v not in ("naive", "batch", "dapo", "prime", "gdpo"),
+                                      when="for anything but naive / batch / dapo / prime / gdpo",
                                       instead="write the logic into custom_reward_function")
     max_length: int | None = option(None, bounds=">= 1", help="Longest reward-model input in tokens; null = prompt + response limits.")
     weight: float = option(1.0, help="The reward model's score is multiplied by this and added to the rule "

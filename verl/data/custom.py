@@ -6,8 +6,8 @@ As in verl, the class must subclass ``torch.utils.data.Dataset`` and is built wi
     cls(data_files=<data.train_files or data.val_files>, tokenizer=<the policy's tokenizer>,
         processor=None, config=<the data section>)
 
-(verl also passes ``max_samples``; here ``data.*_max_samples`` must be -1, so it is left at the
-class's default). Multimodal processors do not exist here, so ``processor`` is always None.
+and, as verl does, ``max_samples=<data.train_max_samples or val_max_samples>`` when that is set (not -1).
+Multimodal processors do not exist here, so ``processor`` is always None.
 
 Its items must be what :func:`~verl.data.collate.collate_prompts` batches (see ``ITEM_KEYS``):
 verl's ``RLHFDataset`` items carry no ``input_ids`` (its rollout tokenizes), so a class written for
@@ -64,6 +64,7 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
     every prompt (``apply_chat_template(..., tools=...)``), unless data.chat_template_kwargs sets tools.
     ``processor``: a vision-language policy's (prompts with images, :mod:`verl.data.vision`), or None.
     """
+    max_samples = config.val_max_samples if config_key == "data.val_files" else config.train_max_samples
     custom = dict(config.custom_cls)
     unknown = sorted(set(custom) - {"path", "name"})
     if unknown:
@@ -72,14 +73,15 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
         kwargs = dict(config.chat_template_kwargs or {})
         if tools and "tools" not in kwargs:
             kwargs["tools"] = tools
-        return RLDataset(data_files, tokenizer, config, processor=processor, config_key=config_key,
-                         chat_template_kwargs=kwargs)
+        return RLDataset(data_files, tokenizer, config, processor=processor, max_samples=max_samples,
+                         config_key=config_key, chat_template_kwargs=kwargs)
 
     path, name = custom["path"], custom.get("name")
     cls = load_dataset_class(path, name)
     where = f"{SETTING}: {cls.__name__} from {path}"
     try:
-        dataset = cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config)
+        dataset = cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config,
+                      **({"max_samples": max_samples} if max_samples not in (-1, 0) else {}))
     except Exception as e:
         raise ConfigError(f"{where} failed to build from {config_key}={data_files}: {type(e).__name__}: {e}; "
                           f"it is called as {cls.__name__}(data_files=..., tokenizer=..., processor=None, "

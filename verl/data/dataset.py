@@ -23,13 +23,26 @@ import os
 from collections.abc import Mapping
 from typing import Any, Sequence
 
+import numpy as np
 from torch.utils.data import Dataset
 
 from verl.data.io import DataError, is_messages, read_rows
 
 logger = logging.getLogger(__name__)
 
-TRUNCATION_MODES = ("error", "left", "right")
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+
+
+def cut_prompt(ids: list[int], length: int, truncation: str) -> list[int]:
+    """``ids`` cut to ``length`` tokens: its end kept ("left"), its start ("right"), or (``"middle"``, as
+    verl cuts) its first ``length // 2`` tokens and its last ``length - length // 2``."""
+    if len(ids) <= length:
+        return ids
+    if truncation == "left":
+        return ids[-length:]
+    if truncation == "middle":
+        return ids[:length // 2] + ids[len(ids) - (length - length // 2):]
+    return ids[:length]
 
 
 def json_object(value: Any) -> Any:
@@ -116,7 +129,7 @@ def message_problem(prompt: Any) -> str | None:
 SETTING_DEFAULTS = {"prompt_key": "prompt", "max_prompt_length": 512, "truncation": "error",
                     "filter_overlong_prompts": False, "apply_chat_template": True, "chat_template_kwargs": None,
                     "image_key": "images", "video_key": "videos", "mm_processor_kwargs": None,
-                    "reward_fn_key": "data_source"}
+                    "reward_fn_key": "data_source", "shuffle": False, "seed": None}
 
 
 # verl's columns of images and videos (data.image_key / data.video_key): read with a vision-language
@@ -166,12 +179,15 @@ class RLDataset(Dataset):
             with images (``data.image_key``, ``<image>`` in the prompt) are rendered with them and their
             items carry ``multi_modal_inputs`` / ``multi_modal_data`` (:mod:`verl.data.vision`); None: a
             dataset with images is refused.
-        max_samples: keep only the first this many rows; -1 = all.
+        max_samples: keep at most this many rows (``data.train_max_samples`` / ``val_max_samples``), as verl
+            picks them: a random subset drawn with ``config.seed`` when ``config.shuffle``, else the first
+            ones (kept in file order either way); -1 or 0 = all.
 
     Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
         prompt_key: the column that holds the prompt (chat messages or a plain string).
         max_prompt_length: the longest prompt allowed, in tokens (after the chat template).
-        truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right".
+        truncation: what to do with a longer prompt: "error", or cut tokens on the "left" / "right", or
+            out of the "middle" (its first and last halves of max_prompt_length kept, as verl does).
         filter_overlong_prompts: drop longer prompts instead (``num_filtered`` counts them).
         apply_chat_template: render message lists with the tokenizer's chat template (with the
             generation prompt). When false, the text is tokenized as is (message contents are
@@ -224,8 +240,14 @@ class RLDataset(Dataset):
         rows = read_rows(data_files, config_key=config_key)
         if not rows:
             raise DataError(f"the files in `{config_key}` hold no rows: {data_files}")
-        if max_samples is not None and max_samples >= 0:
-            rows = rows[:max_samples]
+        self._positions = list(range(len(rows)))
+        if max_samples is not None and 0 < max_samples < len(rows):
+            if _setting(config, "shuffle"):
+                self._positions = sorted(np.random.default_rng(_setting(config, "seed"))
+                                         .choice(len(rows), size=max_samples, replace=False).tolist())
+            else:
+                self._positions = self._positions[:max_samples]
+            rows = [rows[k] for k in self._positions]
         if self.vision is None:
             _refuse_media(rows, config_key)
         try:
@@ -283,12 +305,12 @@ class RLDataset(Dataset):
                         f"prompt of row {i} is {len(ids)} tokens long, over data.max_prompt_length="
                         f"{max_prompt_length}; raise data.max_prompt_length, set "
                         f"data.filter_overlong_prompts=true to drop such prompts, or set "
-                        f"data.truncation=left|right to cut them")
-                ids = ids[-max_prompt_length:] if truncation == "left" else ids[:max_prompt_length]
+                        f"data.truncation=left|right|middle to cut them")
+                ids = cut_prompt(ids, max_prompt_length, truncation)
             self._rows.append(row)
             self._prompts.append(prompt)
             self._ids.append(ids)
-            self._index.append(i)
+            self._index.append(self._positions[i])
         if self.num_filtered:
             logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d tokens "
                            "(data.filter_overlong_prompts=true); raise data.max_prompt_length to keep them",

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from verl.data.collate import left_pad, position_ids_from_mask
+from verl.data.dataset import json_object
 from verl.data.io import DataError, is_messages
 from verl.data.loader import PromptLoader
 from verl.protocol import Batch
@@ -184,12 +185,27 @@ def check_columns(rows: list[dict], needed: dict[str, str], source: str, extra_h
             raise DataError(f"row {i} of {source} lacks {what}{extra_hint}")
 
 
+def inside(value: Any, keys: Sequence[str] | None, where: str, what: str) -> Any:
+    """``value[k1][k2]...`` for verl's ``data.{prompt,response}_dict_keys`` (a column holding a dict, such as
+    the extra_info of verl's gsm8k parquet); ``value`` itself without keys."""
+    for depth, key in enumerate(keys or ()):
+        value = json_object(value)
+        if not isinstance(value, Mapping) or key not in value:
+            setting = f"data.{what}_dict_keys={list(keys)}"
+            found = f"its keys: {sorted(value)}" if isinstance(value, Mapping) else f"a {type(value).__name__}"
+            raise DataError(f"{where}: {setting} reads {key!r} at depth {depth + 1} of the {what} column, which holds "
+                            f"{found}; name keys the column's dict has, or leave {setting.split('=')[0]} null")
+        value = value[key]
+    return value
+
+
 # ------------------------------------------------------------------------------ datasets
 class SFTDataset:
     """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt",
-                 response_key: str = "response", messages_key: str | None = None, source: str = "data.train_files"):
+                 response_key: str = "response", messages_key: str | None = None, source: str = "data.train_files",
+                 prompt_dict_keys: Sequence[str] | None = None, response_dict_keys: Sequence[str] | None = None):
         if messages_key is not None:
             check_columns(rows, {messages_key: "data.messages_key"}, source)
             self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}"),
@@ -197,8 +213,9 @@ class SFTDataset:
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
         check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
-        self.items = encoder.examples([(row[prompt_key], row[response_key], f"row {i} of {source}")
-                                       for i, row in enumerate(rows)])
+        self.items = encoder.examples([(inside(row[prompt_key], prompt_dict_keys, f"row {i} of {source}", "prompt"),
+                                        inside(row[response_key], response_dict_keys, f"row {i} of {source}", "response"),
+                                        f"row {i} of {source}") for i, row in enumerate(rows)])
 
     def __len__(self) -> int:
         return len(self.items)

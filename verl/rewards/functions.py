@@ -1,12 +1,15 @@
 """Reward functions as the manager sees them: one callable, its name, weight and calling style.
 
-Two calling styles are accepted, told apart by the function's parameters:
+Three calling styles are accepted, told apart by the function's parameters:
 
 * verl's, one sample per call: ``compute_score(data_source, solution_str, ground_truth, extra_info)``
   returning a number or a dict with a ``"score"`` (its other keys are logged);
 * TRL's, the whole batch in one call: ``f(prompts, completions, **kwargs) -> list[float]``, where
   ``kwargs`` holds the dataset columns (``ground_truth``, ``data_source``, ``extra_info``, ...). As in
   TRL, conversational prompts give conversational completions (``[{"role": "assistant", ...}]``).
+* verl's batch reward manager's (``reward_model.reward_manager=batch``), the whole batch in one call:
+  ``compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)`` returning one
+  number or ``{"score": ...}`` dict per response.
 
 Either may be ``async def``: the samples of a verl-style async function are scored concurrently
 (at most ``max_concurrency`` at a time), and async functions of both styles run concurrently
@@ -25,6 +28,8 @@ from verl.data.io import is_messages
 from verl.errors import RewardError
 
 TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
+BATCH_PARAMETERS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
+STYLES = ("verl", "trl", "batch")
 
 
 def _name_of(fn: Callable) -> str:
@@ -42,12 +47,15 @@ def _style(fn: Callable) -> str:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):  # some builtins and C callables have no signature: call them verl's way
         return "verl"
-    return "trl" if any(p in params for p in TRL_PARAMETERS) else "verl"
+    if any(p in params for p in TRL_PARAMETERS):
+        return "trl"
+    return "batch" if any(p in params for p in BATCH_PARAMETERS) else "verl"
 
 
 @dataclass
 class RewardFunction:
-    """One reward function with its weight; ``style`` is "verl" or "trl" (detected when not given)."""
+    """One reward function with its weight; ``style`` is "verl", "trl" or "batch" (detected from the
+    parameters when not given)."""
 
     fn: Callable[..., Any]
     weight: float = 1.0
@@ -61,17 +69,17 @@ class RewardFunction:
                               f"not callable")
         self.name = self.name or _name_of(self.fn)
         self.style = self.style or _style(self.fn)
-        if self.style not in ("verl", "trl"):
-            raise RewardError(f"reward function {self.name}: style must be 'verl' or 'trl', got {self.style!r}")
+        if self.style not in STYLES:
+            raise RewardError(f"reward function {self.name}: style must be one of {STYLES}, got {self.style!r}")
         self.is_async = _is_async(self.fn)
         _check_parameters(self)
 
     async def results(self, samples: list[dict], max_concurrency: int) -> list[Any]:
         """One raw result per sample, in order; an exception raised for a sample is returned in its
-        place (the manager decides whether that stops the step). A TRL-style function that raises
+        place (the manager decides whether that stops the step). A batch (TRL-style or verl batch) function that raises
         or returns the wrong number of values raises ``RewardError`` naming the function."""
-        if self.style == "trl":
-            return await self._trl_results(samples)
+        if self.style != "verl":
+            return await self._batch_results(samples)
         if not self.is_async:
             return [_capture(lambda s=s: self.fn(**_verl_kwargs(s))) for s in samples]
         gate = asyncio.Semaphore(max(1, max_concurrency))
@@ -84,8 +92,8 @@ class RewardFunction:
                     return e
         return list(await asyncio.gather(*(one(s) for s in samples)))
 
-    async def _trl_results(self, samples: list[dict]) -> list[Any]:
-        kwargs = _trl_kwargs(samples)
+    async def _batch_results(self, samples: list[dict]) -> list[Any]:
+        kwargs = _trl_kwargs(samples) if self.style == "trl" else _batch_kwargs(samples)
         try:
             out = self.fn(**kwargs)
             if inspect.isawaitable(out):
@@ -93,9 +101,10 @@ class RewardFunction:
         except Exception as e:
             raise RewardError(f"reward function {self.name} raised {type(e).__name__}: {e} "
                               f"(called once for the batch of {len(samples)} samples)") from e
+        taking = "(prompts, completions, **kwargs)" if self.style == "trl" else f"({', '.join(BATCH_PARAMETERS)})"
         if not isinstance(out, (list, tuple)) and not hasattr(out, "tolist"):
             raise RewardError(f"reward function {self.name} returned {type(out).__name__} {out!r:.200}; a function "
-                              f"taking (prompts, completions, **kwargs) must return a list with one score per "
+                              f"taking {taking} must return a list with one score per "
                               f"completion ({len(samples)} here)")
         out = out.tolist() if hasattr(out, "tolist") else list(out)
         if len(out) != len(samples):
@@ -106,9 +115,12 @@ class RewardFunction:
 
 # What every call passes by name, whatever the data (TRL's style also passes each extra_info key).
 _ALWAYS = {"verl": ("data_source", "solution_str", "ground_truth", "extra_info"),
-           "trl": (*TRL_PARAMETERS, "ground_truth", "data_source", "extra_info", "solution", "answer")}
+           "trl": (*TRL_PARAMETERS, "ground_truth", "data_source", "extra_info", "solution", "answer"),
+           "batch": BATCH_PARAMETERS}
 _DEFINE = {"verl": "def compute_score(data_source, solution_str, ground_truth, extra_info=None)",
-           "trl": "def reward(prompts, completions, **kwargs) (TRL's style: kwargs holds the dataset's columns)"}
+           "trl": "def reward(prompts, completions, **kwargs) (TRL's style: kwargs holds the dataset's columns)",
+           "batch": "def compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs) (verl's "
+                    "batch reward manager: lists in, one score per response out)"}
 
 
 def _check_parameters(function: RewardFunction) -> None:
@@ -121,13 +133,15 @@ def _check_parameters(function: RewardFunction) -> None:
         return
     # TRL's style may also name a column of the data (an extra_info key), given at the call: only an
     # argument it cannot take is an error here.
-    bind = signature.bind if function.style == "verl" else signature.bind_partial
+    bind = signature.bind_partial if function.style == "trl" else signature.bind
     try:
         bind(**dict.fromkeys(_ALWAYS[function.style]))
     except TypeError as e:
+        per_sample = function.style == "batch" and _style(function.fn) == "verl"  # reward_manager=batch said so
         raise RewardError(f"reward function {function.name}{signature} cannot be called with the arguments "
                           f"{', '.join(_ALWAYS[function.style])} ({e}); define it as {_DEFINE[function.style]}, "
-                          f"with these parameter names") from None
+                          f"with these parameter names" + (", or leave reward_model.reward_manager at naive to "
+                                                           "call it once per response" if per_sample else "")) from None
 
 
 def _capture(call: Callable[[], Any]) -> Any:
@@ -140,6 +154,11 @@ def _capture(call: Callable[[], Any]) -> Any:
 def _verl_kwargs(sample: dict) -> dict:
     return {"data_source": sample["data_source"], "solution_str": sample["response"],
             "ground_truth": sample["ground_truth"], "extra_info": sample["extra_info"]}
+
+
+def _batch_kwargs(samples: list[dict]) -> dict:
+    return {"data_sources": [s["data_source"] for s in samples], "solution_strs": [s["response"] for s in samples],
+            "ground_truths": [s["ground_truth"] for s in samples], "extra_infos": [s["extra_info"] for s in samples]}
 
 
 def _trl_kwargs(samples: list[dict]) -> dict:

@@ -181,9 +181,31 @@ class RuleRewardManager:
         return scores.to(responses.device)
 
 
+def _number_as_acc(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` whose number results come back as ``{"score": x, "acc": x}`` (verl's DAPO manager logs a
+    plain score as ``acc``); dicts and anything else (an error to report) as they are. Its signature and
+    async-ness are kept, so its calling style is read as before."""
+    def as_dict(result):
+        is_number = isinstance(result, (numbers.Real, np.generic)) and not isinstance(result, dict)
+        return {"score": result, "acc": result} if is_number else result
+
+    if inspect.iscoroutinefunction(fn.func if isinstance(fn, functools.partial) else fn):
+        @functools.wraps(fn)
+        async def scored(*args, **kwargs):
+            return as_dict(await fn(*args, **kwargs))
+    else:
+        @functools.wraps(fn)
+        def scored(*args, **kwargs):
+            return as_dict(fn(*args, **kwargs))
+    return scored
+
+
 def build_reward_functions(entries: Sequence[dict], custom_path: str | None = None, custom_name: str = "compute_score",
-                           custom_kwargs: dict | None = None) -> list[RewardFunction]:
+                           custom_kwargs: dict | None = None, reward_manager: str = "naive") -> list[RewardFunction]:
     """Reward functions from config: ``custom_reward_function`` (weight 1) and ``reward.functions``.
+    With ``reward_manager="batch"`` (verl's ``reward_model.reward_manager``), ``custom_reward_function``
+    is called as verl's batch manager calls it, once per batch with lists, whatever its parameters say.
+    With ``"dapo"``, a number it returns is also its ``acc``, as verl's DAPO manager logs it.
 
     Each entry of ``reward.functions`` is a dict with ``name`` (a function in ``path``, or a
     built-in scorer name such as ``format/think`` when there is no ``path``), and optionally
@@ -197,7 +219,9 @@ def build_reward_functions(entries: Sequence[dict], custom_path: str | None = No
         fn = load_reward_function(custom_path, custom_name)
         if custom_kwargs:
             fn = functools.partial(fn, **custom_kwargs)
-        functions.append(RewardFunction(fn, name=custom_name))
+        if reward_manager == "dapo":
+            fn = _number_as_acc(fn)
+        functions.append(RewardFunction(fn, name=custom_name, style="batch" if reward_manager == "batch" else ""))
     allowed = {"name", "path", "weight", "kwargs"}
     for i, entry in enumerate(entries):
         where = f"reward.functions[{i}]"

@@ -35,6 +35,12 @@ def import_class(dotted: str, where: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        if module_name.startswith(("verl.tools.", "verl.interactions.")):  # one of verl's own that is not here
+            raise VerlError(f"{where}: class_name={dotted}: verl's {module_name} is not part of this project (verl's "
+                            f"GSM8K ones are: verl.tools.gsm8k_tool.Gsm8kTool, verl.interactions.gsm8k_interaction."
+                            f"Gsm8kInteraction); write it as a verl.tools.base_tool.BaseTool (or verl.interactions."
+                            f"base.BaseInteraction) subclass in a module of your own and name that (docs/agents.md)"
+                            ) from None
         raise VerlError(f"{where}: class_name={dotted}: cannot import {module_name} ({e}); make the module importable "
                         f"(install it, or add its folder to PYTHONPATH)") from None
     if not hasattr(module, class_name):

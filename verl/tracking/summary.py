@@ -22,7 +22,8 @@ def format_summary(result: dict, *, warm_start=None, out_dir=None) -> str:
     if history:
         first_step, first = history[0]
         last_step, last = history[-1]
-        rows = [(_label(k), first.get(k), last.get(k)) for k in last]
+        # the reward rows; a reward function's other keys (val-aux/<source>/<key>/...) stay in the metrics
+        rows = [(_label(k), first.get(k), last.get(k)) for k in last if "/reward/" in k or not k.startswith("val-")]
         width = max(len(r[0]) for r in rows)
         lines.append(f"{'held-out':<{width}}  {'step ' + str(first_step):>9}  {'step ' + str(last_step):>9}")
         for label, before, after in rows:

@@ -9,7 +9,8 @@ put its scorer in ``SCORERS`` under the ``data_source`` its rows carry.
 
 Besides the built-in tasks: GSM8K (``gsm8k``: the number after ``####``; ``gsm8k/flexible``: the
 last number), competition math (``math_answers``: the last ``\\boxed{}`` checked with math-verify),
-Geometry3K (``geo3k``: the same, plus a format part, as verl weighs them)
+Geometry3K (``geo3k``: the same, plus a format part, as verl weighs them), DAPO's math (``math_dapo``:
+the last ``Answer: ...`` line, 1 / -1, also for data sources starting ``aime``),
 format rewards (``format``: ``format/think``, ``format/boxed``) and code run against test cases
 in a sandbox (``code``, ``apps``, ``taco``, ``codecontests``).
 """
@@ -22,7 +23,7 @@ from typing import Any, Callable
 
 from verl.data.tasks import TASKS
 from verl.errors import RewardError
-from verl.rewards.scorers import code, geo3k, gsm8k, math_answers
+from verl.rewards.scorers import code, geo3k, gsm8k, math_answers, math_dapo
 from verl.rewards.scorers.format import boxed_format, think_format
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ SCORERS: dict[str, Callable[..., Any]] = {
     **dict.fromkeys(("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500", "math"),
                     math_answers.compute_score),
     "hiyouga/geometry3k": geo3k.compute_score,  # verl's vision-language example (images in the prompts)
+    # DAPO's "Answer: ..." lines, scored 1 / -1 (verl's math_dapo; also every data source starting "aime")
+    **dict.fromkeys(("math_dapo", "math_dapo_reasoning"), math_dapo.compute_score),
     "format/think": think_format,
     "format/boxed": boxed_format,
     # Model-written Python run against test cases in a sandbox (verl.rewards.sandbox); async, so a
@@ -55,6 +58,9 @@ SCORERS: dict[str, Callable[..., Any]] = {
     **dict.fromkeys(("code", "apps", "taco", "codecontests"), code.compute_score_async),
 }
 
+
+# Data sources scored by their first characters, as verl does: aime24, aime2025, ...
+PREFIX_SCORERS: dict[str, Callable[..., Any]] = {"aime": math_dapo.compute_score}
 
 # Scorers that judge the response alone: a row needs no ground truth for them.
 NEEDS_NO_GROUND_TRUTH = frozenset({"format/think", "format/boxed"})
@@ -107,13 +113,18 @@ def warn_rows_without_ground_truth(items, key: str) -> int:
 
 def get_scorer(data_source: str) -> Callable[..., Any]:
     """The built-in scorer for ``data_source``; RewardError naming the known sources otherwise."""
+    if data_source not in SCORERS and isinstance(data_source, str) and data_source.startswith(tuple(PREFIX_SCORERS)):
+        return next(fn for prefix, fn in PREFIX_SCORERS.items() if data_source.startswith(prefix))
     try:
         return SCORERS[data_source]
     except KeyError:
         raise RewardError(
-            f"no built-in reward scorer for data_source={data_source!r}; known: {sorted(SCORERS)}. "
+            f"no built-in reward scorer for data_source={data_source!r}; known: {sorted(SCORERS)} "
+            f"(and any starting {', '.join(map(repr, PREFIX_SCORERS))}). "
             f"Write a compute_score(data_source, solution_str, ground_truth, extra_info) function "
-            f"and set custom_reward_function.path to its file") from None
+            f"and set custom_reward_function.path to its file, or, for rows a learned reward model scores "
+            f"(reward_model.style 'model', as in verl's full_hh_rlhf data), set reward_model.enable=true and "
+            f"reward_model.model.path") from None
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,

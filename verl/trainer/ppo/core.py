@@ -5,6 +5,8 @@ Reads the config and calls the pure functions in :mod:`verl.algorithms`.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -82,6 +84,18 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
             f"{prefix}/min": values.min().item()}
 
 
+def extra_number(value) -> float | None:
+    """A reward function's extra value as a float when it is a number (a bool, an int or float, numpy's
+    scalars, a one-value tensor or array), else None (text, lists, None: not averaged)."""
+    if isinstance(value, torch.Tensor):
+        value = value.item() if value.numel() == 1 else None
+    elif isinstance(value, np.ndarray):
+        value = value.item() if value.size == 1 else None
+    if isinstance(value, (bool, np.bool_)):
+        return float(value)
+    return float(value) if isinstance(value, numbers.Real) else None
+
+
 def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, float]:
     """Scores, rewards, advantages, returns, values and lengths of one step's batch."""
     mask = batch["response_mask"].bool()
@@ -132,7 +146,7 @@ def compute_data_metrics(batch: Batch, max_response_length: int) -> dict[str, fl
             values = [float(v) for v in batch[key]]
             metrics[f"reward/{key.split('/', 2)[2]}/mean"] = sum(values) / max(len(values), 1)
         elif key.startswith("reward_extra/"):
-            numbers = [float(v) for v in batch[key] if isinstance(v, (int, float, bool))]
+            numbers = [v for v in map(extra_number, batch[key]) if v is not None]
             if numbers:
                 metrics[f"{key}/mean"] = sum(numbers) / len(numbers)
     return metrics

@@ -128,7 +128,7 @@ def reward_worker(config, *, tokenizer=None) -> RewardWorker:
     tokenizer = tokenizer or policy_tokenizer(config)
     custom, reward_cfg, rm_cfg = config.custom_reward_function, config.reward, config.reward_model
     functions = build_reward_functions(list(reward_cfg.functions), custom.path, custom.name,
-                                       dict(custom.reward_kwargs))
+                                       dict(custom.reward_kwargs), rm_cfg.reward_manager)
     manager = None
     if functions or not rm_cfg.enable:
         manager = RuleRewardManager(tokenizer, functions=functions, reward_fn_key=config.data.reward_fn_key,

@@ -16,6 +16,10 @@ Passes, each over every validation batch:
     with surrounding whitespace stripped. Ties go to the answer seen first; when responses
     with the same answer scored differently, their mean is taken.
 
+The numeric keys a reward function's dict returns beside ``"score"`` are averaged per data source
+too: ``val-aux/<source>/<key>/mean@1`` (greedy), ``.../sampled_mean@1`` or ``.../mean@N`` (sampled);
+``acc``, verl's accuracy key, goes under ``val-core``. Text values (``pred``) are not averaged.
+
 ``trainer.log_val_generations: N`` also logs N greedy samples (prompt, response, score) at each
 validation, the same prompts every time (``select_generations``), through every logger.
 """
@@ -28,6 +32,7 @@ from collections import defaultdict
 from typing import Sequence
 
 from verl.rollout.seeding import with_prompt_seeds
+from verl.trainer.ppo.core import extra_number
 
 
 def at_n_metrics(scores: Sequence[float], answers: Sequence[object], groups: Sequence[object]) -> dict[str, float]:
@@ -110,7 +115,7 @@ def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dic
     metrics: dict[str, float] = {}
     passes: dict[str, tuple[int, dict]] = {}
     for kind, n, out in answers:
-        rows = passes.setdefault(kind, (n, defaultdict(lambda: ([], [], []))))[1]
+        rows = passes.setdefault(kind, (n, defaultdict(lambda: ([], [], [], defaultdict(list)))))[1]
         # scored here even where the rollout scored it: its scores carry training's shaping (overlong penalty,
         # agent rewards), validation's are the reward functions' alone
         scored = reward.run("score", out)
@@ -127,13 +132,18 @@ def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dic
             texts = actor_rollout_ref.call("decode", out["responses"][unanswered])
             for i, text in zip(unanswered, texts):
                 voted[i] = text
+        extras = {k.split("/", 1)[1]: list(scored[k]) for k in scored.keys()
+                  if k.startswith("reward_extra/") and k != "reward_extra/reward_error"}
         for i, source in enumerate(out["data_source"]):
             bucket = rows[str(source)]
             bucket[0].append(scores[i])
             bucket[1].append(voted[i])
             bucket[2].append(out["uid"][i])
+            for key, values in extras.items():
+                if extra_number(values[i]) is not None:
+                    bucket[3][key].append(extra_number(values[i]))
     for kind, (n, rows) in passes.items():
-        for source, (scores, voted, groups) in rows.items():
+        for source, (scores, voted, groups, extras) in rows.items():
             if kind == "greedy":
                 metrics[f"val-core/{source}/reward/mean@1"] = sum(scores) / len(scores)
             elif n == 1:
@@ -141,4 +151,9 @@ def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dic
             else:
                 for name, value in at_n_metrics(scores, voted, groups).items():
                     metrics[f"val-core/{source}/reward/{name}@{n}"] = value
+            # A dict's other numeric keys, as verl logs them (its "acc" under val-core).
+            mean = "mean@1" if kind == "greedy" else ("sampled_mean@1" if n == 1 else f"mean@{n}")
+            for key, values in extras.items():
+                section = "val-core" if key == "acc" else "val-aux"
+                metrics[f"{section}/{source}/{key}/{mean}"] = sum(values) / len(values)
     return metrics

@@ -42,8 +42,11 @@ class SFTTrainer(OfflineTrainer):
 
     def make_dataset(self, rows, source):
         data = self.config.data
+        # verl's data.multiturn.enable names the conversation column too; data.messages_key wins
+        messages_key = data.messages_key or (data.multiturn.messages_key if data.multiturn.enable else None)
         return SFTDataset(rows, self.encoder, prompt_key=data.prompt_key, response_key=data.response_key,
-                          messages_key=data.messages_key, source=source)
+                          messages_key=messages_key, source=source, prompt_dict_keys=data.prompt_dict_keys,
+                          response_dict_keys=data.response_dict_keys)
 
     def collate(self, items) -> Batch:
         return collate_sft(items, self.tokenizer.pad_token_id)
