@@ -1,9 +1,9 @@
 """Two runs that build the same cache entry at once: the second waits for the first (flock), says so
 once, and then finds the entry built; a holder that dies releases the lock."""
 
+import select
 import subprocess
 import sys
-import time
 
 from verl.utils.cache import cache_lock
 
@@ -25,12 +25,16 @@ def test_a_second_builder_waits_for_the_first_and_finds_its_result(tmp_path):
     entry = tmp_path / "warmstart-abc"
     with cache_lock(entry):
         proc = _waiter(entry)
-        time.sleep(1.0)  # the waiter reaches the lock and blocks on it
+        # Its first line comes once it has reached the lock (however long its start-up takes on a loaded
+        # machine); a waiter that did not wait would say "building" instead.
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "the second builder said nothing in 120 s"
+        assert proc.stdout.readline().strip() == "waiting for the other build"
         assert proc.poll() is None, "the second builder did not wait"
         entry.mkdir()
         (entry / "done").write_text("1")
     out, _ = proc.communicate(timeout=60)
-    assert out.splitlines() == ["waiting for the other build", "built by the first"]
+    assert out.splitlines() == ["built by the first"]
 
 
 def test_an_unheld_lock_is_taken_at_once_and_a_dead_holder_releases_it(tmp_path):
