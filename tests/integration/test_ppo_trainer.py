@@ -104,11 +104,23 @@ BAD_BATCHES = [
     # A reward that is not a number would turn the whole update into NaN.
     (_with(reward=torch.tensor([float("nan")])), r"^reward of row 0 is nan \(1 row\(s\) not finite\)"),
     (_with(reward=float("inf")), r"^reward of row 0 is inf"),
+    # A prompt_mask that is not "prompt first": before, the marked tokens were taken as the prompt wherever they
+    # stood, so a response mask given as prompt_mask (or 1 - prompt_mask) trained on a reordered sequence.
+    (_with(prompt_mask=1 - tutorial_batch()["prompt_mask"]),
+     r"^row 0 of the batch has a prompt token after its response begins \(prompt_mask is 0 at real token 0, 1 "
+     r"later\): prompt_mask must be 1 on the prompt, which comes first"),
+    (_with(prompt_mask=torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]])),
+     r"^row 0 of the batch has a prompt token after its response begins \(prompt_mask is 0 at real token 2"),
+    # Before: "max() arg is an empty sequence"; a list of row dicts: "the batch dict lacks [...]".
+    ({"input_ids": torch.zeros(0, 14, dtype=torch.long), "prompt_mask": torch.zeros(0, 14), "reward": torch.zeros(0)},
+     r"^the batch has no rows \(input_ids has shape \[0, 14\]\)"),
+    ([tutorial_batch()], r"^the batch is a list of 1 dict\(s\), not a dict; stack the rows into one dict of tensors"),
 ]
 
 
 @pytest.mark.parametrize("batch, message", BAD_BATCHES, ids=["mask", "prompt_mask", "vocab", "negative", "fraction",
-                                                             "nan", "inf"])
+                                                             "nan", "inf", "response_mask", "interleaved", "empty",
+                                                             "list"])
 def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tiny_model_dir, batch, message):
     worker = make_worker(tiny_model_dir)
     trainer = PPOTrainer(actor_rollout_ref_worker=worker)
@@ -178,3 +190,16 @@ def test_the_trainer_config_in_place_of_the_worker_or_the_step_settings_names_wh
     with pytest.raises(ConfigError, match=r"PPOTrainer\(config=\.\.\.\) takes the step's settings, a dict of kl_coef, .*"
                                           r"got TrainerConfig; a TrainerConfig's actor_rollout_ref section goes to"):
         PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir), config=config)
+
+
+def test_no_worker_or_a_model_in_place_of_the_worker_is_refused_naming_the_worker(tiny_model_dir):
+    """Before: AttributeError: 'NoneType' object has no attribute 'config' (the step before the worker was built),
+    and an AttributeError deep in the critic's build for a model from load_hf_model."""
+    from verl.config import ConfigError
+    from verl.utils.model import load_hf_model
+
+    with pytest.raises(ConfigError, match=r"takes the worker built from the config, got NoneType; build it first"):
+        PPOTrainer(actor_rollout_ref_worker=None)
+    with pytest.raises(ConfigError, match=r"got Qwen2ForCausalLM; build it first: .*; the worker loads the model "
+                                          r"itself from actor_rollout_ref.model.path$"):
+        PPOTrainer(actor_rollout_ref_worker=load_hf_model(str(tiny_model_dir)))

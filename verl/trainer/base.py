@@ -25,11 +25,15 @@ from verl.trainer.run_loop import save_checkpoint
 
 class BaseTrainer:
     def __init__(self, actor_rollout_ref_worker, *, logger=None, output_dir: str | None = None):
-        if isinstance(actor_rollout_ref_worker, (ConfigNode, Mapping, str)):  # the config meant for the worker
+        # The config meant for the worker, nothing (the worker not built yet), or a model (the worker loads its own).
+        if isinstance(actor_rollout_ref_worker, (ConfigNode, Mapping, str)) or not all(
+                hasattr(actor_rollout_ref_worker, name) for name in ("actor_model", "tokenizer", "update_actor")):
             raise ConfigError(f"{type(self).__name__}(actor_rollout_ref_worker=...) takes the worker built from the "
                               f"config, got {type(actor_rollout_ref_worker).__name__}; build it first: worker = "
                               f"ActorRolloutRefWorker(config=cfg.actor_rollout_ref), then "
-                              f"{type(self).__name__}(actor_rollout_ref_worker=worker)")
+                              f"{type(self).__name__}(actor_rollout_ref_worker=worker)"
+                              + ("; the worker loads the model itself from actor_rollout_ref.model.path"
+                                 if hasattr(actor_rollout_ref_worker, "generate") else ""))
         self.worker = actor_rollout_ref_worker
         self.global_step = 0
         self.output_dir = Path(output_dir) if output_dir else None

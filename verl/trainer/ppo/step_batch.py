@@ -8,6 +8,7 @@ Rows may be padded on either side; only tokens with attention 1 count.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import torch
 
@@ -46,6 +47,10 @@ def _mask(value, name: str, input_ids: torch.Tensor) -> torch.Tensor:
 def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size: int | None = None) -> Batch:
     """``vocab_size``: the model's number of token ids (its embedding rows); an id outside it is an error
     naming the row and position (ids of another tokenizer), not an index error deep in the model."""
+    if not isinstance(data, Mapping):  # a list of row dicts, a tuple of tensors: the dict of stacked rows is meant
+        got = f"a {type(data).__name__}" + (f" of {len(data)} {type(data[0]).__name__}(s)"
+                                            if isinstance(data, (list, tuple)) and data else "")
+        raise VerlError(f"the batch is {got}, not a dict; stack the rows into one dict of tensors. {NEEDS}")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise VerlError(f"the batch dict lacks {missing}; {NEEDS}")
@@ -59,6 +64,8 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         input_ids = input_ids.unsqueeze(0)
     if input_ids.dim() != 2:
         raise VerlError(f"input_ids has shape {list(input_ids.shape)}; {NEEDS}")
+    if not input_ids.shape[0]:
+        raise VerlError(f"the batch has no rows (input_ids has shape {list(input_ids.shape)}); give at least one")
     if vocab_size is not None and input_ids.numel():
         outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
         if len(outside):
@@ -78,6 +85,12 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         if not prompts[-1] or not responses[-1]:
             raise VerlError(f"row {row} of the batch has {len(prompts[-1])} prompt and {len(responses[-1])} "
                             f"response tokens; each row needs both (prompt_mask marks the prompt)")
+        marks = prompt_mask[row][real].bool()
+        if not marks[:len(prompts[-1])].all():  # a prompt token after a response token: the order would change
+            first = int((~marks).nonzero()[0])
+            raise VerlError(f"row {row} of the batch has a prompt token after its response begins (prompt_mask is 0 "
+                            f"at real token {first}, 1 later): prompt_mask must be 1 on the prompt, which comes "
+                            f"first, and 0 on the response after it (is it a response mask, 1 - prompt_mask?)")
     prompt_ids, prompt_attn = left_pad(prompts, pad_token_id)
     width = max(len(r) for r in responses)
     response_ids = torch.full((len(responses), width), pad_token_id, dtype=torch.long)
