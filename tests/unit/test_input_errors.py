@@ -335,3 +335,21 @@ def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are
     assert exact_match("exact_match", "two", ["2", "two"]) == 1.0
     assert exact_match("exact_match", "3", [3.0]) == 1.0
     assert exact_match("exact_match", "2", []) == 0.0
+
+
+def test_float16_weights_to_train_are_refused_before_the_first_update():
+    """Before: AdamW's state rounded to 0 in float16 and the first update wrote NaN into the weights (a RL run then
+    skipped every step and refused to save, advising a lower learning rate)."""
+    from verl.config.schema_actor import FSDPConfig, OptimConfig
+    from verl.errors import VerlError
+    from verl.workers.optim import build_training
+
+    half = torch.nn.Linear(4, 4).half()
+    with pytest.raises(VerlError, match=r"^the weights to train are float16 \(model.dtype=fp16, or auto on a float16 "
+                                        r"checkpoint\): AdamW cannot update float16 weights .*"
+                                        r"mixed_precision.param_dtype=fp16 \(or bf16\)$"):
+        build_training(half, OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+    # Frozen float16 weights (a LoRA base) with float32 ones to train are fine, as are bfloat16 weights.
+    mixed = torch.nn.Sequential(torch.nn.Linear(4, 4).half().requires_grad_(False), torch.nn.Linear(4, 4))
+    build_training(mixed, OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+    build_training(torch.nn.Linear(4, 4).bfloat16(), OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
