@@ -337,6 +337,24 @@ def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are
     assert exact_match("exact_match", "2", []) == 0.0
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device, message", [
+    ("gpu", r"^actor_rollout_ref.rollout.device='gpu' is not a device \(.*\); use auto, cpu, cuda or cuda:N$"),
+    ("cuda", r"^actor_rollout_ref.rollout.device=cuda but CUDA is not available here \(.*\); use "
+             r"actor_rollout_ref.rollout.device=cpu, or leave it unset \(the actor's device\)"),
+])
+def test_a_rollout_device_this_machine_lacks_is_refused_before_the_model_loads(device, message):
+    """Before: torch's "Expected one of cpu, cuda, ..." after the models loaded ('gpu'), or an AssertionError
+    "Torch not compiled with CUDA enabled" at the first generation ('cuda', the tutorial's table's advice)."""
+    from verl.config import TrainerConfig
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    config = TrainerConfig(actor_rollout_ref=dict(model=dict(path="/nonexistent/model"),  # never reached
+                                                  rollout=dict(name="dummy", device=device)))
+    with pytest.raises(DeviceError, match=message):
+        ActorRolloutRefWorker(config=config.actor_rollout_ref)
+
+
 def test_float16_weights_to_train_are_refused_before_the_first_update():
     """Before: AdamW's state rounded to 0 in float16 and the first update wrote NaN into the weights (a RL run then
     skipped every step and refused to save, advising a lower learning rate)."""

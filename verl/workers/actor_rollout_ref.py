@@ -85,6 +85,10 @@ class ActorRolloutRefWorker:
         # Everything comes from this section or the arguments: the rollout's prompt_length and
         # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
         self.device = resolve_device(device or "auto")
+        # Where rollout outputs go: checked before any model loads (a typo or a missing GPU is one line).
+        self.rollout_device = resolve_device(config.rollout.device, key="actor_rollout_ref.rollout.device",
+                                             instead="or leave it unset (the actor's device)") \
+            if config.rollout.device else self.device
         self.max_response_length = max_response_length or config.rollout.response_length
         seed = seed if seed is not None else 1
         model_cfg = config.model
@@ -142,7 +146,6 @@ class ActorRolloutRefWorker:
         self.rollout = make_rollout(config, engine, rollout_model, self.tokenizer, path, device=self.device,
                                     seed=seed, max_response_length=self.max_response_length)
         self.sync_rollout_weights()
-        self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device) \
             if generates else None
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s, "
