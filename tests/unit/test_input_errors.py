@@ -371,3 +371,19 @@ def test_float16_weights_to_train_are_refused_before_the_first_update():
     mixed = torch.nn.Sequential(torch.nn.Linear(4, 4).half().requires_grad_(False), torch.nn.Linear(4, 4))
     build_training(mixed, OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
     build_training(torch.nn.Linear(4, 4).bfloat16(), OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+
+
+def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_cuda(tiny_model_dir):
+    """Before: AttributeError: 'PosixPath' object has no attribute 'startswith', and transformers'
+    AssertionError "Torch not compiled with CUDA enabled" for device_map='cuda'."""
+    from pathlib import Path
+
+    from verl.utils.model import load_hf_model, load_hf_tokenizer
+
+    assert load_hf_model(Path(tiny_model_dir)).config.model_type == "qwen2"
+    assert load_hf_tokenizer(Path(tiny_model_dir)).pad_token is not None
+    if not torch.cuda.is_available():
+        for device_map in ("cuda", "cuda:0", 0, {"": "cuda"}):
+            with pytest.raises(DeviceError, match=r"^device_map=.* puts the model on a GPU, but CUDA is not available "
+                                                  r"here \(.*\); leave device_map out \(the model loads on the CPU\)"):
+                load_hf_model(str(tiny_model_dir), device_map=device_map)
