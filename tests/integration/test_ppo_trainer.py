@@ -203,3 +203,26 @@ def test_no_worker_or_a_model_in_place_of_the_worker_is_refused_naming_the_worke
     with pytest.raises(ConfigError, match=r"got Qwen2ForCausalLM; build it first: .*; the worker loads the model "
                                           r"itself from actor_rollout_ref.model.path$"):
         PPOTrainer(actor_rollout_ref_worker=load_hf_model(str(tiny_model_dir)))
+
+
+def test_a_trainer_made_again_on_the_same_output_folder_starts_its_metrics_over(tiny_model_dir, tmp_path):
+    """Before: a notebook cell run twice appended to one metrics.jsonl, steps 1, 2, 1, 2 (two runs in one plot).
+    Now as a run started again: the rows after the trainer's start go; a trainer resumed from a checkpoint keeps
+    the rows up to its step."""
+    import json
+
+    worker, run = make_worker(tiny_model_dir), tmp_path / "run"
+
+    def steps():
+        return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    for _ in range(2):
+        trainer = PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(run), logger=dict(type="console"))
+        trainer.step(tutorial_batch())
+        trainer.step(tutorial_batch())
+        assert steps() == [1, 2]
+    trainer.save_checkpoint(str(tmp_path / "ckpt"))
+    resumed = PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(run), logger=dict(type="console"))
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    resumed.step(tutorial_batch())
+    assert steps() == [1, 2, 3]
