@@ -226,3 +226,15 @@ def test_a_trainer_made_again_on_the_same_output_folder_starts_its_metrics_over(
     resumed.load_checkpoint(str(tmp_path / "ckpt"))
     resumed.step(tutorial_batch())
     assert steps() == [1, 2, 3]
+
+
+def test_a_learning_rate_in_the_step_settings_names_the_workers_key(tiny_model_dir):
+    """Before: "unknown config key 'lr'; valid keys: ..., critic_lr", and critic_lr is the critic's."""
+    from verl.config import ConfigError
+
+    worker = make_worker(tiny_model_dir)
+    for key in ("lr", "learning_rate"):
+        with pytest.raises(ConfigError, match=rf"^PPOTrainer\(config=\.\.\.\) has no {key}: the actor's optimiser is "
+                                              r"the worker's, set by actor_rollout_ref.actor.optim.lr"):
+            PPOTrainer(actor_rollout_ref_worker=worker, config={key: 1e-5, "kl_coef": 0.1})
+

@@ -75,6 +75,12 @@ class PPOTrainer(BaseTrainer):
                               f"{', '.join(field_specs(PPOStepConfig))} (or a PPOStepConfig), got "
                               f"{type(config).__name__}; a TrainerConfig's actor_rollout_ref section goes to "
                               f"ActorRolloutRefWorker(config=...)")
+        meant_lr = next((k for k in ("lr", "learning_rate", "actor_lr") if isinstance(config, Mapping) and k in config),
+                        None)
+        if meant_lr:  # before: "unknown config key 'lr'; valid keys: ..., critic_lr", which is the critic's
+            raise ConfigError(f"PPOTrainer(config=...) has no {meant_lr}: the actor's optimiser is the worker's, set "
+                              f"by actor_rollout_ref.actor.optim.lr in the config the worker is built from "
+                              f"(critic_lr here is the critic's)")
         self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
         self.critic = critic or self._build_critic()
         # The role groups of the RL path: these workers in this process, or this rank's under torchrun.
