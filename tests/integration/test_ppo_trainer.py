@@ -238,3 +238,14 @@ def test_a_learning_rate_in_the_step_settings_names_the_workers_key(tiny_model_d
                                               r"the worker's, set by actor_rollout_ref.actor.optim.lr"):
             PPOTrainer(actor_rollout_ref_worker=worker, config={key: 1e-5, "kl_coef": 0.1})
 
+
+def test_the_workers_methods_given_a_dict_name_the_batch_they_take(tiny_model_dir):
+    """Before: AttributeError: 'dict' object has no attribute 'to' (a tokenizer's output to generate_sequences)."""
+    from verl.errors import VerlError
+
+    worker = make_worker(tiny_model_dir)
+    encoded = dict(worker.tokenizer(["12+34="], return_tensors="pt"))
+    for method in ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"):
+        with pytest.raises(VerlError, match=rf"^ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got dict: "
+                                            r"wrap the tensors, Batch\("):
+            getattr(worker, method)(encoded)
