@@ -249,3 +249,24 @@ def test_the_workers_methods_given_a_dict_name_the_batch_they_take(tiny_model_di
         with pytest.raises(VerlError, match=rf"^ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got dict: "
                                             r"wrap the tensors, Batch\("):
             getattr(worker, method)(encoded)
+
+
+def test_padding_without_an_attention_mask_is_said_once_with_the_rows(tiny_model_dir, caplog, monkeypatch):
+    """Before: rows padded to one length and given without attention_mask trained the padding as tokens (the
+    reward on a pad token), without a word."""
+    from verl.trainer.ppo import step_batch
+
+    monkeypatch.setattr(step_batch, "_said", set())  # said once a process: not yet in this test
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    pad = trainer.worker.tokenizer.pad_token_id
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 9, pad, pad], [pad, pad, 7, 8, 9, 10, 11]])
+    prompt_mask = torch.tensor([[1, 1, 1, 0, 0, 0, 0]] * 3)
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.step_batch"):
+        trainer.step({"input_ids": ids[:1], "prompt_mask": prompt_mask[:1], "reward": [1.0]})  # no padding: no word
+        assert not caplog.records
+        for _ in range(2):
+            trainer.step({"input_ids": ids, "prompt_mask": prompt_mask, "reward": [1.0, 0.0, 0.5]})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"PPOTrainer.step: 2 of 3 row(s) of input_ids begin or end with the pad token (id {pad}), e.g. row 1, and the "
+        "batch has no attention_mask, so that padding is trained as prompt or response tokens; give attention_mask "
+        "(0 on padding), as the tokenizer returns it"]
