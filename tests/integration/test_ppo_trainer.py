@@ -104,11 +104,23 @@ BAD_BATCHES = [
     # A reward that is not a number would turn the whole update into NaN.
     (_with(reward=torch.tensor([float("nan")])), r"^reward of row 0 is nan \(1 row\(s\) not finite\)"),
     (_with(reward=float("inf")), r"^reward of row 0 is inf"),
+    # A prompt_mask that is not "prompt first": before, the marked tokens were taken as the prompt wherever they
+    # stood, so a response mask given as prompt_mask (or 1 - prompt_mask) trained on a reordered sequence.
+    (_with(prompt_mask=1 - tutorial_batch()["prompt_mask"]),
+     r"^row 0 of the batch has a prompt token after its response begins \(prompt_mask is 0 at real token 0, 1 "
+     r"later\): prompt_mask must be 1 on the prompt, which comes first"),
+    (_with(prompt_mask=torch.tensor([[1, 1, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0]])),
+     r"^row 0 of the batch has a prompt token after its response begins \(prompt_mask is 0 at real token 2"),
+    # Before: "max() arg is an empty sequence"; a list of row dicts: "the batch dict lacks [...]".
+    ({"input_ids": torch.zeros(0, 14, dtype=torch.long), "prompt_mask": torch.zeros(0, 14), "reward": torch.zeros(0)},
+     r"^the batch has no rows \(input_ids has shape \[0, 14\]\)"),
+    ([tutorial_batch()], r"^the batch is a list of 1 dict\(s\), not a dict; stack the rows into one dict of tensors"),
 ]
 
 
 @pytest.mark.parametrize("batch, message", BAD_BATCHES, ids=["mask", "prompt_mask", "vocab", "negative", "fraction",
-                                                             "nan", "inf"])
+                                                             "nan", "inf", "response_mask", "interleaved", "empty",
+                                                             "list"])
 def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tiny_model_dir, batch, message):
     worker = make_worker(tiny_model_dir)
     trainer = PPOTrainer(actor_rollout_ref_worker=worker)
@@ -178,3 +190,83 @@ def test_the_trainer_config_in_place_of_the_worker_or_the_step_settings_names_wh
     with pytest.raises(ConfigError, match=r"PPOTrainer\(config=\.\.\.\) takes the step's settings, a dict of kl_coef, .*"
                                           r"got TrainerConfig; a TrainerConfig's actor_rollout_ref section goes to"):
         PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir), config=config)
+
+
+def test_no_worker_or_a_model_in_place_of_the_worker_is_refused_naming_the_worker(tiny_model_dir):
+    """Before: AttributeError: 'NoneType' object has no attribute 'config' (the step before the worker was built),
+    and an AttributeError deep in the critic's build for a model from load_hf_model."""
+    from verl.config import ConfigError
+    from verl.utils.model import load_hf_model
+
+    with pytest.raises(ConfigError, match=r"takes the worker built from the config, got NoneType; build it first"):
+        PPOTrainer(actor_rollout_ref_worker=None)
+    with pytest.raises(ConfigError, match=r"got Qwen2ForCausalLM; build it first: .*; the worker loads the model "
+                                          r"itself from actor_rollout_ref.model.path$"):
+        PPOTrainer(actor_rollout_ref_worker=load_hf_model(str(tiny_model_dir)))
+
+
+def test_a_trainer_made_again_on_the_same_output_folder_starts_its_metrics_over(tiny_model_dir, tmp_path):
+    """Before: a notebook cell run twice appended to one metrics.jsonl, steps 1, 2, 1, 2 (two runs in one plot).
+    Now as a run started again: the rows after the trainer's start go; a trainer resumed from a checkpoint keeps
+    the rows up to its step."""
+    import json
+
+    worker, run = make_worker(tiny_model_dir), tmp_path / "run"
+
+    def steps():
+        return [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+    for _ in range(2):
+        trainer = PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(run), logger=dict(type="console"))
+        trainer.step(tutorial_batch())
+        trainer.step(tutorial_batch())
+        assert steps() == [1, 2]
+    trainer.save_checkpoint(str(tmp_path / "ckpt"))
+    resumed = PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(run), logger=dict(type="console"))
+    resumed.load_checkpoint(str(tmp_path / "ckpt"))
+    resumed.step(tutorial_batch())
+    assert steps() == [1, 2, 3]
+
+
+def test_a_learning_rate_in_the_step_settings_names_the_workers_key(tiny_model_dir):
+    """Before: "unknown config key 'lr'; valid keys: ..., critic_lr", and critic_lr is the critic's."""
+    from verl.config import ConfigError
+
+    worker = make_worker(tiny_model_dir)
+    for key in ("lr", "learning_rate"):
+        with pytest.raises(ConfigError, match=rf"^PPOTrainer\(config=\.\.\.\) has no {key}: the actor's optimiser is "
+                                              r"the worker's, set by actor_rollout_ref.actor.optim.lr"):
+            PPOTrainer(actor_rollout_ref_worker=worker, config={key: 1e-5, "kl_coef": 0.1})
+
+
+def test_the_workers_methods_given_a_dict_name_the_batch_they_take(tiny_model_dir):
+    """Before: AttributeError: 'dict' object has no attribute 'to' (a tokenizer's output to generate_sequences)."""
+    from verl.errors import VerlError
+
+    worker = make_worker(tiny_model_dir)
+    encoded = dict(worker.tokenizer(["12+34="], return_tensors="pt"))
+    for method in ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"):
+        with pytest.raises(VerlError, match=rf"^ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got dict: "
+                                            r"wrap the tensors, Batch\("):
+            getattr(worker, method)(encoded)
+
+
+def test_padding_without_an_attention_mask_is_said_once_with_the_rows(tiny_model_dir, caplog, monkeypatch):
+    """Before: rows padded to one length and given without attention_mask trained the padding as tokens (the
+    reward on a pad token), without a word."""
+    from verl.trainer.ppo import step_batch
+
+    monkeypatch.setattr(step_batch, "_said", set())  # said once a process: not yet in this test
+    trainer = PPOTrainer(actor_rollout_ref_worker=make_worker(tiny_model_dir))
+    pad = trainer.worker.tokenizer.pad_token_id
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, 8, 9, pad, pad], [pad, pad, 7, 8, 9, 10, 11]])
+    prompt_mask = torch.tensor([[1, 1, 1, 0, 0, 0, 0]] * 3)
+    with caplog.at_level("WARNING", logger="verl.trainer.ppo.step_batch"):
+        trainer.step({"input_ids": ids[:1], "prompt_mask": prompt_mask[:1], "reward": [1.0]})  # no padding: no word
+        assert not caplog.records
+        for _ in range(2):
+            trainer.step({"input_ids": ids, "prompt_mask": prompt_mask, "reward": [1.0, 0.0, 0.5]})
+    assert [r.getMessage() for r in caplog.records] == [
+        f"PPOTrainer.step: 2 of 3 row(s) of input_ids begin or end with the pad token (id {pad}), e.g. row 1, and the "
+        "batch has no attention_mask, so that padding is trained as prompt or response tokens; give attention_mask "
+        "(0 on padding), as the tokenizer returns it"]

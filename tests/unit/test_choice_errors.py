@@ -83,3 +83,16 @@ def test_hydras_own_settings_are_ignored_with_a_warning(caplog):
         cfg = TrainerConfig.from_cli(["hydra.run.dir=/tmp/outputs", "trainer.total_epochs=2"])
     assert cfg.trainer.total_epochs == 2
     assert any("hydra.run.dir: a setting of Hydra itself" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", ["ppo", "PPO", "dapo", "dr_grpo", "Dr-GRPO", "gspo"])
+def test_an_algorithm_given_as_the_estimator_names_its_settings_and_they_are_valid(name):
+    """Before: 'ppo' got "did you mean grpo?" and 'dapo' "did you mean gdpo?", other algorithms."""
+    with pytest.raises(ConfigError, match=rf"^algorithm.adv_estimator='{name}': \S+ ") as err:
+        _check(f"algorithm.adv_estimator={name}")
+    assert "did you mean" not in str(err.value)
+    advice = str(err.value).split(": ", 1)[1].split("; choose")[0]
+    named = [word for word in advice.split() if "=" in word and "." in word.split("=")[0]]
+    assert named and named[0].startswith("algorithm.adv_estimator=")
+    _check(*named)  # the settings it names are a valid config
+    TrainerConfig.from_overrides(named).validate()

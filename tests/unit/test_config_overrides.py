@@ -431,3 +431,21 @@ def test_plus_adds_what_is_not_there_and_plus_plus_sets_either_way():
         TrainerConfig.from_cli(["+trainer.resource_pools.critic_pool=[1]", "+trainer.resource_pools.critic_pool=[2]"])
     assert TrainerConfig.from_cli(["+trainer.resource_pools.p=[1]", "++trainer.resource_pools.p=[2]"]
                                   ).trainer.resource_pools == {"p": [2]}
+
+
+@pytest.mark.parametrize("flag", [["--cfg", "job"], ["-c", "job"], ["--cfg=job"]])
+def test_hydras_print_config_flag_prints_the_config_with_the_overrides_and_trains_nothing(flag, tmp_path, monkeypatch,
+                                                                                           capsys):
+    """verl's `main_ppo --cfg job` (Hydra's flag). Before: "override '--cfg' starts with '-'; write key=value
+    without dashes", a fix that cannot work."""
+    import yaml
+
+    from verl.trainer.main_ppo import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["trainer.total_epochs=3", *flag, "data.train_batch_size=8"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["trainer"]["total_epochs"] == 3 and printed["data"]["train_batch_size"] == 8
+    assert TrainerConfig.from_dict(printed).trainer.total_epochs == 3 and not list(tmp_path.iterdir())
+    assert main([*flag, "trainer.totl_epochs=3"]) == 2
+    assert "did you mean trainer.total_epochs?" in capsys.readouterr().err

@@ -13,8 +13,9 @@ import pytest
 from verl.config import ConfigError, TrainerConfig
 from verl.config.node import field_specs
 from verl.config.offline import DPOTrainerConfig, KTOTrainerConfig, SFTTrainerConfig
+from verl.trainer.ppo.ppo_trainer import PPOStepConfig
 
-ROOTS = (TrainerConfig, SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig)
+ROOTS = (TrainerConfig, SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig, PPOStepConfig)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -162,6 +163,7 @@ NO_RANGE = {
     },
     **{root: {"optim.lr_warmup_steps", "trainer.save_freq", "trainer.test_freq"}  # as above
        for root in (SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig)},
+    PPOStepConfig: set(),
 }
 
 
@@ -212,3 +214,18 @@ def test_chat_template_is_another_name_of_custom_chat_template(root, key, tmp_pa
     cfg.get(key).chat_template = text
     assert cfg.get(f"{key}.custom_chat_template") == text
     assert "Also spelled chat_template" in root.describe(f"{key}.chat_template")
+
+
+@pytest.mark.parametrize("setting, message", [
+    # Before: 0 epochs made no update and 0 rows per mini-batch meant the whole batch, both without a
+    # word; -1 rows failed inside torch.split; a negative KL weight rewarded moving away from the reference.
+    (dict(ppo_epochs=0), r"^ppo_epochs=0 must be >= 1$"),
+    (dict(mini_batch_size=0), r"^mini_batch_size=0 must be >= 1$"),
+    (dict(mini_batch_size=-1), r"^mini_batch_size=-1 must be >= 1$"),
+    (dict(kl_coef=-0.1), r"^kl_coef=-0.1 must be >= 0$"),
+    (dict(kl_penalty="k4"), r"^kl_penalty='k4' is not one of kl, k1, abs, mse, k2, low_var_kl, k3"),
+])
+def test_ppo_trainer_step_settings_out_of_range_are_refused_when_the_trainer_is_made(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        PPOStepConfig(**setting)
+    assert PPOStepConfig(mini_batch_size=None, kl_coef=0.0, kl_penalty="k3").mini_batch_size is None

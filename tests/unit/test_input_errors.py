@@ -335,3 +335,55 @@ def test_a_reward_of_one_numpy_or_torch_value_and_a_list_of_accepted_answers_are
     assert exact_match("exact_match", "two", ["2", "two"]) == 1.0
     assert exact_match("exact_match", "3", [3.0]) == 1.0
     assert exact_match("exact_match", "2", []) == 0.0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device, message", [
+    ("gpu", r"^actor_rollout_ref.rollout.device='gpu' is not a device \(.*\); use auto, cpu, cuda or cuda:N$"),
+    ("cuda", r"^actor_rollout_ref.rollout.device=cuda but CUDA is not available here \(.*\); use "
+             r"actor_rollout_ref.rollout.device=cpu, or leave it unset \(the actor's device\)"),
+])
+def test_a_rollout_device_this_machine_lacks_is_refused_before_the_model_loads(device, message):
+    """Before: torch's "Expected one of cpu, cuda, ..." after the models loaded ('gpu'), or an AssertionError
+    "Torch not compiled with CUDA enabled" at the first generation ('cuda', the tutorial's table's advice)."""
+    from verl.config import TrainerConfig
+    from verl.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+    config = TrainerConfig(actor_rollout_ref=dict(model=dict(path="/nonexistent/model"),  # never reached
+                                                  rollout=dict(name="dummy", device=device)))
+    with pytest.raises(DeviceError, match=message):
+        ActorRolloutRefWorker(config=config.actor_rollout_ref)
+
+
+def test_float16_weights_to_train_are_refused_before_the_first_update():
+    """Before: AdamW's state rounded to 0 in float16 and the first update wrote NaN into the weights (a RL run then
+    skipped every step and refused to save, advising a lower learning rate)."""
+    from verl.config.schema_actor import FSDPConfig, OptimConfig
+    from verl.errors import VerlError
+    from verl.workers.optim import build_training
+
+    half = torch.nn.Linear(4, 4).half()
+    with pytest.raises(VerlError, match=r"^the weights to train are float16 \(model.dtype=fp16, or auto on a float16 "
+                                        r"checkpoint\): AdamW cannot update float16 weights .*"
+                                        r"mixed_precision.param_dtype=fp16 \(or bf16\)$"):
+        build_training(half, OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+    # Frozen float16 weights (a LoRA base) with float32 ones to train are fine, as are bfloat16 weights.
+    mixed = torch.nn.Sequential(torch.nn.Linear(4, 4).half().requires_grad_(False), torch.nn.Linear(4, 4))
+    build_training(mixed, OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+    build_training(torch.nn.Linear(4, 4).bfloat16(), OptimConfig(), FSDPConfig(), total_steps=1, seed=0)
+
+
+def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_cuda(tiny_model_dir):
+    """Before: AttributeError: 'PosixPath' object has no attribute 'startswith', and transformers'
+    AssertionError "Torch not compiled with CUDA enabled" for device_map='cuda'."""
+    from pathlib import Path
+
+    from verl.utils.model import load_hf_model, load_hf_tokenizer
+
+    assert load_hf_model(Path(tiny_model_dir)).config.model_type == "qwen2"
+    assert load_hf_tokenizer(Path(tiny_model_dir)).pad_token is not None
+    if not torch.cuda.is_available():
+        for device_map in ("cuda", "cuda:0", 0, {"": "cuda"}):
+            with pytest.raises(DeviceError, match=r"^device_map=.* puts the model on a GPU, but CUDA is not available "
+                                                  r"here \(.*\); leave device_map out \(the model loads on the CPU\)"):
+                load_hf_model(str(tiny_model_dir), device_map=device_map)

@@ -102,8 +102,9 @@ def check_choice(key: str, value: str, choices: Sequence[str], what: str = "valu
     as what they are, never "corrected" into a different choice that merely looks alike."""
     if value in choices:
         return
-    if elsewhere and value in elsewhere:
-        raise ConfigError(f"{key}={value!r}: {elsewhere[value]}; choose one of {', '.join(choices)}")
+    known = elsewhere and (elsewhere.get(value) or elsewhere.get(str(value).lower().replace("-", "_")))
+    if known:
+        raise ConfigError(f"{key}={value!r}: {known}; choose one of {', '.join(choices)}")
     close = closest_choice(value, choices, cutoff=0.5)
     hint = f"did you mean {key}={close}? " if close else ""
     raise ConfigError(f"unknown {what} {key}={value!r}; {hint}choose one of {', '.join(choices)}")

@@ -98,7 +98,9 @@ class _PolicyModel(Section):
     tokenizer_path: str | None = option(None, help="Tokenizer id or folder; null = the model path.")
     trust_remote_code: bool = option(False, help="Allow custom modelling code from the model repository.")
     dtype: Dtype = option("float32", help="Weight dtype for training: float32/fp32, bfloat16/bf16, "
-                          "float16/fp16, or auto (the checkpoint's own dtype).")
+                          "float16/fp16, or auto (the checkpoint's own dtype). Weights to train cannot be "
+                          "float16 (AdamW's first update makes them NaN): for fp16 compute keep float32 and set "
+                          "fsdp_config.mixed_precision.param_dtype=fp16.")
     attn_implementation: str | None = option(None, help="Attention kernel passed to Hugging Face "
                                              "(eager, sdpa, flash_attention_2); null = its default.")
     enable_gradient_checkpointing: bool = option(False, help="Recompute activations in the backward "

@@ -51,19 +51,21 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | str | None:
     return DTYPES[dtype]
 
 
-def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+def resolve_device(device: str | torch.device | None = "auto", key: str = "trainer.device",
+                   instead: str = "or auto (the GPU when there is one)") -> torch.device:
     """``"auto"`` -> cuda when a GPU is visible, else cpu. A bare ``cuda`` (or auto's cuda) is this
-    process's GPU: ``cuda:LOCAL_RANK`` under torchrun, so each rank of a node gets its own."""
+    process's GPU: ``cuda:LOCAL_RANK`` under torchrun, so each rank of a node gets its own. ``key``
+    names the setting in the errors, ``instead`` its other fix."""
     if device in (None, "auto"):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as e:
-        raise DeviceError(f"trainer.device={device!r} is not a device ({e}); use auto, cpu, cuda or cuda:N") from None
+        raise DeviceError(f"{key}={device!r} is not a device ({e}); use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         why = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible to torch"
-        raise DeviceError(f"trainer.device={device} but CUDA is not available here ({why}); use trainer.device=cpu, "
-                          f"or auto (the GPU when there is one). `verl doctor` shows what torch sees")
+        raise DeviceError(f"{key}={device} but CUDA is not available here ({why}); use {key}=cpu, "
+                          f"{instead}. `verl doctor` shows what torch sees")
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return device

@@ -25,13 +25,18 @@ from verl.trainer.run_loop import save_checkpoint
 
 class BaseTrainer:
     def __init__(self, actor_rollout_ref_worker, *, logger=None, output_dir: str | None = None):
-        if isinstance(actor_rollout_ref_worker, (ConfigNode, Mapping, str)):  # the config meant for the worker
+        # The config meant for the worker, nothing (the worker not built yet), or a model (the worker loads its own).
+        if isinstance(actor_rollout_ref_worker, (ConfigNode, Mapping, str)) or not all(
+                hasattr(actor_rollout_ref_worker, name) for name in ("actor_model", "tokenizer", "update_actor")):
             raise ConfigError(f"{type(self).__name__}(actor_rollout_ref_worker=...) takes the worker built from the "
                               f"config, got {type(actor_rollout_ref_worker).__name__}; build it first: worker = "
                               f"ActorRolloutRefWorker(config=cfg.actor_rollout_ref), then "
-                              f"{type(self).__name__}(actor_rollout_ref_worker=worker)")
+                              f"{type(self).__name__}(actor_rollout_ref_worker=worker)"
+                              + ("; the worker loads the model itself from actor_rollout_ref.model.path"
+                                 if hasattr(actor_rollout_ref_worker, "generate") else ""))
         self.worker = actor_rollout_ref_worker
-        self.global_step = 0
+        self.global_step = self._start_step = 0
+        self._rewound = False  # the output folder's rows after _start_step are cleared at the first log
         self.output_dir = Path(output_dir) if output_dir else None
         self.tracker = None
         if logger is not None or output_dir is not None:
@@ -55,6 +60,11 @@ class BaseTrainer:
 
     def log(self, metrics: dict) -> None:
         if self.tracker is not None:
+            if not self._rewound:
+                # As a run started again does: the rows an earlier trainer logged to this output folder after
+                # this one's start go (a notebook cell run twice wrote steps 1, 2, 1, 2 into one metrics.jsonl).
+                self._rewound = True
+                self.tracker.rewind(self._start_step)
             self.tracker.log(metrics, self.global_step)
 
     # ------------------------------------------------------------------ checkpoints
@@ -63,6 +73,8 @@ class BaseTrainer:
 
     def load_state_dict(self, state: dict) -> None:
         self.global_step = state["global_step"]
+        if not self._rewound:
+            self._start_step = self.global_step
         self.worker.load_state_dict(state["actor"])
 
     def save_checkpoint(self, directory: str) -> Path:

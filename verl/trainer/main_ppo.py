@@ -1,7 +1,9 @@
-"""``python -m verl.trainer.main_ppo [key=value ...] [--plan]``: PPO / GRPO training.
+"""``python -m verl.trainer.main_ppo [key=value ...] [--plan | --cfg job]``: PPO / GRPO training.
 
 With no arguments it runs the embedded demo (see :mod:`verl.trainer.demo`). ``--plan`` prints the
-memory plan (each rank's peak memory by role and part, from the config alone) and exits.
+memory plan (each rank's peak memory by role and part, from the config alone) and exits. ``--cfg job``
+(Hydra's flag, as verl's scripts use it; also ``-c job``) prints the config the run would use, as
+YAML, and exits.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if "--plan" in args:
         rest = [a for a in args if a != "--plan"]
         return run_entry(lambda: print_plan(load_config(rest)), rest, __doc__)
+    flag = next((i for i, a in enumerate(args) if a in ("--cfg", "-c") or a.startswith("--cfg=")), None)
+    if flag is not None:  # before: "override '--cfg' starts with '-'; write key=value without dashes"
+        rest = args[:flag] + args[flag + (1 if "=" in args[flag] else 2):]
+        return run_entry(lambda: print(load_config(rest).to_yaml(), end=""), rest, __doc__)
     return run_entry(lambda: run(load_config(args)), args, __doc__)
 
 

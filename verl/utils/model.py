@@ -9,13 +9,16 @@ Where flash-attention cannot run (no flash-attn package or no CUDA) the model lo
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import torch
 
-from verl.errors import ModelLoadError
+from verl.errors import DeviceError, ModelLoadError
 from verl.models.loading import load_causal_lm, load_tokenizer
 
 
-def load_hf_model(model_name_or_path: str, torch_dtype: torch.dtype | str | None = None,
+def load_hf_model(model_name_or_path: str | os.PathLike, torch_dtype: torch.dtype | str | None = None,
                   attn_implementation: str | None = None, trust_remote_code: bool = False, *,
                   dtype: torch.dtype | str | None = None, **kwargs) -> torch.nn.Module:
     """A Hugging Face causal LM from a hub id or a local folder.
@@ -34,12 +37,23 @@ def load_hf_model(model_name_or_path: str, torch_dtype: torch.dtype | str | None
     if torch_dtype is not None and dtype is not None and torch_dtype != dtype:
         raise ModelLoadError(f"load_hf_model got torch_dtype={torch_dtype!r} and dtype={dtype!r}; give one of them")
     chosen = torch_dtype if torch_dtype is not None else dtype
+    _check_device_map(kwargs.get("device_map"))
     kwargs.setdefault("config_key", "model_name_or_path")
-    return load_causal_lm(model_name_or_path, dtype=chosen if chosen is not None else "float32",
+    return load_causal_lm(os.fspath(model_name_or_path), dtype=chosen if chosen is not None else "float32",
                           attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **kwargs)
 
 
-def load_hf_tokenizer(model_name_or_path: str, trust_remote_code: bool = False, **kwargs):
+def load_hf_tokenizer(model_name_or_path: str | os.PathLike, trust_remote_code: bool = False, **kwargs):
     """The model's tokenizer, set up for RL: left padding and a pad token (eos when it has none)."""
     kwargs.setdefault("config_key", "model_name_or_path")
-    return load_tokenizer(model_name_or_path, trust_remote_code=trust_remote_code, **kwargs)
+    return load_tokenizer(os.fspath(model_name_or_path), trust_remote_code=trust_remote_code, **kwargs)
+
+
+def _check_device_map(device_map) -> None:
+    """A ``device_map`` that places weights on a GPU where torch sees none: one line, not transformers' assert."""
+    places = device_map.values() if isinstance(device_map, Mapping) else [device_map]
+    on_gpu = [p for p in places if (isinstance(p, int) and not isinstance(p, bool)) or str(p).startswith("cuda")]
+    if on_gpu and not torch.cuda.is_available():
+        why = "this torch is a CPU build" if torch.version.cuda is None else "no GPU is visible to torch"
+        raise DeviceError(f"device_map={device_map!r} puts the model on a GPU, but CUDA is not available here ({why}); "
+                          f"leave device_map out (the model loads on the CPU) or use device_map='cpu'")

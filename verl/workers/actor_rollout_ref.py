@@ -19,6 +19,7 @@ from verl.algorithms import truncated_responses
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_parameters, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
+from verl.errors import VerlError
 from verl.models.loading import describe_causal_lm, load_causal_lm, load_tokenizer, resolve_device
 from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora_requested, merged_weights,
                               vision_tower)
@@ -85,6 +86,10 @@ class ActorRolloutRefWorker:
         # Everything comes from this section or the arguments: the rollout's prompt_length and
         # response_length follow data.max_prompt_length / max_response_length inside a TrainerConfig.
         self.device = resolve_device(device or "auto")
+        # Where rollout outputs go: checked before any model loads (a typo or a missing GPU is one line).
+        self.rollout_device = resolve_device(config.rollout.device, key="actor_rollout_ref.rollout.device",
+                                             instead="or leave it unset (the actor's device)") \
+            if config.rollout.device else self.device
         self.max_response_length = max_response_length or config.rollout.response_length
         seed = seed if seed is not None else 1
         model_cfg = config.model
@@ -142,7 +147,6 @@ class ActorRolloutRefWorker:
         self.rollout = make_rollout(config, engine, rollout_model, self.tokenizer, path, device=self.device,
                                     seed=seed, max_response_length=self.max_response_length)
         self.sync_rollout_weights()
-        self.rollout_device = torch.device(rollout_cfg.device) if rollout_cfg.device else self.device
         self.agent_loop = agent_loop_of(rollout_cfg.multi_turn, self.rollout, self.tokenizer, self.device) \
             if generates else None
         logger.info("ActorRolloutRefWorker: model %s (%s parameters) on %s, rollout=%s, reference=%s, "
@@ -208,6 +212,7 @@ class ActorRolloutRefWorker:
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
+        need_batch(prompts, "generate_sequences")
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
         # Decoding with the actor's weights: gathered once for the whole rollout, never per token.
@@ -219,6 +224,7 @@ class ActorRolloutRefWorker:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` under the current policy; with
         ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` (the optimal token baseline reads it)."""
+        need_batch(batch, "compute_log_prob")
         if self.config.actor.calculate_sum_pi_squared:
             log_prob, entropy, spp = self.actor.compute_log_prob(batch, with_entropy=True, with_sum_pi_squared=True)
             return Batch({"old_log_probs": log_prob, "entropys": entropy, "sum_pi_squared": spp})
@@ -227,6 +233,7 @@ class ActorRolloutRefWorker:
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """``ref_log_prob`` under the frozen reference policy (with LoRA: the actor's base weights)."""
+        need_batch(batch, "compute_ref_log_prob")
         if self.ref is None:
             raise RuntimeError("this worker was built without a reference model (with_ref=False)")
         with adapters_disabled(self.ref.model):
@@ -242,6 +249,7 @@ class ActorRolloutRefWorker:
         ``loss_fn``, ``mini_batch_size``, ``micro_batch_size`` (else ``actor.ppo_micro_batch_size_per_gpu``)
         and ``epochs`` override the configured values for this call (:meth:`Actor.update`).
         """
+        need_batch(batch, "update_actor")
         metrics = {}
         if self.config.actor.mask_truncated_responses:
             truncated = truncated_responses(batch["responses"], batch["response_mask"], self.rollout.eos_token_ids)
@@ -272,6 +280,15 @@ def freeze_vision_tower(model) -> None:
 def policy_folder(model_cfg) -> str:
     """The policy's model folder or hub id (``model.path``; the built-in tiny model when unset)."""
     return str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
+
+
+def need_batch(value, method: str) -> None:
+    """The worker's methods take a :class:`Batch`; a dict (a tokenizer's output, the tutorial's step batch)
+    failed with "'dict' object has no attribute 'to'" or a KeyError deep inside."""
+    if not isinstance(value, Batch):
+        raise VerlError(f"ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got {type(value).__name__}: "
+                        f"wrap the tensors, Batch({{'input_ids': ..., 'attention_mask': ..., ...}}) (prompts padded "
+                        f"on the left, with position_ids); PPOTrainer.step is the call that takes a plain dict")
 
 
 def load_policy_tokenizer(model_cfg, path: str):

@@ -24,6 +24,13 @@ def build_training(model, optim_cfg, fsdp_config, total_steps: int | None, seed:
     model), LR schedule, and the generator that shuffles its mini-batches."""
     # Frozen weights (the base of a LoRA model) get no optimiser state.
     trainable = [p for p in model.parameters() if p.requires_grad]
+    if any(p.dtype == torch.float16 for p in trainable):
+        # AdamW keeps its state in the weights' dtype: in float16 the squared gradients and eps (1e-8) round to 0,
+        # and the first update divides by zero (NaN weights after one step, which no later setting undoes).
+        raise VerlError("the weights to train are float16 (model.dtype=fp16, or auto on a float16 checkpoint): "
+                        "AdamW cannot update float16 weights (its state rounds to 0 and the first step writes NaN); "
+                        "train float32 weights (model.dtype=fp32, the default) and compute in 16 bits with "
+                        "fsdp_config.mixed_precision.param_dtype=fp16 (or bf16)")
     optimizer = parallelize_optimizer(build_optimizer(trainable, optim_cfg), fsdp_config)
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps), torch.Generator().manual_seed(seed)
 

@@ -83,12 +83,24 @@ def _batch_rows(batch, reward_fn_key: str) -> list[dict]:
     return [{k: batch.non_tensors[k][i] for k in keys} for i in range(len(batch))]
 
 
+# Algorithms asked for by name as the estimator: each is an estimator with other settings, and said so
+# (a did-you-mean would "correct" ppo to grpo and dapo to gdpo, other algorithms).
+ALGORITHMS_NOT_ESTIMATORS = {
+    "ppo": "PPO's estimator is gae (advantages from a critic, which gae trains): algorithm.adv_estimator=gae",
+    "dapo": "DAPO is grpo with its extras: algorithm.adv_estimator=grpo algorithm.filter_groups.enable=true "
+            "actor_rollout_ref.actor.clip_ratio_high=0.28 (docs/algorithms.md)",
+    "dr_grpo": "Dr. GRPO is grpo without the std: algorithm.adv_estimator=grpo algorithm.norm_adv_by_std_in_grpo=false "
+               "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum-norm",
+    "gspo": "GSPO is a policy loss: algorithm.adv_estimator=grpo actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+}
+
+
 def check_algorithm_names(config) -> None:
     """Every algorithm and engine picked by name exists (the config layer does not know the tables);
     called before anything is loaded."""
     actor, algo = config.actor_rollout_ref.actor, config.algorithm
     check_choice("algorithm.adv_estimator", algo.adv_estimator, list(ADV_ESTIMATORS), "advantage estimator",
-                 NOT_IMPLEMENTED_ESTIMATORS)
+                 {**NOT_IMPLEMENTED_ESTIMATORS, **ALGORITHMS_NOT_ESTIMATORS})
     check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", actor.policy_loss.loss_mode,
                  list(POLICY_LOSSES), "policy loss", NOT_IMPLEMENTED_LOSSES)
     check_choice("actor_rollout_ref.rollout.name", config.actor_rollout_ref.rollout.name, ROLLOUT_NAMES,

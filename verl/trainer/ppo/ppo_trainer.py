@@ -30,6 +30,7 @@ import torch
 from verl.algorithms import compute_policy_loss, make_kl_controller
 from verl.algorithms.dapo import add_to_last_token
 from verl.config import AlgorithmConfig, CriticConfig
+from verl.config.schema_actor import KL_ESTIMATOR_NAMES
 from verl.config.fields import field_specs
 from verl.config.node import ConfigNode, option
 from verl.errors import ConfigError
@@ -50,16 +51,19 @@ logger = logging.getLogger(__name__)
 class PPOStepConfig(ConfigNode):
     """Settings of ``PPOTrainer.step``."""
 
-    kl_coef: float = option(0.05, help="Weight of the per-token KL(policy || reference) penalty in the reward.")
-    kl_penalty: str = option("kl", help="KL estimator for the penalty: kl (k1), abs, mse (k2), low_var_kl (k3).")
-    gamma: float = option(1.0, help="Discount factor of GAE.")
-    lam: float = option(0.95, help="GAE lambda.")
-    cliprange: float = option(0.2, help="Clip range of the policy ratio.")
-    cliprange_value: float = option(0.2, help="Clip range of the value prediction around the old value.")
-    ppo_epochs: int = option(1, help="Passes over the batch per step.")
-    mini_batch_size: int | None = option(None, help="Rows per optimiser step; null = the whole batch.")
-    micro_batch_size: int | None = option(None, help="Rows per forward/backward pass; null = the mini-batch.")
-    critic_lr: float = option(1e-5, help="Learning rate of the critic.")
+    kl_coef: float = option(0.05, bounds=">= 0", help="Weight of the per-token KL(policy || reference) penalty in "
+                            "the reward.")
+    kl_penalty: str = option("kl", choices=KL_ESTIMATOR_NAMES, help="KL estimator for the penalty: kl (k1), abs, "
+                             "mse (k2), low_var_kl (k3).")
+    gamma: float = option(1.0, bounds="[0, 1]", help="Discount factor of GAE.")
+    lam: float = option(0.95, bounds="[0, 1]", help="GAE lambda.")
+    cliprange: float = option(0.2, bounds="> 0", help="Clip range of the policy ratio.")
+    cliprange_value: float = option(0.2, bounds="> 0", help="Clip range of the value prediction around the old value.")
+    ppo_epochs: int = option(1, bounds=">= 1", help="Passes over the batch per step.")
+    mini_batch_size: int | None = option(None, bounds=">= 1", help="Rows per optimiser step; null = the whole batch.")
+    micro_batch_size: int | None = option(None, bounds=">= 1", help="Rows per forward/backward pass; null = the "
+                                          "mini-batch.")
+    critic_lr: float = option(1e-5, bounds="> 0", help="Learning rate of the critic.")
 
 
 class PPOTrainer(BaseTrainer):
@@ -71,6 +75,12 @@ class PPOTrainer(BaseTrainer):
                               f"{', '.join(field_specs(PPOStepConfig))} (or a PPOStepConfig), got "
                               f"{type(config).__name__}; a TrainerConfig's actor_rollout_ref section goes to "
                               f"ActorRolloutRefWorker(config=...)")
+        meant_lr = next((k for k in ("lr", "learning_rate", "actor_lr") if isinstance(config, Mapping) and k in config),
+                        None)
+        if meant_lr:  # before: "unknown config key 'lr'; valid keys: ..., critic_lr", which is the critic's
+            raise ConfigError(f"PPOTrainer(config=...) has no {meant_lr}: the actor's optimiser is the worker's, set "
+                              f"by actor_rollout_ref.actor.optim.lr in the config the worker is built from "
+                              f"(critic_lr here is the critic's)")
         self.config = config if isinstance(config, PPOStepConfig) else PPOStepConfig(**(config or {}))
         self.critic = critic or self._build_critic()
         # The role groups of the RL path: these workers in this process, or this rank's under torchrun.

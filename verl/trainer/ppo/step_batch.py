@@ -8,6 +8,7 @@ Rows may be padded on either side; only tokens with attention 1 count.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import torch
 
@@ -21,7 +22,7 @@ REQUIRED = ("input_ids", "prompt_mask", "reward")
 READ = (*REQUIRED, "attention_mask")
 NEEDS = "PPOTrainer.step needs input_ids [B, T], prompt_mask [B, T] (1 on prompt tokens), reward [B] and " \
         "optionally attention_mask [B, T]"
-_unread_said: set[tuple[str, ...]] = set()
+_said: set = set()  # what was said once: unread keys, unmasked padding
 
 
 def _token_ids(value) -> torch.Tensor:
@@ -43,15 +44,34 @@ def _mask(value, name: str, input_ids: torch.Tensor) -> torch.Tensor:
     return mask.reshape(input_ids.shape)
 
 
+def _say_unmasked_padding(input_ids: torch.Tensor, pad_token_id: int) -> None:
+    """Rows that begin with the pad token, or end with it twice, in a batch without attention_mask: padding that
+    every token counts as (trained as prompt or response, the reward put on a pad token). Said once a process."""
+    padded = (input_ids[:, 0] == pad_token_id)
+    if input_ids.shape[1] > 1:
+        padded |= (input_ids[:, -2:] == pad_token_id).all(dim=1)
+    if padded.any() and "unmasked padding" not in _said:
+        _said.add("unmasked padding")
+        rows = padded.nonzero().flatten().tolist()
+        logger.warning("PPOTrainer.step: %d of %d row(s) of input_ids begin or end with the pad token (id %d), e.g. "
+                       "row %d, and the batch has no attention_mask, so that padding is trained as prompt or response "
+                       "tokens; give attention_mask (0 on padding), as the tokenizer returns it", len(rows),
+                       input_ids.shape[0], pad_token_id, rows[0])
+
+
 def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size: int | None = None) -> Batch:
     """``vocab_size``: the model's number of token ids (its embedding rows); an id outside it is an error
     naming the row and position (ids of another tokenizer), not an index error deep in the model."""
+    if not isinstance(data, Mapping):  # a list of row dicts, a tuple of tensors: the dict of stacked rows is meant
+        got = f"a {type(data).__name__}" + (f" of {len(data)} {type(data[0]).__name__}(s)"
+                                            if isinstance(data, (list, tuple)) and data else "")
+        raise VerlError(f"the batch is {got}, not a dict; stack the rows into one dict of tensors. {NEEDS}")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise VerlError(f"the batch dict lacks {missing}; {NEEDS}")
     unread = tuple(sorted(str(k) for k in data if k not in READ))
-    if unread and unread not in _unread_said:  # e.g. "advantages" or "labels": said once, not used silently
-        _unread_said.add(unread)
+    if unread and unread not in _said:  # e.g. "advantages" or "labels": said once, not used silently
+        _said.add(unread)
         logger.warning("PPOTrainer.step does not read %s of the batch dict (it computes log-probs, values and "
                        "advantages itself); it reads %s", list(unread), ", ".join(READ))
     input_ids = _token_ids(data["input_ids"])
@@ -59,6 +79,8 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         input_ids = input_ids.unsqueeze(0)
     if input_ids.dim() != 2:
         raise VerlError(f"input_ids has shape {list(input_ids.shape)}; {NEEDS}")
+    if not input_ids.shape[0]:
+        raise VerlError(f"the batch has no rows (input_ids has shape {list(input_ids.shape)}); give at least one")
     if vocab_size is not None and input_ids.numel():
         outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
         if len(outside):
@@ -66,6 +88,8 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
             raise VerlError(f"input_ids holds token id {int(input_ids[row, position])} (row {row}, position "
                             f"{position}), outside the model's {vocab_size} token ids: were the ids made by another "
                             f"tokenizer? Encode the text with the worker's (worker.tokenizer)")
+    if "attention_mask" not in data:
+        _say_unmasked_padding(input_ids, pad_token_id)
     attention_mask = _mask(data.get("attention_mask", torch.ones_like(input_ids)), "attention_mask", input_ids)
     prompt_mask = _mask(data["prompt_mask"], "prompt_mask", input_ids)
     prompts, responses = [], []
@@ -78,6 +102,12 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         if not prompts[-1] or not responses[-1]:
             raise VerlError(f"row {row} of the batch has {len(prompts[-1])} prompt and {len(responses[-1])} "
                             f"response tokens; each row needs both (prompt_mask marks the prompt)")
+        marks = prompt_mask[row][real].bool()
+        if not marks[:len(prompts[-1])].all():  # a prompt token after a response token: the order would change
+            first = int((~marks).nonzero()[0])
+            raise VerlError(f"row {row} of the batch has a prompt token after its response begins (prompt_mask is 0 "
+                            f"at real token {first}, 1 later): prompt_mask must be 1 on the prompt, which comes "
+                            f"first, and 0 on the response after it (is it a response mask, 1 - prompt_mask?)")
     prompt_ids, prompt_attn = left_pad(prompts, pad_token_id)
     width = max(len(r) for r in responses)
     response_ids = torch.full((len(responses), width), pad_token_id, dtype=torch.long)
