@@ -449,3 +449,20 @@ def test_hydras_print_config_flag_prints_the_config_with_the_overrides_and_train
     assert TrainerConfig.from_dict(printed).trainer.total_epochs == 3 and not list(tmp_path.iterdir())
     assert main([*flag, "trainer.totl_epochs=3"]) == 2
     assert "did you mean trainer.total_epochs?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry", ["main_sft", "main_dpo", "main_kto"])
+def test_the_offline_entry_points_take_hydras_print_config_flag_too(entry, tmp_path, monkeypatch, capsys):
+    """`python -m verl.trainer.main_sft --cfg job` printed "override '--cfg' starts with '-'" (main_ppo
+    alone knew the flag)."""
+    import importlib
+
+    import yaml
+
+    main = importlib.import_module(f"verl.trainer.{entry}").main
+    monkeypatch.chdir(tmp_path)
+    assert main(["--cfg", "job", "optim.lr=0.0003"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["optim"]["lr"] == 0.0003 and not list(tmp_path.iterdir())
+    assert main(["--cfg=job", "optim.lrr=1"]) == 2
+    assert "did you mean optim.lr?" in capsys.readouterr().err

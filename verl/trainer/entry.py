@@ -12,6 +12,15 @@ from verl.errors import VerlError
 from verl.trainer.stop import RunInterrupted
 
 
+def print_config_request(args: list[str]) -> list[str] | None:
+    """The other arguments when ``args`` hold Hydra's print-config flag (``--cfg job``, ``-c job``,
+    ``--cfg=job``; verl's scripts use it to show the config a run would use), else None."""
+    flag = next((i for i, a in enumerate(args) if a in ("--cfg", "-c") or a.startswith("--cfg=")), None)
+    if flag is None:
+        return None
+    return args[:flag] + args[flag + (1 if "=" in args[flag] else 2):]
+
+
 def run_entry(job, args: list[str], doc: str | None) -> int:
     """Run ``job()``; a :class:`VerlError` prints its message alone and exits 2. A run stopped by
     Ctrl-C exits 130, by SIGTERM 143 (see :mod:`verl.trainer.stop`)."""

@@ -13,7 +13,7 @@ import sys
 from verl.config import TrainerConfig
 from verl.distributed.process_group import barrier, ensure_process_group, is_main_process, launched_distributed
 from verl.trainer.demo import demo_preset, is_demo
-from verl.trainer.entry import run_entry
+from verl.trainer.entry import print_config_request, run_entry
 
 
 def load_config(args: list[str]) -> TrainerConfig:
@@ -86,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--plan" in args:
         rest = [a for a in args if a != "--plan"]
         return run_entry(lambda: print_plan(load_config(rest)), rest, __doc__)
-    flag = next((i for i, a in enumerate(args) if a in ("--cfg", "-c") or a.startswith("--cfg=")), None)
-    if flag is not None:  # before: "override '--cfg' starts with '-'; write key=value without dashes"
-        rest = args[:flag] + args[flag + (1 if "=" in args[flag] else 2):]
+    rest = print_config_request(args)
+    if rest is not None:
         return run_entry(lambda: print(load_config(rest).to_yaml(), end=""), rest, __doc__)
     return run_entry(lambda: run(load_config(args)), args, __doc__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from verl.distributed.process_group import is_main_process
-from verl.trainer.entry import run_entry
+from verl.trainer.entry import print_config_request, run_entry
 
 SUMMARY_KEYS = ("val/loss", "val/rewards/accuracies", "val/rewards/margins")
 
@@ -46,6 +46,10 @@ def offline_main(config_cls, build_trainer: Callable, args: list[str], doc: str 
     if any(a in ("-h", "--help") for a in args):
         print((doc or "").strip() + "\n\nKeys (key=value):\n" + config_cls.format_help())
         return 0
+
+    rest = print_config_request(args)
+    if rest is not None:  # Hydra's --cfg job: the config the run would use, as YAML; nothing trained
+        return run_entry(lambda: print(load_config(config_cls, rest, preset).to_yaml(), end=""), rest, doc)
 
     def job() -> None:
         trainer = build_trainer(load_config(config_cls, args, preset))
