@@ -251,6 +251,24 @@ def test_the_workers_methods_given_a_dict_name_the_batch_they_take(tiny_model_di
             getattr(worker, method)(encoded)
 
 
+def test_the_workers_methods_given_ids_the_model_does_not_embed_name_the_row_and_the_tokenizer(tiny_model_dir):
+    """Before: IndexError "index out of range in self" inside the model (prompts encoded with another, larger
+    tokenizer, e.g. a Qwen2 tokenizer's ids for this byte-level model)."""
+    from verl.errors import VerlError
+    from verl.protocol import Batch
+
+    worker = make_worker(tiny_model_dir)
+    rows = worker.actor_model.config.vocab_size
+    ids = torch.tensor([[5, 6, 7], [5, rows + 100, 7]])
+    batch = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                   "position_ids": torch.arange(3).expand(2, 3).clone()})
+    for method in ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"):
+        with pytest.raises(VerlError, match=rf"^ActorRolloutRefWorker.{method}: input_ids holds token id {rows + 100} "
+                                            rf"\(at 1, 1\), outside the model's {rows} token ids: were the ids made by "
+                                            r"another tokenizer"):
+            getattr(worker, method)(batch)
+
+
 def test_padding_without_an_attention_mask_is_said_once_with_the_rows(tiny_model_dir, caplog, monkeypatch):
     """Before: rows padded to one length and given without attention_mask trained the padding as tokens (the
     reward on a pad token), without a word."""

@@ -212,7 +212,7 @@ class ActorRolloutRefWorker:
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
-        need_batch(prompts, "generate_sequences")
+        need_batch(prompts, "generate_sequences", self.actor_model.config)
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
         # Decoding with the actor's weights: gathered once for the whole rollout, never per token.
@@ -224,7 +224,7 @@ class ActorRolloutRefWorker:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` under the current policy; with
         ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` (the optimal token baseline reads it)."""
-        need_batch(batch, "compute_log_prob")
+        need_batch(batch, "compute_log_prob", self.actor_model.config)
         if self.config.actor.calculate_sum_pi_squared:
             log_prob, entropy, spp = self.actor.compute_log_prob(batch, with_entropy=True, with_sum_pi_squared=True)
             return Batch({"old_log_probs": log_prob, "entropys": entropy, "sum_pi_squared": spp})
@@ -233,7 +233,7 @@ class ActorRolloutRefWorker:
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """``ref_log_prob`` under the frozen reference policy (with LoRA: the actor's base weights)."""
-        need_batch(batch, "compute_ref_log_prob")
+        need_batch(batch, "compute_ref_log_prob", self.actor_model.config)
         if self.ref is None:
             raise RuntimeError("this worker was built without a reference model (with_ref=False)")
         with adapters_disabled(self.ref.model):
@@ -249,7 +249,7 @@ class ActorRolloutRefWorker:
         ``loss_fn``, ``mini_batch_size``, ``micro_batch_size`` (else ``actor.ppo_micro_batch_size_per_gpu``)
         and ``epochs`` override the configured values for this call (:meth:`Actor.update`).
         """
-        need_batch(batch, "update_actor")
+        need_batch(batch, "update_actor", self.actor_model.config)
         metrics = {}
         if self.config.actor.mask_truncated_responses:
             truncated = truncated_responses(batch["responses"], batch["response_mask"], self.rollout.eos_token_ids)
@@ -282,13 +282,23 @@ def policy_folder(model_cfg) -> str:
     return str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
 
 
-def need_batch(value, method: str) -> None:
+def need_batch(value, method: str, model_config=None) -> None:
     """The worker's methods take a :class:`Batch`; a dict (a tokenizer's output, the tutorial's step batch)
-    failed with "'dict' object has no attribute 'to'" or a KeyError deep inside."""
+    failed with "'dict' object has no attribute 'to'" or a KeyError deep inside. With ``model_config``, its
+    ``input_ids`` must be ids the model embeds: ids of another tokenizer failed with "index out of range in
+    self" inside the model."""
     if not isinstance(value, Batch):
         raise VerlError(f"ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got {type(value).__name__}: "
                         f"wrap the tensors, Batch({{'input_ids': ..., 'attention_mask': ..., ...}}) (prompts padded "
                         f"on the left, with position_ids); PPOTrainer.step is the call that takes a plain dict")
+    rows = model_config.get_text_config().vocab_size if model_config is not None else None
+    ids = value["input_ids"] if rows and "input_ids" in value else None
+    if ids is not None and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < rows):
+        where = tuple(((ids < 0) | (ids >= rows)).nonzero()[0].tolist())
+        raise VerlError(f"ActorRolloutRefWorker.{method}: input_ids holds token id {int(ids[where])} (at "
+                        f"{', '.join(map(str, where))}), outside the model's {rows} token ids: were the ids made by another "
+                        f"tokenizer (or tokens added without resizing the embeddings)? Encode the text with the "
+                        f"worker's (worker.tokenizer)")
 
 
 def load_policy_tokenizer(model_cfg, path: str):
