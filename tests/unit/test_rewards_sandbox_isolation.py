@@ -92,6 +92,11 @@ def test_weak_isolation_is_announced_once_and_only_when_weak(mode):
     weak = [w for w in report["warnings"] if "WEAK ISOLATION" in w]
     if mode.endswith("weak"):
         assert len(weak) == 1 and "network_namespace" in weak[0], report["warnings"]
+        # What it says a program can still do matches the layers it got: where Landlock holds, reads are
+        # confined too (it said "may read (and chmod) what this uid may").
+        landlock = any(e.get("layers", {}).get("landlock") for e in report["attacks"].values())
+        assert ("reads to it and the system directories" in weak[0]) == landlock, weak[0]
+        assert ("may read and write what this uid may" in weak[0]) != landlock, weak[0]
     else:
         assert weak == [], report["warnings"]
 

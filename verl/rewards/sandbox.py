@@ -262,16 +262,18 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
             return
         _state["warned"] = True
     mode = "root" if os.geteuid() == 0 else "a plain user (unprivileged user namespaces refused?)"
-    writes = " (and chmod)" if layers.get("landlock") else " and write"
-    exposed = (f"a program that loads native code may read{writes} what this uid may" if layers.get("seccomp") else
-               f"it may reach the network,{' write what this uid may write,' if writes else ''} and signal this "
+    landlock = layers.get("landlock")
+    # With Landlock, reads are confined too (to what the new root would show), but not a file's mode.
+    native = ("change the mode (chmod) of files this uid owns" if landlock else "read and write what this uid may")
+    exposed = (f"a program that loads native code may {native}" if layers.get("seccomp") else
+               f"it may reach the network{'' if landlock else ', write what this uid may write,'} and signal this "
                "uid's processes")
     logger.warning(
         "verl code-reward sandbox runs with WEAK ISOLATION as %s: %s could not be set up. Only "
         "rlimits, %s%s%sthe audit hook%s contain a hostile program: %s. Rewards stay correct (they are "
         "judged outside the sandbox). See docs/code_reward.md, 'Isolation modes'.", mode, ", ".join(missing),
         "its own uid, " if layers.get("own_uid") else "", "the system-call filter, " if layers.get("seccomp") else "",
-        "Landlock (writes confined to its directory), " if layers.get("landlock") else "",
+        "Landlock (writes confined to its directory, reads to it and the system directories), " if landlock else "",
         " and the trainer's non-dumpable flag" if _state["protected"] else " (the trainer is NOT protected: "
         "PROTECT_TRAINER is False)", exposed)
 
