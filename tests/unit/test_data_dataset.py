@@ -237,6 +237,25 @@ def test_a_prompt_of_chat_messages_written_as_json_text_is_read_as_the_messages(
         RLDataset(str(sharegpt), tokenizer)
 
 
+def test_a_max_samples_subset_with_data_seed_null_is_drawn_with_the_seed_the_trainer_passes(tmp_path, tokenizer):
+    """data.seed=null means trainer.seed (as for the shuffling): the subset was drawn unseeded, so two runs of
+    one command trained on different prompts."""
+    import numpy as np
+
+    from verl.config import TrainerConfig
+    from verl.data import create_rl_dataset
+
+    path = write_jsonl([row(f"q{i}") for i in range(40)], tmp_path / "d.jsonl")
+    data = TrainerConfig.from_overrides(["data.train_max_samples=5", "data.seed=null"]).data
+    picks = [[d[i]["index"] for i in range(len(d))] for d in (create_rl_dataset(path, tokenizer, data, seed=11)
+                                                               for _ in range(3))]
+    assert picks == [sorted(np.random.default_rng(11).choice(40, size=5, replace=False).tolist())] * 3
+    data.seed = 4  # data.seed, when set, wins
+    again = create_rl_dataset(path, tokenizer, data, seed=11)
+    assert [again[i]["index"] for i in range(5)] == sorted(np.random.default_rng(4).choice(40, size=5,
+                                                                                          replace=False).tolist())
+
+
 def test_verls_max_samples_keys_pick_a_seeded_subset_or_the_first_rows(tmp_path, tokenizer):
     import numpy as np
 

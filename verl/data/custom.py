@@ -55,7 +55,7 @@ def load_dataset_class(path: str | os.PathLike, name: str | None) -> type[Datase
 
 
 def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "data.train_files",
-                      tools: list[dict] | None = None, processor=None) -> Dataset:
+                      tools: list[dict] | None = None, processor=None, seed: int | None = None) -> Dataset:
     """The prompt dataset of ``data_files`` as the trainer builds it from the data section ``config``:
     the class of ``config.custom_cls`` when its path is set, else :class:`RLDataset`.
 
@@ -63,6 +63,7 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
     ``tools``: the OpenAI schemas of a multi-turn run's tools, which the chat template renders into
     every prompt (``apply_chat_template(..., tools=...)``), unless data.chat_template_kwargs sets tools.
     ``processor``: a vision-language policy's (prompts with images, :mod:`verl.data.vision`), or None.
+    ``seed``: the seed of a ``*_max_samples`` subset when ``config.seed`` is null (the trainer's seed).
     """
     max_samples = config.val_max_samples if config_key == "data.val_files" else config.train_max_samples
     custom = dict(config.custom_cls)
@@ -74,7 +75,8 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
         if tools and "tools" not in kwargs:
             kwargs["tools"] = tools
         return RLDataset(data_files, tokenizer, config, processor=processor, max_samples=max_samples,
-                         config_key=config_key, chat_template_kwargs=kwargs)
+                         config_key=config_key, chat_template_kwargs=kwargs,
+                         sample_seed=config.seed if config.seed is not None else seed)
 
     path, name = custom["path"], custom.get("name")
     cls = load_dataset_class(path, name)

@@ -181,7 +181,8 @@ class RLDataset(Dataset):
             dataset with images is refused.
         max_samples: keep at most this many rows (``data.train_max_samples`` / ``val_max_samples``), as verl
             picks them: a random subset drawn with ``config.seed`` when ``config.shuffle``, else the first
-            ones (kept in file order either way); -1 or 0 = all.
+            ones (kept in file order either way); -1 or 0 = all. ``sample_seed`` (the trainer passes
+            trainer.seed when data.seed is null, as for the shuffling) wins over ``config.seed``.
 
     Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
         prompt_key: the column that holds the prompt (chat messages or a plain string).
@@ -200,7 +201,8 @@ class RLDataset(Dataset):
                  processor: Any = None, max_samples: int = -1, *, prompt_key: str | None = None,
                  max_prompt_length: int | None = None, truncation: str | None = None,
                  filter_overlong_prompts: bool | None = None, apply_chat_template: bool | None = None,
-                 chat_template_kwargs: dict | None = None, config_key: str = "data.train_files"):
+                 chat_template_kwargs: dict | None = None, config_key: str = "data.train_files",
+                 sample_seed: int | None = None):
         # A keyword given here wins over config, which wins over the default.
         prompt_key = prompt_key if prompt_key is not None else _setting(config, "prompt_key")
         max_prompt_length = max_prompt_length if max_prompt_length is not None \
@@ -243,7 +245,8 @@ class RLDataset(Dataset):
         self._positions = list(range(len(rows)))
         if max_samples is not None and 0 < max_samples < len(rows):
             if _setting(config, "shuffle"):
-                self._positions = sorted(np.random.default_rng(_setting(config, "seed"))
+                seed = sample_seed if sample_seed is not None else _setting(config, "seed")
+                self._positions = sorted(np.random.default_rng(seed)
                                          .choice(len(rows), size=max_samples, replace=False).tolist())
             else:
                 self._positions = self._positions[:max_samples]

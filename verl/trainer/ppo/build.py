@@ -54,9 +54,12 @@ def builtin_task_files(task_name: str) -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | None = None, processor=None):
-    """RLDataset, or the user's class of data.custom_cls (for validation as for training, as in verl)."""
-    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools, processor=processor)
+def _dataset(files, tokenizer, data_cfg, config_key: str, tools: list[dict] | None = None, processor=None,
+             seed: int | None = None):
+    """RLDataset, or the user's class of data.custom_cls (for validation as for training, as in verl).
+    ``seed``: trainer.seed, for a data.*_max_samples subset when data.seed is null (as for the shuffling)."""
+    return create_rl_dataset(files, tokenizer, data_cfg, config_key=config_key, tools=tools, processor=processor,
+                             seed=seed)
 
 
 def _val_batches(dataset, batch_size: int | None, pad_token_id: int, extra_keys: tuple[str, ...] = ()):
@@ -224,7 +227,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     # Multi-turn: the tools load here too (a broken tool file fails before any model does), and their
     # schemas go into every prompt through the chat template.
     tool_schemas = agent_tool_schemas(arr_cfg.rollout.multi_turn)
-    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files", tool_schemas, processor)
+    train_set = _dataset(train_files, tokenizer, data_cfg, "data.train_files", tool_schemas, processor,
+                         trainer_cfg.seed)
     val_batches = []
     validating = trainer_cfg.val_before_train or trainer_cfg.test_freq > 0
     if val_files is not None and not validating:
@@ -234,7 +238,7 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
             logger.warning("data.val_files and data.train_files both read %s: validation then scores prompts the "
                            "policy trains on, which shows memorising more than learning; give held-out rows "
                            "(e.g. the test split) as data.val_files", path)
-        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor)
+        val_set = _dataset(val_files, tokenizer, data_cfg, "data.val_files", tool_schemas, processor, trainer_cfg.seed)
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id,
                                    _reward_key_columns(data_cfg))
     # An id past the model's embeddings would fail the first forward with torch's "index out of range".
