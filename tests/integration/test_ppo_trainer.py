@@ -264,8 +264,8 @@ def test_the_workers_methods_given_ids_the_model_does_not_embed_name_the_row_and
                    "position_ids": torch.arange(3).expand(2, 3).clone()})
     for method in ("generate_sequences", "compute_log_prob", "compute_ref_log_prob", "update_actor"):
         with pytest.raises(VerlError, match=rf"^ActorRolloutRefWorker.{method}: input_ids holds token id {rows + 100} "
-                                            rf"\(at 1, 1\), outside the model's {rows} token ids: were the ids made by "
-                                            r"another tokenizer"):
+                                            rf"\(row 1, position 1\), outside the model's {rows} token ids: "
+                                            r"were the ids made by another tokenizer"):
             getattr(worker, method)(batch)
 
 

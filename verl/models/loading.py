@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from verl.errors import DeviceError, ModelLoadError
+from verl.errors import DeviceError, ModelLoadError, VerlError
 from verl.utils.hub import offline_flag
 
 logger = logging.getLogger(__name__)
@@ -239,6 +239,20 @@ def check_token_ids(tokenizer, model_config, prompts, *, data_key: str,
         if outside:
             raise ModelLoadError(f"prompt {i} of {data_key} holds token id {outside[0]} "
                                  f"({tokenizer.convert_ids_to_tokens(int(outside[0]))!r}), but {why}")
+
+
+def refuse_ids_outside(input_ids: torch.Tensor, vocab_size: int | None, prefix: str = "") -> None:
+    """Refuse a batch's ``input_ids`` [B, T] holding an id the model has no embedding for (ids made by
+    another tokenizer), naming the first one and where it is; the forward would fail deep in torch with
+    "index out of range in self". ``prefix`` names the call in the message."""
+    if vocab_size is None or not input_ids.numel():
+        return
+    outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
+    if len(outside):
+        row, position = outside[0].tolist()
+        raise VerlError(f"{prefix}input_ids holds token id {int(input_ids[row, position])} (row {row}, position "
+                        f"{position}), outside the model's {vocab_size} token ids: were the ids made by another "
+                        f"tokenizer? Encode the text with the worker's (worker.tokenizer)")
 
 
 def set_chat_template(tok, template: str, key: str) -> None:

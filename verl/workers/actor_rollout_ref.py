@@ -20,7 +20,8 @@ from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.fsdp import export_hf, full_parameters, full_state_dict, gathered, parallelize, shadow_of
 from verl.distributed.process_group import world_size
 from verl.errors import VerlError
-from verl.models.loading import describe_causal_lm, load_causal_lm, load_tokenizer, resolve_device
+from verl.models.loading import (describe_causal_lm, load_causal_lm, load_tokenizer, refuse_ids_outside,
+                                 resolve_device)
 from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora_requested, merged_weights,
                               vision_tower)
 from verl.models.tiny import builtin_model_path
@@ -291,14 +292,9 @@ def need_batch(value, method: str, model_config=None) -> None:
         raise VerlError(f"ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got {type(value).__name__}: "
                         f"wrap the tensors, Batch({{'input_ids': ..., 'attention_mask': ..., ...}}) (prompts padded "
                         f"on the left, with position_ids); PPOTrainer.step is the call that takes a plain dict")
-    rows = model_config.get_text_config().vocab_size if model_config is not None else None
-    ids = value["input_ids"] if rows and "input_ids" in value else None
-    if ids is not None and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < rows):
-        where = tuple(((ids < 0) | (ids >= rows)).nonzero()[0].tolist())
-        raise VerlError(f"ActorRolloutRefWorker.{method}: input_ids holds token id {int(ids[where])} (at "
-                        f"{', '.join(map(str, where))}), outside the model's {rows} token ids: were the ids made by another "
-                        f"tokenizer (or tokens added without resizing the embeddings)? Encode the text with the "
-                        f"worker's (worker.tokenizer)")
+    if model_config is not None and "input_ids" in value and value["input_ids"].dim() == 2:
+        refuse_ids_outside(value["input_ids"], model_config.get_text_config().vocab_size,
+                           f"ActorRolloutRefWorker.{method}: ")
 
 
 def load_policy_tokenizer(model_cfg, path: str):

@@ -14,6 +14,7 @@ import torch
 
 from verl.data.collate import left_pad
 from verl.errors import VerlError
+from verl.models.loading import refuse_ids_outside
 from verl.protocol import Batch
 
 logger = logging.getLogger(__name__)
@@ -81,13 +82,7 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         raise VerlError(f"input_ids has shape {list(input_ids.shape)}; {NEEDS}")
     if not input_ids.shape[0]:
         raise VerlError(f"the batch has no rows (input_ids has shape {list(input_ids.shape)}); give at least one")
-    if vocab_size is not None and input_ids.numel():
-        outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
-        if len(outside):
-            row, position = outside[0].tolist()
-            raise VerlError(f"input_ids holds token id {int(input_ids[row, position])} (row {row}, position "
-                            f"{position}), outside the model's {vocab_size} token ids: were the ids made by another "
-                            f"tokenizer? Encode the text with the worker's (worker.tokenizer)")
+    refuse_ids_outside(input_ids, vocab_size)
     if "attention_mask" not in data:
         _say_unmasked_padding(input_ids, pad_token_id)
     attention_mask = _mask(data.get("attention_mask", torch.ones_like(input_ids)), "attention_mask", input_ids)
