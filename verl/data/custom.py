@@ -76,7 +76,7 @@ def create_rl_dataset(data_files: Any, tokenizer, config, *, config_key: str = "
             kwargs["tools"] = tools
         return RLDataset(data_files, tokenizer, config, processor=processor, max_samples=max_samples,
                          config_key=config_key, chat_template_kwargs=kwargs,
-                         sample_seed=config.seed if config.seed is not None else seed)
+                         sample_seed=seed)
 
     path, name = custom["path"], custom.get("name")
     cls = load_dataset_class(path, name)

@@ -181,8 +181,8 @@ class RLDataset(Dataset):
             dataset with images is refused.
         max_samples: keep at most this many rows (``data.train_max_samples`` / ``val_max_samples``), as verl
             picks them: a random subset drawn with ``config.seed`` when ``config.shuffle``, else the first
-            ones (kept in file order either way); -1 or 0 = all. ``sample_seed`` (the trainer passes
-            trainer.seed when data.seed is null, as for the shuffling) wins over ``config.seed``.
+            ones (kept in file order either way); -1 or 0 = all. ``sample_seed`` draws it when
+            ``config.seed`` is null (the trainer passes trainer.seed, as for the shuffling).
 
     Keyword-only settings; each left out (None) takes ``config``'s value, else ``SETTING_DEFAULTS``'s:
         prompt_key: the column that holds the prompt (chat messages or a plain string).
@@ -245,7 +245,8 @@ class RLDataset(Dataset):
         self._positions = list(range(len(rows)))
         if max_samples is not None and 0 < max_samples < len(rows):
             if _setting(config, "shuffle"):
-                seed = sample_seed if sample_seed is not None else _setting(config, "seed")
+                seed = _setting(config, "seed")
+                seed = sample_seed if seed is None else seed
                 self._positions = sorted(np.random.default_rng(seed)
                                          .choice(len(rows), size=max_samples, replace=False).tolist())
             else:

@@ -140,8 +140,9 @@ def validation_metrics(actor_rollout_ref, reward, answers, generations: list[dic
             bucket[1].append(voted[i])
             bucket[2].append(out["uid"][i])
             for key, values in extras.items():
-                if extra_number(values[i]) is not None:
-                    bucket[3][key].append(extra_number(values[i]))
+                number = extra_number(values[i])
+                if number is not None:
+                    bucket[3][key].append(number)
     for kind, (n, rows) in passes.items():
         for source, (scores, voted, groups, extras) in rows.items():
             if kind == "greedy":
