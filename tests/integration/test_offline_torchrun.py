@@ -121,3 +121,28 @@ def test_preference_training_on_two_ranks_equals_one_process(tiny_model_dir, tmp
         for key in ("rewards/margins", "logps/chosen", "kl", "val/rewards/margins"):
             if key in a:
                 assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), (a["step"], key)
+
+
+def test_verls_fsdp_sft_trainer_runs_its_gsm8k_lora_example_under_torchrun(tiny_model_dir, tmp_path):
+    # verl's examples/sft/gsm8k LoRA script, as written but for the paths and sizes: its entry point,
+    # its keys (partial_pretrain, the dict keys inside extra_info, default_hdfs_dir=null, Hydra's '+'),
+    # and verl's older global data.micro_batch_size, which two ranks split into 2 per rank.
+    rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"{i}+{i}?"}],
+             "extra_info": {"split": "train", "index": i, "question": f"{i}+{i}?", "answer": f"#### {2 * i}"}}
+            for i in range(40)]
+    train, val = write_parquet(rows, tmp_path / "train.parquet"), write_parquet(rows[:4], tmp_path / "test.parquet")
+    out = tmp_path / "out"
+    done = torchrun("verl.trainer.fsdp_sft_trainer", [
+        f"data.train_files={train}", f"data.val_files={val}", "data.prompt_key=extra_info",
+        "data.response_key=extra_info", "optim.lr=1e-4", "data.prompt_dict_keys=['question']",
+        "+data.response_dict_keys=['answer']", "data.micro_batch_size=4", f"model.partial_pretrain={tiny_model_dir}",
+        f"trainer.default_local_dir={out}", "trainer.project_name=gsm8k-sft", "trainer.experiment_name=gsm8k-sft-x",
+        "trainer.logger=['console']", "trainer.total_epochs=1", "trainer.default_hdfs_dir=null",
+        "model.lora_rank=8", "model.lora_alpha=16", "model.target_modules=all-linear",
+        "data.train_batch_size=8", "data.train_max_samples=16", "trainer.n_gpus_per_node=2",
+        "trainer.progress_bar=false"])
+    assert "WARNING verl.config" not in done.stderr  # every key above is honoured as verl honours it
+    assert "micro_batch_size_per_gpu: 2\n" in (out / "config.yaml").read_text()
+    assert [r["step"] for r in metrics(out) if "train/loss" in r] == [1, 2]  # 16 of the 40 rows, 8 per step
+    assert (out / "huggingface" / "lora_adapter" / "adapter_config.json").exists()
+    AutoModelForCausalLM.from_pretrained(out / "huggingface")

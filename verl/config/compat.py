@@ -119,7 +119,8 @@ MUST_AGREE = (
 )
 
 
-def _apply_move(cfg: ConfigNode, move: Move, dp: int) -> None:
+def apply_move(cfg: ConfigNode, move: Move, dp: int) -> None:
+    """Apply one :class:`Move` (``dp``: the data-parallel size a per-rank move divides by)."""
     value = cfg.get(move.src)
     if value == move.unset or (move.only_with is not None and cfg.get(move.only_with) is None):
         return
@@ -150,7 +151,7 @@ def resolve(cfg: ConfigNode, dp: int) -> None:
     a moved key goes back to its default."""
     arr = cfg.actor_rollout_ref
     for move in MOVES:
-        _apply_move(cfg, move, dp)
+        apply_move(cfg, move, dp)
     # verl's older DAPO spelling: reward_model.reward_kwargs.overlong_buffer_cfg.
     kwargs = dict(cfg.reward_model.reward_kwargs)
     overlong = kwargs.pop("overlong_buffer_cfg", None)

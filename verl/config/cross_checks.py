@@ -322,16 +322,20 @@ SWITCHED_SETTINGS = (
 )
 
 
-def _warn_if_switched_off(cfg: ConfigNode) -> None:
-    """A setting changed from its default while the switch it belongs to is off: one warning per switch."""
-    defaults = type(cfg)()
-    trainer = cfg.trainer
+def warn_if_resume_path_unused(trainer) -> None:
+    """``trainer.resume_from_path`` given while ``resume_mode`` does not read it (RL and offline trainers)."""
     if trainer.resume_from_path and trainer.resume_mode != "resume_path":
         logger.warning("trainer.resume_from_path=%s has no effect: trainer.resume_mode=%s %s; set "
                        "trainer.resume_mode=resume_path to resume from it", trainer.resume_from_path,
                        trainer.resume_mode,
                        "starts from step 0" if trainer.resume_mode == "disable" else
                        "resumes from the newest checkpoint in trainer.default_local_dir, if any")
+
+
+def _warn_if_switched_off(cfg: ConfigNode) -> None:
+    """A setting changed from its default while the switch it belongs to is off: one warning per switch."""
+    defaults = type(cfg)()
+    warn_if_resume_path_unused(cfg.trainer)
     for switch, keys in SWITCHED_SETTINGS:
         if cfg.get(switch):
             continue

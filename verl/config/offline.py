@@ -10,17 +10,18 @@ normalised by the whole step's count, so the micro-batch size never changes the 
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Literal
 
 from verl.config.cross_checks import check_fsdp_size
 from verl.config.node import ConfigNode, field_specs, option, section
+from verl.config.offline_verl import (OfflineFSDPConfig, OfflineModelVerlKeys, OfflineTrainerVerlKeys,
+                                      SFTDataVerlKeys, SFTTopLevelVerlKeys, resolve_offline)
 from verl.config.schema_actor import FSDPConfig, ModelConfig, OptimConfig
+from verl.config.verl_rules import Section, verl_option
 from verl.errors import ConfigError
 
 Truncation = Literal["error", "left", "right"]
-logger = logging.getLogger(__name__)
 SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)
 
 _FILES_HELP = ("a parquet/jsonl file or a list of them; null = rows built from the built-in addition "
@@ -41,13 +42,13 @@ class SFTMultiturnConfig(ConfigNode):
     enable: bool = option(False, help="Rows are chat conversations in the messages_key column below (verl's "
                           "form of data.messages_key, which wins when both are set).")
     messages_key: str = option("messages", help="Column of the conversations when enable is true.")
-    tools_key: str = option("tools", help="verl's column of tool schemas; not read here (the chat template "
-                            "gets no tools).")
+    tools_key: str = option("tools", help="Column of each conversation's tool schemas when enable is true (see "
+                            "data.tools_key).")
     enable_thinking_key: str = option("enable_thinking", help="verl's per-row thinking switch column; not read here.")
 
 
 @dataclass
-class SFTDataConfig(ConfigNode):
+class _SFTData(Section):
     """Supervised data: prompt/response columns or chat messages."""
 
     train_files: str | list[str] | None = option(None, help=f"Training rows: {_FILES_HELP}.")
@@ -71,9 +72,15 @@ class SFTDataConfig(ConfigNode):
     max_length: int = option(1024, bounds=">= 2", help="Most tokens of prompt + response (see truncation).")
     truncation: Truncation = option("error", help=_TRUNCATION_HELP)
     apply_chat_template: bool = option(True, help=_TEMPLATE_HELP)
-    chat_template_kwargs: dict = option({}, help="Extra keyword arguments for the chat template.")
+    chat_template_kwargs: dict = option({}, aliases=("apply_chat_template_kwargs",), help="Extra keyword arguments "
+                                        "for the chat template (verl's name: apply_chat_template_kwargs).")
     shuffle: bool = option(True, help="Shuffle the training rows each epoch.")
     seed: int = option(1, bounds=SEED_RANGE, help="Seed of the shuffling.")
+
+
+@dataclass
+class SFTDataConfig(SFTDataVerlKeys, _SFTData):
+    """Supervised data: prompt/response columns or chat messages (and verl's other SFT data keys)."""
 
 
 @dataclass
@@ -121,13 +128,13 @@ class KTODataConfig(ConfigNode):
 
 
 @dataclass
-class OfflineModelConfig(ModelConfig):
+class OfflineModelConfig(OfflineModelVerlKeys, ModelConfig):
     """The policy being trained (its starting weights) and its sharding."""
 
     path: str | None = option(None, aliases=("partial_pretrain",), help="Hugging Face model id or local folder; "
                               "null = the built-in tiny model (verl's SFT name: partial_pretrain).")
 
-    fsdp_config: FSDPConfig = section(FSDPConfig, help="Policy sharding (FSDP2).")
+    fsdp_config: OfflineFSDPConfig = section(OfflineFSDPConfig, help="Policy sharding (FSDP2).")
 
 
 @dataclass
@@ -145,10 +152,17 @@ class OfflineOptimConfig(OptimConfig):
 
     lr: float = option(1e-5, bounds="> 0", help="Peak learning rate.")
     clip_grad: float = option(1.0, bounds="> 0", help="Clip the global gradient norm to this value.")
+    lr_warmup_steps_ratio: float = option(0.0, bounds="[0, 1]", aliases=("warmup_steps_ratio",), help="Warm-up "
+                                          "length as a fraction of the run's optimiser steps (used when "
+                                          "lr_warmup_steps < 0; verl's SFT name: warmup_steps_ratio).")
+    warmup_style: Literal["constant", "cosine"] = verl_option(
+        "constant", aliases=("lr_scheduler_type", "lr_scheduler"), help="Schedule after warm-up: constant, or "
+        "cosine decay to min_lr_ratio * lr (verl's names: lr_scheduler_type, and lr_scheduler in its SFT "
+        "trainer; verl's null = constant).", inert=False, why="", normalize=lambda v: "constant" if v is None else v)
 
 
 @dataclass
-class OfflineTrainerSectionConfig(ConfigNode):
+class _OfflineTrainerSection(Section):
     """Run length, logging, checkpoints."""
 
     total_epochs: int = option(1, bounds=">= 1", help="Passes over the training data.")
@@ -177,13 +191,19 @@ class OfflineTrainerSectionConfig(ConfigNode):
     resume_mode: Literal["auto", "disable", "resume_path"] = option(
         "auto", help="auto (resume from the latest checkpoint in default_local_dir if any), disable, or "
         "resume_path (from resume_from_path).")
-    resume_from_path: str | None = option(None, help="Checkpoint folder for resume_mode=resume_path.")
+    resume_from_path: str | None = option(None, aliases=("resume_path",), help="Checkpoint folder for "
+                                          "resume_mode=resume_path (verl's older SFT name: resume_path).")
     default_local_dir: str = option("outputs/run", help="Folder for checkpoints, metrics.jsonl and the "
                                     "exported model (huggingface/).")
     max_ckpt_to_keep: int | None = option(None, bounds=">= 0", help="Keep only the newest this many checkpoints; "
                                           "null (or 0) = all.")
     progress_bar: bool = option(True, help="Show a progress line.")
     seed: int = option(1, bounds=SEED_RANGE, help="Global seed (initialisation, dropout).")
+
+
+@dataclass
+class OfflineTrainerSectionConfig(OfflineTrainerVerlKeys, _OfflineTrainerSection):
+    """Run length, logging, checkpoints (and verl's other SFT trainer keys)."""
 
 
 @dataclass
@@ -246,6 +266,7 @@ class _OfflineConfig(ConfigNode):
 
         `dp_size` is the number of data-parallel ranks (torchrun's world size; 1 in a plain process).
         """
+        resolve_offline(self, max(dp_size, 1))  # verl's SFT spellings first: the checks read the keys they move to
         check_batch_sizes(self.data, dp_size, self._unit)
         for key in ("model.fsdp_config.fsdp_size", "ref.fsdp_config.fsdp_size"):
             if "ref" in field_specs(type(self)) or not key.startswith("ref."):
@@ -255,7 +276,7 @@ class _OfflineConfig(ConfigNode):
 
 
 @dataclass
-class SFTTrainerConfig(_OfflineConfig):
+class _SFTSections(_OfflineConfig):
     """Supervised fine-tuning: next-token loss on the response (or assistant) tokens."""
 
     data: SFTDataConfig = section(SFTDataConfig, help="Supervised data and batching.")
@@ -264,20 +285,12 @@ class SFTTrainerConfig(_OfflineConfig):
     trainer: OfflineTrainerSectionConfig = section(
         OfflineTrainerSectionConfig(default_local_dir="outputs/sft", experiment_name="sft"),
         help="Run control, logging, checkpoints.")
-    # verl's SFT scripts pass these two at the top level.
-    ulysses_sequence_parallel_size: int = option(1, bounds=">= 1", help="verl's Ulysses sequence-parallel group "
-                                                 "size. No sequence parallelism here (every rank holds whole "
-                                                 "sequences; the update is the same): above 1 logs a warning.")
-    use_remove_padding: bool = option(False, help="verl's top-level SFT key: true sets model.use_remove_padding.")
 
-    def validate(self, dp_size: int = 1) -> None:
-        super().validate(dp_size)
-        if self.use_remove_padding:
-            self.model.use_remove_padding = True
-        if self.ulysses_sequence_parallel_size > 1:
-            logger.warning("ulysses_sequence_parallel_size=%d: there is no sequence parallelism here; every rank "
-                           "trains on whole sequences (the same update, more memory per rank)",
-                           self.ulysses_sequence_parallel_size)
+
+@dataclass
+class SFTTrainerConfig(SFTTopLevelVerlKeys, _SFTSections):
+    """Supervised fine-tuning: next-token loss on the response (or assistant) tokens (verl's SFT
+    keys: :mod:`verl.config.offline_verl`)."""
 
 
 @dataclass

@@ -19,6 +19,7 @@ Without one (``apply_chat_template=false`` or a tokenizer without a template) th
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -50,9 +51,10 @@ class Encoder:
         self.apply_chat_template = apply_chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-    def _render(self, messages: list[dict], generation_prompt: bool) -> str:
+    def _render(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
+        extra = {"tools": tools} if tools else {}
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
-                                                  **self.chat_template_kwargs)
+                                                  **extra, **self.chat_template_kwargs)
 
     def _ids(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
@@ -98,8 +100,9 @@ class Encoder:
         eos = [] if self.templated else [self.tokenizer.eos_token_id]
         return [(p, r + eos) for p, r in zip(prompts, responses)]
 
-    def conversation(self, messages: Any, where: str) -> Encoded:
-        """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens)."""
+    def conversation(self, messages: Any, where: str, tools: list | None = None) -> Encoded:
+        """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens).
+        ``tools``: tool schemas the chat template renders (into the system turn, as the rollout does)."""
         if not is_messages(messages):
             raise DataError(f"{where}: expected a list of {{role, content}} messages, got "
                             f"{type(messages).__name__}: {messages!r:.200}")
@@ -110,13 +113,13 @@ class Encoder:
             raise DataError(f"{where}: the conversation has no assistant turn, and the loss covers assistant turns "
                             f"only, so nothing in it would be trained on; end it with the answer as a "
                             f"{{role: assistant}} message, or drop the row")
-        full = self._render(messages, False)
+        full = self._render(messages, False, tools)
         ids, mask, done = [], [], 0
         for k, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue
-            start_text = self._render(messages[:k], True) if k else ""
-            end_text = self._render(messages[:k + 1], False)
+            start_text = self._render(messages[:k], True, tools) if k else ""
+            end_text = self._render(messages[:k + 1], False, tools)
             start = len(start_text)
             if not (full.startswith(end_text) and end_text.startswith(start_text) and start >= done):
                 raise DataError(f"{where}: the chat template renders earlier turns differently once later turns "
@@ -200,15 +203,34 @@ def inside(value: Any, keys: Sequence[str] | None, where: str, what: str) -> Any
 
 
 # ------------------------------------------------------------------------------ datasets
+def row_tools(row: dict, tools_key: str | None, where: str) -> list | None:
+    """The tool schemas of a conversation row (``tools_key``'s column: a list of schemas, or that
+    list as JSON text, as verl's multi-turn SFT files hold them); None where the row has none."""
+    value = row.get(tools_key) if tools_key else None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: column {tools_key!r} is not a JSON list of tool schemas ({err})") from None
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or not all(isinstance(tool, dict) for tool in value):
+        raise DataError(f"{where}: column {tools_key!r} should hold a list of tool schemas (dicts), got "
+                        f"{type(value).__name__}: {value!r:.200}")
+    return value
+
+
 class SFTDataset:
     """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt",
                  response_key: str = "response", messages_key: str | None = None, source: str = "data.train_files",
-                 prompt_dict_keys: Sequence[str] | None = None, response_dict_keys: Sequence[str] | None = None):
+                 prompt_dict_keys: Sequence[str] | None = None, response_dict_keys: Sequence[str] | None = None,
+                 tools_key: str | None = None):
         if messages_key is not None:
             check_columns(rows, {messages_key: "data.messages_key"}, source)
-            self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}"),
+            self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}",
+                                                            row_tools(row, tools_key, f"row {i} of {source}")),
                                       f"row {i} of {source}") for i, row in enumerate(rows)]
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""

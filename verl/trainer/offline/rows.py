@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from verl.data.io import read_rows
 from verl.data.offline import addition_rows
 from verl.errors import VerlError
@@ -17,9 +19,22 @@ def offline_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict] | None]:
         val = read_rows(data_cfg.val_files, config_key="data.val_files") if data_cfg.val_files else \
             addition_rows(kind, "test", n=BUILTIN_VAL_ROWS, seed=data_cfg.seed)
         return addition_rows(kind, "train", seed=data_cfg.seed), val
-    train = read_rows(data_cfg.train_files, config_key="data.train_files")
-    val = read_rows(data_cfg.val_files, config_key="data.val_files") if data_cfg.val_files else None
+    train = _at_most(read_rows(data_cfg.train_files, config_key="data.train_files"), data_cfg, "train")
+    val = _at_most(read_rows(data_cfg.val_files, config_key="data.val_files"), data_cfg, "val") \
+        if data_cfg.val_files else None
     return train, val
+
+
+def _at_most(rows: list[dict], data_cfg, split: str) -> list[dict]:
+    """verl's ``data.{split}_max_samples`` (SFT): at most that many rows, a subset drawn with
+    ``data.seed`` when ``data.shuffle`` (in file order), else the first ones; -1 or 0 = all."""
+    limit = getattr(data_cfg, f"{split}_max_samples", -1)
+    if limit in (-1, 0) or limit >= len(rows):
+        return rows
+    if not data_cfg.shuffle:
+        return rows[:limit]
+    chosen = np.random.default_rng(data_cfg.seed).choice(len(rows), size=limit, replace=False)
+    return [rows[k] for k in sorted(chosen.tolist())]
 
 
 def _solution_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict]]:

@@ -44,9 +44,10 @@ class SFTTrainer(OfflineTrainer):
         data = self.config.data
         # verl's data.multiturn.enable names the conversation column too; data.messages_key wins
         messages_key = data.messages_key or (data.multiturn.messages_key if data.multiturn.enable else None)
+        tools_key = data.multiturn.tools_key if data.multiturn.enable and not data.messages_key else data.tools_key
         return SFTDataset(rows, self.encoder, prompt_key=data.prompt_key, response_key=data.response_key,
                           messages_key=messages_key, source=source, prompt_dict_keys=data.prompt_dict_keys,
-                          response_dict_keys=data.response_dict_keys)
+                          response_dict_keys=data.response_dict_keys, tools_key=tools_key)
 
     def collate(self, items) -> Batch:
         return collate_sft(items, self.tokenizer.pad_token_id)
