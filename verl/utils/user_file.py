@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -38,5 +39,21 @@ def import_user_file(path: str | os.PathLike, *, prefix: str, what: str, key: st
         spec.loader.exec_module(module)
     except Exception as e:
         del sys.modules[module_name]
-        raise error(f"importing {what} {path} raised {type(e).__name__}: {e}") from e
+        raise error(f"importing {what} {path} raised {type(e).__name__}: {e}{_upstream_hint(e)}") from e
     return module, path
+
+
+def _upstream_hint(error: Exception) -> str:
+    """For a module (or name) of upstream verl that this project does not have: which ones are here."""
+    if not isinstance(error, ImportError) or not (error.name or "").startswith("verl."):
+        return ""
+    missing = error.name
+    if not isinstance(error, ModuleNotFoundError):  # from verl.x import y: y is not in verl.x here
+        found = re.search(r"cannot import name '([^']+)'", str(error))
+        missing = f"{error.name}.{found.group(1)}" if found else error.name
+    if missing.startswith("verl.utils.reward_score."):
+        return (f" ({missing} is a scorer module of upstream verl that this project does not have; here "
+                f"verl.utils.reward_score has default_compute_score and the modules gsm8k, math, math_dapo and "
+                f"geo3k: see docs/rewards.md)")
+    return (f" ({missing} is a module of upstream verl that this project does not have; docs/rewards.md, "
+            f"docs/data.md and docs/agents.md list the verl modules a user file can import here)")

@@ -20,7 +20,7 @@ import threading
 
 from verl.errors import RewardError
 
-_BOX_COMMANDS = ("\\boxed", "\\fbox")
+BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
 def _math_verify():
@@ -32,7 +32,7 @@ def _math_verify():
     return math_verify
 
 
-def _braced(text: str, start: int) -> str | None:
+def braced(text: str, start: int) -> str | None:
     """The text inside the brace group opening at ``text[start] == "{"``; None when it never closes."""
     depth = 0
     i = start
@@ -57,12 +57,12 @@ def extract_boxed(text: str) -> str | None:
     Nested braces are kept whole (``\\boxed{\\frac{1}{2}}`` -> ``\\frac{1}{2}``). None when there is
     no box, the box never closes, or it is empty.
     """
-    start, command = max((text.rfind(c), c) for c in _BOX_COMMANDS)
+    start, command = max((text.rfind(c), c) for c in BOX_COMMANDS)
     if start < 0:
         return None
     rest = start + len(command)
     if text.startswith("{", rest):
-        content = _braced(text, rest)
+        content = braced(text, rest)
     elif text.startswith(" ", rest):
         # "\boxed 5": the argument is the next run of characters up to a space or the closing "$".
         words = text[rest:].split("$")[0].split()
