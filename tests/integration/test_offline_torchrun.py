@@ -125,8 +125,7 @@ def test_preference_training_on_two_ranks_equals_one_process(tiny_model_dir, tmp
 
 def test_verls_fsdp_sft_trainer_runs_its_gsm8k_lora_example_under_torchrun(tiny_model_dir, tmp_path):
     # verl's examples/sft/gsm8k LoRA script, as written but for the paths and sizes: its entry point,
-    # its keys (partial_pretrain, the dict keys inside extra_info, default_hdfs_dir=null, Hydra's '+'),
-    # and verl's older global data.micro_batch_size, which two ranks split into 2 per rank.
+    # its keys (partial_pretrain, the dict keys inside extra_info, default_hdfs_dir=null, Hydra's '+').
     rows = [{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"{i}+{i}?"}],
              "extra_info": {"split": "train", "index": i, "question": f"{i}+{i}?", "answer": f"#### {2 * i}"}}
             for i in range(40)]
@@ -135,7 +134,7 @@ def test_verls_fsdp_sft_trainer_runs_its_gsm8k_lora_example_under_torchrun(tiny_
     done = torchrun("verl.trainer.fsdp_sft_trainer", [
         f"data.train_files={train}", f"data.val_files={val}", "data.prompt_key=extra_info",
         "data.response_key=extra_info", "optim.lr=1e-4", "data.prompt_dict_keys=['question']",
-        "+data.response_dict_keys=['answer']", "data.micro_batch_size=4", f"model.partial_pretrain={tiny_model_dir}",
+        "+data.response_dict_keys=['answer']", "data.micro_batch_size_per_gpu=2", f"model.partial_pretrain={tiny_model_dir}",
         f"trainer.default_local_dir={out}", "trainer.project_name=gsm8k-sft", "trainer.experiment_name=gsm8k-sft-x",
         "trainer.logger=['console']", "trainer.total_epochs=1", "trainer.default_hdfs_dir=null",
         "model.lora_rank=8", "model.lora_alpha=16", "model.target_modules=all-linear",

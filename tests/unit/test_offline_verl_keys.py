@@ -17,7 +17,7 @@ from verl.trainer.offline.rows import offline_rows
 # The keys of verl's examples/sft scripts (gsm8k, its LoRA variant, multi-turn) and sft_trainer YAMLs.
 VERL_SFT_KEYS = [
     "data.prompt_key=extra_info", "data.response_key=extra_info", "data.prompt_dict_keys=[question]",
-    "+data.response_dict_keys=[answer]", "data.micro_batch_size=8", "data.train_batch_size=16",
+    "+data.response_dict_keys=[answer]", "data.micro_batch_size_per_gpu=4", "data.train_batch_size=16",
     "data.max_length=1024", "data.truncation=error", "data.balance_dp_token=False", "data.chat_template=null",
     "data.custom_cls.path=null", "data.custom_cls.name=null", "data.use_shm=False", "data.pad_mode=no_padding",
     "data.max_token_len_per_gpu=8192", "data.use_dynamic_bsz=False", "data.ignore_input_ids_mismatch=False",
@@ -46,7 +46,6 @@ def test_verls_sft_example_keys_load_and_move_onto_the_keys_read_here(caplog):
         config.validate(dp_size=2)
         config.validate(dp_size=2)  # idempotent: the moved keys are back at their defaults
     assert caplog.text == ""  # every value above is one that verl's run and this one agree on
-    assert config.data.micro_batch_size_per_gpu == 4 and config.data.micro_batch_size is None  # 8 over 2 ranks
     assert config.model.dtype == "bf16" and config.model.fsdp_config.model_dtype is None
     assert config.model.path == "Qwen/Qwen2.5-0.5B-Instruct" and config.model.use_remove_padding is True
     assert config.optim.lr_warmup_steps_ratio == 0.1 and config.optim.warmup_style == "cosine"
@@ -66,8 +65,7 @@ def test_verls_sft_example_keys_load_and_move_onto_the_keys_read_here(caplog):
     ("data.custom_cls.path=my_data.py", 1, "data.custom_cls.path=my_data.py is not supported here: SFT rows are "
      "read from parquet/jsonl files here; write the rows to a file"),
     ("model.strategy=megatron", 1, "model.strategy=megatron is not supported here: the Megatron-LM backend"),
-    ("data.micro_batch_size=3", 2, "data.micro_batch_size=3 counts samples over all 2 data-parallel ranks and must "
-     "divide by 2; give data.micro_batch_size_per_gpu instead"),
+    ("engine.strategy=megatron", 1, "engine.strategy=megatron is not supported here: the Megatron-LM backend"),
     ("model.fsdp_config.model_dtype=fp32", 1, "model.fsdp_config.model_dtype=fp32 and model.dtype=bf16 name the same "
      "setting with different values; give only model.dtype"),
 ])
@@ -80,12 +78,15 @@ def test_verls_sft_keys_that_cannot_be_honoured_are_refused_naming_what_to_use(k
 def test_verls_sft_keys_without_effect_warn_once_when_their_value_asks_for_something(caplog):
     config = SFTTrainerConfig.from_overrides([
         "data.balance_dp_token=true", "data.use_dynamic_bsz=true", "model.fsdp_config.cpu_offload=true",
-        "trainer.n_gpus_per_node=8", "trainer.resume_path=/ckpt/global_step_5"])
+        "trainer.n_gpus_per_node=8", "trainer.resume_path=/ckpt/global_step_5", "data.micro_batch_size=4",
+        "data.train_batch_size=8", "data.micro_batch_size_per_gpu=16"])
     with caplog.at_level(logging.WARNING):
         config.validate(dp_size=1)
     lines = caplog.text.splitlines()
     for start in ("data.balance_dp_token=true has no effect here", "data.use_dynamic_bsz=true has no effect here",
                   "model.fsdp_config.cpu_offload=true has no effect here",
+                  "data.micro_batch_size=4 has no effect here: verl's SFT trainer does not read it either",
+                  "data.micro_batch_size_per_gpu=16 is more than each rank's share of data.train_batch_size=8",
                   "trainer.nnodes=1 x trainer.n_gpus_per_node=8 asks for 8 processes, but this job runs 1",
                   "trainer.resume_from_path=/ckpt/global_step_5 has no effect: trainer.resume_mode=auto"):
         assert sum(start in line for line in lines) == 1, start
@@ -149,3 +150,39 @@ def test_a_conversations_tool_schemas_are_rendered_by_the_chat_template():
         SFTDataset([{"messages": chat, "tools": '"calc"'}], encoder, messages_key="messages", tools_key="tools")
     with pytest.raises(DataError, match="column 'tools' is not a JSON list of tool schemas"):
         SFTDataset([{"messages": chat, "tools": "[{"}], encoder, messages_key="messages", tools_key="tools")
+
+
+# The launch of verl's engine-based SFT trainer (examples/sft/*/run_*_fsdp.sh): config-group choices and the
+# engine section.
+VERL_ENGINE_SFT_KEYS = [
+    "data.messages_key=messages", "data.micro_batch_size_per_gpu=4", "optim.lr=1e-4", "engine=fsdp",
+    "engine.ulysses_sequence_parallel_size=1", "model.path=Qwen/Qwen2.5-0.5B-Instruct", "model.use_remove_padding=true",
+    "trainer.default_local_dir=/tmp/sft-ckpt", "trainer.logger=[\"console\",\"wandb\"]", "trainer.total_epochs=1",
+    "model=hf_model", "optim=fsdp", "data.enable_thinking_default=none", "data.num_workers=8",
+    "trainer.balance_batch=True", "trainer.profile_interval=[-1,-1]",
+]
+
+
+def test_verls_engine_sft_launch_takes_its_group_choices_and_engine_section(caplog):
+    with caplog.at_level(logging.INFO, logger="verl.config.overrides"):
+        config = SFTTrainerConfig.from_cli(VERL_ENGINE_SFT_KEYS)
+    assert "engine=fsdp: FSDP is the backend here already" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        config.validate(dp_size=8)
+    assert caplog.text == ""
+    moved = SFTTrainerConfig.from_cli(["engine=fsdp", "engine.param_offload=true", "engine.optimizer_offload=true",
+                                       "engine.fsdp_size=2", "engine.model_dtype=bf16", "engine.dtype=bf16"])
+    moved.validate(dp_size=4)
+    fsdp = moved.model.fsdp_config
+    assert (fsdp.param_offload, fsdp.optimizer_offload, fsdp.fsdp_size, moved.model.dtype,
+            fsdp.mixed_precision.param_dtype) == (True, True, 2, "bf16", "bf16")
+    assert (moved.engine.param_offload, moved.engine.fsdp_size, moved.engine.model_dtype) == (False, -1, None)
+    with pytest.raises(ConfigError, match="engine=megatron: the Megatron-LM backend is not supported here"):
+        SFTTrainerConfig.from_cli(["engine=megatron"])
+    with pytest.raises(ConfigError, match="model expects OfflineModelConfig, got 'hf' \\(str\\)"):
+        SFTTrainerConfig.from_cli(["model=hf"])  # not a choice verl has: the section's own message
+    with caplog.at_level(logging.WARNING):
+        SFTTrainerConfig.from_cli(["engine.ulysses_sequence_parallel_size=2"]).validate(dp_size=2)
+    assert "engine.ulysses_sequence_parallel_size=2 has no effect here: sequence parallelism is not implemented" in \
+        caplog.text

@@ -10,6 +10,7 @@ normalised by the whole step's count, so the micro-batch size never changes the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ from verl.config.verl_rules import Section, verl_option
 from verl.errors import ConfigError
 
 Truncation = Literal["error", "left", "right"]
+logger = logging.getLogger("verl.config")
 SEED_RANGE = "[0, 4294967295]"  # what numpy's seed takes (the trainers seed random, numpy and torch)
 
 _FILES_HELP = ("a parquet/jsonl file or a list of them; null = rows built from the built-in addition "
@@ -247,7 +249,11 @@ def check_batch_sizes(data, dp_size: int, unit: str) -> None:
                           f"data-parallel ranks ({total} / {dp_size} = {total / dp_size:.2f}); use a multiple "
                           f"of {dp_size}")
     per_rank = total // dp_size
-    if micro is not None and per_rank % micro:
+    if micro is not None and micro > per_rank:  # verl's engine SFT scripts (micro-batches by tokens there) do this
+        share = f"{per_rank} per rank over {dp_size} ranks" if dp_size > 1 else f"{per_rank}"
+        logger.warning("data.micro_batch_size_per_gpu=%d is more than each rank's share of data.train_batch_size=%d "
+                       "(%s): each micro-batch is the rank's whole share (the update is the same)", micro, total, share)
+    elif micro is not None and per_rank % micro:
         share = f" ({per_rank} per rank over {dp_size} ranks)" if dp_size > 1 else ""
         raise ConfigError(f"data.train_batch_size={total} {unit}{share} is not divisible by "
                           f"data.micro_batch_size_per_gpu={micro} ({per_rank} / {micro} = {per_rank / micro:.2f}); "

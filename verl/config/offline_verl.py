@@ -15,8 +15,8 @@ from verl.config import verl_rules
 from verl.config.compat import Move, apply_move
 from verl.config.cross_checks import warn_if_resume_path_unused
 from verl.config.fields import dotted_keys
-from verl.config.node import option
-from verl.config.schema_actor import Dtype, FSDPConfig
+from verl.config.node import option, section
+from verl.config.schema_actor import Dtype, EngineFSDPConfig, FSDPConfig
 from verl.config.verl_rules import Section, strategy_option, verl_option
 
 logger = logging.getLogger("verl.config")
@@ -37,9 +37,11 @@ def _checkpoint_section():
 class SFTDataVerlKeys(Section):
     """verl's SFT data keys."""
 
-    micro_batch_size: int | None = option(None, bounds=">= 1", help="verl's older micro-batch size, counted over "
-                                          "all data-parallel ranks; validate() divides it by their number into "
-                                          "micro_batch_size_per_gpu (it must divide).")
+    micro_batch_size: int | None = verl_option(None, bounds=">= 1", help="verl's older SFT micro-batch size.",
+                                               why="verl's SFT trainer does not read it either: "
+                                               "data.micro_batch_size_per_gpu sets the micro-batch (a memory "
+                                               "setting; the update is the same)", warn_if=lambda v: v is not None,
+                                               when="to a number")
     train_max_samples: int = option(-1, bounds=">= -1", help="Train on at most this many rows of data.train_files "
                                     "(a subset drawn with data.seed when data.shuffle, else the first ones); -1 (or "
                                     "0) = all.")
@@ -66,6 +68,10 @@ class SFTDataVerlKeys(Section):
     ignore_input_ids_mismatch: bool = verl_option(False, help="Accept turn-by-turn tokenisation that differs from "
                                                   "the whole conversation's.",
                                                   why="a conversation is tokenised whole here")
+    enable_thinking_default: str | bool | None = verl_option("none", help="The thinking switch of rows without "
+                                                             "enable_thinking_key.", why="no per-row template "
+                                                             "switch is read (use data.chat_template_kwargs)")
+    num_workers: int = verl_option(8, help="Data-loader worker processes.", why="rows are tokenised once, up front")
     custom_cls: dict = verl_option({"path": None, "name": None}, help="A dataset class of your own.",
                                    inert=False, why="SFT rows are read from parquet/jsonl files here",
                                    refuse_if=lambda v: bool(v.get("path")), when="unless path is null",
@@ -109,6 +115,9 @@ class OfflineTrainerVerlKeys(Section):
     n_gpus_per_node: int = verl_option(1, bounds=">= 1", help="GPUs per machine.", why="the processes are "
                                        "torchrun's (see nnodes)")
     checkpoint: dict = _checkpoint_section()
+    balance_batch: bool = verl_option(True, help="Balance tokens over data-parallel ranks.",
+                                      why="each rank takes an equal number of rows (the update is the same)")
+    profile_interval: list = verl_option([-1, -1], help="Steps to profile.", why="nothing is profiled here")
 
 
 @dataclass
@@ -120,13 +129,23 @@ class SFTTopLevelVerlKeys(Section):
                                                  "sequences; the update is the same): above 1 logs a warning.")
     use_remove_padding: bool = option(False, help="verl's top-level SFT key: true sets model.use_remove_padding.")
     checkpoint: dict = _checkpoint_section()
+    engine: EngineFSDPConfig = section(EngineFSDPConfig, help="verl's engine section of its engine-based SFT "
+                                       "trainer (engine=fsdp): validate() moves param_offload, optimizer_offload "
+                                       "and fsdp_size to model.fsdp_config, model_dtype to model.dtype, dtype to "
+                                       "model.fsdp_config.mixed_precision.param_dtype; the rest as for the RL roles.")
+    profiler: dict = verl_option({}, help="verl's profiler section.", why="nothing is profiled here")
 
 
 # verl's SFT spellings that move onto the keys read here (see verl.config.compat.Move).
 OFFLINE_MOVES = (
-    Move("data.micro_batch_size", "data.micro_batch_size_per_gpu", per_rank=True),
     Move("data.chat_template", "model.custom_chat_template"),
     Move("model.fsdp_config.model_dtype", "model.dtype", dst_default="float32"),
+    # The engine-based SFT trainer's engine section.
+    Move("engine.model_dtype", "model.dtype", dst_default="float32"),
+    Move("engine.dtype", "model.fsdp_config.mixed_precision.param_dtype", dst_default="auto"),
+    Move("engine.param_offload", "model.fsdp_config.param_offload", unset=False, dst_default=False),
+    Move("engine.optimizer_offload", "model.fsdp_config.optimizer_offload", unset=False, dst_default=False),
+    Move("engine.fsdp_size", "model.fsdp_config.fsdp_size", unset=-1, dst_default=-1),
 )
 
 

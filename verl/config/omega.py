@@ -31,6 +31,7 @@ from verl.config.coerce import (TextError, element_type, from_text, is_dict_type
                                 scalar_type, text_value)
 from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, walk
 from verl.config.key_errors import unknown_key_error
+from verl.config.overrides import check_group_choice, is_group_choice
 from verl.config.verl_yaml_keys import VERL_KEYS
 from verl.errors import ConfigError
 
@@ -190,6 +191,9 @@ def set_value(tree: dict, cls, target: Target, value: Any, *, raw: str | None = 
     """``target = value``, typed as text for its annotation (`from_text`, `_annotation`); a mapping
     given for a section sets its keys one by one."""
     if target.spec.node_type is not None and not target.tail:
+        if isinstance(value, str) and raw is not None and is_group_choice(value):
+            check_group_choice(target.key, value)  # engine=fsdp, model=hf_model: Hydra's config-group choice
+            return
         if not isinstance(value, dict):
             raise _mismatch(target, value)
         merge_mapping(tree, cls, value, f"{target.key}.")

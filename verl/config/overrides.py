@@ -95,17 +95,30 @@ def parse_override(arg: str) -> Override:
 
 def group_choice(override: Override) -> None:
     """``group@package=choice``: verl's config groups pick a backend. FSDP is the one that runs here."""
-    choice = str(override.value)
+    check_group_choice(f"{override.key}@{override.package}", str(override.value))
+
+
+def _backend_of(choice: str) -> str | None:
     # verl's choices of the other backends carry its config name: megatron_actor, mlite_actor, ...
-    backend = next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
+    return next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
+
+
+def is_group_choice(value: str) -> bool:
+    """Whether ``value``, given for a section, reads as one of verl's config-group choices."""
+    return value in FSDP_GROUP_CHOICES or _backend_of(value) is not None
+
+
+def check_group_choice(label: str, choice: str) -> None:
+    """A config-group choice (``group@package=choice``, or ``engine=fsdp`` where the group is a section
+    of the schema): the FSDP choices are taken and change nothing, other backends are refused."""
+    backend = _backend_of(choice)
     if backend is not None:
-        raise ConfigError(f"{override.key}@{override.package}={choice}: the {backend} backend is not supported here; "
+        raise ConfigError(f"{label}={choice}: the {backend} backend is not supported here; "
                           f"this project trains with FSDP (torchrun or one process): drop this override")
     if choice not in FSDP_GROUP_CHOICES:
-        raise ConfigError(f"{override.key}@{override.package}={choice}: unknown config-group choice; the FSDP "
+        raise ConfigError(f"{label}={choice}: unknown config-group choice; the FSDP "
                           f"choices ({', '.join(sorted(FSDP_GROUP_CHOICES))}) are accepted and change nothing here")
-    logger.info("%s@%s=%s: FSDP is the backend here already; nothing to change", override.key, override.package,
-                choice)
+    logger.info("%s=%s: FSDP is the backend here already; nothing to change", label, choice)
 
 
 def backend_first(overrides: Sequence[Override]) -> None:
