@@ -66,6 +66,8 @@ def test_verls_sft_example_keys_load_and_move_onto_the_keys_read_here(caplog):
      "read from parquet/jsonl files here; write the rows to a file"),
     ("model.strategy=megatron", 1, "model.strategy=megatron is not supported here: the Megatron-LM backend"),
     ("engine.strategy=megatron", 1, "engine.strategy=megatron is not supported here: the Megatron-LM backend"),
+    ("trainer.logger=[console,wandbb]", 1, "unknown logger 'wandbb' in trainer.logger=[console, wandbb]; did you "
+     "mean 'wandb'?"),  # with the config, not after the model loads
     ("model.fsdp_config.model_dtype=fp32", 1, "model.fsdp_config.model_dtype=fp32 and model.dtype=bf16 name the same "
      "setting with different values; give only model.dtype"),
 ])

@@ -1,6 +1,7 @@
 """verl.tracking: metrics.jsonl rows, console lines, and the errors for unknown or missing loggers."""
 
 import json
+import logging
 import math
 
 import pytest
@@ -54,6 +55,16 @@ def test_console_prints_one_line_per_step_unless_a_progress_bar_is_shown(tmp_pat
         tracker.log({"b": 0.5, "a": 2.0}, step=3)
         tracker.close()
         assert capsys.readouterr().out == expected
+
+
+def test_verls_file_logger_is_the_metrics_jsonl_and_says_where_it_is(tmp_path, caplog):
+    # verl's launch scripts name it: trainer.logger='["console","wandb","file"]'
+    with caplog.at_level(logging.WARNING):
+        tracker = Tracker(["console", "file"], tmp_path / "run")
+    tracker.log({"x": 1.0}, step=1)
+    tracker.close()
+    assert read_rows(tmp_path / "run" / "metrics.jsonl") == [{"step": 1, "x": 1.0}]
+    assert f"verl's 'file' logger: the metrics go to {tmp_path / 'run' / 'metrics.jsonl'}" in caplog.text
 
 
 def test_unknown_logger_raises_and_lists_the_valid_names(tmp_path):

@@ -156,7 +156,7 @@ def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     if not distilling_only:
         _warn_if_greedy_groups(cfg)
     _warn_if_switched_off(cfg)
-    _check_loggers(cfg)
+    check_loggers(cfg)
     _refuse_a_run_without_steps_or_validation(cfg)
     if estimator in CRITIC_ESTIMATORS and cfg.critic.enable is False:
         raise ConfigError(f"algorithm.adv_estimator={estimator} computes advantages from a critic's values, and "
@@ -240,12 +240,12 @@ def _refuse_a_run_without_steps_or_validation(cfg: ConfigNode) -> None:
 
 
 # verl's other loggers: not offered here; the tracker refuses them by name when the run starts.
-VERL_ONLY_LOGGERS = ("mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")
+VERL_ONLY_LOGGERS = ("mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")  # "file": metrics.jsonl
 
 
-def _check_loggers(cfg: ConfigNode) -> None:
+def check_loggers(cfg: ConfigNode, keys=("trainer.logger", "logger.type")) -> None:
     """A misspelt logger name is said with the config, before the data and models load."""
-    for key in ("trainer.logger", "logger.type"):
+    for key in keys:
         value = cfg.get(key)
         names = [value] if isinstance(value, str) else list(value or [])
         for name in names:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from verl.config import verl_rules
 from verl.config.compat import Move, apply_move
-from verl.config.cross_checks import warn_if_resume_path_unused
+from verl.config.cross_checks import check_loggers, warn_if_resume_path_unused
 from verl.config.fields import dotted_keys
 from verl.config.node import option, section
 from verl.config.schema_actor import Dtype, EngineFSDPConfig, FSDPConfig
@@ -170,4 +170,5 @@ def resolve_offline(cfg, dp_size: int) -> None:
                        "%d: the number of processes is torchrun's (torchrun --nnodes=N --nproc_per_node=M -m ...)",
                        trainer.nnodes, trainer.n_gpus_per_node, asked, dp_size)
     warn_if_resume_path_unused(trainer)
+    check_loggers(cfg, ("trainer.logger",))
     verl_rules.check(cfg)

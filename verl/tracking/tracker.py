@@ -20,6 +20,8 @@ from verl.errors import VerlError
 logger = logging.getLogger(__name__)
 
 LOGGER_NAMES = ("console", "jsonl", "tensorboard", "wandb")
+# verl's "file" logger writes each step's metrics as a JSON line: here that is metrics.jsonl, always written.
+FILE_LOGGER = "file"
 
 
 def _jsonable(value):
@@ -190,6 +192,12 @@ class Tracker:
     def __init__(self, backends, out_dir: str | os.PathLike, *, project: str = "verl", experiment: str = "run",
                  config: dict | None = None, progress_bar: bool = True, record: bool = True):
         names = [backends] if isinstance(backends, str) else list(backends)
+        if FILE_LOGGER in names:
+            names = [n for n in names if n != FILE_LOGGER]
+            if record:
+                logger.warning("trainer.logger has verl's 'file' logger: the metrics go to %s (one JSON line per "
+                               "step, written on every run), not to verl's VERL_FILE_LOGGER_PATH",
+                               Path(out_dir) / "metrics.jsonl")
         unknown = [n for n in names if n not in LOGGER_NAMES]
         if unknown:
             raise VerlError(f"unknown logger(s) {unknown} in trainer.logger (or logger.type); "
