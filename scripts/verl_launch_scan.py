@@ -24,6 +24,10 @@ Method
      A separate heuristic flags launches that obviously use Megatron/VeOmni/another backend.
   4. Every distinct ``key=value`` override key of the non-refused launches is applied alone
      (first occurrence) with ``TrainerConfig.from_cli([override])``: OK vs error per key.
+  5. Launches of verl's SFT entry points (``verl.trainer.fsdp_sft_trainer``, ``verl.trainer.sft_trainer``)
+     are loaded the same way with ``SFTTrainerConfig`` and validated for torchrun's
+     ``--nproc_per_node`` ranks, and counted apart. A script that stops with its usage line (it
+     wants positional arguments: ``<nproc_per_node> <save_path>``) is rerun with ``2 $HOME/save``.
 
 Run from the repository root:
     .venv/bin/python scripts/verl_launch_scan.py [-v] [--json out.json] [--verl-git DIR]
@@ -47,9 +51,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verl.config import ConfigError, TrainerConfig  # noqa: E402
 from verl.config.key_errors import BACKENDS  # noqa: E402
+from verl.config.offline import SFTTrainerConfig  # noqa: E402
 from verl.trainer.ppo.build import check_algorithm_names  # noqa: E402
 
 MODULE = "verl.trainer.main_ppo"
+SFT_MODULES = ("verl.trainer.fsdp_sft_trainer", "verl.trainer.sft_trainer")
 RECORD = 'mkdir -p "$SCAN_CAPTURE"; printf "%s\\0" "$SCAN_SCRIPT" "$PWD" "$(basename "$0")" "$@" ' \
          '> "$SCAN_CAPTURE/$(date +%s%N)-$$-$RANDOM"\n'
 STUBS = {
@@ -97,12 +103,16 @@ def run_script(root: Path, bindir: Path, capture: Path, script: str) -> tuple[st
     env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(root), "LANG": "C.UTF-8",
            "BASH_ENV": str(bindir / "prelude.sh"), "SCAN_CAPTURE": str(capture), "SCAN_SCRIPT": script}
     given: dict[str, str] = {}
-    for _ in range(6):
+    args: list[str] = []
+    for _ in range(7):
         try:
-            p = subprocess.run(["bash", script], cwd=root, env={**env, **given}, stdin=subprocess.DEVNULL,
+            p = subprocess.run(["bash", script, *args], cwd=root, env={**env, **given}, stdin=subprocess.DEVNULL,
                                capture_output=True, text=True, timeout=20)
         except subprocess.TimeoutExpired:
             return "timeout", given
+        if p.returncode and not args and "usage:" in (p.stdout + p.stderr).lower():
+            args = ["2", f"{root}/save"]  # verl's SFT scripts: <nproc_per_node> <save_path>
+            continue
         last = (p.stderr.strip().splitlines() or [""])[-1]
         m = NEEDS_VAR.search(last)
         if p.returncode and m and m.group(1) not in given and (m.group(1).isupper() or "unbound" in m.group(2)):
@@ -112,6 +122,44 @@ def run_script(root: Path, bindir: Path, capture: Path, script: str) -> tuple[st
             continue
         return (f"exit {p.returncode}: {last[:200]}" if p.returncode else None), given
     return "too many unset variables", given
+
+
+def _nproc(cmd: bytes, argv: list[str]) -> int:
+    """torchrun's ``--nproc_per_node`` (1 for a plain ``python -m`` launch)."""
+    if cmd != b"torchrun" and "torch.distributed.run" not in argv:
+        return 1
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--nproc_per_node=") else \
+            argv[i + 1] if arg == "--nproc_per_node" and i + 1 < len(argv) else None
+        if value is not None:
+            return int(value) if value.isdigit() else 1
+    return 1
+
+
+def sft_launches_from(capture: Path) -> list[dict]:
+    """Launches of verl's SFT entry points in the captured calls, with torchrun's process count."""
+    out = []
+    for f in sorted(capture.iterdir()):
+        script, cwd, cmd, *argv = f.read_bytes().split(b"\0")[:-1]
+        argv = [a.decode(errors="replace") for a in argv]
+        idx = next((i + 1 for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] in SFT_MODULES), None)
+        if idx is not None:
+            out.append({"script": script.decode(), "cwd": cwd.decode(), "module": argv[idx],
+                        "nproc": _nproc(cmd, argv), "overrides": argv[idx + 1:]})
+    return out
+
+
+def classify_sft(launch: dict) -> tuple[str, str]:
+    """(category, detail) for one SFT launch: loaded with SFTTrainerConfig, validated for its ranks."""
+    with contextlib.chdir(launch["cwd"]):
+        try:
+            SFTTrainerConfig.from_cli(launch["overrides"]).validate(dp_size=launch["nproc"])
+        except ConfigError as e:
+            msg = first_line(e)
+            return ("refused backend" if re.search(r"the [\w -]+ backend is not supported", msg) else "error"), msg
+        except Exception:
+            return "crash", traceback.format_exc().strip().splitlines()[-1]
+    return "parsed+validated", ""
 
 
 def launches_from(capture: Path) -> list[dict]:
@@ -231,8 +279,11 @@ def main() -> int:
             launch["obvious_backend"] = obvious_backend(launch["overrides"])
             launch["category"], launch["detail"] = classify(launch)
         keys = key_stats([l for l in launches if l["category"] != "refused backend" and not l["obvious_backend"]])
-        text = json.dumps({"launches": launches, "keys": keys}).replace(tmp, "$TMP")  # no temp paths in the report
-        launches, keys = json.loads(text)["launches"], json.loads(text)["keys"]
+        sft = sft_launches_from(root / ".capture") if (root / ".capture").exists() else []
+        for launch in sft:
+            launch["category"], launch["detail"] = classify_sft(launch)
+        text = json.dumps({"launches": launches, "keys": keys, "sft": sft}).replace(tmp, "$TMP")  # no temp paths
+        launches, keys, sft = (json.loads(text)[k] for k in ("launches", "keys", "sft"))
     cats = Counter(l["category"] for l in launches)
     with_launch = {l["script"] for l in launches}
     print(f"verl HEAD {head[:12]}: {len(scripts)} .sh files under examples/, {len(with_launch)} of them "
@@ -266,10 +317,18 @@ def main() -> int:
           f"parse alone: {keys['ok']}; error: {len(keys['failing'])} {dict(keys['failing_kinds'])}")
     for key, info in keys["failing"].items():
         print(f"  {info['override']}: {cut(info['error'])}")
+    sft_cats = Counter(l["category"] for l in sft)
+    print(f"SFT launches ({' / '.join(SFT_MODULES)}): {len(sft)} in {len({l['script'] for l in sft})} scripts")
+    for cat in ("parsed+validated", "refused backend", "error", "crash"):
+        print(f"  {cat:24s} {sft_cats.get(cat, 0)}")
+    for l in sft:
+        if l["category"] != "parsed+validated":
+            print(f"  {l['script']} [{l['category']}] {cut(l['detail'])}")
     if args.json:
         Path(args.json).write_text(json.dumps({"verl_head": head, "sh_files": scripts, "script_notes": script_notes,
                                                "script_vars": script_vars,
-                                               "launches": launches, "categories": dict(cats), "keys": keys},
+                                               "launches": launches, "categories": dict(cats), "keys": keys,
+                                               "sft_launches": sft, "sft_categories": dict(sft_cats)},
                                               indent=1))
     return 0
 

@@ -24,6 +24,11 @@ python3 -m verl.trainer.main_ppo "${args[@]}" actor_rollout_ref.rollout.n=4 \\
     "examples/grpo/run_typo.sh": "python3 -m verl.trainer.main_ppo data.train_batch_sise=8\n",
     "examples/grpo/run_needs_var.sh": 'python3 -m verl.trainer.main_ppo "data.train_files=${DATA_ROOT:?set DATA_ROOT}/x.parquet"\n',
     "examples/sft/run_sft.sh": "python3 -m verl.trainer.fsdp_sft_trainer model.path=x\n",
+    # verl's newer SFT scripts: positional arguments, torchrun's process count, the engine's group choice.
+    "examples/sft/run_engine.sh": """if [ "$#" -lt 2 ]; then echo "Usage: run_engine.sh <nproc_per_node> <save_path>"; exit 1; fi
+torchrun --standalone --nnodes=1 --nproc_per_node=$1 -m verl.trainer.sft_trainer engine=fsdp \\
+    data.train_batch_size=3 trainer.default_local_dir=$2
+""",
 }
 
 
@@ -66,4 +71,12 @@ def test_each_launch_gets_its_category_and_first_error_line(scan):
     assert data["script_vars"]["examples/grpo/run_needs_var.sh"] == ["DATA_ROOT"]
     assert by_script["examples/grpo/run_needs_var.sh"]["category"] == "parsed+validated"
     assert data["categories"] == {"parsed+validated": 2, "refused backend": 1, "parse error": 1}
-    assert "5 .sh files under examples/, 4 of them launch verl.trainer.main_ppo" in stdout
+    assert "6 .sh files under examples/, 4 of them launch verl.trainer.main_ppo" in stdout
+    # verl's SFT entry point is loaded with the SFT config and counted apart.
+    sft = {launch["script"]: launch for launch in data["sft_launches"]}
+    plain = sft["examples/sft/run_sft.sh"]
+    assert (plain["module"], plain["overrides"], plain["nproc"], plain["category"]) == (
+        "verl.trainer.fsdp_sft_trainer", ["model.path=x"], 1, "parsed+validated")
+    engine = sft["examples/sft/run_engine.sh"]  # rerun with "2 $HOME/save": validated for 2 ranks
+    assert (engine["module"], engine["nproc"], engine["category"]) == ("verl.trainer.sft_trainer", 2, "error")
+    assert "data.train_batch_size=3 examples cannot be split evenly over 2 data-parallel ranks" in engine["detail"]
