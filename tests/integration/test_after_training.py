@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
-from tests.integration.helpers import echo_launch
+from tests.integration.helpers import echo_launch, run_torchrun
 from verl.data import write_parquet
 from verl.model_merger.__main__ import main as merger
 from verl.trainer.main_eval import main as evaluate
@@ -43,8 +43,8 @@ def _weights(folder, auto=AutoModelForCausalLM):
     return auto.from_pretrained(folder).state_dict()
 
 
-def _greedy(folder, prompt="say 3:"):
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+def _greedy(folder, prompt="say 3:", tokenizer_folder=None):
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder or folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     return model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)[0].tolist()
@@ -133,7 +133,7 @@ def test_a_lora_checkpoint_merges_to_the_full_model_or_to_its_adapter(runs, tmp_
 @pytest.mark.parametrize("case, said", [
     ("missing-step", "does not exist; {gae} has global_step_1, global_step_2"),
     ("hf-folder", "is already a Hugging Face model folder"),
-    ("verl-shards", "upstream verl's sharded checkpoint"),
+    ("verl-shards-missing", "lacks the files of rank(s) [1] of model_world_size_2"),
     ("no-critic", "holds no critic"),
     ("target-in-use", "is a folder with other files in it"),
     ("megatron", "this project trains with FSDP only"),
@@ -146,14 +146,13 @@ def test_merge_refuses_what_users_get_wrong_with_one_line(runs, tmp_path, capsys
     target = ["--target_dir", str(tmp_path / "merged")]
     verl_dir = tmp_path / "verl_ckpt" / "global_step_5" / "actor"
     verl_dir.mkdir(parents=True)
-    for rank in range(2):  # the file names upstream verl writes (their content is never read)
-        (verl_dir / f"model_world_size_2_rank_{rank}.pt").write_bytes(b"")
+    (verl_dir / "model_world_size_2_rank_0.pt").write_bytes(b"")  # rank 1's file left behind
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     args = {"missing-step": ["merge", "--local_dir", str(gae / "global_step_7" / "actor"), *target],
             "hf-folder": ["merge", "--local_dir", str(gae / "huggingface"), *target],
-            "verl-shards": ["merge", "--local_dir", str(verl_dir), *target],
+            "verl-shards-missing": ["merge", "--local_dir", str(verl_dir), *target],
             "no-critic": ["merge", "--local_dir", str(lora / "global_step_1" / "critic"), *target],
             "target-in-use": ["merge", "--local_dir", str(gae), "--target_dir", str(busy)],
             "megatron": ["merge", "--backend", "megatron", "--local_dir", str(gae), *target],
@@ -255,3 +254,67 @@ def test_each_command_has_help(capsys):
     said = capsys.readouterr().out
     assert all(flag in said for flag in ("--local_dir", "--target_dir", "--hf_model_path", "--adapter_only",
                                          "--is-value-model", "--hf_upload_path", "--private"))
+
+
+# What upstream verl's FSDP checkpoint manager writes for each role: every rank saves its own
+# model.state_dict() (FSDP2 DTensor shards) as model_world_size_W_rank_R.pt, and the model's config
+# and tokenizer go to huggingface/. Made here by sharding over 2 gloo ranks.
+UPSTREAM_SAVE = """
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
+
+from verl.config.schema_actor import FSDPConfig
+from verl.distributed.fsdp import parallelize
+from verl.distributed.process_group import ensure_process_group
+
+source, out = Path(sys.argv[1]), Path(sys.argv[2])
+ensure_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+critic_config = AutoConfig.from_pretrained(source, num_labels=1)
+critic_config.architectures = None
+for role, model in (("actor", AutoModelForCausalLM.from_pretrained(source)),
+                    ("critic", AutoModelForTokenClassification.from_config(critic_config))):
+    torch.manual_seed(7)
+    with torch.no_grad():  # trained: every weight moved off the folder's
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.01)
+    folder = out / "global_step_3" / role
+    if rank == 0:
+        model.save_pretrained(out / f"expected_{role}")  # the full weights, before sharding
+        model.config.save_pretrained(folder / "huggingface")
+        AutoTokenizer.from_pretrained(source).save_pretrained(folder / "huggingface")
+    model = parallelize(model, FSDPConfig(), device="cpu")
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / f"model_world_size_{world}_rank_{rank}.pt")
+    dist.barrier()
+"""
+
+
+def test_upstream_verls_sharded_checkpoint_merges_to_its_full_weights(runs, tmp_path, capsys):
+    out = tmp_path / "verl_run"
+    run_torchrun(UPSTREAM_SAVE, str(runs["model"]), str(out), tmp_path=tmp_path)
+    actor = out / "global_step_3" / "actor"
+    assert sorted(p.name for p in actor.glob("*.pt")) == ["model_world_size_2_rank_0.pt",
+                                                          "model_world_size_2_rank_1.pt"]
+    assert merger(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(tmp_path / "a")]) == 0
+    assert "upstream verl's sharded checkpoint: its rank files are joined" in capsys.readouterr().out
+    merged, expected = _weights(tmp_path / "a"), _weights(out / "expected_actor")
+    assert merged.keys() == expected.keys() and all(torch.equal(merged[k], expected[k]) for k in merged)
+    assert _greedy(tmp_path / "a") == _greedy(out / "expected_actor", tokenizer_folder=tmp_path / "a")
+    assert merger(["test", "--local_dir", str(actor), "--test_hf_dir", str(out / "expected_actor")]) == 0
+    # verl's critic, a one-label token classifier, comes back as one.
+    assert merger(["merge", "--local_dir", str(out / "global_step_3" / "critic"), "--target_dir",
+                   str(tmp_path / "c")]) == 0
+    merged, expected = (_weights(tmp_path / "c", AutoModelForTokenClassification),
+                        _weights(out / "expected_critic", AutoModelForTokenClassification))
+    assert merged.keys() == expected.keys() and all(torch.equal(merged[k], expected[k]) for k in merged)
+    # Without its huggingface/ folder the model is unknown: --hf_model_path names it.
+    (actor / "huggingface" / "config.json").unlink()
+    assert merger(["merge", "--local_dir", str(actor), "--target_dir", str(tmp_path / "b")]) == 2
+    assert "give the model folder the run started from with --hf_model_path" in capsys.readouterr().err
+    assert merger(["merge", "--local_dir", str(actor), "--hf_model_path", str(runs["model"]), "--target_dir",
+                   str(tmp_path / "b")]) == 0

@@ -35,6 +35,8 @@ class Located:
     step_dir: Path  # global_step_N
     role: str  # actor | critic
     note: str = ""  # how the folder given was read, when not literally (printed)
+    upstream: bool = False  # upstream verl's folder of rank files (verl.model_merger.verl_format)
+    model_folder: Path | None = None  # upstream: the folder of its config and tokenizer
 
 
 def locate(local_dir: str, *, value_model: bool = False) -> Located:
@@ -43,7 +45,7 @@ def locate(local_dir: str, *, value_model: bool = False) -> Located:
     given = Path(local_dir).expanduser()
     role_from_name = None
     path = given
-    if given.name in ROLES and (given.parent / "state.pt").is_file():
+    if given.name in ROLES and (given.parent / "state.pt").is_file() and not any(given.glob("model_world_size_*")):
         role_from_name, path = given.name, given.parent  # verl's global_step_N/actor
     if role_from_name == "actor" and value_model:
         raise VerlError(f"--local_dir {local_dir} names the actor and --is-value-model asks for the critic: give "
@@ -52,11 +54,11 @@ def locate(local_dir: str, *, value_model: bool = False) -> Located:
     if (path / "state.pt").is_file():
         note = f"{given} is read as the {role} of {path}/state.pt" if role_from_name else ""
         return Located(path, role, note)
-    if list(path.glob("model_world_size_*_rank_*.pt")):
-        raise VerlError(f"--local_dir {local_dir} holds upstream verl's sharded checkpoint (model_world_size_W_rank_R.pt "
-                        f"files); this project's merger reads this project's checkpoints, global_step_N/state.pt "
-                        f"(full tensors, one file per step). Merge that folder with upstream verl's own "
-                        f"`python -m verl.model_merger`, or train here and merge this run's global_step_N")
+    from verl.model_merger.verl_format import is_verl_checkpoint
+
+    if is_verl_checkpoint(given):  # upstream verl's global_step_N/actor (or critic): read as it is
+        return Located(given, "critic" if given.name == "critic" or value_model else "actor",
+                       f"{given} is upstream verl's sharded checkpoint: its rank files are joined", upstream=True)
     if (path / "config.json").is_file():
         raise VerlError(f"--local_dir {local_dir} is already a Hugging Face model folder (config.json): load it with "
                         f"AutoModelForCausalLM.from_pretrained({str(path)!r}) or give it to model.path; the merger "

@@ -33,10 +33,22 @@ class MergeRequest:
     tie_word_embedding: bool = False
 
 
-def load_trained(request: MergeRequest) -> tuple[Located, ModelSource, torch.nn.Module]:
+def load_trained(request: MergeRequest) -> tuple[Located, ModelSource | None, torch.nn.Module]:
+    """The checkpoint ``request`` names, its model's source (None for upstream verl's folder: the model's
+    config and tokenizer are in its huggingface/) and the model with the trained weights."""
     located = locate(request.local_dir, value_model=request.value_model)
     if located.note:
         print(located.note, flush=True)
+    if located.upstream:
+        from verl.model_merger.verl_format import verl_model
+
+        if request.adapter_only:
+            raise VerlError("--adapter_only writes a LoRA adapter of this project's checkpoints; upstream verl's "
+                            "checkpoints are merged whole: drop --adapter_only")
+        model, folder = verl_model(located.step_dir, request.hf_model_path)
+        located.role = "critic" if type(model).__name__.endswith("ForTokenClassification") else "actor"
+        located.model_folder = folder
+        return located, None, model
     state = load_state(located.step_dir)
     source = model_source(located, state, request.hf_model_path)
     model = trained_model(located, state, source)
@@ -85,6 +97,12 @@ def write(model: torch.nn.Module, located: Located, source: ModelSource, target:
     from verl.models.lora import is_lora_model, save_adapter
     from verl.models.vision import is_vision_model, load_processor
 
+    if located.upstream:  # a plain Hugging Face model already; its tokenizer is beside its config
+        from verl.checkpoint import write_hf_folder
+        from verl.models.loading import load_tokenizer
+
+        write_hf_folder(model, load_tokenizer(str(located.model_folder), config_key="--hf_model_path"), target)
+        return
     if located.role == "critic":
         if adapter_only:
             raise VerlError("--adapter_only writes a policy's LoRA adapter; a critic is written whole (its value head "
@@ -128,7 +146,7 @@ def value_model_as_token_classifier(value_model: torch.nn.Module) -> torch.nn.Mo
     config.num_labels = 1
     config.architectures = None
     try:
-        classifier = AutoModelForTokenClassification.from_config(config, torch_dtype=causal.dtype)
+        classifier = AutoModelForTokenClassification.from_config(config, dtype=causal.dtype)
     except ValueError as error:
         raise VerlError(f"transformers has no token-classification model for {config.model_type} models, the form "
                         f"a critic is written in ({str(error).splitlines()[0][:160]}); merge the actor instead") from None
