@@ -318,3 +318,18 @@ def test_upstream_verls_sharded_checkpoint_merges_to_its_full_weights(runs, tmp_
     assert "give the model folder the run started from with --hf_model_path" in capsys.readouterr().err
     assert merger(["merge", "--local_dir", str(actor), "--hf_model_path", str(runs["model"]), "--target_dir",
                    str(tmp_path / "b")]) == 0
+
+
+def test_an_sft_checkpoint_merges_with_the_settings_of_its_run_folder(runs, tmp_path, capsys):
+    from verl.trainer.main_sft import main as sft
+
+    rows = [{"prompt": [{"role": "user", "content": f"say {i}:"}], "response": str(i)} for i in range(8)]
+    train = write_parquet(rows, tmp_path / "sft.parquet")
+    out = tmp_path / "sft"
+    assert sft([f"model.path={runs['model']}", f"data.train_files={train}", "data.train_batch_size=4",
+                "data.max_length=32", "trainer.total_training_steps=1", "trainer.save_freq=1", "optim.lr=1e-2",
+                f"trainer.default_local_dir={out}", "trainer.progress_bar=false"]) == 0
+    assert merger(["test", "--local_dir", str(out / "global_step_1"), "--test_hf_dir", str(out / "huggingface")]) == 0
+    assert merger(["merge", "--local_dir", str(out / "global_step_1" / "critic"), "--target_dir",
+                   str(tmp_path / "x")]) == 2
+    assert "offline run (SFT/DPO/KTO), which trains no critic" in capsys.readouterr().err
