@@ -218,6 +218,9 @@ def test_eval_with_built_in_scorers_by_hand(tmp_path, capsys):
     (["data.output_path={tmp}/file.txt/out.parquet"], "is a file, so the folder cannot be created"),
     (["model.path=null"], "model.path is required"),
     (["rollout.n=4"], "data.n_samples sets the responses per prompt"),
+    (["rollout.prompt_length=4"], "row 0 is 13 tokens long, over rollout.prompt_length=4; raise rollout.prompt_length"),
+    (["rollout.response_length=40000"], "Lower rollout.response_length (to 243 or less"),
+    (["rollout.name=sglang"], "rollout.name='sglang' is not one of"),
 ])
 def test_generation_refuses_what_users_get_wrong(runs, tmp_path, capsys, args, said):
     (tmp_path / "file.txt").write_text("")

@@ -38,12 +38,30 @@ def check_output_path(path: str) -> Path:
     return out
 
 
+def fitted(ids: list[int], row: int, prompt_length: int, truncation: str) -> list[int]:
+    """Row ``row``'s prompt ids within ``rollout.prompt_length``: cut as ``data.truncation`` says, or refused."""
+    from verl.data.dataset import cut_prompt
+
+    if len(ids) > prompt_length and truncation == "error":
+        raise VerlError(f"data.path: the prompt of row {row} is {len(ids)} tokens long, over rollout.prompt_length="
+                        f"{prompt_length}; raise rollout.prompt_length, or set data.truncation=left|right|middle to "
+                        f"cut such prompts")
+    return cut_prompt(ids, prompt_length, truncation)
+
+
+def engine_name(name: str, model) -> str:
+    """``rollout.name``, ``auto`` made the engine for ``model``'s architecture."""
+    from verl.rollout import auto_engine
+
+    return name if name != "auto" else auto_engine(model.config.model_type)[0]
+
+
 def _engine(config: GenerationConfig, model, tokenizer, device):
     from verl.config.schema_rollout import RolloutConfig
-    from verl.rollout import auto_engine, build_rollout
+    from verl.rollout import build_rollout
 
     cfg = config.rollout
-    name = cfg.name if cfg.name != "auto" else auto_engine(model.config.model_type)[0]
+    name = engine_name(cfg.name, model)
     engine_cfg = None
     if name == "vllm":  # the trainer's rollout section, with the settings of this command
         engine_cfg = RolloutConfig(name="vllm", n=config.data.n_samples, dtype=cfg.dtype,
@@ -66,7 +84,8 @@ def generate(config: GenerationConfig) -> Path:
     from verl.data.collate import collate_prompts
     from verl.data.dataset import RLDataset
     from verl.data.io import read_rows, write_parquet
-    from verl.models.loading import check_token_ids, load_causal_lm, load_tokenizer, resolve_device
+    from verl.models.loading import (check_token_ids, describe_causal_lm, load_causal_lm, load_tokenizer,
+                                     resolve_device)
     from verl.rollout import SamplingParams
     from verl.utils.preflight import check_context_length
 
@@ -84,25 +103,31 @@ def generate(config: GenerationConfig) -> Path:
     device = resolve_device(config.trainer.device)
     tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code,
                                config_key="model.tokenizer_path" if model_cfg.tokenizer_path else "model.path")
-    dataset = RLDataset(data.path, tokenizer, prompt_key=data.prompt_key, max_prompt_length=rollout.prompt_length,
-                        truncation=data.truncation, filter_overlong_prompts=False,
+    # Lengths are checked below, against this command's keys (the dataset's message names the trainer's).
+    dataset = RLDataset(data.path, tokenizer, prompt_key=data.prompt_key, max_prompt_length=sys.maxsize,
+                        truncation="error", filter_overlong_prompts=False,
                         apply_chat_template=data.apply_chat_template, chat_template_kwargs=dict(data.chat_template_kwargs),
                         config_key="data.path")
     rows = read_rows(data.path, config_key="data.path")
-    model = load_causal_lm(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
-                           config_key="model.path").to(device).eval()
-    check_context_length(model.config, max(len(dataset[i]["input_ids"]) for i in range(len(dataset))),
-                         rollout.response_length, truncation_key="data.truncation",
-                         max_prompt_key="rollout.prompt_length", max_response_key="rollout.response_length")
-    check_token_ids(tokenizer, model.config, [dataset[i]["input_ids"] for i in range(len(dataset))],
-                    data_key="data.path", tokenizer_key="model.tokenizer_path")
+    # Described first (config and dtype alone): vllm reads the folder itself, hf and native get the model.
+    model = describe_causal_lm(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                               config_key="model.path")
+    prompts = [fitted(dataset[i]["input_ids"], i, rollout.prompt_length, data.truncation) for i in range(len(dataset))]
+    check_context_length(model.config, max(len(ids) for ids in prompts), rollout.response_length,
+                         truncation_key="data.truncation", max_prompt_key="rollout.prompt_length",
+                         max_response_key="rollout.response_length", filter_key=None)
+    check_token_ids(tokenizer, model.config, prompts, data_key="data.path", tokenizer_key="model.tokenizer_path")
+    if engine_name(rollout.name, model) != "vllm":
+        model = load_causal_lm(model_cfg.path, dtype=model_cfg.dtype, trust_remote_code=model_cfg.trust_remote_code,
+                               config_key="model.path").to(device).eval()
     name, engine = _engine(config, model, tokenizer, device)
     params = SamplingParams(max_new_tokens=rollout.response_length, n=data.n_samples, temperature=rollout.temperature,
                             top_p=rollout.top_p, top_k=rollout.top_k, do_sample=rollout.do_sample)
     responses: list[list[str]] = []
     with torch.no_grad():
         for start in range(0, len(dataset), data.batch_size):
-            items = [dataset[i] for i in range(start, min(start + data.batch_size, len(dataset)))]
+            items = [{**dataset[i], "input_ids": prompts[i]}
+                     for i in range(start, min(start + data.batch_size, len(dataset)))]
             batch = engine.generate(collate_prompts(items, tokenizer.pad_token_id).to(device), params)
             texts = tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
             responses += [texts[k:k + data.n_samples] for k in range(0, len(texts), data.n_samples)]
