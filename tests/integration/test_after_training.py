@@ -201,13 +201,23 @@ def test_generation_then_eval_on_the_merged_model(runs, tmp_path, capsys):
 def test_eval_with_built_in_scorers_by_hand(tmp_path, capsys):
     rows = [{"data_source": "exact_match", "reward_model": {"ground_truth": "7"}, "responses": ["7", "8", "7 "]},
             {"data_source": "exact_match", "reward_model": {"ground_truth": "2"}, "responses": ["3", "4", "5"]},
-            {"data_source": "gsm8k", "reward_model": {"ground_truth": "12"}, "responses": ["so #### 12", "#### 13", "x"]}]
+            {"data_source": "gsm8k", "reward_model": {"ground_truth": "12"},
+             "responses": ["so #### 12", "#### 13", "x"]}]
     path = write_parquet(rows, tmp_path / "scored.parquet")
     assert evaluate([f"data.path={path}"]) == 0
     metrics = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     # exact_match: row 1 scores 1, 0, 1 (mean 2/3, passes); row 2 scores 0, 0, 0. gsm8k: 1, 0, 0.
     assert metrics == pytest.approx({"test_score/exact_match": (2 / 3 + 0) / 2, "pass@3/exact_match": 0.5,
                                      "test_score/gsm8k": 1 / 3, "pass@3/gsm8k": 1.0})
+    # A jsonl file whose rows have different numbers of responses (a text counts as one).
+    rows[2]["responses"] = "#### 13"
+    rows.append({"data_source": "gsm8k", "reward_model": {"ground_truth": "5"}, "responses": ["#### 5", "#### 5"]})
+    lines = tmp_path / "scored.jsonl"
+    lines.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert evaluate([f"data.path={lines}"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(printed[-1])["pass@1-2/gsm8k"] == 0.5 and json.loads(printed[-1])["test_score/gsm8k"] == 0.5
+    assert printed[-2].split() == ["gsm8k", "2", "1-2", "0.5000", "0.5000"]
 
 
 @pytest.mark.parametrize("args, said", [

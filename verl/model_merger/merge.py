@@ -149,7 +149,8 @@ def value_model_as_token_classifier(value_model: torch.nn.Module) -> torch.nn.Mo
         classifier = AutoModelForTokenClassification.from_config(config, dtype=causal.dtype)
     except ValueError as error:
         raise VerlError(f"transformers has no token-classification model for {config.model_type} models, the form "
-                        f"a critic is written in ({str(error).splitlines()[0][:160]}); merge the actor instead") from None
+                        f"a critic is written in ({str(error).splitlines()[0][:160]}); merge the actor "
+                        f"instead") from None
     prefix = classifier.base_model_prefix
     theirs = classifier.state_dict()
     their_head = sorted({name.rsplit(".", 1)[0] for name in theirs if not name.startswith(prefix + ".")})

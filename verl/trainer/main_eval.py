@@ -109,24 +109,29 @@ def evaluate(config: EvalConfig) -> dict[str, float]:
         means[key].append(sum(scores) / len(scores))
         passes[key].append(max(scores) >= config.pass_score)
         ks[key].add(len(scores))
+    summary = {source: (len(means[source]), _k(ks[source]), sum(means[source]) / len(means[source]),
+                        sum(passes[source]) / len(passes[source])) for source in sorted(means)}
     metrics = {}
-    for source in sorted(means):
-        k = "/".join(str(v) for v in sorted(ks[source]))
-        metrics[f"test_score/{source}"] = sum(means[source]) / len(means[source])
-        metrics[f"pass@{k}/{source}"] = sum(passes[source]) / len(passes[source])
-    print(format_table(means, passes, ks, name, config.pass_score))
+    for source, (_, k, mean, passed) in summary.items():
+        metrics[f"test_score/{source}"] = mean
+        metrics[f"pass@{k}/{source}"] = passed
+    print(format_table(summary, name, config.pass_score))
     print(json.dumps(metrics), flush=True)
     return metrics
 
 
-def format_table(means, passes, ks, name: str, pass_score: float) -> str:
-    width = max(len("data source"), *(len(s) for s in means))
+def _k(counts: set[int]) -> str:
+    """The responses per row: ``4``, or ``3-4`` when rows have different counts."""
+    return str(min(counts)) if len(counts) == 1 else f"{min(counts)}-{max(counts)}"
+
+
+def format_table(summary: dict[str, tuple[int, str, float, float]], name: str, pass_score: float) -> str:
+    """One line per data source: ``summary[source] = (rows, k, mean score, pass@k)``."""
+    width = max(len("data source"), *(len(s) for s in summary))
     lines = [f"Scored with {name}; a response passes at score >= {pass_score:g}",
              f"{'data source':<{width}}  {'rows':>5}  {'k':>3}  {'mean score':>10}  {'pass@k':>7}"]
-    for source in sorted(means):
-        k = "/".join(str(v) for v in sorted(ks[source]))
-        lines.append(f"{source:<{width}}  {len(means[source]):>5}  {k:>3}  "
-                     f"{sum(means[source]) / len(means[source]):>10.4f}  {sum(passes[source]) / len(passes[source]):>7.4f}")
+    lines += [f"{source:<{width}}  {rows:>5}  {k:>3}  {mean:>10.4f}  {passed:>7.4f}"
+              for source, (rows, k, mean, passed) in summary.items()]
     return "\n".join(lines)
 
 

@@ -101,12 +101,14 @@ def generate(config: GenerationConfig) -> Path:
         logger.warning("trainer.n_gpus_per_node=%d: generation runs on one device here (vllm splits a model over "
                        "rollout.tensor_model_parallel_size devices)", config.trainer.n_gpus_per_node)
     device = resolve_device(config.trainer.device)
-    tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path, trust_remote_code=model_cfg.trust_remote_code,
+    tokenizer = load_tokenizer(model_cfg.tokenizer_path or model_cfg.path,
+                               trust_remote_code=model_cfg.trust_remote_code,
                                config_key="model.tokenizer_path" if model_cfg.tokenizer_path else "model.path")
     # Lengths are checked below, against this command's keys (the dataset's message names the trainer's).
     dataset = RLDataset(data.path, tokenizer, prompt_key=data.prompt_key, max_prompt_length=sys.maxsize,
                         truncation="error", filter_overlong_prompts=False,
-                        apply_chat_template=data.apply_chat_template, chat_template_kwargs=dict(data.chat_template_kwargs),
+                        apply_chat_template=data.apply_chat_template,
+                        chat_template_kwargs=dict(data.chat_template_kwargs),
                         config_key="data.path")
     rows = read_rows(data.path, config_key="data.path")
     # Described first (config and dtype alone): vllm reads the folder itself, hf and native get the model.
