@@ -346,3 +346,15 @@ def test_an_sft_checkpoint_merges_with_the_settings_of_its_run_folder(runs, tmp_
     assert merger(["merge", "--local_dir", str(out / "global_step_1" / "critic"), "--target_dir",
                    str(tmp_path / "x")]) == 2
     assert "offline run (SFT/DPO/KTO), which trains no critic" in capsys.readouterr().err
+
+
+def test_a_failed_upload_says_so_and_keeps_the_merged_folder(runs, tmp_path, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no hub here: the upload fails
+    target = tmp_path / "merged"
+    assert merger(["merge", "--local_dir", str(runs["gae"]), "--target_dir", str(target),
+                   "--hf_upload_path", "someone/tiny", "--private"]) == 2
+    err = capsys.readouterr().err
+    assert "uploading" in err and "to someone/tiny failed" in err and "the merged folder is written" in err
+    assert (target / "config.json").is_file()
