@@ -27,7 +27,8 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 
 @pytest.fixture(scope="module")
 def runs(tiny_model_dir, tmp_path_factory):
-    """A PPO run with a critic (2 steps, both saved) and a LoRA GRPO run (1 step)."""
+    """A PPO run with a critic (2 steps, both saved), a LoRA GRPO run and a PPO run whose critic has LoRA
+    adapters (1 step each)."""
     tmp = tmp_path_factory.mktemp("after-training")
     gae = echo_launch(tiny_model_dir, tmp / "gae", REWARD, steps=2, lr="5e-2")
     assert train([*gae, "algorithm.adv_estimator=gae", "critic.optim.lr=1e-2", "trainer.save_freq=1",
@@ -36,7 +37,11 @@ def runs(tiny_model_dir, tmp_path_factory):
     assert train([*lora, "algorithm.adv_estimator=grpo", "actor_rollout_ref.model.lora_rank=4",
                   "actor_rollout_ref.model.lora_alpha=8", "actor_rollout_ref.model.target_modules=all-linear",
                   "trainer.save_freq=1"]) == 0
-    return {"gae": tmp / "gae" / "out", "lora": tmp / "lora" / "out", "tmp": tmp, "model": tiny_model_dir}
+    critic_lora = echo_launch(tiny_model_dir, tmp / "critic_lora", REWARD, steps=1, lr="5e-2")
+    assert train([*critic_lora, "algorithm.adv_estimator=gae", "critic.optim.lr=1e-2", "trainer.save_freq=1",
+                  "critic.model.lora_rank=4", "critic.model.lora_alpha=8", "critic.model.target_modules=all-linear"]) == 0
+    return {"gae": tmp / "gae" / "out", "lora": tmp / "lora" / "out", "critic_lora": tmp / "critic_lora" / "out",
+            "tmp": tmp, "model": tiny_model_dir}
 
 
 def _weights(folder, auto=AutoModelForCausalLM):
@@ -81,20 +86,21 @@ def test_test_subcommand_compares_with_a_reference_folder(runs, capsys):
     assert "values differ" in capsys.readouterr().err
 
 
-def test_the_critic_merges_to_a_token_classifier_with_the_trained_values(runs, tmp_path):
+@pytest.mark.parametrize("run", ["gae", "critic_lora"])
+def test_the_critic_merges_to_a_token_classifier_with_the_trained_values(runs, tmp_path, run):
     from verl.model_merger.checkpoint import load_state, locate, model_source, trained_model
 
-    out = runs["gae"]
-    assert merger(["merge", "--local_dir", str(out / "global_step_2" / "critic"), "--target_dir",
+    out = runs[run]
+    assert merger(["merge", "--local_dir", str(out / "global_step_1" / "critic"), "--target_dir",
                    str(tmp_path / "critic")]) == 0
-    assert merger(["merge", "--local_dir", str(out / "global_step_2"), "--is-value-model", "--target_dir",
+    assert merger(["merge", "--local_dir", str(out / "global_step_1"), "--is-value-model", "--target_dir",
                    str(tmp_path / "critic2")]) == 0
     classifier = AutoModelForTokenClassification.from_pretrained(tmp_path / "critic").eval()
     assert classifier.config.num_labels == 1
-    located = locate(str(out / "global_step_2"), value_model=True)
+    located = locate(str(out / "global_step_1"), value_model=True)
     state = load_state(located.step_dir)
     value_model = trained_model(located, state, model_source(located, state, None))
-    assert value_model.model.lm_head.weight.abs().sum() > 0  # the head trained away from its zero start
+    assert value_model.model.get_output_embeddings().weight.abs().sum() > 0  # the head trained off its zero start
     ids = torch.tensor([[5, 17, 42, 9, 3]])
     with torch.no_grad():
         expected = value_model(ids, torch.ones_like(ids))
