@@ -71,6 +71,11 @@ def test_merge_takes_the_step_folder_verls_actor_spelling_and_the_run_folder(run
         assert merged.keys() == exported.keys()
         assert all(torch.equal(merged[k], exported[k]) for k in merged)
     assert _greedy(tmp_path / "step") == _greedy(out / "huggingface")
+    # verl's recipe writes into the checkpoint's own actor folder; here that folder is made, and read again.
+    recipe = out / "global_step_2" / "actor"
+    for _ in range(2):
+        assert merger(["merge", "--local_dir", str(recipe), "--target_dir", str(recipe / "huggingface")]) == 0
+    assert _greedy(recipe / "huggingface") == _greedy(out / "huggingface")
     # An earlier step is another model.
     first = tmp_path / "first"
     assert merger(["merge", "--local_dir", str(out / "global_step_1"), "--target_dir", str(first)]) == 0
@@ -364,3 +369,15 @@ def test_a_failed_upload_says_so_and_keeps_the_merged_folder(runs, tmp_path, cap
     err = capsys.readouterr().err
     assert "uploading" in err and "to someone/tiny failed" in err and "the merged folder is written" in err
     assert (target / "config.json").is_file()
+
+
+def test_settings_saved_by_another_version_need_the_model_folder(runs, tmp_path, capsys):
+    state = torch.load(runs["gae"] / "global_step_2" / "state.pt", weights_only=False)
+    state["config"]["actor_rollout_ref"]["model"]["renamed_later"] = 1
+    (tmp_path / "run" / "global_step_2").mkdir(parents=True)
+    torch.save(state, tmp_path / "run" / "global_step_2" / "state.pt")
+    args = ["merge", "--local_dir", str(tmp_path / "run"), "--target_dir", str(tmp_path / "merged")]
+    assert merger(args) == 2
+    assert "records settings this version does not read" in capsys.readouterr().err
+    assert merger([*args, "--hf_model_path", str(runs["model"])]) == 0
+    assert _greedy(tmp_path / "merged") == _greedy(runs["gae"] / "huggingface")

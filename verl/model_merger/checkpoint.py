@@ -134,18 +134,7 @@ def model_source(located: Located, state: dict, hf_model_path: str | None) -> Mo
     if located.role == "critic" and "critic" not in state:
         raise VerlError(f"{located.step_dir} holds no critic: the run trained none (its advantage estimator needs "
                         f"no value model, e.g. grpo); merge the actor (drop --is-value-model / the critic folder)")
-    if state.get("config") is None:
-        if hf_model_path is None:
-            raise VerlError(f"{located.step_dir}/state.pt does not record the run's settings; give the model folder "
-                            f"the run started from with --hf_model_path")
-        from verl.config import TrainerConfig
-
-        config = TrainerConfig()
-        config.actor_rollout_ref.model.path = hf_model_path
-    else:
-        from verl.config import TrainerConfig
-
-        config = TrainerConfig.from_dict(state["config"])
+    config = _saved_settings(state.get("config"), located, hf_model_path)
     arr = config.actor_rollout_ref
     if located.role == "actor":
         path = hf_model_path or policy_folder(arr.model)
@@ -153,6 +142,26 @@ def model_source(located: Located, state: dict, hf_model_path: str | None) -> Mo
     critic = config.critic.model
     path = hf_model_path or (str(critic.path) if critic.path else policy_folder(arr.model))
     return ModelSource(critic, path, arr.model.dtype, arr.model.disable_dropout, arr.model)
+
+
+def _saved_settings(saved: dict | None, located: Located, hf_model_path: str | None):
+    """The RL run's TrainerConfig as its checkpoint recorded it; without a record that loads, the
+    defaults on ``--hf_model_path`` (a LoRA checkpoint then does not fit, and says so)."""
+    from verl.config import TrainerConfig
+    from verl.errors import ConfigError
+
+    problem = "does not record the run's settings"
+    if saved is not None:
+        try:
+            return TrainerConfig.from_dict(saved)
+        except ConfigError as error:  # saved by another version of this project
+            problem = f"records settings this version does not read ({error})"
+    if hf_model_path is None:
+        raise VerlError(f"{located.step_dir}/state.pt {problem}; give the model folder the run started from with "
+                        f"--hf_model_path")
+    config = TrainerConfig()
+    config.actor_rollout_ref.model.path = hf_model_path
+    return config
 
 
 def _offline_model_section(config_file: Path, hf_model_path: str | None):
