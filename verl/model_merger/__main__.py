@@ -9,8 +9,9 @@ import sys
 from verl.errors import VerlError
 
 EPILOG = """--local_dir takes a run's global_step_N folder, verl's global_step_N/actor (or /critic) spelling of it,
-or the run folder itself (its newest checkpoint). A LoRA run merges into a plain model, its adapter
-beside it in lora_adapter/ (--adapter_only: the adapter alone). See docs/after_training.md."""
+the run folder itself (its newest checkpoint), or upstream verl's own checkpoint folder (its
+model_world_size_W_rank_R.pt files). A LoRA run merges into a plain model, its adapter beside it in
+lora_adapter/ (--adapter_only: the adapter alone). See docs/after_training.md."""
 
 
 def parser() -> argparse.ArgumentParser:
