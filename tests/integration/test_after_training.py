@@ -187,6 +187,13 @@ def test_generation_then_eval_on_the_merged_model(runs, tmp_path, capsys):
     table = pd.read_parquet(out)
     assert list(table.columns) == ["prompt", "data_source", "reward_model", "responses"] and len(table) == 16
     assert all(len(r) == 3 and all(isinstance(t, str) for t in r) for r in table["responses"])
+    # rollout.seed fixes the samples, whatever the batch and slot sizes; another seed draws others.
+    again, other = tmp_path / "again.parquet", tmp_path / "other.parquet"
+    assert generation([*common, f"data.output_path={again}", "data.n_samples=3", "data.batch_size=16",
+                       "rollout.max_num_seqs=2"]) == 0
+    assert generation([*common, f"data.output_path={other}", "data.n_samples=3", "rollout.seed=2"]) == 0
+    assert [list(r) for r in pd.read_parquet(again)["responses"]] == [list(r) for r in table["responses"]]
+    assert [list(r) for r in pd.read_parquet(other)["responses"]] != [list(r) for r in table["responses"]]
     # Greedy decoding through the engine gives transformers' greedy tokens.
     greedy = tmp_path / "greedy.parquet"
     assert generation([*common, f"data.output_path={greedy}", "data.n_samples=1", "rollout.do_sample=false",

@@ -62,14 +62,13 @@ def _engine(config: GenerationConfig, model, tokenizer, device):
 
     cfg = config.rollout
     name = engine_name(cfg.name, model)
-    engine_cfg = None
-    if name == "vllm":  # the trainer's rollout section, with the settings of this command
-        engine_cfg = RolloutConfig(name="vllm", n=config.data.n_samples, dtype=cfg.dtype,
-                                   gpu_memory_utilization=cfg.gpu_memory_utilization,
-                                   tensor_model_parallel_size=cfg.tensor_model_parallel_size,
-                                   max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                                   enforce_eager=cfg.enforce_eager, enable_chunked_prefill=cfg.enable_chunked_prefill,
-                                   prompt_length=cfg.prompt_length, response_length=cfg.response_length)
+    # The trainer's rollout section with this command's settings (hf and native read max_num_seqs alone).
+    engine_cfg = RolloutConfig(name=name, n=config.data.n_samples, dtype=cfg.dtype,
+                               gpu_memory_utilization=cfg.gpu_memory_utilization,
+                               tensor_model_parallel_size=cfg.tensor_model_parallel_size,
+                               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                               enforce_eager=cfg.enforce_eager, enable_chunked_prefill=cfg.enable_chunked_prefill,
+                               prompt_length=cfg.prompt_length, response_length=cfg.response_length)
     engine = build_rollout(name, model, tokenizer, seed=cfg.seed, device=device, model_path=config.model.path,
                            rollout_config=engine_cfg, max_model_len=cfg.max_model_len
                            or cfg.prompt_length + cfg.response_length,
