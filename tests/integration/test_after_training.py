@@ -285,6 +285,12 @@ def test_each_command_has_help(capsys):
     said = capsys.readouterr().out
     assert all(flag in said for flag in ("--local_dir", "--target_dir", "--hf_model_path", "--adapter_only",
                                          "--is-value-model", "--hf_upload_path", "--private"))
+    # argparse's own refusals: a missing flag, a sub-command left out (exit 2, the usage printed).
+    for args in (["merge", "--target_dir", "x"], ["--local_dir", "x"]):
+        with pytest.raises(SystemExit) as done:
+            merger(args)
+        assert done.value.code == 2
+    assert "the following arguments are required: --local_dir" in capsys.readouterr().err
 
 
 # What upstream verl's FSDP checkpoint manager writes for each role: every rank saves its own

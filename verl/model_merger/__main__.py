@@ -22,9 +22,10 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", default="fsdp", choices=["fsdp", "megatron"],
                         help="the trainer's backend: fsdp (this project trains with FSDP only; megatron is refused)")
-    common.add_argument("--local_dir", required=True,
-                        help="the checkpoint: <run>/global_step_N, <run>/global_step_N/actor (or /critic), or <run>")
-    common.add_argument("--hf_model_path", default=None,
+    common.add_argument("--local_dir", "--local-dir", required=True,
+                        help="the checkpoint: <run>/global_step_N, <run>/global_step_N/actor (or /critic), <run>, "
+                             "or upstream verl's global_step_N/actor")
+    common.add_argument("--hf_model_path", "--hf-model-path", default=None,
                         help="the model folder the run started from, when it is not where the run's settings say "
                              "(architecture, tokenizer and, for LoRA, the base weights come from it)")
     common.add_argument("--is-value-model", "--is_value_model", dest="value_model", action="store_true",
@@ -33,21 +34,21 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("--tie-word-embedding", "--tie_word_embedding", dest="tie_word_embedding",
                         action="store_true", help="check that the model ties its output layer to its embedding "
                                                   "(the tie is the model's own and is kept either way)")
-    common.add_argument("--use_cpu_initialization", action="store_true",
+    common.add_argument("--use_cpu_initialization", "--use-cpu-initialization", action="store_true",
                         help="accepted for verl's scripts: the merge always builds the model on the CPU here")
     sub = main.add_subparsers(dest="operation", required=True, metavar="{merge,test}")
     merge = sub.add_parser("merge", parents=[common], help="write the checkpoint as a Hugging Face folder",
                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    merge.add_argument("--target_dir", required=True, help="the folder to write (created; an earlier merge there "
+    merge.add_argument("--target_dir", "--target-dir", required=True, help="the folder to write (created; an earlier merge there "
                                                            "is replaced)")
-    merge.add_argument("--adapter_only", action="store_true",
+    merge.add_argument("--adapter_only", "--adapter-only", action="store_true",
                        help="a LoRA run: write its adapter alone (a PEFT folder), not the merged model")
-    merge.add_argument("--hf_upload_path", default=None,
+    merge.add_argument("--hf_upload_path", "--hf-upload-path", default=None,
                        help="also upload the folder to this Hugging Face repository id (needs a login)")
     merge.add_argument("--private", action="store_true", help="with --hf_upload_path: create the repository private")
     test = sub.add_parser("test", parents=[common], help="merge in memory and compare with a Hugging Face folder",
                           epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    test.add_argument("--test_hf_dir", required=True, help="the Hugging Face folder to compare with")
+    test.add_argument("--test_hf_dir", "--test-hf-dir", required=True, help="the Hugging Face folder to compare with")
     return main
 
 
