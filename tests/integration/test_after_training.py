@@ -297,11 +297,14 @@ def test_each_command_has_help(capsys):
 # model.state_dict() (FSDP2 DTensor shards) as model_world_size_W_rank_R.pt, and the model's config
 # and tokenizer go to huggingface/. Made here by sharding over 2 gloo ranks.
 UPSTREAM_SAVE = """
+import copy
+import json
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from peft import LoraConfig, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
 
 from verl.config.schema_actor import FSDPConfig
@@ -313,17 +316,21 @@ ensure_process_group()
 rank, world = dist.get_rank(), dist.get_world_size()
 critic_config = AutoConfig.from_pretrained(source, num_labels=1)
 critic_config.architectures = None
+lora = get_peft_model(AutoModelForCausalLM.from_pretrained(source),
+                      LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
 for role, model in (("actor", AutoModelForCausalLM.from_pretrained(source)),
-                    ("critic", AutoModelForTokenClassification.from_config(critic_config))):
+                    ("critic", AutoModelForTokenClassification.from_config(critic_config)), ("lora", lora)):
     torch.manual_seed(7)
-    with torch.no_grad():  # trained: every weight moved off the folder's
+    with torch.no_grad():  # trained: every weight moved off the folder's (LoRA's B too)
         for param in model.parameters():
             param.add_(torch.randn_like(param) * 0.01)
     folder = out / "global_step_3" / role
-    if rank == 0:
-        model.save_pretrained(out / f"expected_{role}")  # the full weights, before sharding
-        model.config.save_pretrained(folder / "huggingface")
+    if rank == 0:  # the full weights, before sharding (a LoRA model merged by peft)
+        (copy.deepcopy(model).merge_and_unload() if role == "lora" else model).save_pretrained(out / f"expected_{role}")
+        (AutoConfig.from_pretrained(source) if role == "lora" else model.config).save_pretrained(folder / "huggingface")
         AutoTokenizer.from_pretrained(source).save_pretrained(folder / "huggingface")
+        if role == "lora":  # verl writes the adapters' rank and alpha beside the shards
+            (folder / "lora_train_meta.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "task_type": "CAUSAL_LM"}))
     model = parallelize(model, FSDPConfig(), device="cpu")
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), folder / f"model_world_size_{world}_rank_{rank}.pt")
@@ -349,6 +356,16 @@ def test_upstream_verls_sharded_checkpoint_merges_to_its_full_weights(runs, tmp_
     merged, expected = (_weights(tmp_path / "c", AutoModelForTokenClassification),
                         _weights(out / "expected_critic", AutoModelForTokenClassification))
     assert merged.keys() == expected.keys() and all(torch.equal(merged[k], expected[k]) for k in merged)
+    # verl's LoRA checkpoint (the PEFT model's whole state + lora_train_meta.json): the adapters merged in.
+    lora = out / "global_step_3" / "lora"
+    assert merger(["merge", "--local_dir", str(lora), "--target_dir", str(tmp_path / "l")]) == 0
+    merged, expected = _weights(tmp_path / "l"), _weights(out / "expected_lora")
+    assert merged.keys() == expected.keys()
+    for name in merged:
+        torch.testing.assert_close(merged[name], expected[name], rtol=1e-6, atol=1e-7)
+    (lora / "lora_train_meta.json").unlink()
+    assert merger(["merge", "--local_dir", str(lora), "--target_dir", str(tmp_path / "l")]) == 2
+    assert "no lora_train_meta.json" in capsys.readouterr().err
     # Without its huggingface/ folder the model is unknown: --hf_model_path names it.
     (actor / "huggingface" / "config.json").unlink()
     assert merger(["merge", "--local_dir", str(actor), "--target_dir", str(tmp_path / "b")]) == 2

@@ -8,8 +8,11 @@ along ``d`` in rank order, checked against the DTensor's global shape. The weigh
 they were saved in (verl's merger casts them to bfloat16).
 
 The model is built from ``huggingface/config.json`` (or ``--hf_model_path``): ``*ForCausalLM`` for an
-actor, ``*ForTokenClassification`` for verl's critic. A LoRA checkpoint of verl (``lora_`` weights) is
-refused: its scaling is not in these files.
+actor, ``*ForTokenClassification`` for verl's critic. A LoRA checkpoint of verl holds the PEFT model's
+whole state (base weights under ``...base_layer.weight``, adapters under ``...lora_A/B.default.weight``)
+and ``lora_train_meta.json`` (``r``, ``lora_alpha``): the adapters are merged into the base weights
+with the scaling ``lora_alpha / r`` (:func:`verl.models.lora.merge_adapters`, the trainer's own
+arithmetic); without that file the scaling is unknown and the checkpoint is refused.
 """
 
 from __future__ import annotations
@@ -80,10 +83,34 @@ def full_weights(path: Path) -> dict[str, torch.Tensor]:
         if tuple(tensor.shape) != tuple(first.shape):
             raise VerlError(f"{name}: its shards make {tuple(tensor.shape)}, not the saved shape {tuple(first.shape)}")
         out[name] = tensor.contiguous()
-    if any("lora_" in name for name in out):
-        raise VerlError(f"{path} is a LoRA checkpoint of upstream verl: its adapters' scaling is not in these files; "
-                        f"merge it with upstream verl's own merger")
+    if any(".lora_" in name for name in out):
+        out = _merged_lora(path, out)
     return out
+
+
+def _merged_lora(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A verl LoRA checkpoint's weights with the adapters merged in, under the plain model's names."""
+    import json
+
+    from verl.models.lora import ADAPTER, merge_adapters
+
+    meta_file = path / "lora_train_meta.json"
+    if not meta_file.is_file():
+        raise VerlError(f"{path} holds LoRA adapters but no lora_train_meta.json (their r and lora_alpha): the "
+                        f"scaling to merge them with is unknown; copy that file from the run's checkpoint folder")
+    meta = json.loads(meta_file.read_text())
+    if not meta.get("r") or meta.get("lora_alpha") is None:
+        raise VerlError(f"{meta_file} lacks r or lora_alpha ({meta}): the scaling to merge the adapters with is unknown")
+    scaling = meta["lora_alpha"] / meta["r"]
+    suffix = f".lora_A.{ADAPTER}.weight"
+    scalings = {}
+    for name in weights:
+        if name.endswith(suffix):
+            module = name[:-len(suffix)]
+            a, b = weights[name], weights[f"{module}.lora_B.{ADAPTER}.weight"]
+            base = weights[f"{module}.base_layer.weight"]
+            scalings[module] = (scaling, tuple(base.shape) != (b.shape[0], a.shape[1]))  # Conv1D: stored [in, out]
+    return merge_adapters(weights, scalings)
 
 
 def model_folder(path: Path, hf_model_path: str | None) -> Path:
