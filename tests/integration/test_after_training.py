@@ -279,6 +279,11 @@ def test_each_command_has_help(capsys):
         assert command(["--help"]) == 0
         said = capsys.readouterr().out
         assert all(word in said for word in words)
+    # Hydra's --cfg job (verl's scripts use it): the config the command would use, nothing run.
+    assert generation(["--cfg", "job", "data.n_samples=2", "rollout.temperature=0.7"]) == 0
+    shown = capsys.readouterr().out
+    assert "n_samples: 2" in shown and "temperature: 0.7" in shown
+    assert evaluate(["--cfg", "job", "pass_score=0.5"]) == 0 and "pass_score: 0.5" in capsys.readouterr().out
     with pytest.raises(SystemExit) as done:
         merger(["merge", "--help"])
     assert done.value.code == 0

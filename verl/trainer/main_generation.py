@@ -133,6 +133,8 @@ def generate(config: GenerationConfig) -> Path:
             texts = tokenizer.batch_decode(batch["responses"], skip_special_tokens=True)
             responses += [texts[k:k + data.n_samples] for k in range(0, len(texts), data.n_samples)]
             logger.info("generated %d of %d prompts", len(responses), len(dataset))
+    if any("responses" in row for row in rows):
+        logger.warning("data.path=%s already has a responses column: the output's holds the new responses", data.path)
     written = [{**row, "responses": answers} for row, answers in zip(rows, responses)]
     write_parquet(written, out)
     print(f"Generated {data.n_samples} response(s) for each of {len(written)} prompts with {model_cfg.path} "
