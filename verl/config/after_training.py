@@ -76,7 +76,8 @@ class GenerationRolloutConfig(Section):
     do_sample: bool = option(True, help="Sample (true) or decode greedily (false).")
     prompt_length: int = option(1536, bounds=">= 1", help="Longest prompt in tokens (see data.truncation).")
     response_length: int = option(512, bounds=">= 1", help="Most tokens per response.")
-    seed: int = option(1, bounds=">= 0", help="Seed of the sampling: the same command draws the same responses.")
+    seed: int = option(1, bounds="[0, 4294967295]", help="Seed of the sampling: the same command draws the same "
+                       "responses.")
     n: int = verl_option(1, bounds=">= 1", help="verl's rollout.n.", inert=False, why="data.n_samples sets the "
                          "responses per prompt", refuse_if=lambda v: v > 1, when="above 1",
                          instead="set data.n_samples")
