@@ -150,6 +150,8 @@ def test_a_lora_checkpoint_merges_to_the_full_model_or_to_its_adapter(runs, tmp_
     ("megatron", "this project trains with FSDP only"),
     ("private-alone", "--private applies to an upload"),
     ("adapter-of-full", "is a full fine-tune"),
+    ("adapter-of-critic", "a critic (its value head trained in full) is written whole"),
+    ("tie-on-critic", "--tie-word-embedding: this model's output layer is a trained weight of its own"),
     ("critic-and-actor", "names the actor and --is-value-model asks for the critic"),
 ])
 def test_merge_refuses_what_users_get_wrong_with_one_line(runs, tmp_path, capsys, case, said):
@@ -169,6 +171,9 @@ def test_merge_refuses_what_users_get_wrong_with_one_line(runs, tmp_path, capsys
             "megatron": ["merge", "--backend", "megatron", "--local_dir", str(gae), *target],
             "private-alone": ["merge", "--local_dir", str(gae), "--private", *target],
             "adapter-of-full": ["merge", "--local_dir", str(gae), "--adapter_only", *target],
+            "adapter-of-critic": ["merge", "--local_dir", str(gae / "global_step_1" / "critic"), "--adapter_only",
+                                  *target],
+            "tie-on-critic": ["merge", "--local_dir", str(gae), "--is-value-model", "--tie-word-embedding", *target],
             "critic-and-actor": ["merge", "--local_dir", str(gae / "global_step_1" / "actor"), "--is-value-model",
                                  *target]}[case]
     assert merger(args) == 2

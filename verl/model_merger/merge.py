@@ -39,19 +39,20 @@ def load_trained(request: MergeRequest) -> tuple[Located, ModelSource | None, to
     located = locate(request.local_dir, value_model=request.value_model)
     if located.note:
         print(located.note, flush=True)
+    if request.adapter_only and (located.upstream or located.role == "critic"):
+        what = "upstream verl's checkpoints are" if located.upstream else "a critic (its value head trained in full) is"
+        raise VerlError(f"--adapter_only writes the LoRA adapter of this project's policy checkpoints; {what} "
+                        f"written whole: drop --adapter_only")
+    source = None
     if located.upstream:
         from verl.model_merger.verl_format import verl_model
 
-        if request.adapter_only:
-            raise VerlError("--adapter_only writes a LoRA adapter of this project's checkpoints; upstream verl's "
-                            "checkpoints are merged whole: drop --adapter_only")
-        model, folder = verl_model(located.step_dir, request.hf_model_path)
+        model, located.model_folder = verl_model(located.step_dir, request.hf_model_path)
         located.role = "critic" if type(model).__name__.endswith("ForTokenClassification") else "actor"
-        located.model_folder = folder
-        return located, None, model
-    state = load_state(located.step_dir)
-    source = model_source(located, state, request.hf_model_path)
-    model = trained_model(located, state, source)
+    else:
+        state = load_state(located.step_dir)
+        source = model_source(located, state, request.hf_model_path)
+        model = trained_model(located, state, source)
     if request.tie_word_embedding:
         _check_tied(model, located)
     return located, source, model
@@ -104,9 +105,6 @@ def write(model: torch.nn.Module, located: Located, source: ModelSource, target:
         write_hf_folder(model, load_tokenizer(str(located.model_folder), config_key="--hf_model_path"), target)
         return
     if located.role == "critic":
-        if adapter_only:
-            raise VerlError("--adapter_only writes a policy's LoRA adapter; a critic is written whole (its value head "
-                            "is trained in full): drop --adapter_only")
         _write_value_model(model, source, target)
         return
     if adapter_only:
@@ -183,8 +181,7 @@ def _check_tied(model: torch.nn.Module, located: Located) -> None:
     tying would drop that trained weight."""
     from verl.models.lora import plain_model
 
-    config = plain_model(model.model if located.role == "critic" else model).config
-    if located.role == "critic" or not getattr(config, "tie_word_embeddings", False):
+    if located.role == "critic" or not getattr(plain_model(model).config, "tie_word_embeddings", False):
         raise VerlError("--tie-word-embedding: this model's output layer is a trained weight of its own (its config "
                         "has tie_word_embeddings=false), and tying it to the embedding would drop it; drop the flag "
                         "(the merge keeps the model's own tying, whatever it is)")
