@@ -7,6 +7,9 @@ import sys
 
 TRAINERS = {"train": "verl.trainer.main_ppo", "sft": "verl.trainer.main_sft", "dpo": "verl.trainer.main_dpo",
             "kto": "verl.trainer.main_kto"}
+# After training (docs/after_training.md): the module, and the arguments put before the user's.
+AFTER = {"merge": ("verl.model_merger.__main__", ["merge"]), "generate": ("verl.trainer.main_generation", []),
+         "eval": ("verl.trainer.main_eval", [])}
 
 USAGE = """usage: verl <command> [key=value ...]
 
@@ -15,6 +18,9 @@ commands:
   sft       supervised fine-tuning (python -m verl.trainer.main_sft)
   dpo       direct preference optimisation (python -m verl.trainer.main_dpo)
   kto       Kahneman-Tversky optimisation (python -m verl.trainer.main_kto)
+  merge     a checkpoint as a Hugging Face folder (python -m verl.model_merger merge --local_dir ... --target_dir ...)
+  generate  n responses per prompt of a parquet file (python -m verl.trainer.main_generation)
+  eval      pass@k and mean score per data source of generated responses (python -m verl.trainer.main_eval)
   report    plots and a self-contained HTML page of a run folder's metrics.jsonl (verl report RUN_DIR)
   runs      several runs side by side: one table, one overlay plot (verl runs DIR1 DIR2 ...)
   config    print the default PPO configuration as YAML, one comment per key
@@ -32,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = args[0], args[1:]
     if command in TRAINERS:
         return importlib.import_module(TRAINERS[command]).main(rest)
+    if command in AFTER:
+        module, first = AFTER[command]
+        return importlib.import_module(module).main([*first, *rest])
     if command in ("report", "runs"):
         from verl.tracking.report import main as report_main
 
@@ -56,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
 
 # Names people reach for that are one of the commands under another name.
 _MEANT = {"ppo": "train", "grpo": "train", "rl": "train", "rlhf": "train", "dapo": "train", "main_ppo": "train",
-          "main_sft": "sft", "main_dpo": "dpo", "main_kto": "kto", "check": "doctor", "env": "doctor"}
+          "main_sft": "sft", "main_dpo": "dpo", "main_kto": "kto", "check": "doctor", "env": "doctor",
+          "model_merger": "merge", "merger": "merge", "main_generation": "generate", "generation": "generate",
+          "main_eval": "eval", "evaluate": "eval", "evaluation": "eval"}
 
 
 def _hint(command: str) -> str:
@@ -64,7 +75,7 @@ def _hint(command: str) -> str:
     import difflib
 
     name = command.lower().lstrip("-")
-    commands = [*TRAINERS, "report", "runs", "config", "doctor", "version"]
+    commands = [*TRAINERS, *AFTER, "report", "runs", "config", "doctor", "version"]
     meant = _MEANT.get(name) or next(iter(difflib.get_close_matches(name, commands, n=1, cutoff=0.6)), None)
     if meant is None:
         return ""

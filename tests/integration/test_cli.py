@@ -45,10 +45,22 @@ def test_train_takes_the_same_keys_as_main_ppo(capsys):
     assert "did you mean trainer.total_epochs" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", ["train", "sft", "dpo", "kto"])
+@pytest.mark.parametrize("command", ["train", "sft", "dpo", "kto", "generate", "eval"])
 def test_every_trainer_lists_its_keys(command, capsys):
     assert main([command, "--help"]) == 0
     assert "=" in capsys.readouterr().out
+
+
+def test_the_after_training_commands_are_verls_modules(capsys, tmp_path):
+    assert main(["generate", "data.n_sample=3"]) == 2
+    assert "did you mean data.n_samples?" in capsys.readouterr().err
+    assert main(["eval"]) == 2 and "data.path is required" in capsys.readouterr().err
+    assert main(["merge", "--local_dir", str(tmp_path / "nope"), "--target_dir", str(tmp_path / "out")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["merge", "--help"])
+    assert "--target_dir" in capsys.readouterr().out
+    assert main(["model_merger"]) == 2 and "did you mean verl merge?" in capsys.readouterr().err
 
 
 def test_the_installed_console_script_runs():

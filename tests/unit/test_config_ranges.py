@@ -11,11 +11,13 @@ import typing
 import pytest
 
 from verl.config import ConfigError, TrainerConfig
+from verl.config.after_training import EvalConfig, GenerationConfig
 from verl.config.node import field_specs
 from verl.config.offline import DPOTrainerConfig, KTOTrainerConfig, SFTTrainerConfig
 from verl.trainer.ppo.ppo_trainer import PPOStepConfig
 
-ROOTS = (TrainerConfig, SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig, PPOStepConfig)
+ROOTS = (TrainerConfig, SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig, PPOStepConfig, GenerationConfig,
+         EvalConfig)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -164,6 +166,8 @@ NO_RANGE = {
     **{root: {"optim.lr_warmup_steps", "trainer.save_freq", "trainer.test_freq"}  # as above
        for root in (SFTTrainerConfig, DPOTrainerConfig, KTOTrainerConfig)},
     PPOStepConfig: set(),
+    GenerationConfig: set(),
+    EvalConfig: {"pass_score"},  # any real: scorers score 1 / -1 (DAPO), 0..1, or on scales of their own
 }
 
 

@@ -144,11 +144,13 @@ def model_context_length(model_config: Any) -> tuple[str, int] | None:
 def check_context_length(model_config: Any, prompt_length: int, response_length: int | None = 0, *,
                          truncation_key: str = "data.truncation",
                          max_prompt_key: str = "data.max_prompt_length",
-                         max_response_key: str = "data.max_response_length") -> None:
+                         max_response_key: str = "data.max_response_length",
+                         filter_key: str | None = "data.filter_overlong_prompts") -> None:
     """Raise when ``prompt_length + response_length`` tokens do not fit the model's context.
 
-    The message names both lengths, the model's limit and the settings that fix it. A config
-    without a stated limit is not checked.
+    The message names both lengths, the model's limit and the settings that fix it (``filter_key``:
+    the switch that drops long prompts, None where there is none). A config without a stated limit
+    is not checked.
     """
     found = model_context_length(model_config)
     if found is None:
@@ -170,8 +172,8 @@ def check_context_length(model_config: Any, prompt_length: int, response_length:
         f"input length exceeds the model's maximum context length: prompt {prompt_length} + response "
         f"{response_length} = {total} tokens, but the model takes at most {limit} ({name} in its "
         f"config.json). Lower {lower} so that they sum to at most {limit}; prompts longer than {max_prompt_key} "
-        f"raise unless {truncation_key}=left (keep the end of the prompt) or {truncation_key}=right, or are "
-        f"dropped with data.filter_overlong_prompts=true")
+        f"raise unless {truncation_key}=left (keep the end of the prompt) or {truncation_key}=right"
+        + (f", or are dropped with {filter_key}=true" if filter_key else ""))
 
 
 # ------------------------------------------------------------------------------ out of memory
