@@ -47,3 +47,15 @@ def run_entry(job, args: list[str], doc: str | None) -> int:
         return 130
     leave_job(0)  # under torchrun: exit now, past an occasional abort in torch's shutdown (see leave_job)
     return 0
+
+
+def config_entry(config_cls, job, args: list[str], doc: str | None) -> int:
+    """An entry point over one config class: ``--help`` lists its keys, ``--cfg job`` prints the config
+    the command would use, else ``job(config)`` under :func:`run_entry`."""
+    if any(a in ("-h", "--help") for a in args):
+        print((doc or "").strip() + "\n\nKeys (key=value):\n" + config_cls.format_help())
+        return 0
+    rest = print_config_request(args)
+    if rest is not None:
+        return run_entry(lambda: print(config_cls.from_cli(rest).to_yaml(), end=""), rest, doc)
+    return run_entry(lambda: job(config_cls.from_cli(args)), args, doc)

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from verl.config.after_training import EvalConfig
 from verl.errors import RewardError, VerlError
-from verl.trainer.entry import print_config_request, run_entry
+from verl.trainer.entry import config_entry
 
 
 def responses_of(row: dict, key: str, position: int) -> list[str]:
@@ -136,14 +136,7 @@ def format_table(summary: dict[str, tuple[int, str, float, float]], name: str, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in args):
-        print(__doc__.strip() + "\n\nKeys (key=value):\n" + EvalConfig.format_help())
-        return 0
-    rest = print_config_request(args)
-    if rest is not None:
-        return run_entry(lambda: print(EvalConfig.from_cli(rest).to_yaml(), end=""), rest, __doc__)
-    return run_entry(lambda: evaluate(EvalConfig.from_cli(args)), args, __doc__)
+    return config_entry(EvalConfig, evaluate, sys.argv[1:] if argv is None else argv, __doc__)
 
 
 if __name__ == "__main__":

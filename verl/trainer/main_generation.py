@@ -16,7 +16,7 @@ from pathlib import Path
 
 from verl.config.after_training import GenerationConfig
 from verl.errors import VerlError
-from verl.trainer.entry import print_config_request, run_entry
+from verl.trainer.entry import config_entry
 
 logger = logging.getLogger(__name__)
 
@@ -143,14 +143,7 @@ def generate(config: GenerationConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in args):
-        print(__doc__.strip() + "\n\nKeys (key=value):\n" + GenerationConfig.format_help())
-        return 0
-    rest = print_config_request(args)
-    if rest is not None:
-        return run_entry(lambda: print(GenerationConfig.from_cli(rest).to_yaml(), end=""), rest, __doc__)
-    return run_entry(lambda: generate(GenerationConfig.from_cli(args)), args, __doc__)
+    return config_entry(GenerationConfig, generate, sys.argv[1:] if argv is None else argv, __doc__)
 
 
 if __name__ == "__main__":
