@@ -159,6 +159,10 @@ def test_other_shapes_cannot_be_judged_and_have_no_plan(source):
     ("assert len(list(range(f(1)))) == 3", [10**18], False),  # the range would be too long to judge
     ("assert math.factorial(f(1)) > 0", [10**9], False),
     ("assert pow(2, f(1)) > 0", [10**12], False),
+    ("assert pow(3, f(1), 1000000007) != -1", [2**99_999], True),  # a long exponent, a short modulus: cheap
+    ("assert pow(f(1), 65537, f(2)) != -1", [3, 2**2048 - 159], True),  # RSA sizes: cheap
+    # a 16-bit exponent and a 100,000-bit modulus, both returned: ~0.5 s here, ~80 s with a 2,000-bit exponent
+    ("assert pow(3, f(1), f(2)) != -1", [2**16 - 1, 2**100_000 - 1], False),
 ])
 def test_the_trusted_side_judges_plain_values_as_python_would(source, values, passed):
     assert verdict(source, *values)[0] is passed

@@ -47,6 +47,11 @@ MAX_BITS = 100_000
 """Largest integer (in bits) the trusted side computes with."""
 MAX_COMBINATORIAL = 10_000
 """Largest argument of factorial, comb and perm evaluated here."""
+MAX_MODULAR_POWER = 2**34
+"""Most work of a three-argument ``pow`` evaluated here: bits of the exponent times the square of the
+modulus's bits (at least 64), each step a multiplication and a division of the modulus's size. At the
+bound ~0.07 s; a 2,000-bit exponent with a modulus of 100,000 bits (both within ``MAX_BITS``) held the
+trainer's GIL for ~80 s."""
 
 
 def bounded_int(value: Any) -> Any:
@@ -92,6 +97,9 @@ def _checked_pow(base, exponent, modulus=None):
     if modulus is None and type(exponent) is int and type(base) is int and abs(base) > 1 and (
             exponent > MAX_BITS or base.bit_length() * exponent > MAX_BITS):
         raise TooCostly("power too large")
+    if type(modulus) is int and type(exponent) is int and (
+            exponent.bit_length() * max(64, modulus.bit_length()) ** 2 > MAX_MODULAR_POWER):
+        raise TooCostly("modular power too costly")
     return pow(bounded_int(base), bounded_int(exponent), bounded_int(modulus))
 
 
