@@ -221,6 +221,40 @@ def test_endless_output_is_capped(stream):
     assert result.status != "ok" and result.truncated and len(getattr(result, stream)) <= 64 * 1024
 
 
+@pytest.mark.parametrize("namespaces", [True, False], ids=["private-tmpfs", "weak-host-directory"])
+@pytest.mark.parametrize("files, size", [(16, 256 * 1024), (2000, 0)], ids=["bytes", "entries"])
+def test_a_run_cannot_fill_its_working_directory_beyond_max_disk_bytes_in_any_mode(namespaces, files, size,
+                                                                                    monkeypatch):
+    """RLIMIT_FSIZE bounds each file only. With namespaces the working directory is a tmpfs of
+    max_disk_bytes (ENOSPC past it); in weak mode it is a host directory, where a 3 s run wrote
+    ~3.2 GB of 4 MiB files (the trainer then took ~3.6 s to remove them): the run is killed there."""
+    monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
+    monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
+    code = (f"import os, time\nmade = 0\ntry:\n    for i in range({files}):\n        with open('f%d' % i, 'wb') as f:\n"
+            f"            f.write(b'x' * {size})\n        made += 1\nexcept OSError as error:\n"
+            f"    print('refused', error.errno)\nprint('made', made, flush=True)\ntime.sleep(0.5)\n")
+    result = run_python(code, limits=SandboxLimits(wall_seconds=5, max_disk_bytes=1 << 20))
+    if namespaces:
+        with_layer(result, "private_workdir")
+    assert result.layers["private_workdir"] is namespaces
+    if namespaces:
+        assert result.status == "ok" and "refused 28" in result.stdout, result  # ENOSPC
+    else:
+        assert result.status == "killed", result
+        assert "verl sandbox: killed: the working directory held more than" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_run_killed_by_sigkill_that_the_trainer_did_not_send_is_reported_as_killed():
+    """The launcher mirrors a signal death to the trainer; for SIGKILL (the OOM killer's, or its
+    own) it raised EINVAL resetting a handler SIGKILL cannot have: status error, and its traceback
+    on the program's stderr."""
+    code = "import os, signal\nprint('started', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    result = run_python(code, limits=NO_HOOK)  # the hook refuses os.kill, even to itself
+    assert (result.status, result.returncode, result.stdout) == ("killed", -9, "started\n"), result
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
 def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounded_number_of_parses(calls,
                                                                                                   monkeypatch):

@@ -76,7 +76,7 @@ from verl.errors import RewardError
 from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
 from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
-from verl.rewards.sandbox_workdir import remove_tree
+from verl.rewards.sandbox_workdir import _child_watch_workdir, remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,9 @@ class SandboxLimits:
     max_processes: int = 1
     """RLIMIT_NPROC for the run's uid: 1 forbids fork and threads (the audit hook refuses fork anyway)."""
     max_disk_bytes: int = 32 * 2**20
-    """Size of the private working directory (a tmpfs; where the mount namespace is available)."""
+    """Size of the private working directory (a tmpfs; where the mount namespace is available). In weak
+    mode (a host directory) the run is killed once the directory holds more, or more than 1 entry per 4 KiB
+    of it (``sandbox_workdir._child_watch_workdir``)."""
     max_shm_bytes: int = 4 * 2**20
     """Size of the private, empty /dev/shm (a tmpfs; where the mount namespace is available)."""
     max_result_items: int = MAX_ITEMS
@@ -446,7 +448,8 @@ def _status(exited: bool, returncode: int | None, cpu: float | None, limits: San
 _STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
-    sandbox_child._child_init, sandbox_child._child_drop, sandbox_landlock._child_landlock, sandbox_child._child_run,
+    sandbox_child._child_init, _child_watch_workdir, sandbox_child._child_drop, sandbox_landlock._child_landlock,
+    sandbox_child._child_run,
     sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
     sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 

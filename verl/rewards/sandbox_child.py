@@ -14,7 +14,8 @@ handles) is on the stack once the program runs:
    (``_child_private_mounts``: system directories and the interpreter, read-only; a /proc of the
    new pid namespace; a private tmpfs as the working directory; nothing else), forks 3., reaps
    every orphan, and exits as 3. did; when it exits the kernel kills whatever is left in the
-   namespace;
+   namespace. Without the private working directory (weak mode) it watches the host directory instead
+   (``sandbox_workdir._child_watch_workdir``): no tmpfs bounds what is written there;
 3. the *sandboxed* process (``_child_drop``, then ``_child_run``): drops to its own uid (root)
    and every capability, sets no-new-privileges, non-dumpable and rlimits, confines its writes to
    its working directory (Landlock, ``sandbox_landlock._child_landlock``), installs the filter, writes the set-up
@@ -69,7 +70,8 @@ def _child_launch() -> dict:
                 signal.SIGPIPE, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGQUIT}
     sig = -code if code < 0 else code - 128
     if sig in mirrored:
-        signal.signal(sig, signal.SIG_DFL)
+        if sig != signal.SIGKILL:  # SIGKILL has no handler to reset (signal.signal raised EINVAL for it)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(code if code >= 0 else 128 - code)
 
@@ -246,7 +248,11 @@ def _child_init(state: dict) -> dict:
     if child == 0:
         return state
     os.close(state["results_fd"])
-    while True:  # as a namespace's init, reap every orphan until the sandboxed process is done
+    if not layers["private_workdir"]:  # a host directory, which no tmpfs bounds: watched (no orphans here)
+        limits = state["job"]["limits"]
+        status = _child_watch_workdir(child, os.getcwd(), limits["max_disk_bytes"],
+                                      max(64, limits["max_disk_bytes"] // 4096))
+    while layers["private_workdir"]:  # as a namespace's init, reap every orphan until the sandboxed process is done
         pid, status = os.waitpid(-1, 0)
         if pid == child:
             break
