@@ -49,6 +49,8 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
     number = {name: numbers[column] for name, numbers in _NUMBERS.items()}
     assert run(program, number["socket"], (2, 1, 0), spec=spec) == 0x00050000 | 13   # EACCES
     assert run(program, number["clone3"], spec=spec) == 0x00050000 | 38             # ENOSYS: libc falls back
+    assert run(program, number["sync"], spec=spec) == 0x00050000                    # returns 0, writes nothing back
+    assert run(program, number["syncfs"], (3,), spec=spec) == 0x00050000
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         assert run(program, number[name], (PID, 9), spec=spec) == ALLOW, name        # itself (abort, raise)
         for other in (1, 0, -1, PID + 1, PID + 2**32):

@@ -27,6 +27,10 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
 * ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
 * ``EACCES``: socket (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly);
 * ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above);
+* success without effect: sync, syncfs. They write back every dirty page of the machine (or of a host
+  file system), the trainer's included, and wait for it uninterruptibly: with 2 GB dirty on the host, a
+  run blocked in ``os.sync()`` outlived its 2 s wall limit, and the trainer waits up to 10 s to reap one.
+  Nothing a run writes outlives it, so there is nothing to make durable;
 * ``EACCES`` where the working directory is a host directory (weak mode): mkdir, mkdirat. Nothing
   counts what a run makes there, and the trainer removes it afterwards: directories cost the
   host's file system ~10 times more to remove than to make (11,000 made in a 2 s run took ~19 s to
@@ -63,10 +67,11 @@ _NUMBERS = {
     "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
     "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
     "prlimit64": (302, 261), "ioctl": (16, 29), "mkdir": (83, None), "mkdirat": (258, 34),
+    "sync": (162, 81), "syncfs": (306, 267),
 }
 _ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # AUDIT_ARCH_*
 _RULES = frozenset({"socket", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-                    "prlimit64", "ioctl", "mkdir", "mkdirat"})
+                    "prlimit64", "ioctl", "mkdir", "mkdirat", "sync", "syncfs"})
 DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
 """The calls that kill the process outright (the rules above cover the others)."""
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -90,7 +95,8 @@ def filter_spec(machine: str | None = None) -> dict | None:
             "self_or_zero": [[number("prlimit64"), 0]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
             "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
-            "errno": [[number("socket"), 13], [number("clone3"), 38]],  # EACCES, ENOSYS
+            "errno": [[number("socket"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
+                      [number("sync"), 0], [number("syncfs"), 0]],  # done at once: nothing of a run outlives it
             "weak_errno": [[number(n), 13] for n in ("mkdir", "mkdirat") if number(n) is not None]}
 
 
