@@ -368,6 +368,9 @@ def test_strings_do_not_count_as_items_and_cannot_hide_separators():
     ("assert isinstance(f(1), range)", [0], False),
     ("assert str(f(1)) == '1'", 1, True),
     ("assert len(str(f(1))) > 0", "2**90_000", False),          # int -> str of 27,000 digits: refused
+    ("assert int(f(1), 16) == 255", "ff", True),
+    ("assert divmod(int(f(1), 16), 3) != -1", "f" * 30_000, False),  # 120,000 bits, past what is computed with
+    ("assert int(f(1), 0) > 0", "0b" + "1" * 100_001, False),
 ])
 def test_trusted_types_are_the_real_types_and_their_calls_are_bounded(source, value, passed):
     value = 2**90_000 if value == "2**90_000" else value

@@ -142,6 +142,12 @@ def _type(value):
     return type(value)  # one argument only: type(name, bases, dict) would build a class
 
 
+def _checked_int(*args, **kwargs):
+    # int() of a string in a power-of-two base has no digit limit: 4 MiB of hex made a 16-million-bit
+    # integer here (in ~5 ms), on which divmod or isqrt take minutes. Linear to build, refused once built.
+    return bounded_int(int(*args, **kwargs))
+
+
 def _checked_str(*args):
     if args and type(args[0]) is int:
         bounded_int(args[0])  # int -> str is quadratic in the digits
@@ -173,7 +179,8 @@ BOUNDED: dict[Any, Any] = {
     collections.Counter: _hashed(collections.Counter, "Counter"),
     collections.OrderedDict: _hashed(collections.OrderedDict, "OrderedDict"),
     bytes: _checked_bytes(bytes), bytearray: _checked_bytes(bytearray), range: _checked_range, pow: _checked_pow,
-    round: _checked_round, sum: _checked_sum, type: _type, str: _checked_str, math.isclose: _isclose,
+    round: _checked_round, sum: _checked_sum, type: _type, str: _checked_str, int: _checked_int,
+    math.isclose: _isclose,
     math.prod: _checked_prod, math.factorial: _small(math.factorial, "factorial"), math.comb: _small(math.comb, "comb"),
     math.perm: _small(math.perm, "perm")}
 """Trusted callable -> the version whose cost is bounded whatever the program returned."""
