@@ -265,12 +265,22 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
 
     scans, scan = [], sandbox_results._scan
     monkeypatch.setattr(sandbox_results, "_scan", lambda *args: scans.append(1) or scan(*args))
+    looked, find_line = [], sandbox._find_line  # the trainer's look for each call's line, before it sends the next
+
+    def counting(results, start, searched, index, lines_left):
+        before = lines_left[0]
+        found = find_line(results, start, searched, index, lines_left)
+        looked.append(before - lines_left[0])
+        return found
+
+    monkeypatch.setattr(sandbox, "_find_line", counting)
     flood = ("import os\njunk = b'{\"i\": 0}\\n' * (1 << 16)\nfor fd in range(3, 64):\n    try:\n"
              "        for _ in range(8):\n            os.write(fd, junk)\n    except OSError:\n        pass\n"
              "def add(a, b):\n    return a + b\n")
     result = run_python(flood, calls=calls, limits=SandboxLimits(audit_hook=False))
     assert result.status == "ok" and len(result.results) == len(calls)
     assert 1 <= len(scans) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
+    assert sum(looked) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
     # an honest run's results all come back (the report, a line per call, the empty end)
     scans.clear()
     honest = run_python("def add(a, b):\n    return a + b\n", calls=calls)

@@ -224,6 +224,26 @@ def test_only_the_first_result_of_a_call_counts_and_the_report_is_only_the_first
             b'{"i": 0, "value": 2}\n{"i": 0, "value": 3}\n{"i": 1, "raised": "KeyError"}\n')
     layers, results = parse_results(data, 2)
     assert layers == {} and results == [CallResult(True, 2), CallResult(False, error="KeyError")]
+    # A call's line is the first that begins as the harness's do, parsed or not: the trainer sent the next
+    # call on seeing it, so a line written after that (the harness's own included) cannot replace it.
+    data = b'{}\n{"value": 7, "i": 0}\n{"i": 0, "value": [\n{"i": 0, "value": 2}\n{"i": 1, "value": 3}\n'
+    assert parse_results(data, 2)[1] == [None, CallResult(True, 3)]
+
+
+def test_a_call_in_the_sandbox_sees_no_later_call_in_the_harness_frames_or_on_its_fds():
+    """No audit event sees ``f_back``: a program walked from its own frame into the harness's, which held
+    the whole job, and answered the first call knowing the inputs of the others (for an involution, one
+    assert's input is another's expected output). Calls now come one at a time, each after the previous
+    result came back; a program that reads the job's pipe itself takes only what was already sent."""
+    code = ("import os, sys\nseen = []\ndef f(x):\n    frame, text = sys._getframe(0), ''\n    while frame is not None:\n"
+            "        text += repr(frame.f_locals)\n        frame = frame.f_back\n    for fd in range(3, 64):\n"
+            "        try:\n            os.set_blocking(fd, False)\n            text += repr(os.read(fd, 65536))\n"
+            "        except OSError:\n            pass\n"
+            "    return sorted({n for n in ('100', '200', '300') if 'f(' + n + ')' in text.replace(' ', '')})\n")
+    result = run_python(code, limits=LIMITS, calls=["f(100)", "f(200)", "f(300)"])
+    assert result.status == "ok", result.stderr
+    seen = [set(r.value) for r in result.results]
+    assert seen[0] == {"100"} and seen[1] <= {"100", "200"} and "200" in seen[1] and "300" in seen[2], seen
 
 
 def test_sandbox_returns_results_as_plain_data_and_iterates_when_asked():

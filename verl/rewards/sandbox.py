@@ -9,7 +9,8 @@ by RLIMIT_FSIZE); the job comes in on a pipe and results go out on another (no f
 The verdict is never made inside the sandbox. ``calls`` (``sandbox_verdict.Call``) are expressions
 the sandbox evaluates after the program ran; their results come back as plain data that the
 caller judges (``scorers/code.py`` does, with ``sandbox_verdict.judge``). Expected outputs never
-enter the sandbox, so there is nothing there to read or tamper with.
+enter the sandbox, so there is nothing there to read or tamper with; the calls follow the job on its
+pipe one at a time, each once the previous result came back, so none is there before its turn.
 
 Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` says how):
 
@@ -74,7 +75,7 @@ from dataclasses import dataclass, field
 
 from verl.errors import RewardError
 from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
-from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
+from verl.rewards.sandbox_results import MAX_EXTRA_LINES, MAX_ITEMS, RESULT_PREFIX, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
 from verl.rewards.sandbox_workdir import _child_watch_workdir, remove_tree
 
@@ -179,10 +180,11 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     results as plain data in ``SandboxResult.results``. Never raises for anything the program does."""
     calls = [c if isinstance(c, Call) else Call(str(c)) for c in calls]
     _protect_trainer()
-    job = json.dumps({"code": code, "calls": [dataclasses.asdict(c) for c in calls],
-                      "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
-                      "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                      "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}).encode()
+    job = (json.dumps({"code": code, "calls": len(calls),
+                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
+                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
+                       "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}) + "\n").encode()
+    call_lines = [(json.dumps(dataclasses.asdict(c)) + "\n").encode() for c in calls]
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
 
@@ -205,7 +207,7 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
             opened.remove(fd)                 # gone), and the job's, which _supervise closes
             if fd != job_w:
                 os.close(fd)
-        exited, results = _supervise(proc.pid, job_w, job, results_r, limits)
+        exited, results = _supervise(proc.pid, job_w, job, call_lines, results_r, limits)
         _kill_run(proc.pid)
         returncode, cpu = _reap(proc)
         wall = time.monotonic() - started
@@ -295,11 +297,18 @@ def _memfd(name: str, data: bytes | None = None) -> int:
     return fd
 
 
-def _supervise(pid: int, job_w: int, job: bytes, results_r: int, limits: SandboxLimits) -> tuple[bool, bytearray]:
-    """Feed the job, collect results (at most ``max_output_bytes``, the rest read and dropped) and
-    wait for the child, up to the wall limit. Returns (exited, results). The child is waited on
-    with a pidfd and left unreaped, so its pid (the group id, and the name of the run's uid)
-    cannot be reused before ``_kill_run``. Closes ``job_w``."""
+def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], results_r: int,
+               limits: SandboxLimits) -> tuple[bool, bytearray]:
+    """Feed the job, then the calls, collect results (at most ``max_output_bytes``, the rest read and
+    dropped) and wait for the child, up to the wall limit. Returns (exited, results).
+
+    The calls go one at a time: call ``k + 1`` only once a results line of call ``k`` came back (the first
+    one, which is its result, see ``sandbox_results.parse_results``). A program that walks ``f_back`` from a
+    frame of its own into the harness (no audit event sees that) read every call of the job there while
+    answering the first, the inputs of later asserts included; now it finds the call it is answering.
+
+    The child is waited on with a pidfd and left unreaped, so its pid (the group id, and the name of the
+    run's uid) cannot be reused before ``_kill_run``. Closes ``job_w``."""
     deadline = time.monotonic() + limits.wall_seconds
     results = bytearray()
     pidfd = os.pidfd_open(pid)
@@ -309,7 +318,20 @@ def _supervise(pid: int, job_w: int, job: bytes, results_r: int, limits: Sandbox
     poller.register(job_w, select.POLLOUT)
     os.set_blocking(job_w, False)
     os.set_blocking(results_r, False)
-    sent, exited = 0, False
+    outgoing = bytearray(job + (call_lines[0] if call_lines else b""))
+    released, line_start, searched = min(1, len(call_lines)), 0, 0  # calls sent; where the unread lines begin
+    lines_left = [2 * len(call_lines) + MAX_EXTRA_LINES + 1]  # what parse_results looks at, the report included
+    exited, writing = False, True
+
+    def stop_writing() -> None:  # the job and every call sent, or no more to be sent
+        nonlocal job_w, writing
+        if writing:
+            poller.unregister(job_w)
+            writing = False
+        if job_w != -1:
+            os.close(job_w)  # the harness reads the end of its calls
+            job_w = -1
+
     try:
         while not exited:
             remaining = deadline - time.monotonic()
@@ -324,22 +346,57 @@ def _supervise(pid: int, job_w: int, job: bytes, results_r: int, limits: Sandbox
                     elif len(results) >= limits.max_output_bytes:  # the rest would be read only to be dropped
                         poller.unregister(results_r)
                         _stop_reading(results_r)
+                        stop_writing()  # no result would be read: no more calls
+                    while job_w != -1 and released < len(call_lines):
+                        found, line_start, searched = _find_line(results, line_start, searched, released - 1,
+                                                                 lines_left)
+                        if not found:
+                            if lines_left[0] <= 0:  # no later line would be read as a result: no more calls
+                                stop_writing()
+                            break
+                        outgoing += call_lines[released]
+                        released += 1
+                        if not writing:
+                            poller.register(job_w, select.POLLOUT)
+                            writing = True
                 elif fd == job_w:
                     try:
-                        sent += os.write(job_w, job[sent:sent + 65536])
+                        del outgoing[:os.write(job_w, outgoing[:65536])]
                     except BlockingIOError:
                         pass
                     except OSError:  # the child is gone
-                        sent = len(job)
-                    if sent >= len(job):
-                        poller.unregister(job_w)
-                        os.close(job_w)
-                        job_w = -1
+                        outgoing.clear()
+                        released = len(call_lines)
+                    if not outgoing:
+                        if released >= len(call_lines):
+                            stop_writing()
+                        else:
+                            poller.unregister(job_w)
+                            writing = False
     finally:
         os.close(pidfd)
         if job_w != -1:
             os.close(job_w)
     return exited, results
+
+
+def _find_line(results: bytearray, start: int, searched: int, index: int,
+               lines_left: list[int]) -> tuple[bool, int, int]:
+    """Whether a complete line from ``start`` on is call ``index``'s (``sandbox_results.RESULT_PREFIX``),
+    looking at no more than ``lines_left[0]`` lines (lowered by those looked at: a flood of empty lines
+    costs no more than the lines ``parse_results`` reads). Returns it, where the next unread line starts,
+    and how far the bytes were searched for a line end (a long line coming in pieces is searched once)."""
+    prefix = RESULT_PREFIX % index
+    while lines_left[0] > 0:
+        end = results.find(b"\n", max(start, searched))
+        if end < 0:
+            return False, start, len(results)
+        lines_left[0] -= 1
+        found = results.startswith(prefix, start, end)
+        start = searched = end + 1
+        if found:
+            return True, start, searched
+    return False, start, searched
 
 
 def _read_some(fd: int, into: bytearray, cap: int) -> bool:
@@ -457,5 +514,5 @@ _state = _child_init(_child_launch())
 _child_drop(_state)
 if _state["job"]["limits"]["audit_hook"]:
     _child_audit_hook(__import__("os").getcwd(), _state["job"]["exit_codes"]["blocked"])
-_child_run(_state["job"], _state["results_fd"])
+_child_run(_state["job"], _state["results_fd"], _state["job_fd"], _state["pending"])
 """

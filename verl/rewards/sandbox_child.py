@@ -20,7 +20,7 @@ handles) is on the stack once the program runs:
    and every capability, sets no-new-privileges, non-dumpable and rlimits, confines its writes to
    its working directory (Landlock, ``sandbox_landlock._child_landlock``), installs the filter, writes the set-up
    report as the first line of the results pipe, installs the audit hook and runs the program,
-   then each call, writing one JSON line per result.
+   then each call, as the trainer sends it on the job's pipe, writing one JSON line per result.
 """
 
 
@@ -35,15 +35,17 @@ def _child_launch() -> dict:
 
     job_fd, results_fd = int(sys.argv[2]), int(sys.argv[3])
     chunks = []
-    while True:
+    while not chunks or b"\n" not in chunks[-1]:  # the job is one line; the calls follow, one at a time
         chunk = os.read(job_fd, 1 << 16)
         if not chunk:
             break
         chunks.append(chunk)
-    os.close(job_fd)
-    os.closerange(3, results_fd)  # Popen passed only these; close anything else all the same
-    os.closerange(results_fd + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
-    job = json.loads(b"".join(chunks))
+    line, _, pending = b"".join(chunks).partition(b"\n")
+    low, high = sorted((job_fd, results_fd))  # Popen passed only these; close anything else all the same
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    job = json.loads(line)
     for name in job["preload"]:  # before the privilege drop: the interpreter may be unreadable then
         __import__(name)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -60,9 +62,10 @@ def _child_launch() -> dict:
     libc.prctl(4, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))  # not dumpable
     child = os.fork()
     if child == 0:
-        return {"job": job, "results_fd": results_fd, "layers": layers, "uid": uid, "gid": gid,
-                "is_root": is_root}
+        return {"job": job, "results_fd": results_fd, "job_fd": job_fd, "pending": pending, "layers": layers,
+                "uid": uid, "gid": gid, "is_root": is_root}
     os.close(results_fd)
+    os.close(job_fd)
     code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     # Stage 2 reports a signal death of stage 3 as 128 + signal: die of it too, so the trainer sees it.
     mirrored = {signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
@@ -248,6 +251,7 @@ def _child_init(state: dict) -> dict:
     if child == 0:
         return state
     os.close(state["results_fd"])
+    os.close(state["job_fd"])
     if not layers["private_workdir"]:  # a host directory, which no tmpfs bounds: watched (no orphans here)
         limits = state["job"]["limits"]
         status = _child_watch_workdir(child, os.getcwd(), limits["max_disk_bytes"],
@@ -333,8 +337,10 @@ def _child_drop(state: dict) -> None:
         report = report[os.write(state["results_fd"], report):]
 
 
-def _child_run(job: dict, results_fd: int) -> None:
-    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result."""
+def _child_run(job: dict, results_fd: int, job_fd: int, pending: bytes) -> None:
+    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result. The
+    calls are read from ``job_fd`` (``pending`` holds what was read of them with the job), one line
+    each: the trainer sends the next only once this one's result came back (``sandbox._supervise``)."""
     import atexit
     import builtins
     import json
@@ -344,15 +350,16 @@ def _child_run(job: dict, results_fd: int) -> None:
 
     # Bound before the program runs: patching builtins, json or os later changes none of this
     # (and could only spoil the program's own results: nothing here decides a pass).
-    exit_, write, compile_, exec_, eval_, dumps = posix._exit, posix.write, compile, exec, eval, json.dumps
+    exit_, write, read, compile_, exec_, eval_, dumps, loads = (posix._exit, posix.write, posix.read, compile, exec,
+                                                                eval, json.dumps, json.loads)
     excepthook, run_exitfuncs, encode, decode, type_, str_, import_ = (
         sys.__excepthook__, atexit._run_exitfuncs, _child_encode, _child_decode, type, str, __import__)
     # A class the program defines may be named MemoryError: only the builtin classes keep their names.
     # Looked up by id: a metaclass's __eq__ and __hash__ made a class of the program's "in" a set of them.
     builtin_errors = frozenset(id(v) for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
-    id_ = id
+    id_, set_blocking, blocking_error = id, posix.set_blocking, BlockingIOError
     memory_error = MemoryError
-    calls, memory_code = job["calls"], job["exit_codes"]["memory"]
+    calls, memory_code = range(job["calls"]), job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
@@ -369,8 +376,23 @@ def _child_run(job: dict, results_fd: int) -> None:
         else:
             excepthook(type_(error), error, error.__traceback__)
             calls, status = (), 1
-    for index, call in enumerate(calls):
+    for index in calls:
+        while b"\n" not in pending:
+            try:
+                chunk = read(job_fd, 65536)
+            except blocking_error:  # the program made the pipe non-blocking: wait for the call all the same
+                set_blocking(job_fd, True)
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:  # no more calls come (the trainer stopped reading results)
+                break
+            pending += chunk
+        line, newline, pending = pending.partition(b"\n")
+        if not newline:
+            break
         try:
+            call = loads(line)
             scope = {name: decode(value) for name, value in call["values"]}  # inputs the trainer computed
             for module in call["modules"]:
                 scope[module] = import_(module)
