@@ -261,11 +261,11 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
     """4 MiB of tiny lines written to the results pipe (every fd) once cost the trainer a parse per
     line, ~470,000 of them and 2 s of its CPU per run; now at most two per call plus a fixed slack,
     and the program only loses its own results."""
-    from verl.rewards import sandbox_results
+    from verl.rewards import sandbox_channel, sandbox_results
 
     scans, scan = [], sandbox_results._scan
     monkeypatch.setattr(sandbox_results, "_scan", lambda *args: scans.append(1) or scan(*args))
-    looked, find_line = [], sandbox._find_line  # the trainer's look for each call's line, before it sends the next
+    looked, find_line = [], sandbox_channel._find_line  # the trainer's look for each call's line, before it sends the next
 
     def counting(results, start, searched, index, lines_left):
         before = lines_left[0]
@@ -273,7 +273,7 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
         looked.append(before - lines_left[0])
         return found
 
-    monkeypatch.setattr(sandbox, "_find_line", counting)
+    monkeypatch.setattr(sandbox_channel, "_find_line", counting)
     flood = ("import os\njunk = b'{\"i\": 0}\\n' * (1 << 16)\nfor fd in range(3, 64):\n    try:\n"
              "        for _ in range(8):\n            os.write(fd, junk)\n    except OSError:\n        pass\n"
              "def add(a, b):\n    return a + b\n")

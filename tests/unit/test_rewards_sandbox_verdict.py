@@ -12,7 +12,7 @@ import pytest
 
 from verl.rewards import sandbox
 from verl.rewards.sandbox import SandboxLimits, run_python
-from verl.rewards.sandbox_child import _child_encode
+from verl.rewards.sandbox_codec import _child_encode
 from verl.rewards.sandbox_trusted import names_for
 from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, compile_check, decode_value, judge, parse_results
 from verl.rewards.sandbox_workdir import remove_tree

@@ -63,7 +63,6 @@ import inspect
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -74,8 +73,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from verl.errors import RewardError
-from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
-from verl.rewards.sandbox_results import MAX_EXTRA_LINES, MAX_ITEMS, RESULT_PREFIX, CallResult, parse_results
+from verl.rewards import sandbox_child, sandbox_codec, sandbox_hook, sandbox_landlock, sandbox_seccomp
+from verl.rewards.sandbox_channel import _drain, _supervise
+from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
 from verl.rewards.sandbox_workdir import _child_watch_workdir, remove_tree
 
@@ -297,144 +297,6 @@ def _memfd(name: str, data: bytes | None = None) -> int:
     return fd
 
 
-def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], results_r: int,
-               limits: SandboxLimits) -> tuple[bool, bytearray]:
-    """Feed the job, then the calls, collect results (at most ``max_output_bytes``, the rest read and
-    dropped) and wait for the child, up to the wall limit. Returns (exited, results).
-
-    The calls go one at a time: call ``k + 1`` only once a results line of call ``k`` came back (the first
-    one, which is its result, see ``sandbox_results.parse_results``). A program that walks ``f_back`` from a
-    frame of its own into the harness (no audit event sees that) read every call of the job there while
-    answering the first, the inputs of later asserts included; now it finds the call it is answering.
-
-    The child is waited on with a pidfd and left unreaped, so its pid (the group id, and the name of the
-    run's uid) cannot be reused before ``_kill_run``. Closes ``job_w``."""
-    deadline = time.monotonic() + limits.wall_seconds
-    results = bytearray()
-    pidfd = os.pidfd_open(pid)
-    poller = select.poll()  # not select.select: a trainer can hold more than 1024 fds
-    poller.register(pidfd, select.POLLIN)
-    poller.register(results_r, select.POLLIN)
-    poller.register(job_w, select.POLLOUT)
-    os.set_blocking(job_w, False)
-    os.set_blocking(results_r, False)
-    outgoing = bytearray(job + (call_lines[0] if call_lines else b""))
-    released, line_start, searched = min(1, len(call_lines)), 0, 0  # calls sent; where the unread lines begin
-    lines_left = [2 * len(call_lines) + MAX_EXTRA_LINES + 1]  # what parse_results looks at, the report included
-    exited, writing = False, True
-
-    def stop_writing() -> None:  # the job and every call sent, or no more to be sent
-        nonlocal job_w, writing
-        if writing:
-            poller.unregister(job_w)
-            writing = False
-        if job_w != -1:
-            os.close(job_w)  # the harness reads the end of its calls
-            job_w = -1
-
-    try:
-        while not exited:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
-                if fd == pidfd:
-                    exited = True
-                elif fd == results_r:
-                    if not _read_some(results_r, results, limits.max_output_bytes):
-                        poller.unregister(results_r)
-                    elif len(results) >= limits.max_output_bytes:  # the rest would be read only to be dropped
-                        poller.unregister(results_r)
-                        _stop_reading(results_r)
-                        stop_writing()  # no result would be read: no more calls
-                    while job_w != -1 and released < len(call_lines):
-                        found, line_start, searched = _find_line(results, line_start, searched, released - 1,
-                                                                 lines_left)
-                        if not found:
-                            if lines_left[0] <= 0:  # no later line would be read as a result: no more calls
-                                stop_writing()
-                            break
-                        outgoing += call_lines[released]
-                        released += 1
-                        if not writing:
-                            poller.register(job_w, select.POLLOUT)
-                            writing = True
-                elif fd == job_w:
-                    try:
-                        del outgoing[:os.write(job_w, outgoing[:65536])]
-                    except BlockingIOError:
-                        pass
-                    except OSError:  # the child is gone
-                        outgoing.clear()
-                        released = len(call_lines)
-                    if not outgoing:
-                        if released >= len(call_lines):
-                            stop_writing()
-                        else:
-                            poller.unregister(job_w)
-                            writing = False
-    finally:
-        os.close(pidfd)
-        if job_w != -1:
-            os.close(job_w)
-    return exited, results
-
-
-def _find_line(results: bytearray, start: int, searched: int, index: int,
-               lines_left: list[int]) -> tuple[bool, int, int]:
-    """Whether a complete line from ``start`` on is call ``index``'s (``sandbox_results.RESULT_PREFIX``),
-    looking at no more than ``lines_left[0]`` lines (lowered by those looked at: a flood of empty lines
-    costs no more than the lines ``parse_results`` reads). Returns it, where the next unread line starts,
-    and how far the bytes were searched for a line end (a long line coming in pieces is searched once)."""
-    prefix = RESULT_PREFIX % index
-    while lines_left[0] > 0:
-        end = results.find(b"\n", max(start, searched))
-        if end < 0:
-            return False, start, len(results)
-        lines_left[0] -= 1
-        found = results.startswith(prefix, start, end)
-        start = searched = end + 1
-        if found:
-            return True, start, searched
-    return False, start, searched
-
-
-def _read_some(fd: int, into: bytearray, cap: int) -> bool:
-    """One read into ``into`` (dropped beyond ``cap``); False at end of file."""
-    try:
-        chunk = os.read(fd, 65536)
-    except BlockingIOError:
-        return True
-    if chunk:
-        into += chunk[:max(0, cap - len(into))]
-    return bool(chunk)
-
-
-def _stop_reading(fd: int) -> None:
-    """Replace the read end of a pipe with /dev/null under the same fd number (closed as before, by
-    its owner): its writers get EPIPE from now on. A program that writes to the results pipe without
-    end made the trainer read and drop it as fast as it wrote (a 5 s run: ~2.4 s of trainer CPU for
-    0.1 s of its own); the harness, whose results are then lost anyway, stops at the error."""
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.dup2(null, fd, inheritable=False)
-    finally:
-        os.close(null)
-
-
-def _drain(fd: int, into: bytearray, cap: int) -> bool:
-    """What is still in the pipe, without waiting for writers that survived; True if capped."""
-    for _ in range(10_000):
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        into += chunk[:max(0, cap - len(into))]
-    return len(into) >= cap
-
-
 def _kill_run(pid: int) -> None:
     """SIGKILL the run's process group, then (as root) every live process of the run's uid."""
     with contextlib.suppress(ProcessLookupError):
@@ -507,7 +369,7 @@ _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
     sandbox_child._child_init, _child_watch_workdir, sandbox_child._child_drop, sandbox_landlock._child_landlock,
     sandbox_child._child_run,
-    sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
+    sandbox_child._child_exit_code, sandbox_codec._child_encode, sandbox_codec._child_decode,
     sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 
 _state = _child_init(_child_launch())

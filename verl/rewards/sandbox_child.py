@@ -1,7 +1,8 @@
 """The sandbox's child side (see :mod:`verl.rewards.sandbox`): isolation, privilege drop and the run.
 
 None of this runs in the trainer's process: ``sandbox.run_python`` ships these functions' source
-(and those of ``sandbox_hook``, ``sandbox_seccomp`` and ``sandbox_landlock``) to
+(and those of ``sandbox_hook``, ``sandbox_seccomp``, ``sandbox_landlock``, ``sandbox_codec`` and
+``sandbox_workdir._child_watch_workdir``) to
 ``python -I -B -c``, compiled as ``<verl-sandbox>``. So each function imports what it needs, and nothing from verl.
 Three processes take part, each started by a ``fork`` of the one before; each set-up function
 returns only in the new process, so that no frame of an earlier stage (nor any of its ctypes
@@ -340,7 +341,7 @@ def _child_drop(state: dict) -> None:
 def _child_run(job: dict, results_fd: int, job_fd: int, pending: bytes) -> None:
     """Stage 3: run the program as ``__main__``, then evaluate each call and write its result. The
     calls are read from ``job_fd`` (``pending`` holds what was read of them with the job), one line
-    each: the trainer sends the next only once this one's result came back (``sandbox._supervise``)."""
+    each: the trainer sends the next only once this one's result came back (``sandbox_channel._supervise``)."""
     import atexit
     import builtins
     import json
@@ -441,70 +442,3 @@ def _child_exit_code(stop) -> int:
     except BaseException:  # noqa: BLE001
         pass
     return 1
-
-
-def _child_encode(value, iterate: bool) -> tuple:
-    """``(True, json_ready)`` for plain data (see ``sandbox_verdict``), ``(False, "unplain:<type>")``
-    otherwise. Subclasses of the plain types are sent as their base type."""
-    import math
-
-    budget = [1_000_000]
-    plain = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
-
-    def enc(x, depth):
-        budget[0] -= 1
-        if depth > 100 or budget[0] < 0:
-            raise ValueError("result too deep or too large")
-        if x is None or x is True or x is False:
-            return x
-        if isinstance(x, int):
-            x = int(x)
-            return x if -2**53 < x < 2**53 else {"int": hex(x)}
-        if isinstance(x, float):
-            x = float(x)
-            return x if math.isfinite(x) else {"float": repr(x)}
-        if isinstance(x, complex):
-            x = complex(x)
-            return {"complex": [enc(x.real, depth + 1), enc(x.imag, depth + 1)]}
-        if isinstance(x, str):
-            return str.__str__(x)
-        if isinstance(x, (bytes, bytearray)):
-            return {"bytes" if isinstance(x, bytes) else "bytearray": bytes(x).hex()}
-        if isinstance(x, list):
-            return [enc(item, depth + 1) for item in list(x)]
-        if isinstance(x, tuple):
-            return {"tuple": [enc(item, depth + 1) for item in tuple(x)]}
-        if isinstance(x, dict):
-            return {"dict": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in dict(x).items()]}
-        if isinstance(x, (set, frozenset)):
-            return {"frozenset" if isinstance(x, frozenset) else "set": [enc(item, depth + 1) for item in x]}
-        raise TypeError("unplain:" + type(x).__name__)
-
-    if iterate and value is not None and not isinstance(value, plain):
-        value = list(value)  # as list(), sorted(), sum() ... would iterate it
-    try:
-        return True, enc(value, 0)
-    except TypeError as error:
-        if str(error).startswith("unplain:"):
-            return False, str(error)
-        raise
-
-
-def _child_decode(node):
-    """A value from the trainer, in ``_child_encode``'s form (trusted input: no bounds needed)."""
-    if node is None or type(node) in (bool, int, float, str):
-        return node
-    if type(node) is list:
-        return [_child_decode(x) for x in node]
-    (tag, body), = node.items()
-    if tag == "int":
-        return int(body, 16)
-    if tag == "float":
-        return float(body)
-    if tag == "complex":
-        return complex(_child_decode(body[0]), _child_decode(body[1]))
-    if tag in ("bytes", "bytearray"):
-        return (bytes if tag == "bytes" else bytearray).fromhex(body)
-    if tag == "dict":
-        return {_child_decode(k): _child_decode(v) for k, v in body}
-    return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](_child_decode(x) for x in body)

@@ -46,7 +46,7 @@ MAX_EXTRA_LINES = 64
 RESULT_PREFIX = b'{"i": %d, '
 """How the harness's line for a call begins (``json.dumps`` of ``{"i": index, ...}``). The first line that
 begins so for a call is that call's, parsed or not: the trainer sends the next call when it sees it
-(``sandbox._supervise``), so nothing written after the program saw the next call can change this one."""
+(``sandbox_channel._supervise``), so nothing written after the program saw the next call can change this one."""
 _LINE_OF = re.compile(rb'\{"i": (0|[1-9][0-9]{0,8}), ')
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # the two branches never overlap: linear time
@@ -109,7 +109,7 @@ def _scan(line: bytes, budget: int) -> int:
 
 
 def decode_value(encoded: Any, budget: list[int] | None = None) -> Any:
-    """A plain value from its JSON form (``sandbox_child._child_encode``). ValueError if malformed,
+    """A plain value from its JSON form (``sandbox_codec._child_encode``). ValueError if malformed,
     ``TooCostly`` past the bounds; ``budget`` (a one-item list) is the values left to build."""
     budget = budget if budget is not None else [MAX_ITEMS]
 
