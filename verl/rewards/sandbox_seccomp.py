@@ -16,7 +16,9 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   modify_ldt, uselib, iopl, ioperm), namespaces and mounts (mount, umount2, unshare, setns,
   pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr,
   and clone with any CLONE_NEW* flag), SysV IPC segments outside RLIMIT_AS (shmget, shmat,
-  shmctl, msgget, semget), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), leaving
+  shmctl, msgget, semget) and POSIX message queues (mq_open: in weak mode, where the IPC namespace is the
+  host's, a queue outlives the run, held against the uid's RLIMIT_MSGQUEUE and the host's
+  ``fs.mqueue.queues_max``), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), leaving
   the run's process group (setsid, setpgid: where neither a pid namespace nor an own uid ends the
   run, a plain user's weak mode, the group kill is what does, and a process outside it outlived the
   run, asleep or stopped, holding its memory), and
@@ -67,7 +69,7 @@ _NUMBERS = {
     "shmctl": (31, 195), "msgget": (68, 186), "semget": (64, 190), "acct": (163, 89), "swapon": (167, 224),
     "swapoff": (168, 225), "reboot": (169, 142), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
     "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116), "mknodat": (259, 33),
-    "setsid": (112, 157), "setpgid": (109, 154),
+    "setsid": (112, 157), "setpgid": (109, 154), "mq_open": (240, 180),
     "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None), "mknod": (133, None),
     # handled by the rules below, not killed outright
     "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
