@@ -245,6 +245,19 @@ def test_a_run_cannot_fill_its_working_directory_beyond_max_disk_bytes_in_any_mo
     assert "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "weak"])
+def test_the_oom_killer_takes_a_run_before_the_trainer_and_the_program_cannot_change_that(namespaces, monkeypatch):
+    """Many runs together, each within its limits, can exhaust the host's memory; the OOM killer then
+    took the process with the most resident memory, the trainer. Runs are its first choice now."""
+    monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
+    monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
+    code = ("def adj():\n    return open('/proc/self/oom_score_adj').read().strip()\nbefore = adj()\ntry:\n"
+            "    with open('/proc/self/oom_score_adj', 'w') as f:\n        f.write('0')\nexcept OSError:\n    pass\n"
+            "print(before, adj())\n")
+    result = run_python(code, limits=NO_HOOK)  # the hook refuses the write outright
+    assert result.status == "ok" and result.stdout.split() == ["1000", "1000"], result
+
+
 def test_a_run_killed_by_sigkill_that_the_trainer_did_not_send_is_reported_as_killed():
     """The launcher mirrors a signal death to the trainer; for SIGKILL (the OOM killer's, or its
     own) it raised EINVAL resetting a handler SIGKILL cannot have: status error, and its traceback

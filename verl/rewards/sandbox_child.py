@@ -47,6 +47,15 @@ def _child_launch() -> dict:
     os.closerange(low + 1, high)
     os.closerange(high + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
     job = json.loads(line)
+    # The first the kernel's OOM killer takes, before the trainer (whose resident memory is far larger:
+    # many runs together, each within its limits, can exhaust the host). Inherited by every stage; the
+    # program cannot lower it (its /proc is read-only, or Landlock refuses the write; as root the
+    # minimum is raised with it).
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     for name in job["preload"]:  # before the privilege drop: the interpreter may be unreadable then
         __import__(name)
     libc = ctypes.CDLL(None, use_errno=True)
