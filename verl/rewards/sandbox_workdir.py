@@ -88,8 +88,14 @@ def _child_watch_workdir(child: int, workdir: str, max_bytes: int, max_entries: 
     process (not the trainer) at most ~5% of a core. Returns ``child``'s wait status. Runs in the
     sandbox's own process: it imports what it needs, and nothing from verl."""
     import os
+    import select
     import signal
     import time
+
+    try:  # wakes the pause below as soon as the child ends, rather than up to 5 ms later
+        ended = os.pidfd_open(child)
+    except (AttributeError, OSError):
+        ended = None
 
     def over() -> str:
         used, entries, todo = 0, 0, [workdir]
@@ -131,4 +137,8 @@ def _child_watch_workdir(child: int, workdir: str, max_bytes: int, max_entries: 
                 pid, status = os.waitpid(-1, 0)
                 if pid == child:
                     return status
-        time.sleep(max(0.005, 20 * (time.monotonic() - started)))
+        pause = max(0.005, 20 * (time.monotonic() - started))
+        if ended is None:
+            time.sleep(pause)
+        else:
+            select.select([ended], [], [], pause)
