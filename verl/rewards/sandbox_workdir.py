@@ -104,14 +104,14 @@ def _child_watch_workdir(child: int, workdir: str, max_bytes: int, max_entries: 
                 for entry in listing:
                     entries += 1
                     if entries > max_entries:
-                        return f"more than {max_entries} entries"
+                        return f"held more than {max_entries} entries"
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:  # removed meanwhile
                         continue
                     used += max(info.st_blocks * 512, info.st_size)
                     if used > max_bytes:
-                        return f"more than {max_bytes} bytes (max_disk_bytes)"
+                        return f"held more than {max_bytes} bytes (max_disk_bytes)"
                     if entry.is_dir(follow_symlinks=False):
                         todo.append(entry.path)
         return ""
@@ -126,11 +126,11 @@ def _child_watch_workdir(child: int, workdir: str, max_bytes: int, max_entries: 
         try:
             why = over()
         except OSError as error:  # e.g. a mode of 000 on it: what cannot be looked at is not allowed to grow
-            why = f"a directory that cannot be listed ({error.strerror})"
+            why = f"could not be listed ({error.strerror})"
         if why:
             os.kill(child, signal.SIGKILL)
             try:
-                os.write(2, f"\nverl sandbox: killed: the working directory held {why}\n".encode())
+                os.write(2, f"\nverl sandbox: killed: the working directory {why}\n".encode())
             except OSError:
                 pass
             while True:
