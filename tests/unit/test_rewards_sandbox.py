@@ -300,6 +300,23 @@ def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounde
     assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
 
 
+def test_a_trickle_on_the_results_channel_does_not_wake_the_trainer_for_every_byte(monkeypatch):
+    """One byte at a time to every fd for 1 s: the trainer read each (a 2.5 s run took ~1 s of its CPU, with
+    the GIL held); now a small read that releases no call pauses the results pipe for 5 ms."""
+    reads, os_read = [], os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(1) or os_read(fd, n))
+    trickle = ("import os, time\nfds = []\nfor fd in range(3, 64):\n    try:\n        os.fstat(fd)\n        fds.append(fd)\n"
+               "    except OSError:\n        pass\nend = time.monotonic() + 1\nwhile time.monotonic() < end:\n"
+               "    for fd in fds:\n        try:\n            os.write(fd, b'x')\n        except OSError:\n            pass\n"
+               "def add(a, b):\n    return a + b\n")
+    result = run_python(trickle, calls=["add(1, 2)"], limits=NO_HOOK)
+    assert result.status == "ok" and result.results == [None]  # its junk came first, on the call's line
+    assert len(reads) < 1000, len(reads)  # ~200 a second at most, where every byte was one
+    reads.clear()
+    honest = run_python("def add(a, b):\n    return a + b\n", calls=["add(1, 2)", "add(3, 4)"], limits=NO_HOOK)
+    assert [r.value for r in honest.results] == [3, 7]
+
+
 @pytest.mark.parametrize("limits", [LIMITS, NO_HOOK])
 def test_an_endless_stream_on_the_results_channel_is_read_only_up_to_the_cap(limits, monkeypatch):
     """Writing to the results pipe without end made the trainer read (and drop) all of it: a 5 s

@@ -14,6 +14,13 @@ from verl.rewards.sandbox_results import MAX_EXTRA_LINES, RESULT_PREFIX
 if TYPE_CHECKING:
     from verl.rewards.sandbox import SandboxLimits
 
+TRICKLE_BYTES = 512
+TRICKLE_PAUSE_S = 0.005
+"""After a read of fewer than ``TRICKLE_BYTES`` results that released no call, the results pipe is not
+polled for ``TRICKLE_PAUSE_S``. A program writing one byte at a time to it woke the trainer for every
+byte: a 2.5 s run took ~1 s of the trainer's CPU (and its GIL), ~2 s at the default wall limit. Now at
+most ~200 such reads a second; the harness's lines each release a call (or come whole, with the exit)."""
+
 
 def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], results_r: int,
                limits: SandboxLimits) -> tuple[bool, bytearray]:
@@ -39,7 +46,7 @@ def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], result
     outgoing = bytearray(job + (call_lines[0] if call_lines else b""))
     released, line_start, searched = min(1, len(call_lines)), 0, 0  # calls sent; where the unread lines begin
     lines_left = [2 * len(call_lines) + MAX_EXTRA_LINES + 1]  # what parse_results looks at, the report included
-    exited, writing = False, True
+    exited, writing, resume = False, True, None  # resume: when a throttled results pipe is polled again
 
     def stop_writing() -> None:  # the job and every call sent, or no more to be sent
         nonlocal job_w, writing
@@ -52,19 +59,26 @@ def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], result
 
     try:
         while not exited:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 break
-            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+            if resume is not None and now >= resume:
+                poller.register(results_r, select.POLLIN)
+                resume = None
+            wait = remaining if resume is None else min(remaining, resume - now)
+            for fd, _ in poller.poll(max(1, int(wait * 1000) + 1)):
                 if fd == pidfd:
                     exited = True
                 elif fd == results_r:
-                    if not _read_some(results_r, results, limits.max_output_bytes):
+                    got, was_released = _read_some(results_r, results, limits.max_output_bytes), released
+                    if got is None:
                         poller.unregister(results_r)
                     elif len(results) >= limits.max_output_bytes:  # the rest would be read only to be dropped
                         poller.unregister(results_r)
                         _stop_reading(results_r)
                         stop_writing()  # no result would be read: no more calls
+                        got = None
                     while job_w != -1 and released < len(call_lines):
                         found, line_start, searched = _find_line(results, line_start, searched, released - 1,
                                                                  lines_left)
@@ -77,6 +91,9 @@ def _supervise(pid: int, job_w: int, job: bytes, call_lines: list[bytes], result
                         if not writing:
                             poller.register(job_w, select.POLLOUT)
                             writing = True
+                    if got is not None and got < TRICKLE_BYTES and released == was_released:
+                        poller.unregister(results_r)  # a trickle that released no call: look again later
+                        resume = time.monotonic() + TRICKLE_PAUSE_S
                 elif fd == job_w:
                     try:
                         del outgoing[:os.write(job_w, outgoing[:65536])]
@@ -117,15 +134,15 @@ def _find_line(results: bytearray, start: int, searched: int, index: int,
     return False, start, searched
 
 
-def _read_some(fd: int, into: bytearray, cap: int) -> bool:
-    """One read into ``into`` (dropped beyond ``cap``); False at end of file."""
+def _read_some(fd: int, into: bytearray, cap: int) -> int | None:
+    """One read into ``into`` (dropped beyond ``cap``): the bytes read, None at end of file."""
     try:
         chunk = os.read(fd, 65536)
     except BlockingIOError:
-        return True
+        return 0
     if chunk:
         into += chunk[:max(0, cap - len(into))]
-    return bool(chunk)
+    return len(chunk) or None
 
 
 def _stop_reading(fd: int) -> None:
