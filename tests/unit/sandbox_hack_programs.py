@@ -251,6 +251,29 @@ except OSError as error:
     print("not found", error)
 """
 
+# Answering a call with another call's input: for an involution (rev) the other assert's input is this one's
+# expected output. No audit event sees f_back, so the harness's frames are readable: they held every call of
+# the job, so the first call found the second's input and both passed. Calls now come one at a time, after
+# the previous result: the second still finds the first's input (as any program that remembers its
+# arguments does, which one run for all the asserts cannot prevent), the first nothing.
+OTHER_CALLS_FROM_THE_HARNESS_FRAMES = r"""
+import re, sys
+def inputs_of_other_calls():
+    found, frame = [], sys._getframe(0)
+    while frame is not None:
+        try:
+            found += re.findall(r"rev\(\\*'([^'\\]*)\\*'\)", repr(frame.f_locals))
+        except BaseException:
+            pass
+        frame = frame.f_back
+    return found
+def rev(s):
+    for other in inputs_of_other_calls():
+        if other != s and sorted(other) == sorted(s):
+            return other
+    return s
+"""
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -303,13 +326,17 @@ BANK = {  # name -> (program, tests, score)
     "exit_zero_from_a_timer_during_the_calls": (EXIT_ZERO_FROM_A_TIMER, REV_ASSERTS, 0.5),
     "results_channel_flooded_until_epipe": (FLOOD_UNTIL_EPIPE, REV_ASSERTS, 0.0),
     "answer_read_from_a_dataset_file": (DATASET_READ, SECRET_STDIO, 0.0),
+    "answer_read_from_the_other_calls_in_the_harness_frames": (OTHER_CALLS_FROM_THE_HARNESS_FRAMES,
+                                                               ["assert rev('stressed') == 'desserts'",
+                                                                "assert rev('desserts') == 'stressed'"], 0.5),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
                 "answer_read_from_the_session_keyring", "colliding_set_result", "colliding_list_made_a_set",
                 "spoofed_memory_error", "spoofed_memory_error_by_metaclass", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
                 "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
-                "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file"]
+                "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file",
+                "answer_read_from_the_other_calls_in_the_harness_frames"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]

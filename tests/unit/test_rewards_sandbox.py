@@ -221,26 +221,100 @@ def test_endless_output_is_capped(stream):
     assert result.status != "ok" and result.truncated and len(getattr(result, stream)) <= 64 * 1024
 
 
+@pytest.mark.parametrize("namespaces", [True, False], ids=["private-tmpfs", "weak-host-directory"])
+@pytest.mark.parametrize("files, size", [(16, 256 * 1024), (2000, 0)], ids=["bytes", "entries"])
+def test_a_run_cannot_fill_its_working_directory_beyond_max_disk_bytes_in_any_mode(namespaces, files, size,
+                                                                                    monkeypatch):
+    """RLIMIT_FSIZE bounds each file only. With namespaces the working directory is a tmpfs of
+    max_disk_bytes (ENOSPC past it); in weak mode it is a host directory, where a 3 s run wrote
+    ~3.2 GB of 4 MiB files (the trainer then took ~3.6 s to remove them): the run is killed there."""
+    monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
+    monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
+    code = (f"import os, time\nmade = 0\ntry:\n    for i in range({files}):\n        with open('f%d' % i, 'wb') as f:\n"
+            f"            f.write(b'x' * {size})\n        made += 1\nexcept OSError as error:\n"
+            f"    print('refused', error.errno)\nprint('made', made, flush=True)\ntime.sleep(0.5)\n")
+    result = run_python(code, limits=SandboxLimits(wall_seconds=5, max_disk_bytes=1 << 20))
+    if namespaces:
+        with_layer(result, "private_workdir")
+    assert result.layers["private_workdir"] is namespaces
+    if namespaces:
+        assert result.status == "ok" and "refused 28" in result.stdout, result  # ENOSPC
+    else:
+        assert result.status == "killed", result
+        assert "verl sandbox: killed: the working directory held more than" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("namespaces", [True, False], ids=["namespaces", "weak"])
+def test_the_oom_killer_takes_a_run_before_the_trainer_and_the_program_cannot_change_that(namespaces, monkeypatch):
+    """Many runs together, each within its limits, can exhaust the host's memory; the OOM killer then
+    took the process with the most resident memory, the trainer. Runs are its first choice now."""
+    monkeypatch.setattr(sandbox, "_NAMESPACES", namespaces)
+    monkeypatch.setitem(sandbox._state, "warned", True)  # the weak-mode warning is tested elsewhere
+    code = ("def adj():\n    return open('/proc/self/oom_score_adj').read().strip()\nbefore = adj()\ntry:\n"
+            "    with open('/proc/self/oom_score_adj', 'w') as f:\n        f.write('0')\nexcept OSError:\n    pass\n"
+            "print(before, adj())\n")
+    result = run_python(code, limits=NO_HOOK)  # the hook refuses the write outright
+    assert result.status == "ok" and result.stdout.split() == ["1000", "1000"], result
+
+
+def test_a_run_killed_by_sigkill_that_the_trainer_did_not_send_is_reported_as_killed():
+    """The launcher mirrors a signal death to the trainer; for SIGKILL (the OOM killer's, or its
+    own) it raised EINVAL resetting a handler SIGKILL cannot have: status error, and its traceback
+    on the program's stderr."""
+    code = "import os, signal\nprint('started', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    result = run_python(code, limits=NO_HOOK)  # the hook refuses os.kill, even to itself
+    assert (result.status, result.returncode, result.stdout) == ("killed", -9, "started\n"), result
+    assert result.stderr == ""
+
+
 @pytest.mark.parametrize("calls", [[], ["add(1, 2)", "add(3, 4)"]])
 def test_a_flood_of_junk_lines_on_the_results_channel_costs_the_trainer_a_bounded_number_of_parses(calls,
                                                                                                   monkeypatch):
     """4 MiB of tiny lines written to the results pipe (every fd) once cost the trainer a parse per
     line, ~470,000 of them and 2 s of its CPU per run; now at most two per call plus a fixed slack,
     and the program only loses its own results."""
-    from verl.rewards import sandbox_results
+    from verl.rewards import sandbox_channel, sandbox_results
 
     scans, scan = [], sandbox_results._scan
     monkeypatch.setattr(sandbox_results, "_scan", lambda *args: scans.append(1) or scan(*args))
+    looked, find_line = [], sandbox_channel._find_line  # the trainer's look for each call's line, before it sends the next
+
+    def counting(results, start, searched, index, lines_left):
+        before = lines_left[0]
+        found = find_line(results, start, searched, index, lines_left)
+        looked.append(before - lines_left[0])
+        return found
+
+    monkeypatch.setattr(sandbox_channel, "_find_line", counting)
     flood = ("import os\njunk = b'{\"i\": 0}\\n' * (1 << 16)\nfor fd in range(3, 64):\n    try:\n"
              "        for _ in range(8):\n            os.write(fd, junk)\n    except OSError:\n        pass\n"
              "def add(a, b):\n    return a + b\n")
     result = run_python(flood, calls=calls, limits=SandboxLimits(audit_hook=False))
     assert result.status == "ok" and len(result.results) == len(calls)
     assert 1 <= len(scans) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
+    assert sum(looked) <= 1 + 2 * len(calls) + sandbox_results.MAX_EXTRA_LINES
     # an honest run's results all come back (the report, a line per call, the empty end)
     scans.clear()
     honest = run_python("def add(a, b):\n    return a + b\n", calls=calls)
     assert [r.value for r in honest.results] == [3, 7][:len(calls)] and len(scans) <= 2 + len(calls)
+
+
+def test_a_trickle_on_the_results_channel_does_not_wake_the_trainer_for_every_byte(monkeypatch):
+    """One byte at a time to every fd for 1 s: the trainer read each (a 2.5 s run took ~1 s of its CPU, with
+    the GIL held); now a small read that releases no call pauses the results pipe for 5 ms."""
+    reads, os_read = [], os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: reads.append(1) or os_read(fd, n))
+    trickle = ("import os, time\nfds = []\nfor fd in range(3, 64):\n    try:\n        os.fstat(fd)\n        fds.append(fd)\n"
+               "    except OSError:\n        pass\nend = time.monotonic() + 1\nwhile time.monotonic() < end:\n"
+               "    for fd in fds:\n        try:\n            os.write(fd, b'x')\n        except OSError:\n            pass\n"
+               "def add(a, b):\n    return a + b\n")
+    result = run_python(trickle, calls=["add(1, 2)"], limits=NO_HOOK)
+    assert result.status == "ok" and result.results == [None]  # its junk came first, on the call's line
+    assert len(reads) < 1000, len(reads)  # ~200 a second at most, where every byte was one
+    reads.clear()
+    honest = run_python("def add(a, b):\n    return a + b\n", calls=["add(1, 2)", "add(3, 4)"], limits=NO_HOOK)
+    assert [r.value for r in honest.results] == [3, 7]
 
 
 @pytest.mark.parametrize("limits", [LIMITS, NO_HOOK])

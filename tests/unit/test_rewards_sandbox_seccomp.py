@@ -48,7 +48,16 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
             assert run(program, nr, spec=spec) == ALLOW, nr
     number = {name: numbers[column] for name, numbers in _NUMBERS.items()}
     assert run(program, number["socket"], (2, 1, 0), spec=spec) == 0x00050000 | 13   # EACCES
+    assert run(program, number["mq_open"], spec=spec) == KILL  # a queue would outlive a weak-mode run
     assert run(program, number["clone3"], spec=spec) == 0x00050000 | 38             # ENOSYS: libc falls back
+    assert run(program, number["sync"], spec=spec) == 0x00050000                    # returns 0, writes nothing back
+    assert run(program, number["syncfs"], (3,), spec=spec) == 0x00050000
+    for name in ("inotify_init", "inotify_init1", "fanotify_init"):                # they count against the uid
+        if number[name] is not None:
+            assert run(program, number[name], spec=spec) == 0x00050000 | 13, name   # EACCES
+    assert run(program, number["fcntl"], (5, 1031, 1 << 20), spec=spec) == 0x00050000 | 1  # F_SETPIPE_SZ: EPERM
+    for cmd in (0, 1, 2, 3, 4, 1032):                                              # F_DUPFD ... F_GETPIPE_SZ
+        assert run(program, number["fcntl"], (5, cmd), spec=spec) == ALLOW, cmd
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         assert run(program, number[name], (PID, 9), spec=spec) == ALLOW, name        # itself (abort, raise)
         for other in (1, 0, -1, PID + 1, PID + 2**32):

@@ -12,7 +12,7 @@ import pytest
 
 from verl.rewards import sandbox
 from verl.rewards.sandbox import SandboxLimits, run_python
-from verl.rewards.sandbox_child import _child_encode
+from verl.rewards.sandbox_codec import _child_encode
 from verl.rewards.sandbox_trusted import names_for
 from verl.rewards.sandbox_verdict import Call, CallResult, compile_assert, compile_check, decode_value, judge, parse_results
 from verl.rewards.sandbox_workdir import remove_tree
@@ -159,6 +159,10 @@ def test_other_shapes_cannot_be_judged_and_have_no_plan(source):
     ("assert len(list(range(f(1)))) == 3", [10**18], False),  # the range would be too long to judge
     ("assert math.factorial(f(1)) > 0", [10**9], False),
     ("assert pow(2, f(1)) > 0", [10**12], False),
+    ("assert pow(3, f(1), 1000000007) != -1", [2**99_999], True),  # a long exponent, a short modulus: cheap
+    ("assert pow(f(1), 65537, f(2)) != -1", [3, 2**2048 - 159], True),  # RSA sizes: cheap
+    # a 16-bit exponent and a 100,000-bit modulus, both returned: ~0.5 s here, ~80 s with a 2,000-bit exponent
+    ("assert pow(3, f(1), f(2)) != -1", [2**16 - 1, 2**100_000 - 1], False),
 ])
 def test_the_trusted_side_judges_plain_values_as_python_would(source, values, passed):
     assert verdict(source, *values)[0] is passed
@@ -220,6 +224,26 @@ def test_only_the_first_result_of_a_call_counts_and_the_report_is_only_the_first
             b'{"i": 0, "value": 2}\n{"i": 0, "value": 3}\n{"i": 1, "raised": "KeyError"}\n')
     layers, results = parse_results(data, 2)
     assert layers == {} and results == [CallResult(True, 2), CallResult(False, error="KeyError")]
+    # A call's line is the first that begins as the harness's do, parsed or not: the trainer sent the next
+    # call on seeing it, so a line written after that (the harness's own included) cannot replace it.
+    data = b'{}\n{"value": 7, "i": 0}\n{"i": 0, "value": [\n{"i": 0, "value": 2}\n{"i": 1, "value": 3}\n'
+    assert parse_results(data, 2)[1] == [None, CallResult(True, 3)]
+
+
+def test_a_call_in_the_sandbox_sees_no_later_call_in_the_harness_frames_or_on_its_fds():
+    """No audit event sees ``f_back``: a program walked from its own frame into the harness's, which held
+    the whole job, and answered the first call knowing the inputs of the others (for an involution, one
+    assert's input is another's expected output). Calls now come one at a time, each after the previous
+    result came back; a program that reads the job's pipe itself takes only what was already sent."""
+    code = ("import os, sys\nseen = []\ndef f(x):\n    frame, text = sys._getframe(0), ''\n    while frame is not None:\n"
+            "        text += repr(frame.f_locals)\n        frame = frame.f_back\n    for fd in range(3, 64):\n"
+            "        try:\n            os.set_blocking(fd, False)\n            text += repr(os.read(fd, 65536))\n"
+            "        except OSError:\n            pass\n"
+            "    return sorted({n for n in ('100', '200', '300') if 'f(' + n + ')' in text.replace(' ', '')})\n")
+    result = run_python(code, limits=LIMITS, calls=["f(100)", "f(200)", "f(300)"])
+    assert result.status == "ok", result.stderr
+    seen = [set(r.value) for r in result.results]
+    assert seen[0] == {"100"} and seen[1] <= {"100", "200"} and "200" in seen[1] and "300" in seen[2], seen
 
 
 def test_sandbox_returns_results_as_plain_data_and_iterates_when_asked():
@@ -364,6 +388,9 @@ def test_strings_do_not_count_as_items_and_cannot_hide_separators():
     ("assert isinstance(f(1), range)", [0], False),
     ("assert str(f(1)) == '1'", 1, True),
     ("assert len(str(f(1))) > 0", "2**90_000", False),          # int -> str of 27,000 digits: refused
+    ("assert int(f(1), 16) == 255", "ff", True),
+    ("assert divmod(int(f(1), 16), 3) != -1", "f" * 30_000, False),  # 120,000 bits, past what is computed with
+    ("assert int(f(1), 0) > 0", "0b" + "1" * 100_001, False),
 ])
 def test_trusted_types_are_the_real_types_and_their_calls_are_bounded(source, value, passed):
     value = 2**90_000 if value == "2**90_000" else value

@@ -9,7 +9,8 @@ by RLIMIT_FSIZE); the job comes in on a pipe and results go out on another (no f
 The verdict is never made inside the sandbox. ``calls`` (``sandbox_verdict.Call``) are expressions
 the sandbox evaluates after the program ran; their results come back as plain data that the
 caller judges (``scorers/code.py`` does, with ``sandbox_verdict.judge``). Expected outputs never
-enter the sandbox, so there is nothing there to read or tamper with.
+enter the sandbox, so there is nothing there to read or tamper with; the calls follow the job on its
+pipe one at a time, each once the previous result came back, so none is there before its turn.
 
 Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` says how):
 
@@ -62,7 +63,6 @@ import inspect
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -73,10 +73,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from verl.errors import RewardError
-from verl.rewards import sandbox_child, sandbox_hook, sandbox_landlock, sandbox_seccomp
+from verl.rewards import sandbox_child, sandbox_codec, sandbox_hook, sandbox_landlock, sandbox_seccomp
+from verl.rewards.sandbox_channel import _drain, _supervise
 from verl.rewards.sandbox_results import MAX_ITEMS, CallResult, parse_results
 from verl.rewards.sandbox_verdict import Call
-from verl.rewards.sandbox_workdir import remove_tree
+from verl.rewards.sandbox_workdir import _child_watch_workdir, remove_tree
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +128,9 @@ class SandboxLimits:
     max_processes: int = 1
     """RLIMIT_NPROC for the run's uid: 1 forbids fork and threads (the audit hook refuses fork anyway)."""
     max_disk_bytes: int = 32 * 2**20
-    """Size of the private working directory (a tmpfs; where the mount namespace is available)."""
+    """Size of the private working directory (a tmpfs; where the mount namespace is available). In weak
+    mode (a host directory) the run is killed once the directory holds more, or more than 1 entry per 4 KiB
+    of it (``sandbox_workdir._child_watch_workdir``)."""
     max_shm_bytes: int = 4 * 2**20
     """Size of the private, empty /dev/shm (a tmpfs; where the mount namespace is available)."""
     max_result_items: int = MAX_ITEMS
@@ -177,10 +180,11 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     results as plain data in ``SandboxResult.results``. Never raises for anything the program does."""
     calls = [c if isinstance(c, Call) else Call(str(c)) for c in calls]
     _protect_trainer()
-    job = json.dumps({"code": code, "calls": [dataclasses.asdict(c) for c in calls],
-                      "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
-                      "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                      "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}).encode()
+    job = (json.dumps({"code": code, "calls": len(calls),
+                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
+                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
+                       "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}) + "\n").encode()
+    call_lines = [(json.dumps(dataclasses.asdict(c)) + "\n").encode() for c in calls]
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
 
@@ -203,7 +207,7 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
             opened.remove(fd)                 # gone), and the job's, which _supervise closes
             if fd != job_w:
                 os.close(fd)
-        exited, results = _supervise(proc.pid, job_w, job, results_r, limits)
+        exited, results = _supervise(proc.pid, job_w, job, call_lines, results_r, limits)
         _kill_run(proc.pid)
         returncode, cpu = _reap(proc)
         wall = time.monotonic() - started
@@ -293,89 +297,6 @@ def _memfd(name: str, data: bytes | None = None) -> int:
     return fd
 
 
-def _supervise(pid: int, job_w: int, job: bytes, results_r: int, limits: SandboxLimits) -> tuple[bool, bytearray]:
-    """Feed the job, collect results (at most ``max_output_bytes``, the rest read and dropped) and
-    wait for the child, up to the wall limit. Returns (exited, results). The child is waited on
-    with a pidfd and left unreaped, so its pid (the group id, and the name of the run's uid)
-    cannot be reused before ``_kill_run``. Closes ``job_w``."""
-    deadline = time.monotonic() + limits.wall_seconds
-    results = bytearray()
-    pidfd = os.pidfd_open(pid)
-    poller = select.poll()  # not select.select: a trainer can hold more than 1024 fds
-    poller.register(pidfd, select.POLLIN)
-    poller.register(results_r, select.POLLIN)
-    poller.register(job_w, select.POLLOUT)
-    os.set_blocking(job_w, False)
-    os.set_blocking(results_r, False)
-    sent, exited = 0, False
-    try:
-        while not exited:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            for fd, _ in poller.poll(max(1, int(remaining * 1000))):
-                if fd == pidfd:
-                    exited = True
-                elif fd == results_r:
-                    if not _read_some(results_r, results, limits.max_output_bytes):
-                        poller.unregister(results_r)
-                    elif len(results) >= limits.max_output_bytes:  # the rest would be read only to be dropped
-                        poller.unregister(results_r)
-                        _stop_reading(results_r)
-                elif fd == job_w:
-                    try:
-                        sent += os.write(job_w, job[sent:sent + 65536])
-                    except BlockingIOError:
-                        pass
-                    except OSError:  # the child is gone
-                        sent = len(job)
-                    if sent >= len(job):
-                        poller.unregister(job_w)
-                        os.close(job_w)
-                        job_w = -1
-    finally:
-        os.close(pidfd)
-        if job_w != -1:
-            os.close(job_w)
-    return exited, results
-
-
-def _read_some(fd: int, into: bytearray, cap: int) -> bool:
-    """One read into ``into`` (dropped beyond ``cap``); False at end of file."""
-    try:
-        chunk = os.read(fd, 65536)
-    except BlockingIOError:
-        return True
-    if chunk:
-        into += chunk[:max(0, cap - len(into))]
-    return bool(chunk)
-
-
-def _stop_reading(fd: int) -> None:
-    """Replace the read end of a pipe with /dev/null under the same fd number (closed as before, by
-    its owner): its writers get EPIPE from now on. A program that writes to the results pipe without
-    end made the trainer read and drop it as fast as it wrote (a 5 s run: ~2.4 s of trainer CPU for
-    0.1 s of its own); the harness, whose results are then lost anyway, stops at the error."""
-    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.dup2(null, fd, inheritable=False)
-    finally:
-        os.close(null)
-
-
-def _drain(fd: int, into: bytearray, cap: int) -> bool:
-    """What is still in the pipe, without waiting for writers that survived; True if capped."""
-    for _ in range(10_000):
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        into += chunk[:max(0, cap - len(into))]
-    return len(into) >= cap
-
-
 def _kill_run(pid: int) -> None:
     """SIGKILL the run's process group, then (as root) every live process of the run's uid."""
     with contextlib.suppress(ProcessLookupError):
@@ -446,13 +367,14 @@ def _status(exited: bool, returncode: int | None, cpu: float | None, limits: San
 _STUB = "import sys; exec(compile(sys.argv[1], '<verl-sandbox>', 'exec'))"
 _CHILD_SOURCE = "\n\n".join(inspect.getsource(f) for f in (
     sandbox_child._child_launch, sandbox_child._child_namespaces, sandbox_child._child_private_mounts,
-    sandbox_child._child_init, sandbox_child._child_drop, sandbox_landlock._child_landlock, sandbox_child._child_run,
-    sandbox_child._child_exit_code, sandbox_child._child_encode, sandbox_child._child_decode,
+    sandbox_child._child_init, _child_watch_workdir, sandbox_child._child_drop, sandbox_landlock._child_landlock,
+    sandbox_child._child_run,
+    sandbox_child._child_exit_code, sandbox_codec._child_encode, sandbox_codec._child_decode,
     sandbox_seccomp._child_seccomp_program, sandbox_seccomp._child_seccomp, sandbox_hook._child_audit_hook)) + """
 
 _state = _child_init(_child_launch())
 _child_drop(_state)
 if _state["job"]["limits"]["audit_hook"]:
     _child_audit_hook(__import__("os").getcwd(), _state["job"]["exit_codes"]["blocked"])
-_child_run(_state["job"], _state["results_fd"])
+_child_run(_state["job"], _state["results_fd"], _state["job_fd"], _state["pending"])
 """

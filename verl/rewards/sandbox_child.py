@@ -1,7 +1,8 @@
 """The sandbox's child side (see :mod:`verl.rewards.sandbox`): isolation, privilege drop and the run.
 
 None of this runs in the trainer's process: ``sandbox.run_python`` ships these functions' source
-(and those of ``sandbox_hook``, ``sandbox_seccomp`` and ``sandbox_landlock``) to
+(and those of ``sandbox_hook``, ``sandbox_seccomp``, ``sandbox_landlock``, ``sandbox_codec`` and
+``sandbox_workdir._child_watch_workdir``) to
 ``python -I -B -c``, compiled as ``<verl-sandbox>``. So each function imports what it needs, and nothing from verl.
 Three processes take part, each started by a ``fork`` of the one before; each set-up function
 returns only in the new process, so that no frame of an earlier stage (nor any of its ctypes
@@ -14,12 +15,13 @@ handles) is on the stack once the program runs:
    (``_child_private_mounts``: system directories and the interpreter, read-only; a /proc of the
    new pid namespace; a private tmpfs as the working directory; nothing else), forks 3., reaps
    every orphan, and exits as 3. did; when it exits the kernel kills whatever is left in the
-   namespace;
+   namespace. Without the private working directory (weak mode) it watches the host directory instead
+   (``sandbox_workdir._child_watch_workdir``): no tmpfs bounds what is written there;
 3. the *sandboxed* process (``_child_drop``, then ``_child_run``): drops to its own uid (root)
    and every capability, sets no-new-privileges, non-dumpable and rlimits, confines its writes to
    its working directory (Landlock, ``sandbox_landlock._child_landlock``), installs the filter, writes the set-up
    report as the first line of the results pipe, installs the audit hook and runs the program,
-   then each call, writing one JSON line per result.
+   then each call, as the trainer sends it on the job's pipe, writing one JSON line per result.
 """
 
 
@@ -34,15 +36,26 @@ def _child_launch() -> dict:
 
     job_fd, results_fd = int(sys.argv[2]), int(sys.argv[3])
     chunks = []
-    while True:
+    while not chunks or b"\n" not in chunks[-1]:  # the job is one line; the calls follow, one at a time
         chunk = os.read(job_fd, 1 << 16)
         if not chunk:
             break
         chunks.append(chunk)
-    os.close(job_fd)
-    os.closerange(3, results_fd)  # Popen passed only these; close anything else all the same
-    os.closerange(results_fd + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
-    job = json.loads(b"".join(chunks))
+    line, _, pending = b"".join(chunks).partition(b"\n")
+    low, high = sorted((job_fd, results_fd))  # Popen passed only these; close anything else all the same
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, max(1 << 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    job = json.loads(line)
+    # The first the kernel's OOM killer takes, before the trainer (whose resident memory is far larger:
+    # many runs together, each within its limits, can exhaust the host). Inherited by every stage; the
+    # program cannot lower it (its /proc is read-only, or Landlock refuses the write; as root the
+    # minimum is raised with it).
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     for name in job["preload"]:  # before the privilege drop: the interpreter may be unreadable then
         __import__(name)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -59,9 +72,10 @@ def _child_launch() -> dict:
     libc.prctl(4, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))  # not dumpable
     child = os.fork()
     if child == 0:
-        return {"job": job, "results_fd": results_fd, "layers": layers, "uid": uid, "gid": gid,
-                "is_root": is_root}
+        return {"job": job, "results_fd": results_fd, "job_fd": job_fd, "pending": pending, "layers": layers,
+                "uid": uid, "gid": gid, "is_root": is_root}
     os.close(results_fd)
+    os.close(job_fd)
     code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     # Stage 2 reports a signal death of stage 3 as 128 + signal: die of it too, so the trainer sees it.
     mirrored = {signal.SIGKILL, signal.SIGXCPU, signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS,
@@ -69,7 +83,8 @@ def _child_launch() -> dict:
                 signal.SIGPIPE, signal.SIGINT, signal.SIGHUP, signal.SIGALRM, signal.SIGQUIT}
     sig = -code if code < 0 else code - 128
     if sig in mirrored:
-        signal.signal(sig, signal.SIG_DFL)
+        if sig != signal.SIGKILL:  # SIGKILL has no handler to reset (signal.signal raised EINVAL for it)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(code if code >= 0 else 128 - code)
 
@@ -246,7 +261,12 @@ def _child_init(state: dict) -> dict:
     if child == 0:
         return state
     os.close(state["results_fd"])
-    while True:  # as a namespace's init, reap every orphan until the sandboxed process is done
+    os.close(state["job_fd"])
+    if not layers["private_workdir"]:  # a host directory, which no tmpfs bounds: watched (no orphans here)
+        limits = state["job"]["limits"]
+        status = _child_watch_workdir(child, os.getcwd(), limits["max_disk_bytes"],
+                                      max(64, limits["max_disk_bytes"] // 4096))
+    while layers["private_workdir"]:  # as a namespace's init, reap every orphan until the sandboxed process is done
         pid, status = os.waitpid(-1, 0)
         if pid == child:
             break
@@ -327,8 +347,10 @@ def _child_drop(state: dict) -> None:
         report = report[os.write(state["results_fd"], report):]
 
 
-def _child_run(job: dict, results_fd: int) -> None:
-    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result."""
+def _child_run(job: dict, results_fd: int, job_fd: int, pending: bytes) -> None:
+    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result. The
+    calls are read from ``job_fd`` (``pending`` holds what was read of them with the job), one line
+    each: the trainer sends the next only once this one's result came back (``sandbox_channel._supervise``)."""
     import atexit
     import builtins
     import json
@@ -338,15 +360,16 @@ def _child_run(job: dict, results_fd: int) -> None:
 
     # Bound before the program runs: patching builtins, json or os later changes none of this
     # (and could only spoil the program's own results: nothing here decides a pass).
-    exit_, write, compile_, exec_, eval_, dumps = posix._exit, posix.write, compile, exec, eval, json.dumps
+    exit_, write, read, compile_, exec_, eval_, dumps, loads = (posix._exit, posix.write, posix.read, compile, exec,
+                                                                eval, json.dumps, json.loads)
     excepthook, run_exitfuncs, encode, decode, type_, str_, import_ = (
         sys.__excepthook__, atexit._run_exitfuncs, _child_encode, _child_decode, type, str, __import__)
     # A class the program defines may be named MemoryError: only the builtin classes keep their names.
     # Looked up by id: a metaclass's __eq__ and __hash__ made a class of the program's "in" a set of them.
     builtin_errors = frozenset(id(v) for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
-    id_ = id
+    id_, set_blocking, blocking_error = id, posix.set_blocking, BlockingIOError
     memory_error = MemoryError
-    calls, memory_code = job["calls"], job["exit_codes"]["memory"]
+    calls, memory_code = range(job["calls"]), job["exit_codes"]["memory"]
     main = types.ModuleType("__main__")
     main.__builtins__ = builtins
     sys.modules["__main__"] = main
@@ -363,8 +386,23 @@ def _child_run(job: dict, results_fd: int) -> None:
         else:
             excepthook(type_(error), error, error.__traceback__)
             calls, status = (), 1
-    for index, call in enumerate(calls):
+    for index in calls:
+        while b"\n" not in pending:
+            try:
+                chunk = read(job_fd, 65536)
+            except blocking_error:  # the program made the pipe non-blocking: wait for the call all the same
+                set_blocking(job_fd, True)
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:  # no more calls come (the trainer stopped reading results)
+                break
+            pending += chunk
+        line, newline, pending = pending.partition(b"\n")
+        if not newline:
+            break
         try:
+            call = loads(line)
             scope = {name: decode(value) for name, value in call["values"]}  # inputs the trainer computed
             for module in call["modules"]:
                 scope[module] = import_(module)
@@ -413,70 +451,3 @@ def _child_exit_code(stop) -> int:
     except BaseException:  # noqa: BLE001
         pass
     return 1
-
-
-def _child_encode(value, iterate: bool) -> tuple:
-    """``(True, json_ready)`` for plain data (see ``sandbox_verdict``), ``(False, "unplain:<type>")``
-    otherwise. Subclasses of the plain types are sent as their base type."""
-    import math
-
-    budget = [1_000_000]
-    plain = (bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
-
-    def enc(x, depth):
-        budget[0] -= 1
-        if depth > 100 or budget[0] < 0:
-            raise ValueError("result too deep or too large")
-        if x is None or x is True or x is False:
-            return x
-        if isinstance(x, int):
-            x = int(x)
-            return x if -2**53 < x < 2**53 else {"int": hex(x)}
-        if isinstance(x, float):
-            x = float(x)
-            return x if math.isfinite(x) else {"float": repr(x)}
-        if isinstance(x, complex):
-            x = complex(x)
-            return {"complex": [enc(x.real, depth + 1), enc(x.imag, depth + 1)]}
-        if isinstance(x, str):
-            return str.__str__(x)
-        if isinstance(x, (bytes, bytearray)):
-            return {"bytes" if isinstance(x, bytes) else "bytearray": bytes(x).hex()}
-        if isinstance(x, list):
-            return [enc(item, depth + 1) for item in list(x)]
-        if isinstance(x, tuple):
-            return {"tuple": [enc(item, depth + 1) for item in tuple(x)]}
-        if isinstance(x, dict):
-            return {"dict": [[enc(k, depth + 1), enc(v, depth + 1)] for k, v in dict(x).items()]}
-        if isinstance(x, (set, frozenset)):
-            return {"frozenset" if isinstance(x, frozenset) else "set": [enc(item, depth + 1) for item in x]}
-        raise TypeError("unplain:" + type(x).__name__)
-
-    if iterate and value is not None and not isinstance(value, plain):
-        value = list(value)  # as list(), sorted(), sum() ... would iterate it
-    try:
-        return True, enc(value, 0)
-    except TypeError as error:
-        if str(error).startswith("unplain:"):
-            return False, str(error)
-        raise
-
-
-def _child_decode(node):
-    """A value from the trainer, in ``_child_encode``'s form (trusted input: no bounds needed)."""
-    if node is None or type(node) in (bool, int, float, str):
-        return node
-    if type(node) is list:
-        return [_child_decode(x) for x in node]
-    (tag, body), = node.items()
-    if tag == "int":
-        return int(body, 16)
-    if tag == "float":
-        return float(body)
-    if tag == "complex":
-        return complex(_child_decode(body[0]), _child_decode(body[1]))
-    if tag in ("bytes", "bytearray"):
-        return (bytes if tag == "bytes" else bytearray).fromhex(body)
-    if tag == "dict":
-        return {_child_decode(k): _child_decode(v) for k, v in body}
-    return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](_child_decode(x) for x in body)

@@ -43,6 +43,11 @@ nothing larger."""
 
 MAX_EXTRA_LINES = 64
 """Lines beyond two per call that are still looked at on the results channel (see ``parse_results``)."""
+RESULT_PREFIX = b'{"i": %d, '
+"""How the harness's line for a call begins (``json.dumps`` of ``{"i": index, ...}``). The first line that
+begins so for a call is that call's, parsed or not: the trainer sends the next call when it sees it
+(``sandbox_channel._supervise``), so nothing written after the program saw the next call can change this one."""
+_LINE_OF = re.compile(rb'\{"i": (0|[1-9][0-9]{0,8}), ')
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')  # the two branches never overlap: linear time
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
@@ -104,7 +109,7 @@ def _scan(line: bytes, budget: int) -> int:
 
 
 def decode_value(encoded: Any, budget: list[int] | None = None) -> Any:
-    """A plain value from its JSON form (``sandbox_child._child_encode``). ValueError if malformed,
+    """A plain value from its JSON form (``sandbox_codec._child_encode``). ValueError if malformed,
     ``TooCostly`` past the bounds; ``budget`` (a one-item list) is the values left to build."""
     budget = budget if budget is not None else [MAX_ITEMS]
 
@@ -153,9 +158,9 @@ def parse_results(data: bytes, num_calls: int, max_items: int = MAX_ITEMS) -> tu
     """``(layers, results)`` from what the sandbox wrote to its results pipe.
 
     The first line is the set-up report, written before the program started; each further line
-    is one call's result. The program can write to the pipe too: anything malformed is ignored
-    (that call then has no result), and only the first result of each call counts. All lines
-    together build at most ``max_items`` values, and at most ``2 * num_calls + MAX_EXTRA_LINES``
+    is one call's result. The program can write to the pipe too: only the first line that begins as
+    the harness's do (``RESULT_PREFIX``) counts for a call, and if it is malformed that call has no
+    result. All lines together build at most ``max_items`` values, and at most ``2 * num_calls + MAX_EXTRA_LINES``
     lines after the report are looked at (the harness writes one per call; more are the program's
     own, which can then only push its own results out). Never raises.
     """
@@ -171,15 +176,20 @@ def parse_results(data: bytes, num_calls: int, max_items: int = MAX_ITEMS) -> tu
     except Exception:  # noqa: BLE001 (set-up died before reporting)
         pass
     results: list[CallResult | None] = [None] * num_calls
+    decided = [False] * num_calls
     budget = [max_items]
     for line in lines[1:]:
         if budget[0] <= 0:
             break
+        match = _LINE_OF.match(line)
+        index = int(match.group(1)) if match else -1
+        if not 0 <= index < num_calls or decided[index]:
+            continue
+        decided[index] = True  # this call's line, whatever follows (see RESULT_PREFIX)
         try:
             budget[0] -= _scan(line, budget[0])
             record = json.loads(line)
-            index = record["i"]
-            if type(index) is not int or not 0 <= index < num_calls or results[index] is not None:
+            if type(record) is not dict or record.get("i") != index or type(record["i"]) is not int:
                 continue
             if "value" in record:
                 try:

@@ -16,7 +16,9 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   modify_ldt, uselib, iopl, ioperm), namespaces and mounts (mount, umount2, unshare, setns,
   pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr,
   and clone with any CLONE_NEW* flag), SysV IPC segments outside RLIMIT_AS (shmget, shmat,
-  shmctl, msgget, semget), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), leaving
+  shmctl, msgget, semget) and POSIX message queues (mq_open: in weak mode, where the IPC namespace is the
+  host's, a queue outlives the run, held against the uid's RLIMIT_MSGQUEUE and the host's
+  ``fs.mqueue.queues_max``), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), leaving
   the run's process group (setsid, setpgid: where neither a pid namespace nor an own uid ends the
   run, a plain user's weak mode, the group kill is what does, and a process outside it outlived the
   run, asleep or stopped, holding its memory), and
@@ -27,6 +29,16 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
 * ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
 * ``EACCES``: socket (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly);
 * ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above);
+* ``EACCES``: inotify_init, inotify_init1, fanotify_init; ``EPERM``: fcntl F_SETPIPE_SZ. Where the run has
+  no uid of its own (a plain user's runs, with or without namespaces), its inotify instances and pipe
+  buffers count against the trainer's uid: three runs of 60 inotify instances each took all 128 of
+  ``fs.inotify.max_user_instances`` (the trainer's own ``inotify_init1`` failed, EMFILE), and three of 30
+  pipes of 1 MiB passed ``fs.pipe-user-pages-soft`` (the trainer's pipes got 2 pages, and F_SETPIPE_SZ
+  failed for it). A run's pipes now keep their default 16 pages;
+* success without effect: sync, syncfs. They write back every dirty page of the machine (or of a host
+  file system), the trainer's included, and wait for it uninterruptibly: with 2 GB dirty on the host, a
+  run blocked in ``os.sync()`` outlived its 2 s wall limit, and the trainer waits up to 10 s to reap one.
+  Nothing a run writes outlives it, so there is nothing to make durable;
 * ``EACCES`` where the working directory is a host directory (weak mode): mkdir, mkdirat. Nothing
   counts what a run makes there, and the trainer removes it afterwards: directories cost the
   host's file system ~10 times more to remove than to make (11,000 made in a 2 s run took ~19 s to
@@ -57,20 +69,24 @@ _NUMBERS = {
     "shmctl": (31, 195), "msgget": (68, 186), "semget": (64, 190), "acct": (163, 89), "swapon": (167, 224),
     "swapoff": (168, 225), "reboot": (169, 142), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
     "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116), "mknodat": (259, 33),
-    "setsid": (112, 157), "setpgid": (109, 154),
+    "setsid": (112, 157), "setpgid": (109, 154), "mq_open": (240, 180),
     "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None), "mknod": (133, None),
     # handled by the rules below, not killed outright
     "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
     "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
     "prlimit64": (302, 261), "ioctl": (16, 29), "mkdir": (83, None), "mkdirat": (258, 34),
+    "sync": (162, 81), "syncfs": (306, 267), "inotify_init": (253, None), "inotify_init1": (294, 26),
+    "fanotify_init": (300, 262), "fcntl": (72, 25),
 }
 _ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # AUDIT_ARCH_*
 _RULES = frozenset({"socket", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-                    "prlimit64", "ioctl", "mkdir", "mkdirat"})
+                    "prlimit64", "ioctl", "mkdir", "mkdirat", "sync", "syncfs", "inotify_init", "inotify_init1",
+                    "fanotify_init", "fcntl"})
 DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
 """The calls that kill the process outright (the rules above cover the others)."""
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+F_SETPIPE_SZ = 1031
 
 
 def filter_spec(machine: str | None = None) -> dict | None:
@@ -90,7 +106,11 @@ def filter_spec(machine: str | None = None) -> dict | None:
             "self_or_zero": [[number("prlimit64"), 0]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
             "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
-            "errno": [[number("socket"), 13], [number("clone3"), 38]],  # EACCES, ENOSYS
+            "errno": [[number("socket"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
+                      [number("sync"), 0], [number("syncfs"), 0],  # done at once: nothing of a run outlives it
+                      *[[number(n), 13] for n in ("inotify_init", "inotify_init1", "fanotify_init")
+                        if number(n) is not None]],
+            "fcntl": number("fcntl"), "fcntl_denied": [F_SETPIPE_SZ],  # EPERM
             "weak_errno": [[number(n), 13] for n in ("mkdir", "mkdirat") if number(n) is not None]}
 
 
@@ -117,6 +137,9 @@ def _child_seccomp_program(spec: dict, pid: int) -> list[tuple[int, int, int, in
                  (ret, 0, 0, allow)]
     code += [(jeq, 0, 4, spec["clone"]), (ld, 0, 0, arg(0)), (jset, 0, 1, spec["clone_mask"]), (ret, 0, 0, kill),
              (ret, 0, 0, allow)]
+    for cmd in spec["fcntl_denied"]:  # the block ends in returns: nr need not be reloaded
+        code += [(jeq, 0, 4, spec["fcntl"]), (ld, 0, 0, arg(1)), (jeq, 0, 1, cmd), (ret, 0, 0, 0x00050000 | 1),
+                 (ret, 0, 0, allow)]
     denied = spec["ioctl_denied"]  # a match jumps to the kill after the allow
     code += [(jeq, 0, len(denied) + 3, spec["ioctl"]), (ld, 0, 0, arg(1))]
     code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]

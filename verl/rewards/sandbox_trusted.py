@@ -47,6 +47,11 @@ MAX_BITS = 100_000
 """Largest integer (in bits) the trusted side computes with."""
 MAX_COMBINATORIAL = 10_000
 """Largest argument of factorial, comb and perm evaluated here."""
+MAX_MODULAR_POWER = 2**34
+"""Most work of a three-argument ``pow`` evaluated here: bits of the exponent times the square of the
+modulus's bits (at least 64), each step a multiplication and a division of the modulus's size. At the
+bound ~0.07 s; a 2,000-bit exponent with a modulus of 100,000 bits (both within ``MAX_BITS``) held the
+trainer's GIL for ~80 s."""
 
 
 def bounded_int(value: Any) -> Any:
@@ -92,6 +97,9 @@ def _checked_pow(base, exponent, modulus=None):
     if modulus is None and type(exponent) is int and type(base) is int and abs(base) > 1 and (
             exponent > MAX_BITS or base.bit_length() * exponent > MAX_BITS):
         raise TooCostly("power too large")
+    if type(modulus) is int and type(exponent) is int and (
+            exponent.bit_length() * max(64, modulus.bit_length()) ** 2 > MAX_MODULAR_POWER):
+        raise TooCostly("modular power too costly")
     return pow(bounded_int(base), bounded_int(exponent), bounded_int(modulus))
 
 
@@ -134,6 +142,12 @@ def _type(value):
     return type(value)  # one argument only: type(name, bases, dict) would build a class
 
 
+def _checked_int(*args, **kwargs):
+    # int() of a string in a power-of-two base has no digit limit: 4 MiB of hex made a 16-million-bit
+    # integer here (in ~5 ms), on which divmod or isqrt take minutes. Linear to build, refused once built.
+    return bounded_int(int(*args, **kwargs))
+
+
 def _checked_str(*args):
     if args and type(args[0]) is int:
         bounded_int(args[0])  # int -> str is quadratic in the digits
@@ -165,7 +179,8 @@ BOUNDED: dict[Any, Any] = {
     collections.Counter: _hashed(collections.Counter, "Counter"),
     collections.OrderedDict: _hashed(collections.OrderedDict, "OrderedDict"),
     bytes: _checked_bytes(bytes), bytearray: _checked_bytes(bytearray), range: _checked_range, pow: _checked_pow,
-    round: _checked_round, sum: _checked_sum, type: _type, str: _checked_str, math.isclose: _isclose,
+    round: _checked_round, sum: _checked_sum, type: _type, str: _checked_str, int: _checked_int,
+    math.isclose: _isclose,
     math.prod: _checked_prod, math.factorial: _small(math.factorial, "factorial"), math.comb: _small(math.comb, "comb"),
     math.perm: _small(math.perm, "perm")}
 """Trusted callable -> the version whose cost is bounded whatever the program returned."""

@@ -42,7 +42,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from verl.rewards.sandbox_child import _child_encode
+from verl.rewards.sandbox_codec import _child_encode
 from verl.rewards.sandbox_results import (MAX_DEPTH, MAX_ITEMS, CallResult, TooCostly,  # noqa: F401 (re-exported)
                                           decode_value, parse_results)
 from verl.rewards.sandbox_trusted import BOUNDED, ITERATING, Names, Resolved, bounded_int
