@@ -108,10 +108,11 @@ class AgentLoop:
         stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
         if self._delta_prefix is None:
             text = self.tokenizer.apply_chat_template(stand_in, tokenize=False)
-            # The model's own turn ends with its eos token; what the template adds after it (a line
-            # break, say) belongs to the next message.
-            eos = self.tokenizer.decode(self.engine.eos_token_ids[:1])
-            cut = text.rfind(eos)
+            # The model's own turn ends with one of its eos tokens, the one the template closes the turn
+            # with (Phi-3's <|end|>, the third of its generation config's); what the template adds after
+            # it (a line break, say) belongs to the next message.
+            ends = [(text.rfind(eos), eos) for eos in map(self.tokenizer.decode, self.engine.eos_token_ids) if eos]
+            cut, eos = max(ends, default=(-1, ""))
             self._delta_prefix = text[:cut + len(eos)] if cut >= 0 else text
         full = self.tokenizer.apply_chat_template(stand_in + messages, tokenize=False, add_generation_prompt=True)
         if not full.startswith(self._delta_prefix):

@@ -44,10 +44,43 @@ class SamplingParams:
         return 1.0 if self.greedy else self.temperature
 
 
-def policy_eos(model, tokenizer) -> int | list[int]:
-    """The token id(s) that end a response of ``model``: its generation config's, else the tokenizer's."""
-    eos = model.generation_config.eos_token_id
-    return eos if eos is not None else tokenizer.eos_token_id
+def policy_eos(model, tokenizer) -> list[int]:
+    """The token ids that end a response of ``model``, each once, in this order: its generation config's (Llama 3
+    Instruct lists three: ``<|end_of_text|>``, ``<|eom_id|>``, ``<|eot_id|>``), the tokenizer's eos, and the special
+    token its chat template closes an assistant turn with (``<|im_end|>``, ``<|eot_id|>``, Phi-3's ``<|end|>``,
+    Gemma's ``<end_of_turn>``). A response stops at the first of any of them: a checkpoint whose
+    generation_config.json names ``<|endoftext|>`` while its tokenizer and template end turns with ``<|im_end|>``
+    stops where its SFT data taught it to."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    ids += [tokenizer.eos_token_id, chat_turn_end(tokenizer)]
+    ids = list(dict.fromkeys(int(i) for i in ids if i is not None))
+    if not ids:
+        raise ValueError("neither the model's generation config nor its tokenizer names an eos token, so a response "
+                         "could never end: set eos_token_id in generation_config.json or eos_token in the tokenizer")
+    return ids
+
+
+_TURN_MARK = "\u2402verl-turn-end\u2402"  # an assistant message no template rewrites
+
+
+def chat_turn_end(tokenizer) -> int | None:
+    """The special token a tokenizer's chat template puts right after an assistant message's content (the
+    end-of-turn token), or None: no template, the template does not render a plain user/assistant pair, or
+    what follows the content is text, not one special token."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "1"},
+                                              {"role": "assistant", "content": _TURN_MARK}], tokenize=False)
+        cut = text.rfind(_TURN_MARK)
+        after = tokenizer(text[cut + len(_TURN_MARK):], add_special_tokens=False)["input_ids"] if cut >= 0 else []
+        special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    except Exception:  # a template with its own rules (a system turn first, typed content, ...)
+        return None
+    if not after:
+        return None
+    return after[0] if after[0] in special else None
 
 
 class RolloutEngine(ABC):
