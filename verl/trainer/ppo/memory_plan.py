@@ -17,13 +17,17 @@ the phases:
   trainable parameters), which tops the update when the activations are small.
 
 Activations follow what a Hugging Face decoder layer keeps for its backward in training, per token
-and layer (``c`` = bytes of the compute dtype, ``h`` hidden size, ``I`` MLP size): two RMSNorms
-(an fp32 copy of the input, the normalized and the scaled output: ``(4 + 2c) h`` each), attention
-(q, the keys and values repeated to every head, the output and the o_proj input: ``5 c h``; eager
-attention also keeps the ``heads x T`` probabilities) and a gated MLP (gate, up, SiLU, product:
-``4 c I``). Logits: the ``[T, V]`` output in the compute dtype plus fp32 copies of the response's
-part. With gradient checkpointing only every layer's input is kept, and one layer's activations
-live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
+and layer (``c`` = bytes of the compute dtype, ``h`` hidden size, ``a`` = heads x head_dim, the
+attention's width, which is not ``h`` for Qwen3 or Gemma 2, ``I`` MLP size): two RMSNorms (an fp32
+copy of the input, the normalized and the scaled output: ``(4 + 2c) h`` each, four in a Gemma 2
+layer; Qwen3's per-head q/k norms ``(4 + c)`` over the q and k widths), attention (q, the keys and
+values repeated to every head, the output and the o_proj input: ``5 c a``; eager attention also keeps
+the ``heads x T`` probabilities, softmax's fp32 output and its cast to the compute dtype: ``4 + c``
+bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is the model's own
+default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``).
+Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
+copies of the response's part. With gradient checkpointing only every layer's input is kept, and one
+layer's activations live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
 """
 
 from __future__ import annotations
@@ -90,6 +94,11 @@ class ModelShape:
     kv_heads: int
     head_dim: int
     vocab: int
+    qk_norm_width: int = 0  # q and k widths under per-head norms (Qwen3), 0 without
+    default_attention: str | None = None  # the attention transformers picks for this model when none is asked for
+    norms_per_layer: int = 2  # hidden-wide norms in a decoder layer (Gemma 2: 4)
+    score_softcap: bool = False  # attention scores soft-capped (Gemma 2's attn_logit_softcapping): one more copy
+    logit_softcap: bool = False  # logits soft-capped (Gemma 2's final_logit_softcapping): one more [T, V]
 
     @classmethod
     def of(cls, hf_config) -> "ModelShape":
@@ -110,20 +119,42 @@ class ModelShape:
                                                   if getattr(hf_config, n, None) is not None), default)
         hidden = get("hidden_size", "d_model", "n_embd")
         heads = get("num_attention_heads", "n_head", default=1)
+        layer, qk_norm_width, norms = _first_decoder_layer(model), 0, 0
+        if layer is not None:
+            # Per-head q/k norms (Qwen3, OLMo 2) norm as wide as q and k; the layer's hidden-wide norms (Gemma 2: 4).
+            attention = getattr(layer, "self_attn", None)
+            if all(hasattr(attention, name) for name in ("q_norm", "k_norm", "q_proj", "k_proj")):
+                qk_norm_width = attention.q_proj.out_features + attention.k_proj.out_features
+            norms = sum(1 for m in layer.modules() if type(m).__name__.endswith("Norm")
+                        and tuple(getattr(getattr(m, "weight", None), "shape", ())) == (hidden,))
+        default_attention = getattr(model.config, "_attn_implementation", None)
         return cls(params=params, layers=get("num_hidden_layers", "n_layer", default=1), hidden=hidden,
                    intermediate=get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), heads=heads,
                    kv_heads=get("num_key_value_heads", default=heads),
-                   head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"))
+                   head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"),
+                   qk_norm_width=qk_norm_width, default_attention=default_attention, norms_per_layer=norms or 2,
+                   score_softcap=bool(get("attn_logit_softcapping")), logit_softcap=bool(get("final_logit_softcapping")))
 
     def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
         """Bytes one decoder layer keeps for its backward, per token."""
-        norms = 2 * (4 + 2 * compute) * self.hidden
-        attention = 5 * compute * self.hidden + (2 * compute * self.heads * tokens_per_row if eager else 0)
+        norms = (4 + 2 * compute) * self.norms_per_layer * self.hidden + (4 + compute) * self.qk_norm_width
+        # softmax's fp32 output and its cast (none in fp32); soft-capped scores keep their tanh too
+        probabilities = 4 + (compute if compute != 4 else 0) + (compute if self.score_softcap else 0)
+        attention = 5 * compute * self.heads * self.head_dim + (
+            probabilities * self.heads * tokens_per_row if eager else 0)
         return norms + attention + 4 * compute * self.intermediate
 
     def forward_bytes(self, compute: int) -> int:
         """Bytes a no-grad forward holds at once per token (one layer's widest tensors)."""
         return compute * (4 * self.hidden + 2 * self.intermediate)
+
+
+def _first_decoder_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The first layer of the language model's stack (``...layers.0``; a vision-language model's, not its vision
+    tower's), or None."""
+    layers = [(name, m) for name, m in model.named_modules() if name.endswith("layers.0")]
+    layers.sort(key=lambda item: "language_model" not in item[0])
+    return layers[0][1] if layers else None
 
 
 @dataclasses.dataclass
@@ -212,7 +243,8 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
                response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
-               on_gpu=device.startswith("cuda"), eager=str(model_cfg.attn_implementation) == "eager")
+               on_gpu=device.startswith("cuda"),
+               eager=(model_cfg.attn_implementation or shape.default_attention) == "eager")
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
@@ -263,7 +295,9 @@ def _actor_parts(config, run: _Run) -> Parts:
     else:
         rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * arr.rollout.n // run.ranks)
         tokens, note = rows * run.row, f"micro-batch {rows} x {run.row} tokens"
-    logits = rows * run.shape.vocab * (run.row * run.compute + 12 * run.response)
+    # the [T, V] logits in the compute dtype (twice when soft-capped: the tanh's output is kept too), fp32 copies of
+    # the response's
+    logits = rows * run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute + 12 * run.response)
     checkpointing = model_cfg.enable_gradient_checkpointing
     return {
         ("actor", "weights"): (0 if on_host else run.weights(run.shape.params),
@@ -288,7 +322,7 @@ def _log_prob_part(config, run: _Run, uses_ref: bool) -> Parts:
     if budget:
         rows, note = max(1, budget // run.row), f"{budget} tokens (dynamic batch size), no gradients"
     forward = rows * (run.row * run.shape.forward_bytes(run.compute)
-                      + run.shape.vocab * (run.row * run.compute + 8 * run.response))
+                      + run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute + 8 * run.response))
     return {("log-prob", "forward"): (forward, note)}
 
 
