@@ -91,6 +91,13 @@ def test_attention_width_qk_norms_and_gemma2s_norms_eager_attention_and_soft_cap
     assert size(gemma2) == 64 * 2 * (1536 + 640 + 512 + 1024) + 4 * 100 * 224
     assert gemma2.parts["log-prob", "forward"][0] == 8 * (16 * ModelShape.of(GEMMA2).forward_bytes(4)
                                                         + 100 * (2 * 16 * 4 + 8 * 8))
+    # bf16 (c = 2): the fp32 copies of the response's logits get one more, the cast (a no-op in fp32)
+    bf16 = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.dtype=bf16"]), QWEN3, ranks=1,
+                       device="cuda")
+    per_layer = 2 * 8 * 32 + 6 * 96 + 5 * 2 * 64 + 8 * 64
+    assert size(bf16) == 64 * 2 * per_layer + 4 * 100 * (16 * 2 + 16 * 8)
+    assert bf16.parts["log-prob", "forward"][0] == 8 * (16 * ModelShape.of(QWEN3).forward_bytes(2)
+                                                      + 100 * (16 * 2 + 12 * 8))
     sdpa = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.attn_implementation=sdpa"]),
                        QWEN3, ranks=1, device="cuda")
     assert size(sdpa) == size(qwen3)  # Qwen3 has sdpa: no probabilities either way

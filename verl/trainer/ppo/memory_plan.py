@@ -26,7 +26,8 @@ the ``heads x T`` probabilities, softmax's fp32 output and its cast to the compu
 bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is the model's own
 default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``).
 Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
-copies of the response's part. With gradient checkpointing only every layer's input is kept, and one
+copies of the response's part (three in the update, two in a no-grad forward, one more in 16-bit: the
+cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only every layer's input is kept, and one
 layer's activations live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
 """
 
@@ -214,6 +215,11 @@ class _Run:
     eager: bool
 
     @property
+    def fp32_cast(self) -> int:
+        """Bytes per value of the fp32 copy a 16-bit compute dtype's logits get for the log-probs (0 in fp32)."""
+        return 4 if self.compute != 4 else 0
+
+    @property
     def shard(self) -> int:
         return max(self.ranks, 1)
 
@@ -296,8 +302,9 @@ def _actor_parts(config, run: _Run) -> Parts:
         rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * arr.rollout.n // run.ranks)
         tokens, note = rows * run.row, f"micro-batch {rows} x {run.row} tokens"
     # the [T, V] logits in the compute dtype (twice when soft-capped: the tanh's output is kept too), fp32 copies of
-    # the response's
-    logits = rows * run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute + 12 * run.response)
+    # the response's (one more in 16-bit: the cast itself, a no-op in fp32)
+    logits = rows * run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute
+                                       + (12 + run.fp32_cast) * run.response)
     checkpointing = model_cfg.enable_gradient_checkpointing
     return {
         ("actor", "weights"): (0 if on_host else run.weights(run.shape.params),
@@ -322,7 +329,8 @@ def _log_prob_part(config, run: _Run, uses_ref: bool) -> Parts:
     if budget:
         rows, note = max(1, budget // run.row), f"{budget} tokens (dynamic batch size), no gradients"
     forward = rows * (run.row * run.shape.forward_bytes(run.compute)
-                      + run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute + 8 * run.response))
+                      + run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute
+                                           + (8 + run.fp32_cast) * run.response))
     return {("log-prob", "forward"): (forward, note)}
 
 
