@@ -67,7 +67,7 @@ _TURN_MARK = "\u2402verl-turn-end\u2402"  # an assistant message no template rew
 def chat_turn_end(tokenizer) -> int | None:
     """The special token a tokenizer's chat template puts right after an assistant message's content (the
     end-of-turn token), or None: no template, the template does not render a plain user/assistant pair, or
-    what follows the content is text, not one special token."""
+    what follows the content is text, not one special (or added) token."""
     if not getattr(tokenizer, "chat_template", None):
         return None
     try:
@@ -75,7 +75,8 @@ def chat_turn_end(tokenizer) -> int | None:
                                               {"role": "assistant", "content": _TURN_MARK}], tokenize=False)
         cut = text.rfind(_TURN_MARK)
         after = tokenizer(text[cut + len(_TURN_MARK):], add_special_tokens=False)["input_ids"] if cut >= 0 else []
-        special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+        # a special token, or any added one (some tokenizers add their turn markers as non-special tokens)
+        special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
     except Exception:  # a template with its own rules (a system turn first, typed content, ...)
         return None
     if not after:
