@@ -254,6 +254,8 @@ def test_every_eos_id_of_a_phi3_layout_ends_a_response_and_the_tool_turn_follows
     specials = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]
     model, tok = family_model(tmp_path, specials, "<|endoftext|>", "<|endoftext|>", [0, 1, 2], PHI3)
     assert policy_eos(model, tok) == [0, 1, 2]
+    for name in ("hf", "native", "dummy"):  # every engine, the dummy too (it took the tokenizer's eos alone)
+        assert build_rollout(name, model, tok).eos_token_ids == [0, 1, 2], name
     loop = AgentLoop(HFRollout(model, tok), tok, {})
     assert tok.decode(loop.message_ids([{"role": "user", "content": "ok"}])) == "\n<|user|>\nok<|end|>\n<|assistant|>\n"
     assert response_mask_from_ids(torch.tensor([[5, 2, 7], [1, 5, 5]]), policy_eos(model, tok)).tolist() == \
