@@ -260,3 +260,23 @@ def test_every_eos_id_of_a_phi3_layout_ends_a_response_and_the_tool_turn_follows
     assert tok.decode(loop.message_ids([{"role": "user", "content": "ok"}])) == "\n<|user|>\nok<|end|>\n<|assistant|>\n"
     assert response_mask_from_ids(torch.tensor([[5, 2, 7], [1, 5, 5]]), policy_eos(model, tok)).tolist() == \
         [[1, 1, 0], [1, 0, 0]]
+
+
+# Like Qwen3's template: the last assistant turn is rendered with an (empty) think block, earlier ones without.
+THINK_LAST = ("{% for m in messages %}{% if m['role'] == 'assistant' and loop.last %}"
+              "{{ '<|im_start|>assistant\n<think></think>' + m['content'] + '<|im_end|>\n' }}"
+              "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def test_a_tool_turn_follows_a_template_that_renders_the_last_assistant_turn_otherwise(tmp_path):
+    """Qwen3's template renders the last assistant turn with an empty think block and earlier ones without:
+    the multi-turn loop refused it ("renders a conversation differently once messages follow it"). The tool
+    message's text is what the template puts after the turn's <|im_end|>."""
+    from verl.agent.agent_loop import AgentLoop
+
+    model, tok = family_model(tmp_path, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "<|im_end|>",
+                              "<|endoftext|>", [2, 0], THINK_LAST)
+    loop = AgentLoop(HFRollout(model, tok), tok, {})
+    ids = loop.message_ids([{"role": "tool", "content": "42"}])
+    assert tok.decode(ids) == "\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"

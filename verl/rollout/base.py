@@ -61,7 +61,7 @@ def policy_eos(model, tokenizer) -> list[int]:
     return ids
 
 
-_TURN_MARK = "\u2402verl-turn-end\u2402"  # an assistant message no template rewrites
+TURN_MARK = "\u2402verl-turn-end\u2402"  # an assistant message no template rewrites (a stand-in to find it by)
 
 
 def chat_turn_end(tokenizer) -> int | None:
@@ -72,9 +72,9 @@ def chat_turn_end(tokenizer) -> int | None:
         return None
     try:
         text = tokenizer.apply_chat_template([{"role": "user", "content": "1"},
-                                              {"role": "assistant", "content": _TURN_MARK}], tokenize=False)
-        cut = text.rfind(_TURN_MARK)
-        after = tokenizer(text[cut + len(_TURN_MARK):], add_special_tokens=False)["input_ids"] if cut >= 0 else []
+                                              {"role": "assistant", "content": TURN_MARK}], tokenize=False)
+        cut = text.rfind(TURN_MARK)
+        after = tokenizer(text[cut + len(TURN_MARK):], add_special_tokens=False)["input_ids"] if cut >= 0 else []
         # a special token, or any added one (some tokenizers add their turn markers as non-special tokens)
         special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
     except Exception:  # a template with its own rules (a system turn first, typed content, ...)
