@@ -41,7 +41,8 @@ from verl.data.collate import left_pad
 from verl.errors import VerlError
 from verl.models.vision import MEDIA_COLUMN, is_vision_model, media_of
 from verl.protocol import Batch
-from verl.rollout.base import TURN_MARK, RolloutEngine, SamplingParams, rollout_batch
+from verl.data.chat import TURN_MARK
+from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
