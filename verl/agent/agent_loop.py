@@ -37,11 +37,11 @@ import torch
 from verl.agent.env import maybe_await
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.agent.trajectory import AgentSettings, Trajectory, truncate_text
+from verl.data.chat import TURN_MARK
 from verl.data.collate import left_pad
 from verl.errors import VerlError
 from verl.models.vision import MEDIA_COLUMN, is_vision_model, media_of
 from verl.protocol import Batch
-from verl.data.chat import TURN_MARK
 from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool

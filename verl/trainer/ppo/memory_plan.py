@@ -27,8 +27,9 @@ bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is
 default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``).
 Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
 copies of the response's part (three in the update, two in a no-grad forward, one more in 16-bit: the
-cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only every layer's input is kept, and one
-layer's activations live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
+cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only
+every layer's input is kept, and one layer's activations live again during its backward, with their
+gradients. Checked against measured peaks (docs/performance.md): within 15%.
 """
 
 from __future__ import annotations
