@@ -112,6 +112,27 @@ def test_write_hf_folder_writes_a_folder_that_from_pretrained_loads_with_identic
     assert list((tmp_path / "out").glob(".tmp-*")) == []
 
 
+def test_an_exported_tokenizer_has_no_pad_token_where_the_checkpoints_had_none(tiny_model_dir, tmp_path):
+    """Llama 3's and Mistral's tokenizers have no pad token: verl pads with the eos, and the exported folder
+    carried that pad (a later fine-tune then masks the eos out of its labels). It is the checkpoint's again;
+    the tokenizer in use keeps its pad."""
+    import json
+
+    source = tmp_path / "no-pad"
+    plain = AutoTokenizer.from_pretrained(tiny_model_dir)
+    plain.pad_token = None
+    plain.save_pretrained(source)
+    model = load_causal_lm(str(tiny_model_dir))
+    tokenizer = load_tokenizer(str(source))
+    assert tokenizer.pad_token == tokenizer.eos_token == "</s>"
+    target = write_hf_folder(model, tokenizer, tmp_path / "huggingface")
+    assert tokenizer.pad_token == "</s>"
+    assert json.loads((target / "tokenizer_config.json").read_text()).get("pad_token") is None
+    assert AutoTokenizer.from_pretrained(target).pad_token is None
+    with_pad = write_hf_folder(model, load_tokenizer(str(tiny_model_dir)), tmp_path / "kept")  # its own pad stays
+    assert AutoTokenizer.from_pretrained(with_pad).pad_token == "<pad>"
+
+
 def test_resume_path_follows_the_resume_mode(tmp_path):
     from verl.config import TrainerConfig
     from verl.errors import VerlError

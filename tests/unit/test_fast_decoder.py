@@ -105,6 +105,29 @@ def test_logits_equal_hf_for_mistral_and_llama_with_biases():
     assert_logits_match_hf(llama)
 
 
+# Llama 3.x's RoPE (its real factors, the original context shortened so that the 16-dim heads' frequencies fall in
+# all three bands: kept, smoothed, scaled), linear scaling, and Qwen's long-context yarn (cos and sin x 1.139).
+SCALED_ROPE = {
+    "llama3": dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=64, rope_theta=500000.0),
+    "linear": dict(rope_type="linear", factor=2.0, rope_theta=10000.0),
+    "yarn": dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64, rope_theta=1000000.0),
+}
+
+
+@pytest.mark.parametrize("rope", list(SCALED_ROPE))
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "unpacked"])
+def test_logits_equal_hf_with_the_rope_scaling_real_checkpoints_ship(rope, packed, monkeypatch):
+    """Llama-3.2-1B's config has rope_type llama3: the native rollout ran the Hugging Face forward for it."""
+    if not packed:
+        monkeypatch.setattr(fast_decoder, "PACK_LIMIT_BYTES", 0)
+    model = random_model(LlamaForCausalLM, LlamaConfig, rope_parameters=SCALED_ROPE[rope], num_attention_heads=4,
+                         head_dim=16, max_position_embeddings=4096)
+    assert model.model.rotary_emb.rope_type == rope
+    assert unsupported_reason(model, 64) is None
+    assert_logits_match_hf(model)
+
+
 def test_bfloat16_runs_the_real_valued_rope(arch_model):
     model = arch_model.to(torch.bfloat16)
     try:
@@ -184,8 +207,8 @@ def test_what_the_fast_path_does_not_cover_is_refused(tiny_model_dir):
     handle = model.model.layers[0].register_forward_hook(lambda *args: None)
     assert "hooks" in unsupported_reason(model)
     handle.remove()
-    scaled = load_causal_lm(str(tiny_model_dir),
-                            override_config=dict(rope_parameters=dict(rope_type="linear", factor=2.0,
+    scaled = load_causal_lm(str(tiny_model_dir),  # frequencies that change with the sequence length
+                            override_config=dict(rope_parameters=dict(rope_type="dynamic", factor=2.0,
                                                                       rope_theta=10000.0)))
     assert "RoPE" in unsupported_reason(scaled)
     mistral = random_model(MistralForCausalLM, MistralConfig, sliding_window=16)

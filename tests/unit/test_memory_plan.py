@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Qwen2Config
+from transformers import Gemma2Config, Qwen2Config, Qwen3Config
 
 from verl.config import TrainerConfig
 from verl.errors import VerlError
@@ -69,6 +69,64 @@ def test_sharding_offload_lora_and_checkpointing_lower_what_they_should():
     assert ("reference", "weights") not in no_ref.parts
     gae = small_plan("algorithm.adv_estimator=gae")
     assert gae.parts["critic", "state"][0] == 4 * 25120 * 4
+
+
+QWEN3 = Qwen3Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, tie_word_embeddings=False)
+GEMMA2 = Gemma2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, tie_word_embeddings=False)
+
+
+def test_attention_width_qk_norms_and_gemma2s_norms_eager_attention_and_soft_caps_count():
+    """Qwen3's attention is heads x head_dim = 64 wide (not hidden 32) with per-head q/k norms; Gemma 2 has four
+    norms a layer, runs eager attention by default (no sdpa) and soft-caps scores and logits. fp32 (c = 4),
+    micro-batch 4 rows x 16 tokens, 2 layers."""
+    size = lambda plan: plan.parts["actor", "activations"][0]
+    # Qwen3 per token and layer: norms 2 x 12 x 32 + q/k norms 8 x (64 + 32) + attention 5 x 4 x 64 + MLP 16 x 64
+    qwen3 = plan_memory(TrainerConfig.from_cli(SMALL_RUN), QWEN3, ranks=1, device="cuda")
+    assert size(qwen3) == 64 * 2 * (768 + 768 + 1280 + 1024) + 4 * 100 * 160
+    # Gemma 2: norms 4 x 12 x 32; attention 5 x 4 x 32 + probabilities (fp32 softmax 4 + tanh 4) x 4 heads x 16
+    # tokens; MLP 16 x 64; logits 4 rows x 100 x (2 x 16 x 4 + 12 x 8)
+    gemma2 = plan_memory(TrainerConfig.from_cli(SMALL_RUN), GEMMA2, ranks=1, device="cuda")
+    assert size(gemma2) == 64 * 2 * (1536 + 640 + 512 + 1024) + 4 * 100 * 224
+    assert gemma2.parts["log-prob", "forward"][0] == 8 * (16 * ModelShape.of(GEMMA2).forward_bytes(4)
+                                                        + 100 * (2 * 16 * 4 + 8 * 8))
+    # bf16 (c = 2): the fp32 copies of the response's logits get one more, the cast (a no-op in fp32)
+    bf16 = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.dtype=bf16"]), QWEN3, ranks=1,
+                       device="cuda")
+    per_layer = 2 * 8 * 32 + 6 * 96 + 5 * 2 * 64 + 8 * 64
+    assert size(bf16) == 64 * 2 * per_layer + 4 * 100 * (16 * 2 + 16 * 8)
+    assert bf16.parts["log-prob", "forward"][0] == 8 * (16 * ModelShape.of(QWEN3).forward_bytes(2)
+                                                      + 100 * (16 * 2 + 12 * 8))
+    sdpa = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.attn_implementation=sdpa"]),
+                       QWEN3, ranks=1, device="cuda")
+    assert size(sdpa) == size(qwen3)  # Qwen3 has sdpa: no probabilities either way
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma2"])
+def test_a_layers_planned_activations_are_within_15_percent_of_what_autograd_keeps(family):
+    """What the Hugging Face forward saves for its backward (every saved tensor's storage, once), bf16, 256 tokens."""
+    from transformers import AutoModelForCausalLM
+
+    sizes = dict(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=2, num_attention_heads=8,
+                 num_key_value_heads=2)
+    config = {"qwen2": lambda: Qwen2Config(**sizes), "qwen3": lambda: Qwen3Config(head_dim=64, **sizes),
+              "gemma2": lambda: Gemma2Config(head_dim=64, query_pre_attn_scalar=64, **sizes)}[family]()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).train()
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = {}
+
+    def keep(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        model.model(input_ids=torch.randint(0, 512, (1, 256)))
+    measured = sum(size for pointer, size in kept.items() if pointer not in weights)
+    shape = ModelShape.of(config)
+    planned = 256 * 2 * shape.layer_activation_bytes(2, 256, eager=shape.default_attention == "eager")
+    assert abs(planned / measured - 1) <= 0.15, (planned, measured)
 
 
 # Peak max_memory_allocated of scripts/gpu_check.sh on one H200 (docs/performance.md): a 358M Qwen2 of

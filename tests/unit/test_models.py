@@ -203,6 +203,29 @@ def test_response_values_are_the_values_of_the_prefix_each_response_token_was_ch
     assert values.shape == (2, 3)
 
 
+@pytest.mark.parametrize("family", ["gemma2", "granite", "cohere"])
+def test_a_value_is_the_heads_output_whatever_the_family_does_to_its_logits(family):
+    """Gemma 2 soft-caps its logits (30 tanh(x / 30)), Granite divides them, Cohere multiplies them: a critic
+    built on one gave 29.8 for a head output of 100 (Gemma 2), or the head's output rescaled."""
+    import transformers
+
+    from verl.models.tiny import build_tiny_config
+
+    base = build_tiny_config(64, "llama", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64).to_dict()
+    sizes = {k: base[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                  "num_attention_heads", "num_key_value_heads")}
+    config = {"gemma2": lambda: transformers.Gemma2Config(head_dim=16, final_logit_softcapping=30.0, **sizes),
+              "granite": lambda: transformers.GraniteConfig(logits_scaling=8.0, **sizes),
+              "cohere": lambda: transformers.CohereConfig(logit_scale=0.0625, **sizes)}[family]()
+    torch.manual_seed(0)
+    critic = ValueModel(transformers.AutoModelForCausalLM.from_config(config)).eval()
+    with torch.no_grad():
+        critic.model.get_output_embeddings().bias.fill_(100.0)
+        values = critic(torch.tensor([[1, 2, 3]]))
+    torch.testing.assert_close(values, torch.full((1, 3), 100.0))
+
+
 def test_value_model_training_moves_the_head_then_the_backbone(tiny_model_dir):
     torch.manual_seed(0)
     critic = ValueModel(load_causal_lm(str(tiny_model_dir)))

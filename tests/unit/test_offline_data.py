@@ -74,6 +74,20 @@ def test_a_template_that_rewrites_earlier_turns_is_refused_with_the_alternative(
         Encoder(tok, max_length=64).conversation(messages, "row 0")
 
 
+def test_a_template_that_renders_the_last_assistant_turn_otherwise_trains_each_turn_as_the_whole_renders_it():
+    """Qwen3's template puts an (empty) think block before the last assistant turn only: a conversation of two
+    turns was refused. Each assistant turn is trained as the whole conversation renders it, through its eos."""
+    tok = build_char_tokenizer(chat_template=(
+        "{% for m in messages %}{% if m['role'] == 'user' %}{{ 'Q: ' + m['content'] + '\\n' }}"
+        "{% elif loop.last %}{{ 'A: <t>' + m['content'] + eos_token }}{% else %}{{ 'A: ' + m['content'] + eos_token }}"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'A: ' }}{% endif %}"))
+    messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    ids, mask = Encoder(tok, max_length=64).conversation(messages, "row 0")
+    assert [tok.decode([i]) for i in ids] == [*"Q: a\nA: ", "b", EOS, *"Q: c\nA: <t>", "d", EOS]
+    assert mask == [0] * 8 + [1, 1] + [0] * 8 + [1] * 5
+
+
 def test_truncation_error_left_and_right_token_by_token():
     row = ([{"role": "user", "content": "123+456="}], "579")  # "Q: 123+456=\nA: " 15 + "579</s>" 4 = 19
     with pytest.raises(DataError, match=r"row 5 .* 19 tokens long, over data.max_length=6.*data.truncation=left"):

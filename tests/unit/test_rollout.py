@@ -191,3 +191,92 @@ def test_unknown_rollout_name_lists_the_choices(eos_prone_model, tokenizer):
         build_rollout("sglang", eos_prone_model, tokenizer)
     assert "sglang" in str(err.value)
     assert all(name in str(err.value) for name in ROLLOUT_NAMES)
+
+
+# Real families' end-of-turn layouts, on a byte-level tokenizer with their special tokens (ids 0-4, then bytes).
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+PHI3 = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + '<|end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}")
+
+
+def family_model(tmp_path, specials, eos, pad, generation_eos, template):
+    """A tiny Llama with ``specials`` as special tokens (ids from 0), the tokenizer's eos ``eos`` and pad ``pad``, its
+    generation config's eos ids ``generation_eos``, saved and loaded back as a user's checkpoint is."""
+    from tokenizers import AddedToken
+    from transformers import AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+
+    from verl.models.tiny import _byte_level_core, build_tiny_config
+
+    core = _byte_level_core(specials)
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token=eos, pad_token=pad,
+                                  padding_side="left", clean_up_tokenization_spaces=False)
+    tok.chat_template = template
+    config = build_tiny_config(len(tok), "llama", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                               intermediate_size=64, pad_token_id=tok.pad_token_id,
+                               eos_token_id=generation_eos[0])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.generation_config = GenerationConfig(eos_token_id=generation_eos, pad_token_id=tok.pad_token_id)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    return load_causal_lm(str(tmp_path)), load_tokenizer(str(tmp_path))
+
+
+def test_responses_end_at_the_chat_templates_end_of_turn_token_the_generation_config_does_not_name(tmp_path):
+    """Qwen2.5 base's layout: generation_config.json and the tokenizer name <|endoftext|> (1), its ChatML template
+    ends a turn with <|im_end|> (0 here). A response stops at <|im_end|> too (it ran on to max_new_tokens, all of
+    it trained and scored)."""
+    from verl.rollout.base import policy_eos
+    from verl.rollout.native import NativeRollout
+
+    model, tok = family_model(tmp_path, ["<|im_end|>", "<|endoftext|>", "<|im_start|>"], "<|endoftext|>",
+                              "<|endoftext|>", [1], CHATML)
+    assert policy_eos(model, tok) == [1, 0]
+    with torch.no_grad():  # every logit 0: greedy decoding draws id 0, <|im_end|>, at every step
+        model.model.norm.weight.zero_()
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    prompts = collate_prompts(prompt_items([tok(text, add_special_tokens=False)["input_ids"]]), tok.pad_token_id)
+    for engine in (HFRollout(model, tok), NativeRollout(model, tok)):
+        out = engine.generate(prompts, SamplingParams(max_new_tokens=4, do_sample=False))
+        assert out["responses"][0].tolist() == [0, 1, 1, 1], engine.name
+        assert out["response_mask"][0].tolist() == [1, 0, 0, 0], engine.name
+
+
+def test_every_eos_id_of_a_phi3_layout_ends_a_response_and_the_tool_turn_follows_the_template(tmp_path):
+    """Phi-3's layout: the generation config lists <|endoftext|>, <|assistant|>, <|end|> (the turn's end, third).
+    The multi-turn loop cuts a finished turn at <|end|>, so the template's line break after it opens the next
+    message (it cut at the first eos id, not in the text, and the line break was lost)."""
+    from verl.agent.agent_loop import AgentLoop
+    from verl.rollout.base import policy_eos
+
+    specials = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]
+    model, tok = family_model(tmp_path, specials, "<|endoftext|>", "<|endoftext|>", [0, 1, 2], PHI3)
+    assert policy_eos(model, tok) == [0, 1, 2]
+    for name in ("hf", "native", "dummy"):  # every engine, the dummy too (it took the tokenizer's eos alone)
+        assert build_rollout(name, model, tok).eos_token_ids == [0, 1, 2], name
+    loop = AgentLoop(HFRollout(model, tok), tok, {})
+    assert tok.decode(loop.message_ids([{"role": "user", "content": "ok"}])) == "\n<|user|>\nok<|end|>\n<|assistant|>\n"
+    assert response_mask_from_ids(torch.tensor([[5, 2, 7], [1, 5, 5]]), policy_eos(model, tok)).tolist() == \
+        [[1, 1, 0], [1, 0, 0]]
+
+
+# Like Qwen3's template: the last assistant turn is rendered with an (empty) think block, earlier ones without.
+THINK_LAST = ("{% for m in messages %}{% if m['role'] == 'assistant' and loop.last %}"
+              "{{ '<|im_start|>assistant\n<think></think>' + m['content'] + '<|im_end|>\n' }}"
+              "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}{% endif %}{% endfor %}"
+              "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def test_a_tool_turn_follows_a_template_that_renders_the_last_assistant_turn_otherwise(tmp_path):
+    """Qwen3's template renders the last assistant turn with an empty think block and earlier ones without:
+    the multi-turn loop refused it ("renders a conversation differently once messages follow it"). The tool
+    message's text is what the template puts after the turn's <|im_end|>."""
+    from verl.agent.agent_loop import AgentLoop
+
+    model, tok = family_model(tmp_path, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "<|im_end|>",
+                              "<|endoftext|>", [2, 0], THINK_LAST)
+    loop = AgentLoop(HFRollout(model, tok), tok, {})
+    ids = loop.message_ids([{"role": "tool", "content": "42"}])
+    assert tok.decode(ids) == "\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"

@@ -356,8 +356,8 @@ def test_rows_that_arrive_at_a_batch_with_room_get_new_slots_at_once(tiny_model_
     """48 rows decoding (none ends early: no token stops them), room for 64: 3 more rows get slots of their own at
     once, without waiting for finished rows to gather (compact_fraction)."""
     model, tokenizer = load_causal_lm(str(tiny_model_dir)).eval(), load_tokenizer(str(tiny_model_dir))
-    model.generation_config.eos_token_id = 10 ** 6  # no token ends a row: each runs to max_new_tokens
     engine = NativeRollout(model, tokenizer, max_num_seqs=64)
+    engine.eos_token_ids = [10 ** 6]  # no token ends a row: each runs to max_new_tokens
     many, few = make_prompts(tokenizer, LONG_TAIL * 2), make_prompts(tokenizer, ["x"])
     _, many_rows = rows_of(engine, many, PARAMS)
     few_batch, few_rows = rows_of(engine, few, PARAMS, base=1000)

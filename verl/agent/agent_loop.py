@@ -37,6 +37,7 @@ import torch
 from verl.agent.env import maybe_await
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.agent.trajectory import AgentSettings, Trajectory, truncate_text
+from verl.data.chat import TURN_MARK
 from verl.data.collate import left_pad
 from verl.errors import VerlError
 from verl.models.vision import MEDIA_COLUMN, is_vision_model, media_of
@@ -105,18 +106,31 @@ class AgentLoop:
                                               "image_grid_thw": out["image_grid_thw"]}
 
     def _delta_text(self, messages: list[dict]) -> str:
-        stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
+        """What the chat template renders for ``messages`` after a finished assistant turn, through the
+        next generation prompt. Rendered after a stand-in exchange whose assistant turn is a marker: the
+        text after the marker and the eos token the template closes the turn with (Phi-3's <|end|>, the
+        third of its generation config's); what the template adds after that eos (a line break, say)
+        belongs to the next message. The stand-in turn is an earlier turn there, so a template that
+        renders its last assistant turn otherwise (Qwen3's: an empty think block) gives the same text."""
+        stand_in = [{"role": "user", "content": "?"}, {"role": "assistant", "content": TURN_MARK}]
+        full = self.tokenizer.apply_chat_template(stand_in + messages, tokenize=False, add_generation_prompt=True)
+        eos_texts = [eos for eos in map(self.tokenizer.decode, self.engine.eos_token_ids) if eos]
+        at = full.find(TURN_MARK)
+        rest = full[at + len(TURN_MARK):] if at >= 0 else ""
+        closing = [eos for eos in eos_texts if rest.startswith(eos)]
+        if closing:
+            return rest[len(max(closing, key=len)):]
+        # A template that closes the turn with no eos: the text after the stand-in exchange rendered alone.
         if self._delta_prefix is None:
             text = self.tokenizer.apply_chat_template(stand_in, tokenize=False)
-            # The model's own turn ends with its eos token; what the template adds after it (a line
-            # break, say) belongs to the next message.
-            eos = self.tokenizer.decode(self.engine.eos_token_ids[:1])
-            cut = text.rfind(eos)
+            ends = [(text.rfind(eos), eos) for eos in eos_texts]
+            cut, eos = max(ends, default=(-1, ""))
             self._delta_prefix = text[:cut + len(eos)] if cut >= 0 else text
-        full = self.tokenizer.apply_chat_template(stand_in + messages, tokenize=False, add_generation_prompt=True)
         if not full.startswith(self._delta_prefix):
-            raise ValueError("the chat template renders a conversation differently once messages follow it; "
-                             "multi-turn rollouts need a template whose earlier turns do not change")
+            raise ValueError("the chat template renders a conversation differently once messages follow it, and "
+                             "closes an assistant turn with none of the model's eos tokens, so the text of the next "
+                             "messages cannot be told apart; give a template whose assistant turns end with the eos "
+                             "token (actor_rollout_ref.model.custom_chat_template)")
         return full[len(self._delta_prefix):]
 
     # ------------------------------------------------------------------ the loop

@@ -211,6 +211,23 @@ class CheckpointManager:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def save_tokenizer(tokenizer, folder) -> None:
+    """``tokenizer.save_pretrained(folder)`` as the checkpoint shipped it: without the pad token
+    :func:`verl.models.loading.load_tokenizer` set to the eos for batching where it had none (Llama 3,
+    Mistral). A pad equal to the eos in the exported folder would make a later fine-tune mask the eos out
+    of its labels. ``tokenizer``: a tokenizer, or a processor holding one (``.tokenizer``)."""
+    import copy
+
+    inner = tokenizer if hasattr(tokenizer, "pad_token") else getattr(tokenizer, "tokenizer", None)
+    if not getattr(inner, "_verl_pad_from_eos", False) or inner.pad_token != inner.eos_token:
+        tokenizer.save_pretrained(folder)
+        return
+    plain = copy.deepcopy(tokenizer)  # the caller's tokenizer keeps its pad (another thread may be padding)
+    plain_inner = plain if hasattr(plain, "pad_token") else plain.tokenizer
+    plain_inner.pad_token = None
+    plain.save_pretrained(folder)
+
+
 def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike, *,
                     state_dict: dict | None = None, extra=None) -> Path:
     """Write ``model`` and ``tokenizer`` as a Hugging Face folder (safetensors), atomically, from
@@ -222,7 +239,7 @@ def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike
     remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
-    tokenizer.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp)  # as the checkpoint had it: without the pad verl set to the eos
     if extra is not None:
         extra(tmp)
     if target.exists():

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from verl.data.chat import chat_turn_end
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
 from verl.data.io import DataError, is_messages
@@ -50,6 +51,7 @@ class Encoder:
         self.templated = apply_chat_template and tokenizer.chat_template is not None
         self.apply_chat_template = apply_chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._turn_tokens = None  # the texts that close an assistant turn (_turn_end), found on first use
 
     def _render(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
         extra = {"tools": tools} if tools else {}
@@ -121,17 +123,31 @@ class Encoder:
             start_text = self._render(messages[:k], True, tools) if k else ""
             end_text = self._render(messages[:k + 1], False, tools)
             start = len(start_text)
-            if not (full.startswith(end_text) and end_text.startswith(start_text) and start >= done):
+            end = len(end_text) if full.startswith(end_text) and end_text.startswith(start_text) else \
+                self._turn_end(full, start) if full.startswith(start_text) else None
+            # A template that renders the last assistant turn otherwise than earlier ones (Qwen3's empty think
+            # block): an earlier turn ends at the first end-of-turn token after its start in the whole text.
+            if end is None or start < done:
                 raise DataError(f"{where}: the chat template renders earlier turns differently once later turns "
                                 f"follow, so assistant turn {k} cannot be located; use prompt/response columns "
                                 f"(data.prompt_key / data.response_key) instead")
-            for text, target in ((full[done:start], 0), (full[start:len(end_text)], 1)):
+            for text, target in ((full[done:start], 0), (full[start:end], 1)):
                 piece = self._ids(text) if text else []
                 ids += piece
                 mask += [target] * len(piece)
-            done = len(end_text)
+            done = end
         rest = self._ids(full[done:]) if done < len(full) else []
         return ids + rest, mask + [0] * len(rest)
+
+    def _turn_end(self, full: str, start: int) -> int | None:
+        """Where the assistant turn starting at ``start`` of ``full`` ends: just after the first end-of-turn token
+        (the chat template's, or the tokenizer's eos) that follows it, or None."""
+        if self._turn_tokens is None:
+            turn_end = chat_turn_end(self.tokenizer)
+            self._turn_tokens = {self.tokenizer.eos_token,
+                                 None if turn_end is None else self.tokenizer.decode([turn_end])} - {None, ""}
+        ends = [full.find(token, start) + len(token) for token in self._turn_tokens if full.find(token, start) >= 0]
+        return min(ends, default=None)
 
     def fit(self, ids: list[int], mask: list[int], where: str, truncation: str | None = None) -> Encoded:
         """``(ids, mask)`` cut to ``max_length`` as ``truncation`` (default: the configured mode) says."""

@@ -209,6 +209,7 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
             f"tokenizer_config.json), or point `{config_key}` at another")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+        tok._verl_pad_from_eos = True  # verl's, for batching: verl.checkpoint.save_tokenizer leaves it out
         if name_or_path not in _PAD_WARNED:  # a common and harmless default: said once per tokenizer and process
             _PAD_WARNED.add(name_or_path)
             logger.warning("the tokenizer of %s has no pad token; padding with its eos token %r (padding is masked "

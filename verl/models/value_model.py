@@ -26,6 +26,14 @@ class ValueModel(nn.Module):
         nn.init.zeros_(head.bias)
         causal_lm.config.tie_word_embeddings = False
         causal_lm.set_output_embeddings(head)
+        # What some families do to the head's output, meant for logits, would bend the values: Gemma 2 and 3
+        # soft-cap it (30 tanh(x / 30): no value beyond 30, the large ones shrunk), Granite divides it, Cohere
+        # multiplies it. The value is the head's output as it is.
+        for key, plain in (("final_logit_softcapping", None), ("logits_scaling", 1.0)):
+            if getattr(causal_lm.config, key, None) is not None:
+                setattr(causal_lm.config, key, plain)
+        if isinstance(getattr(causal_lm, "logit_scale", None), (int, float)):
+            causal_lm.logit_scale = 1.0
         self.model = causal_lm
         self.config = causal_lm.config
 

@@ -76,7 +76,7 @@ def build_rollout(name: str, model, tokenizer, *, generation_batch_size: int | N
     if name == NO_ROLLOUT:
         return NoRollout(policy_eos(model, tokenizer), tokenizer.pad_token_id, seed=seed)
     if name == "dummy":
-        return DummyRollout(model.config.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, seed=seed)
+        return DummyRollout(model.config.vocab_size, policy_eos(model, tokenizer), tokenizer.pad_token_id, seed=seed)
     if name == "vllm":
         from verl.rollout.vllm import VLLMRollout, check_vllm_available
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from verl.data.chat import chat_turn_end
 from verl.models.vision import images_of
 from verl.protocol import Batch
 from verl.rollout.partial import generate_resumable
@@ -44,10 +45,21 @@ class SamplingParams:
         return 1.0 if self.greedy else self.temperature
 
 
-def policy_eos(model, tokenizer) -> int | list[int]:
-    """The token id(s) that end a response of ``model``: its generation config's, else the tokenizer's."""
-    eos = model.generation_config.eos_token_id
-    return eos if eos is not None else tokenizer.eos_token_id
+def policy_eos(model, tokenizer) -> list[int]:
+    """The token ids that end a response of ``model``, each once, in this order: its generation config's (Llama 3
+    Instruct lists three: ``<|end_of_text|>``, ``<|eom_id|>``, ``<|eot_id|>``), the tokenizer's eos, and the special
+    token its chat template closes an assistant turn with (``<|im_end|>``, ``<|eot_id|>``, Phi-3's ``<|end|>``,
+    Gemma's ``<end_of_turn>``). A response stops at the first of any of them: a checkpoint whose
+    generation_config.json names ``<|endoftext|>`` while its tokenizer and template end turns with ``<|im_end|>``
+    stops where its SFT data taught it to."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    ids += [tokenizer.eos_token_id, chat_turn_end(tokenizer)]
+    ids = list(dict.fromkeys(int(i) for i in ids if i is not None))
+    if not ids:
+        raise ValueError("neither the model's generation config nor its tokenizer names an eos token, so a response "
+                         "could never end: set eos_token_id in generation_config.json or eos_token in the tokenizer")
+    return ids
 
 
 class RolloutEngine(ABC):

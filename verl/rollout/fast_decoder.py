@@ -20,7 +20,8 @@ twenty tensor ops per layer:
 - RMSNorm is ``torch.nn.functional.rms_norm``; residual adds are folded into ``addmm``.
 
 Supported: ``model_type`` qwen2, qwen3 (with its per-head q/k norms), llama, mistral and phi3 with
-their own Hugging Face classes, SiLU MLPs, "default" RoPE over the whole head, biases on any projection (Qwen2's q/k/v, Llama's
+their own Hugging Face classes, SiLU MLPs, RoPE over the whole head with fixed frequencies (types
+"default", "linear", Llama 3.x's "llama3", "yarn"), biases on any projection (Qwen2's q/k/v, Llama's
 ``attention_bias`` / ``mlp_bias``), tied or untied LM head, a sliding window only when the whole
 sequence fits in it. :func:`unsupported_reason` says why a model is not supported, and the engine
 then runs the Hugging Face forward instead. ``tests/unit/test_fast_decoder.py`` checks the logits
@@ -36,6 +37,10 @@ from torch import nn
 # model_type -> class-name prefix of its Hugging Face modules
 FAMILIES = {"qwen2": "Qwen2", "qwen3": "Qwen3", "llama": "Llama", "mistral": "Mistral", "phi3": "Phi3"}
 ATTENTION_IMPLEMENTATIONS = (None, "eager", "sdpa", "flash_attention_2", "flash_attention_3")
+# RoPE types whose frequencies are fixed when the model is built (the rotary module's inv_freq, and for yarn a
+# constant factor on cos and sin): Llama 3.x's "llama3", "linear", Qwen's long-context "yarn". "dynamic" and
+# "longrope" (Phi-3-128k, Phi-3.5) recompute them from the sequence length: the Hugging Face forward runs those.
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 def _sliding_window(config) -> int | None:
@@ -85,8 +90,10 @@ def unsupported_reason(model: nn.Module, total_length: int | None = None) -> str
     if len(body.layers) != config.num_hidden_layers:
         return "the number of layers differs from config.num_hidden_layers"
     rotary = body.rotary_emb
-    if getattr(rotary, "rope_type", None) != "default" or getattr(rotary, "attention_scaling", None) != 1.0:
-        return f"RoPE type {getattr(rotary, 'rope_type', None)!r} (only 'default' is implemented)"
+    if getattr(rotary, "rope_type", None) not in STATIC_ROPE_TYPES \
+            or not isinstance(getattr(rotary, "attention_scaling", None), (int, float)):
+        return (f"RoPE type {getattr(rotary, 'rope_type', None)!r} (implemented: {', '.join(STATIC_ROPE_TYPES)}; "
+                f"the others change their frequencies with the sequence length)")
     norms = [body.norm]
     for layer in body.layers:
         attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
@@ -218,6 +225,7 @@ class FastDecoder:
         self.norm, self.norm_eps = body.norm.weight, body.norm.variance_epsilon
         self.lm = _parts([model.lm_head], None, False)
         self.inv_freq = body.rotary_emb.inv_freq
+        self.rope_scaling = float(body.rotary_emb.attention_scaling)  # yarn's factor on cos and sin; else 1
         self.length = 0
 
     # --------------------------------------------------------------------------- shared pieces
@@ -227,7 +235,10 @@ class FastDecoder:
         Else ``cos`` and a signed ``sin`` (``-sin`` in its first half), so that rotating ``x`` is
         ``x * cos + swap_halves(x) * sin``: exactly ``rotate_half``, which negates the second half."""
         freqs = torch.arange(positions, device=self.device).float()[:, None] * self.inv_freq.float().to(self.device)
-        cos, sin = freqs.cos().to(self.dtype), freqs.sin().to(self.dtype)
+        cos, sin = freqs.cos(), freqs.sin()
+        if self.rope_scaling != 1.0:
+            cos, sin = cos * self.rope_scaling, sin * self.rope_scaling
+        cos, sin = cos.to(self.dtype), sin.to(self.dtype)
         if self.complex:
             self.rot = torch.complex(cos, sin)
         else:

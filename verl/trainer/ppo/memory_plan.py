@@ -17,13 +17,19 @@ the phases:
   trainable parameters), which tops the update when the activations are small.
 
 Activations follow what a Hugging Face decoder layer keeps for its backward in training, per token
-and layer (``c`` = bytes of the compute dtype, ``h`` hidden size, ``I`` MLP size): two RMSNorms
-(an fp32 copy of the input, the normalized and the scaled output: ``(4 + 2c) h`` each), attention
-(q, the keys and values repeated to every head, the output and the o_proj input: ``5 c h``; eager
-attention also keeps the ``heads x T`` probabilities) and a gated MLP (gate, up, SiLU, product:
-``4 c I``). Logits: the ``[T, V]`` output in the compute dtype plus fp32 copies of the response's
-part. With gradient checkpointing only every layer's input is kept, and one layer's activations
-live again during its backward, with their gradients. Checked against measured peaks (docs/performance.md): within 15%.
+and layer (``c`` = bytes of the compute dtype, ``h`` hidden size, ``a`` = heads x head_dim, the
+attention's width, which is not ``h`` for Qwen3 or Gemma 2, ``I`` MLP size): two RMSNorms (an fp32
+copy of the input, the normalized and the scaled output: ``(4 + 2c) h`` each, four in a Gemma 2
+layer; Qwen3's per-head q/k norms ``(4 + c)`` over the q and k widths), attention (q, the keys and
+values repeated to every head, the output and the o_proj input: ``5 c a``; eager attention also keeps
+the ``heads x T`` probabilities, softmax's fp32 output and its cast to the compute dtype: ``4 + c``
+bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is the model's own
+default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``).
+Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
+copies of the response's part (three in the update, two in a no-grad forward, one more in 16-bit: the
+cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only
+every layer's input is kept, and one layer's activations live again during its backward, with their
+gradients. Checked against measured peaks (docs/performance.md): within 15%.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from verl.distributed.process_group import is_main_process, launched_world_size
 from verl.errors import VerlError
 from verl.models.lora import lora_requested
 from verl.trainer.ppo import roles
+from verl.trainer.ppo.model_shape import ModelShape
 
 logger = logging.getLogger(__name__)
 
@@ -78,52 +85,6 @@ def _cpu_flags() -> set[str]:
 
 
 OPTIMIZER_STATES = {"adamw": 2, "adam": 2, "sgd": 0, "rmsprop": 1, "adagrad": 1}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelShape:
-    params: int
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-
-    @classmethod
-    def of(cls, hf_config) -> "ModelShape":
-        """Counts parameters on the meta device (nothing is allocated) and reads the sizes the
-        activations depend on, under the names the common architectures use."""
-        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-        from verl.models.vision import is_vision_model
-
-        # A vision-language model: its parameters count whole, its sizes are its language model's (the
-        # vision tower's activations are not in the plan).
-        auto = AutoModelForImageTextToText if is_vision_model(hf_config) else AutoModelForCausalLM
-        with torch.device("meta"):
-            model = auto.from_config(hf_config)
-        params = sum(p.numel() for p in model.parameters())
-        hf_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-        get = lambda *names, default=None: next((getattr(hf_config, n) for n in names
-                                                  if getattr(hf_config, n, None) is not None), default)
-        hidden = get("hidden_size", "d_model", "n_embd")
-        heads = get("num_attention_heads", "n_head", default=1)
-        return cls(params=params, layers=get("num_hidden_layers", "n_layer", default=1), hidden=hidden,
-                   intermediate=get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), heads=heads,
-                   kv_heads=get("num_key_value_heads", default=heads),
-                   head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"))
-
-    def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
-        """Bytes one decoder layer keeps for its backward, per token."""
-        norms = 2 * (4 + 2 * compute) * self.hidden
-        attention = 5 * compute * self.hidden + (2 * compute * self.heads * tokens_per_row if eager else 0)
-        return norms + attention + 4 * compute * self.intermediate
-
-    def forward_bytes(self, compute: int) -> int:
-        """Bytes a no-grad forward holds at once per token (one layer's widest tensors)."""
-        return compute * (4 * self.hidden + 2 * self.intermediate)
 
 
 @dataclasses.dataclass
@@ -183,6 +144,11 @@ class _Run:
     eager: bool
 
     @property
+    def fp32_cast(self) -> int:
+        """Bytes per value of the fp32 copy a 16-bit compute dtype's logits get for the log-probs (0 in fp32)."""
+        return 4 if self.compute != 4 else 0
+
+    @property
     def shard(self) -> int:
         return max(self.ranks, 1)
 
@@ -212,7 +178,8 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
                response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
-               on_gpu=device.startswith("cuda"), eager=str(model_cfg.attn_implementation) == "eager")
+               on_gpu=device.startswith("cuda"),
+               eager=(model_cfg.attn_implementation or shape.default_attention) == "eager")
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
@@ -263,7 +230,10 @@ def _actor_parts(config, run: _Run) -> Parts:
     else:
         rows = actor.ppo_micro_batch_size_per_gpu or max(1, actor.ppo_mini_batch_size * arr.rollout.n // run.ranks)
         tokens, note = rows * run.row, f"micro-batch {rows} x {run.row} tokens"
-    logits = rows * run.shape.vocab * (run.row * run.compute + 12 * run.response)
+    # the [T, V] logits in the compute dtype (twice when soft-capped: the tanh's output is kept too), fp32 copies of
+    # the response's (one more in 16-bit: the cast itself, a no-op in fp32)
+    logits = rows * run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute
+                                       + (12 + run.fp32_cast) * run.response)
     checkpointing = model_cfg.enable_gradient_checkpointing
     return {
         ("actor", "weights"): (0 if on_host else run.weights(run.shape.params),
@@ -288,7 +258,8 @@ def _log_prob_part(config, run: _Run, uses_ref: bool) -> Parts:
     if budget:
         rows, note = max(1, budget // run.row), f"{budget} tokens (dynamic batch size), no gradients"
     forward = rows * (run.row * run.shape.forward_bytes(run.compute)
-                      + run.shape.vocab * (run.row * run.compute + 8 * run.response))
+                      + run.shape.vocab * ((1 + run.shape.logit_softcap) * run.row * run.compute
+                                           + (8 + run.fp32_cast) * run.response))
     return {("log-prob", "forward"): (forward, note)}
 
 

@@ -1,0 +1,83 @@
+"""The sizes a memory plan (:mod:`verl.trainer.ppo.memory_plan`) depends on, read from a model's config: the
+parameters counted on the meta device, the widths a decoder layer's activations follow (the attention's
+heads x head_dim, per-head q/k norms, the hidden-wide norms of a layer), the attention transformers picks by
+default, and whether scores and logits are soft-capped."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+    params: int
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    qk_norm_width: int = 0  # q and k widths under per-head norms (Qwen3), 0 without
+    default_attention: str | None = None  # the attention transformers picks for this model when none is asked for
+    norms_per_layer: int = 2  # hidden-wide norms in a decoder layer (Gemma 2: 4)
+    score_softcap: bool = False  # attention scores soft-capped (Gemma 2's attn_logit_softcapping): one more copy
+    logit_softcap: bool = False  # logits soft-capped (Gemma 2's final_logit_softcapping): one more [T, V]
+
+    @classmethod
+    def of(cls, hf_config) -> "ModelShape":
+        """Counts parameters on the meta device (nothing is allocated) and reads the sizes the
+        activations depend on, under the names the common architectures use."""
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+        from verl.models.vision import is_vision_model
+
+        # A vision-language model: its parameters count whole, its sizes are its language model's (the
+        # vision tower's activations are not in the plan).
+        auto = AutoModelForImageTextToText if is_vision_model(hf_config) else AutoModelForCausalLM
+        with torch.device("meta"):
+            model = auto.from_config(hf_config)
+        params = sum(p.numel() for p in model.parameters())
+        hf_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        get = lambda *names, default=None: next((getattr(hf_config, n) for n in names
+                                                  if getattr(hf_config, n, None) is not None), default)
+        hidden = get("hidden_size", "d_model", "n_embd")
+        heads = get("num_attention_heads", "n_head", default=1)
+        layer, qk_norm_width, norms = _first_decoder_layer(model), 0, 0
+        if layer is not None:
+            # Per-head q/k norms (Qwen3, OLMo 2) norm as wide as q and k; the layer's hidden-wide norms (Gemma 2: 4).
+            attention = getattr(layer, "self_attn", None)
+            if all(hasattr(attention, name) for name in ("q_norm", "k_norm", "q_proj", "k_proj")):
+                qk_norm_width = attention.q_proj.out_features + attention.k_proj.out_features
+            norms = sum(1 for m in layer.modules() if type(m).__name__.endswith("Norm")
+                        and tuple(getattr(getattr(m, "weight", None), "shape", ())) == (hidden,))
+        default_attention = getattr(model.config, "_attn_implementation", None)
+        return cls(params=params, layers=get("num_hidden_layers", "n_layer", default=1), hidden=hidden,
+                   intermediate=get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), heads=heads,
+                   kv_heads=get("num_key_value_heads", default=heads),
+                   head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"),
+                   qk_norm_width=qk_norm_width, default_attention=default_attention, norms_per_layer=norms or 2,
+                   score_softcap=bool(get("attn_logit_softcapping")), logit_softcap=bool(get("final_logit_softcapping")))
+
+    def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
+        """Bytes one decoder layer keeps for its backward, per token."""
+        norms = (4 + 2 * compute) * self.norms_per_layer * self.hidden + (4 + compute) * self.qk_norm_width
+        # softmax's fp32 output and its cast (none in fp32); soft-capped scores keep their tanh too
+        probabilities = 4 + (compute if compute != 4 else 0) + (compute if self.score_softcap else 0)
+        attention = 5 * compute * self.heads * self.head_dim + (
+            probabilities * self.heads * tokens_per_row if eager else 0)
+        return norms + attention + 4 * compute * self.intermediate
+
+    def forward_bytes(self, compute: int) -> int:
+        """Bytes a no-grad forward holds at once per token (one layer's widest tensors)."""
+        return compute * (4 * self.hidden + 2 * self.intermediate)
+
+
+def _first_decoder_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The first layer of the language model's stack (``...layers.0``; a vision-language model's, not its vision
+    tower's), or None."""
+    layers = [(name, m) for name, m in model.named_modules() if name.endswith("layers.0")]
+    layers.sort(key=lambda item: "language_model" not in item[0])
+    return layers[0][1] if layers else None
