@@ -449,3 +449,21 @@ def test_a_long_program_resolves_its_names_as_a_short_one_does(monkeypatch, padd
     assert names_for("def broken(:\n" + "#" * padding, {}, used) == names_for("def broken(:\n", {}, used)
     program = program.replace("import numpy as np\n", "")  # (importing numpy is slow in a sandbox)
     assert compute_score("code", program, ["assert root(16) == 4.0", "assert root(16) == sqrt(16)"], EXTRA)["score"] == 1.0
+
+
+def test_the_helper_that_parses_a_long_program_is_the_first_the_oom_killer_takes():
+    # Like every sandbox run: many helpers at once must not make the trainer the OOM killer's choice.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from verl.rewards import sandbox_trusted
+
+    probe = sandbox_trusted._HELPER + "\nsys.stderr.write(open('/proc/self/oom_score_adj').read())\n"
+    done = subprocess.run([sys.executable, "-I", "-B", "-c", probe, "5", str(512 * 2**20),
+                           os.path.dirname(sandbox_trusted.__file__)],
+                          input=json.dumps({"code": "x = 1\n", "used": ["x"]}).encode(), capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"x": ""}  # it still parses: x is bound by the program
+    assert done.stderr.decode().strip() == "1000"

@@ -324,6 +324,11 @@ import json, os, resource, sys, types
 cpu, memory, rewards = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+try:  # the first the OOM killer takes, before the trainer, as every sandbox run (sandbox_child)
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+except OSError:
+    pass
 for name, path in (("verl", os.path.dirname(rewards)), ("verl.rewards", rewards)):
     module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
     module.__path__ = [path]
