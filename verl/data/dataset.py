@@ -23,10 +23,9 @@ import os
 from collections.abc import Mapping
 from typing import Any, Sequence
 
-import numpy as np
 from torch.utils.data import Dataset
 
-from verl.data.io import DataError, is_messages, read_rows
+from verl.data.io import DataError, is_messages, read_rows, subset_positions
 
 logger = logging.getLogger(__name__)
 
@@ -242,15 +241,10 @@ class RLDataset(Dataset):
         rows = read_rows(data_files, config_key=config_key)
         if not rows:
             raise DataError(f"the files in `{config_key}` hold no rows: {data_files}")
-        self._positions = list(range(len(rows)))
-        if max_samples is not None and 0 < max_samples < len(rows):
-            if _setting(config, "shuffle"):
-                seed = _setting(config, "seed")
-                seed = sample_seed if seed is None else seed
-                self._positions = sorted(np.random.default_rng(seed)
-                                         .choice(len(rows), size=max_samples, replace=False).tolist())
-            else:
-                self._positions = self._positions[:max_samples]
+        seed = _setting(config, "seed")
+        self._positions = subset_positions(len(rows), max_samples, _setting(config, "shuffle"),
+                                           sample_seed if seed is None else seed)
+        if len(self._positions) < len(rows):
             rows = [rows[k] for k in self._positions]
         if self.vision is None:
             _refuse_media(rows, config_key)

@@ -77,6 +77,19 @@ def files_read_by_both(train_files, val_files) -> list[str]:
     return sorted(resolved(train_files, "data.train_files") & resolved(val_files, "data.val_files"))
 
 
+def subset_positions(count: int, max_samples: int | None, shuffle: bool, seed: int | None) -> list[int]:
+    """The positions kept of ``count`` rows under verl's ``data.*_max_samples``: all of them when it is
+    None, -1, 0 or at least ``count``; else that many, drawn with ``seed`` (in file order) when
+    ``shuffle``, or the first ones."""
+    if max_samples is None or not 0 < max_samples < count:
+        return list(range(count))
+    if not shuffle:
+        return list(range(max_samples))
+    import numpy as np
+
+    return sorted(np.random.default_rng(seed).choice(count, size=max_samples, replace=False).tolist())
+
+
 def read_rows(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
               config_key: str = "data.train_files") -> list[dict]:
     """All rows of one file or of several files, concatenated in order.

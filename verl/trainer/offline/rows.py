@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from verl.data.io import read_rows
+from verl.data.io import read_rows, subset_positions
 from verl.data.offline import addition_rows
 from verl.errors import VerlError
 
@@ -26,15 +24,9 @@ def offline_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict] | None]:
 
 
 def _at_most(rows: list[dict], data_cfg, split: str) -> list[dict]:
-    """verl's ``data.{split}_max_samples`` (SFT): at most that many rows, a subset drawn with
-    ``data.seed`` when ``data.shuffle`` (in file order), else the first ones; -1 or 0 = all."""
+    """verl's ``data.{split}_max_samples`` (SFT; see :func:`verl.data.io.subset_positions`)."""
     limit = getattr(data_cfg, f"{split}_max_samples", -1)
-    if limit in (-1, 0) or limit >= len(rows):
-        return rows
-    if not data_cfg.shuffle:
-        return rows[:limit]
-    chosen = np.random.default_rng(data_cfg.seed).choice(len(rows), size=limit, replace=False)
-    return [rows[k] for k in sorted(chosen.tolist())]
+    return [rows[k] for k in subset_positions(len(rows), limit, data_cfg.shuffle, data_cfg.seed)]
 
 
 def _solution_rows(data_cfg, kind: str) -> tuple[list[dict], list[dict]]:
