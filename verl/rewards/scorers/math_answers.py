@@ -20,7 +20,7 @@ import threading
 
 from verl.errors import RewardError
 
-BOX_COMMANDS = ("\\boxed", "\\fbox")
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
 
 
 def _math_verify():
@@ -32,7 +32,7 @@ def _math_verify():
     return math_verify
 
 
-def braced(text: str, start: int) -> str | None:
+def _braced(text: str, start: int) -> str | None:
     """The text inside the brace group opening at ``text[start] == "{"``; None when it never closes."""
     depth = 0
     i = start
@@ -51,25 +51,32 @@ def braced(text: str, start: int) -> str | None:
     return None
 
 
+def last_box(text: str) -> tuple[str, str] | None:
+    """The last ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text`` as ``(the box as written, its
+    content)``: ``("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}")``, ``("\\boxed 5", "5")``. None when there is no
+    box or it never closes."""
+    start, command = max((text.rfind(c), c) for c in _BOX_COMMANDS)
+    if start < 0:
+        return None
+    rest = start + len(command)
+    if text.startswith("{", rest):
+        content = _braced(text, rest)
+        return None if content is None else (text[start:rest + len(content) + 2], content)
+    if text.startswith(" ", rest):
+        # "\boxed 5": the argument is the next run of characters up to a space or the closing "$".
+        words = text[rest:].split("$")[0].split()
+        return (f"{command} {words[0]}", words[0]) if words else None
+    return None
+
+
 def extract_boxed(text: str) -> str | None:
     """The content of the last ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed x`` in ``text``.
 
     Nested braces are kept whole (``\\boxed{\\frac{1}{2}}`` -> ``\\frac{1}{2}``). None when there is
     no box, the box never closes, or it is empty.
     """
-    start, command = max((text.rfind(c), c) for c in BOX_COMMANDS)
-    if start < 0:
-        return None
-    rest = start + len(command)
-    if text.startswith("{", rest):
-        content = braced(text, rest)
-    elif text.startswith(" ", rest):
-        # "\boxed 5": the argument is the next run of characters up to a space or the closing "$".
-        words = text[rest:].split("$")[0].split()
-        content = words[0] if words else None
-    else:
-        return None
-    content = (content or "").strip()
+    box = last_box(text)
+    content = box[1].strip() if box is not None else ""
     return content or None
 
 

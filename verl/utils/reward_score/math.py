@@ -9,14 +9,9 @@ from verl.rewards.scorers import math_answers as _math
 
 def last_boxed_only_string(string: str) -> str | None:
     """The last ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed x``) of ``string``, box included, as
-    :func:`remove_boxed` takes it; None when there is none or it never closes."""
-    if _math.extract_boxed(string) is None:
-        return None
-    start, command = max((string.rfind(c), c) for c in _math.BOX_COMMANDS)
-    rest = start + len(command)
-    if string.startswith("{", rest):
-        return string[start:rest + len(_math.braced(string, rest)) + 2]
-    return f"{command} {string[rest:].split('$')[0].split()[0]}"
+    :func:`remove_boxed` takes it; None when there is none, it never closes or it is empty."""
+    box = _math.last_box(string)
+    return box[0] if box is not None and box[1].strip() else None
 
 
 def remove_boxed(s: str) -> str:
