@@ -239,8 +239,9 @@ def _refuse_a_run_without_steps_or_validation(cfg: ConfigNode) -> None:
                       f"trainer.val_before_train=true")
 
 
-# verl's other loggers: not offered here; the tracker refuses them by name when the run starts.
-VERL_ONLY_LOGGERS = ("mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")  # "file": metrics.jsonl
+# verl's other loggers, passed by the config check: the tracker refuses them by name when the run starts, but
+# "file", verl's JSON lines, which is metrics.jsonl here (verl.tracking.tracker.FILE_LOGGER).
+VERL_ONLY_LOGGERS = ("mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")
 
 
 def check_loggers(cfg: ConfigNode, keys=("trainer.logger", "logger.type")) -> None:
