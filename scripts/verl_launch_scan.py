@@ -124,9 +124,9 @@ def run_script(root: Path, bindir: Path, capture: Path, script: str) -> tuple[st
     return "too many unset variables", given
 
 
-def _nproc(cmd: bytes, argv: list[str]) -> int:
+def _nproc(cmd: str, argv: list[str]) -> int:
     """torchrun's ``--nproc_per_node`` (1 for a plain ``python -m`` launch)."""
-    if cmd != b"torchrun" and "torch.distributed.run" not in argv:
+    if cmd != "torchrun" and "torch.distributed.run" not in argv:
         return 1
     for i, arg in enumerate(argv):
         value = arg.split("=", 1)[1] if arg.startswith("--nproc_per_node=") else \
@@ -136,16 +136,14 @@ def _nproc(cmd: bytes, argv: list[str]) -> int:
     return 1
 
 
-def sft_launches_from(capture: Path) -> list[dict]:
+def sft_launches_from(calls: list[tuple[str, str, str, list[str]]]) -> list[dict]:
     """Launches of verl's SFT entry points in the captured calls, with torchrun's process count."""
     out = []
-    for f in sorted(capture.iterdir()):
-        script, cwd, cmd, *argv = f.read_bytes().split(b"\0")[:-1]
-        argv = [a.decode(errors="replace") for a in argv]
+    for script, cwd, cmd, argv in calls:
         idx = next((i + 1 for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] in SFT_MODULES), None)
         if idx is not None:
-            out.append({"script": script.decode(), "cwd": cwd.decode(), "module": argv[idx],
-                        "nproc": _nproc(cmd, argv), "overrides": argv[idx + 1:]})
+            out.append({"script": script, "cwd": cwd, "module": argv[idx], "nproc": _nproc(cmd, argv),
+                        "overrides": argv[idx + 1:]})
     return out
 
 
@@ -162,13 +160,20 @@ def classify_sft(launch: dict) -> tuple[str, str]:
     return "parsed+validated", ""
 
 
-def launches_from(capture: Path) -> list[dict]:
-    """Main-ppo launches in the captured calls (ordered by call time)."""
-    out = []
+def captured_calls(capture: Path) -> list[tuple[str, str, str, list[str]]]:
+    """``(script, cwd, command, argv)`` of every call the stubs recorded, in call order."""
+    calls = []
     for f in sorted(capture.iterdir()):
         script, cwd, cmd, *argv = f.read_bytes().split(b"\0")[:-1]
-        argv = [a.decode(errors="replace") for a in argv]
-        if cmd == b"ray":
+        calls.append((script.decode(), cwd.decode(), cmd.decode(), [a.decode(errors="replace") for a in argv]))
+    return calls
+
+
+def launches_from(calls: list[tuple[str, str, str, list[str]]]) -> list[dict]:
+    """Main-ppo launches in the captured calls (ordered by call time)."""
+    out = []
+    for script, cwd, cmd, argv in calls:
+        if cmd == "ray":
             if "--" not in argv:
                 continue
             argv = argv[argv.index("--") + 1:]
@@ -176,8 +181,7 @@ def launches_from(capture: Path) -> list[dict]:
         if idx is None:
             idx = next((i for i, a in enumerate(argv) if a.endswith("verl/trainer/main_ppo.py")), None)
         if idx is not None:
-            out.append({"script": script.decode(), "cwd": cwd.decode(), "via": cmd.decode(),
-                        "overrides": argv[idx + 1:]})
+            out.append({"script": script, "cwd": cwd, "via": cmd, "overrides": argv[idx + 1:]})
     return out
 
 
@@ -274,12 +278,13 @@ def main() -> int:
                 script_notes[script] = note
             if given:
                 script_vars[script] = sorted(given)
-        launches = launches_from(root / ".capture") if (root / ".capture").exists() else []
+        calls = captured_calls(root / ".capture") if (root / ".capture").exists() else []
+        launches = launches_from(calls)
         for launch in launches:
             launch["obvious_backend"] = obvious_backend(launch["overrides"])
             launch["category"], launch["detail"] = classify(launch)
         keys = key_stats([l for l in launches if l["category"] != "refused backend" and not l["obvious_backend"]])
-        sft = sft_launches_from(root / ".capture") if (root / ".capture").exists() else []
+        sft = sft_launches_from(calls)
         for launch in sft:
             launch["category"], launch["detail"] = classify_sft(launch)
         text = json.dumps({"launches": launches, "keys": keys, "sft": sft}).replace(tmp, "$TMP")  # no temp paths
