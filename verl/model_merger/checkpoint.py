@@ -204,15 +204,14 @@ def trained_model(located: Located, state: dict, source: ModelSource) -> torch.n
 
 
 def _load_weights(model: torch.nn.Module, entry: dict, located: Located, path: str) -> None:
-    from verl.workers.engine import _same_fingerprint, fingerprint
+    from verl.workers.engine import changed_frozen
 
     weights = entry["model"]
     current = model.state_dict()
     where = f"{located.step_dir} ({located.role})"
     frozen = entry.get("frozen_fingerprint")
     if frozen:  # LoRA: the checkpoint holds the adapters; the base weights must be the run's
-        changed = [name for name, expected in frozen.items()
-                   if name in current and not _same_fingerprint(fingerprint({name: current[name]})[name], expected)]
+        changed = changed_frozen(current, frozen)
         if changed:
             raise VerlError(f"{where} holds LoRA adapters trained on other base weights than those of {path} "
                             f"({len(changed)} tensors differ, first: {changed[0]}): give the model folder the run "

@@ -143,8 +143,7 @@ class TrainingEngine:
         weights = state["model"]
         if "frozen_fingerprint" in state:  # the trainable weights only: the frozen ones are the model's
             current = full_state_dict(self.model)  # a collective; rank 0's is what loads
-            changed = [name for name, expected in state["frozen_fingerprint"].items()
-                       if current and not _same_fingerprint(fingerprint({name: current[name]})[name], expected)]
+            changed = changed_frozen(current, state["frozen_fingerprint"])
             changed = [name for names in all_gather_objects(changed) for name in names]
             if changed:
                 raise VerlError(f"this checkpoint of the {self.metric_prefix} holds its trained weights (LoRA adapters) "
@@ -190,6 +189,13 @@ def fingerprint(weights: dict[str, torch.Tensor]) -> dict[str, tuple]:
     with torch.no_grad():
         return {name: (tuple(t.shape), t.double().sum().item(), t.double().square().sum().item())
                 for name, t in weights.items()}
+
+
+def changed_frozen(current: dict[str, torch.Tensor], expected: dict[str, tuple]) -> list[str]:
+    """The names of ``current``'s weights whose :func:`fingerprint` differs from a checkpoint's
+    ``frozen_fingerprint`` (``expected``): a LoRA checkpoint meeting other base weights."""
+    return [name for name, print_ in expected.items()
+            if name in current and not _same_fingerprint(fingerprint({name: current[name]})[name], print_)]
 
 
 def _same_fingerprint(a: tuple, b: tuple) -> bool:
