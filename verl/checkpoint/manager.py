@@ -234,14 +234,24 @@ def write_hf_folder(model: torch.nn.Module, tokenizer, target: str | os.PathLike
     this process alone. ``state_dict``: the full weights to write, for a sharded model (gathered
     beforehand by every rank: ``verl.distributed.fsdp.export_hf`` does both). ``extra(folder)``
     writes more into the folder before it is renamed into place (a LoRA adapter)."""
+    def fill(folder: Path) -> None:
+        model.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
+        save_tokenizer(tokenizer, folder)  # as the checkpoint had it: without the pad verl set to the eos
+        if extra is not None:
+            extra(folder)
+
+    return write_folder_atomically(target, fill)
+
+
+def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
+    """``fill(folder)`` writes a temporary ``.tmp-hf-*`` folder beside ``target``, which then replaces
+    ``target`` in one rename: an interrupted write leaves the old folder (and a temporary one, removed by
+    the next write)."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
-    save_tokenizer(tokenizer, tmp)  # as the checkpoint had it: without the pad verl set to the eos
-    if extra is not None:
-        extra(tmp)
+    fill(tmp)
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)

@@ -10,15 +10,13 @@ weights under its names and the value head as its classifier (``logits[..., 0]``
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from verl.checkpoint.manager import remove_temporary
+from verl.checkpoint.manager import write_folder_atomically
 from verl.errors import VerlError
 from verl.model_merger.checkpoint import Located, ModelSource, load_state, locate, model_source, trained_model
 
@@ -111,20 +109,10 @@ def write(model: torch.nn.Module, located: Located, source: ModelSource, target:
         if not is_lora_model(model):
             raise VerlError(f"--adapter_only: {located.step_dir} is a full fine-tune (no LoRA adapters); drop "
                             f"--adapter_only to write the whole model")
-        _atomic_folder(target, lambda folder: save_adapter(model, model.state_dict(), folder))
+        write_folder_atomically(target, lambda folder: save_adapter(model, model.state_dict(), folder))
         return
     tokenizer = source.tokenizer()
     export_hf(model, load_processor(source.path) if is_vision_model(model) else tokenizer, target)
-
-
-def _atomic_folder(target: Path, fill) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_temporary(target.parent, ".tmp-hf-*")
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
-    fill(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
 
 
 def value_model_as_token_classifier(value_model: torch.nn.Module) -> torch.nn.Module:
