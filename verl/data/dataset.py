@@ -68,11 +68,12 @@ def json_messages(prompt: Any) -> Any:
     return prompt
 
 
-def ground_truth_of(row: dict) -> Any:
-    """The reference answer: ``reward_model.ground_truth``, else a ``ground_truth``, ``answer`` or
-    ``solution`` column, else (conversational rows) the final assistant message. A ``reward_model``
-    written as JSON text (a CSV cell, a column json.dumps'd before writing) is read as its object."""
-    reward_model = json_object(row.get("reward_model"))
+def ground_truth_of(row: dict, reward_model_key: str = "reward_model") -> Any:
+    """The reference answer: ``reward_model.ground_truth`` (the column ``reward_model_key`` names), else a
+    ``ground_truth``, ``answer`` or ``solution`` column, else (conversational rows) the final assistant
+    message. A ``reward_model`` written as JSON text (a CSV cell, a column json.dumps'd before writing) is
+    read as its object."""
+    reward_model = json_object(row.get(reward_model_key))
     if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
         return reward_model["ground_truth"]
     for key in ("ground_truth", "answer", "solution"):

@@ -36,15 +36,6 @@ def responses_of(row: dict, key: str, position: int) -> list[str]:
     return answers
 
 
-def ground_truth(row: dict, reward_model_key: str):
-    from verl.data.dataset import ground_truth_of, json_object
-
-    holder = json_object(row.get(reward_model_key))
-    if isinstance(holder, dict) and holder.get("ground_truth") is not None:
-        return holder["ground_truth"]
-    return ground_truth_of(row)
-
-
 def scorer(config: EvalConfig):
     """``(name, fn)``: the user's function, or the built-in scorer of each call's data source."""
     from verl.rewards import load_reward_function
@@ -77,7 +68,7 @@ def score(fn, name: str, call: dict, where: str) -> float:
 
 def evaluate(config: EvalConfig) -> dict[str, float]:
     """The metrics ``config`` asks for: ``test_score/<source>`` and ``pass@k/<source>`` (printed too)."""
-    from verl.data.dataset import json_object
+    from verl.data.dataset import ground_truth_of, json_object
     from verl.data.io import read_rows
     from verl.rewards.scorers import NEEDS_NO_GROUND_TRUTH, get_scorer
 
@@ -89,7 +80,7 @@ def evaluate(config: EvalConfig) -> dict[str, float]:
     for position, row in enumerate(rows):
         answers = responses_of(row, data.response_key, position)
         source = row.get(data.data_source_key)
-        truth = ground_truth(row, data.reward_model_key)
+        truth = ground_truth_of(row, data.reward_model_key)
         if not config.custom_reward_function.path:
             if source is None:
                 raise RewardError(f"data.path: row {position} has no {data.data_source_key!r} (data.data_source_key), "
