@@ -25,3 +25,10 @@ def chat_turn_end(tokenizer) -> int | None:
     if not after:
         return None
     return after[0] if after[0] in special else None
+
+
+def turn_end_ids(tokenizer) -> list[int]:
+    """The tokens that end an assistant turn by the tokenizer alone, each once: its eos, then the token its chat
+    template closes an assistant turn with (:func:`chat_turn_end`). A model's generation config may name more
+    (:func:`verl.rollout.base.policy_eos`)."""
+    return list(dict.fromkeys(i for i in (tokenizer.eos_token_id, chat_turn_end(tokenizer)) if i is not None))

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from verl.data.chat import chat_turn_end
+from verl.data.chat import turn_end_ids
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
 from verl.data.io import DataError, is_messages
@@ -143,9 +143,7 @@ class Encoder:
         """Where the assistant turn starting at ``start`` of ``full`` ends: just after the first end-of-turn token
         (the chat template's, or the tokenizer's eos) that follows it, or None."""
         if self._turn_tokens is None:
-            turn_end = chat_turn_end(self.tokenizer)
-            self._turn_tokens = {self.tokenizer.eos_token,
-                                 None if turn_end is None else self.tokenizer.decode([turn_end])} - {None, ""}
+            self._turn_tokens = {self.tokenizer.decode([i]) for i in turn_end_ids(self.tokenizer)} - {""}
         ends = [full.find(token, start) + len(token) for token in self._turn_tokens if full.find(token, start) >= 0]
         return min(ends, default=None)
 

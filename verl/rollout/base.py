@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from verl.data.chat import chat_turn_end
+from verl.data.chat import turn_end_ids
 from verl.models.vision import images_of
 from verl.protocol import Batch
 from verl.rollout.partial import generate_resumable
@@ -54,8 +54,7 @@ def policy_eos(model, tokenizer) -> list[int]:
     stops where its SFT data taught it to."""
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = [eos] if isinstance(eos, int) else list(eos or [])
-    ids += [tokenizer.eos_token_id, chat_turn_end(tokenizer)]
-    ids = list(dict.fromkeys(int(i) for i in ids if i is not None))
+    ids = list(dict.fromkeys(int(i) for i in [*ids, *turn_end_ids(tokenizer)] if i is not None))
     if not ids:
         raise ValueError("neither the model's generation config nor its tokenizer names an eos token, so a response "
                          "could never end: set eos_token_id in generation_config.json or eos_token in the tokenizer")
