@@ -11,10 +11,10 @@ TOOL_CONVERSATION = [{"role": "user", "content": "12*34="}, {"role": "assistant"
                      {"role": "tool", "content": "408"}, {"role": "assistant", "content": "408"}]
 
 
-def fit(model, inputs, labels, steps: int) -> float:
-    """Train ``model`` on ``inputs`` (AdamW, lr 1e-2) until the loss is below 0.01 or ``steps`` are done;
+def fit(model, inputs, labels, steps: int, lr: float = 1e-2) -> float:
+    """Train ``model`` on ``inputs`` (AdamW) until the loss is below 0.01 or ``steps`` are done;
     leaves it in eval mode and returns the last loss."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     for _ in range(steps):
         loss = model(**inputs, labels=labels).loss
         optimizer.zero_grad()
@@ -27,16 +27,27 @@ def fit(model, inputs, labels, steps: int) -> float:
 
 
 def memorize(tmp_path_factory, name: str, conversations: list[list[dict]], hidden_size: int = 64):
-    """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text)."""
-    torch.manual_seed(0)
+    """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text, every
+    token the greedy choice). lr 1e-2 memorizes in ~100 steps, but at hidden 128 it diverged on an AMD
+    EPYC with AVX2 (loss 0.13 after 600 steps; 3e-3 reached 0.01 at step 119): a lower rate is tried
+    next, and a model that memorized nothing stops the test here, not in a rollout's figures."""
     path = make_tiny_model_folder(tmp_path_factory.mktemp(name), num_layers=2, hidden_size=hidden_size,
                                   intermediate_size=2 * hidden_size)
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path)
     texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
     batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    fit(model, batch, labels, steps=400)
+    for lr in (1e-2, 3e-3, 1e-3):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(path)
+        loss = fit(model, batch, labels, steps=600, lr=lr)
+        with torch.no_grad():
+            greedy = model(**batch).logits[:, :-1].argmax(-1)
+        wanted = labels[:, 1:]
+        if loss < 0.01 and bool((greedy == wanted)[wanted != -100].all()):
+            break
+    else:
+        raise AssertionError(f"the tiny model did not memorize {name} (loss {loss:.3f} at lr {lr})")
     folder = tmp_path_factory.mktemp(f"{name}-trained")
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
