@@ -63,8 +63,10 @@ CALCULATOR_PRESET = _GRPO_DEMO + [
     # start of the jump (greedy 0.455): stopped later, greedy starts near the 0.83 that RL reaches and
     # leaves it no room (0.715 at step 380, the former stop, rose only to 0.83). 128 samples per check
     # tell 0.01 from 0.1 (64 measured 0.05 at step 340); a multi-turn check costs ~100 generated tokens
-    # per sample, so check every 20 steps. See docs/agents.md.
-    "sft_warmstart.lr=3e-3",
+    # per sample, so check every 20 steps. lr 1e-3 (the default): at 3e-3 an AMD EPYC with AVX2 only saw the
+    # loss spike (0.24 -> 1.58 at step 200) and copying begin only after ~1,200 steps (10 minutes); at 1e-3
+    # it began at steps 350-450 on two seeds there. See docs/agents.md.
+    "sft_warmstart.lr=1e-3",
     "sft_warmstart.batch_size=32",
     "sft_warmstart.target_accuracy=0.08",
     "sft_warmstart.eval_every=20",
