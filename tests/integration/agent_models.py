@@ -26,25 +26,38 @@ def fit(model, inputs, labels, steps: int, lr: float = 1e-2) -> float:
     return loss.item()
 
 
+def _determined(labels: torch.Tensor) -> torch.Tensor:
+    """``labels`` with -100 at each token that its beginning does not determine (another row has the
+    same tokens before it and a different one there)."""
+    rows = labels.tolist()
+    following: dict[tuple, set] = {}
+    for row in rows:
+        for i, token in enumerate(row):
+            following.setdefault(tuple(row[:i]), set()).add(token)
+    return torch.tensor([[t if len(following[tuple(row[:i])]) == 1 else -100 for i, t in enumerate(row)]
+                         for row in rows])
+
+
 def memorize(tmp_path_factory, name: str, conversations: list[list[dict]], hidden_size: int = 64):
     """The tiny model, trained until it reproduces ``conversations`` (the whole rendered text, every
-    token the greedy choice). lr 1e-2 memorizes in ~100 steps, but at hidden 128 it diverged on an AMD
-    EPYC with AVX2 (loss 0.13 after 600 steps; 3e-3 reached 0.01 at step 119): a lower rate is tried
-    next, and a model that memorized nothing stops the test here, not in a rollout's figures."""
+    token the greedy choice, except where two conversations share a beginning and then part: "target 7"
+    and "target 8"). lr 1e-2 memorizes in ~100 steps, but at hidden 128 it diverged on an AMD EPYC with
+    AVX2 (loss 0.13 after 600 steps; 3e-3 reached 0.01 at step 119): a lower rate is tried next, and a
+    model that memorized nothing stops the test here, not in a rollout's figures."""
     path = make_tiny_model_folder(tmp_path_factory.mktemp(name), num_layers=2, hidden_size=hidden_size,
                                   intermediate_size=2 * hidden_size)
     tok = AutoTokenizer.from_pretrained(path)
     texts = [tok.apply_chat_template(chat, tokenize=False) for chat in conversations]
     batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    wanted = _determined(labels)[:, 1:]
     for lr in (1e-2, 3e-3, 1e-3):
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_pretrained(path)
-        loss = fit(model, batch, labels, steps=600, lr=lr)
+        loss = fit(model, batch, labels, steps=400, lr=lr)
         with torch.no_grad():
             greedy = model(**batch).logits[:, :-1].argmax(-1)
-        wanted = labels[:, 1:]
-        if loss < 0.01 and bool((greedy == wanted)[wanted != -100].all()):
+        if bool((greedy == wanted)[wanted != -100].all()):
             break
     else:
         raise AssertionError(f"the tiny model did not memorize {name} (loss {loss:.3f} at lr {lr})")
