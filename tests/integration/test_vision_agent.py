@@ -131,22 +131,22 @@ def test_a_tools_image_joins_the_conversation_and_the_next_turn_reads_it(vl_agen
     # The engine's log-probs of the model's tokens are the actor's over the whole trajectory, images
     # included (padded and packed), and the answer depends on the tool's picture.
     mask = out["response_mask"].bool()
+    actor = {}
     for packed in (False, True):
-        actor, _ = PolicyModel(model, torch.device("cpu"), remove_padding=packed).compute_log_prob(out)
-        torch.testing.assert_close(out["rollout_log_probs"][mask], actor[mask], atol=1e-4, rtol=0)
+        actor[packed], _ = PolicyModel(model, torch.device("cpu"), remove_padding=packed).compute_log_prob(out)
+        torch.testing.assert_close(out["rollout_log_probs"][mask], actor[packed][mask], atol=1e-4, rtol=0)
     other = out.index(list(range(2)))
     other["multi_modal_inputs"] = [
         {"pixel_values": torch.cat([m["pixel_values"][:16], processor.image_processor(
             images=[picture(9, ZOOM_SIZE)], return_tensors="pt")["pixel_values"]]),
          "image_grid_thw": m["image_grid_thw"]} for m in media]
-    changed, _ = PolicyModel(model, torch.device("cpu")).compute_log_prob(other)
-    same, _ = PolicyModel(model, torch.device("cpu")).compute_log_prob(out)
+    changed, _ = PolicyModel(model, torch.device("cpu"), remove_padding=False).compute_log_prob(other)
     answer = mask & (out["responses"] != pad)
     answer[:, :len(tok(CALL + "</s>", add_special_tokens=False)["input_ids"])] = False  # the second turn only
     # How far the picture moves the answer (the memorized "red" leans on it weakly: 7e-4 on an AMD EPYC,
     # over 1e-3 on a Xeon) against how far packing alone moves it (float rounding, ~1e-6).
-    moved = (changed[answer] - same[answer]).abs().max()
-    rounding = (actor[answer] - same[answer]).abs().max()
+    moved = (changed[answer] - actor[False][answer]).abs().max()
+    rounding = (actor[True][answer] - actor[False][answer]).abs().max()
     assert moved > 1e-4 and moved > 20 * rounding, (moved, rounding)
 
 

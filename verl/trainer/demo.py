@@ -57,15 +57,15 @@ CALCULATOR_PRESET = _GRPO_DEMO + [
     "trainer.default_local_dir=outputs/calculator",
     "actor_rollout_ref.rollout.multi_turn.enable=true",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-    # The warm start learns the call's fixed JSON first (a plateau), then the copying all at once: held-out
-    # greedy accuracy goes 0.06 -> 0.46 -> 0.69 -> 0.75 at steps 320, 340, 350, 360 (seed 1) while sampled
-    # accuracy lags (about 0.01, 0.12, 0.3, 0.45). It stops at the first check past sampled 0.08, at the
-    # start of the jump (greedy 0.455): stopped later, greedy starts near the 0.83 that RL reaches and
-    # leaves it no room (0.715 at step 380, the former stop, rose only to 0.83). 128 samples per check
-    # tell 0.01 from 0.1 (64 measured 0.05 at step 340); a multi-turn check costs ~100 generated tokens
-    # per sample, so check every 20 steps. lr 1e-3 (the default): at 3e-3 an AMD EPYC with AVX2 only saw the
-    # loss spike (0.24 -> 1.58 at step 200) and copying begin only after ~1,200 steps (10 minutes); at 1e-3
-    # it began at steps 350-450 on two seeds there. See docs/agents.md.
+    # The warm start learns the call's fixed JSON first (a plateau), then the copying all at once (figures of
+    # lr 3e-3 on an AVX-512 EPYC): held-out greedy accuracy goes 0.06 -> 0.46 -> 0.69 -> 0.75 at steps 320,
+    # 340, 350, 360 (seed 1) while sampled accuracy lags (about 0.01, 0.12, 0.3, 0.45). It stops at the first
+    # check past sampled 0.08, at the start of the jump (greedy 0.455): stopped later, greedy starts near the
+    # 0.83 that RL reaches and leaves it no room (0.715 at step 380, the former stop, rose only to 0.83). 128
+    # samples per check tell 0.01 from 0.1 (64 measured 0.05 at step 340); a multi-turn check costs ~100
+    # generated tokens per sample, so check every 20 steps. lr 1e-3 (the default): at 3e-3 an AMD EPYC with
+    # AVX2 only saw the loss spike (0.24 -> 1.58 at step 200) and copying begin only after ~1,200 steps (10
+    # minutes); at 1e-3 it began at steps 350-450 on two seeds there. See docs/agents.md.
     "sft_warmstart.lr=1e-3",
     "sft_warmstart.batch_size=32",
     "sft_warmstart.target_accuracy=0.08",
