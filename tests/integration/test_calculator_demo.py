@@ -1,6 +1,6 @@
-"""The agentic demo (``data.builtin_task=calculator``) learns: after the warm start on worked tool-use
-conversations, multi-turn GRPO raises held-out accuracy on multiplications the model can only do
-with the calculator tool."""
+"""The agentic demo (``data.builtin_task=calculator``) learns: after a warm start that taught the tool
+conversations and then mostly direct answers, multi-turn GRPO learns to call the calculator and raises
+held-out accuracy on multiplications the model can only do with it."""
 
 import json
 
@@ -14,25 +14,24 @@ GREEDY = "val-core/builtin/calculator/reward/mean@1"
 SAMPLED = "val-aux/builtin/calculator/reward/sampled_mean@1"
 
 
-def test_calculator_demo_raises_held_out_accuracy_with_the_tool(tmp_path, capsys):
-    # The shipped demo runs 60 RL steps; its first 20 are this run, on the same seed. The warm start
-    # (the shipped one, cached for the session) stops at the edge of a jump in accuracy, so where it
-    # stops, and how far RL then rises, depends on the machine's float arithmetic (docs/agents.md):
-    # greedy 0.53 -> 0.71 and sampled 0.08 -> 0.195 on an AMD EPYC with AVX2 (this test's one thread).
+def test_calculator_demo_learns_to_call_the_tool(tmp_path, capsys):
+    # The shipped demo runs 30 RL steps; its first 10 are this run, on the same seed. The warm start (the
+    # shipped one, cached for the session) ends with a phase of direct answers, so the model starts out
+    # mostly guessing: held-out greedy 0.035 and tool calls in 8% of the first step's trajectories on an
+    # AMD EPYC with AVX2 (this test's one thread); RL then learns that the calls earn the reward.
     out = tmp_path / "calculator"
-    assert main(["data.builtin_task=calculator", "trainer.total_training_steps=20", "trainer.test_freq=20",
+    assert main(["data.builtin_task=calculator", "trainer.total_training_steps=10", "trainer.test_freq=10",
                  f"trainer.default_local_dir={out}", "trainer.seed=1"]) == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     validations = [r for r in rows if GREEDY in r]
     before, after = validations[0], validations[-1]
-    assert before["step"] == 0 and after["step"] == 20
-    # What holds on both: sampled accuracy (what GRPO trains) rises clearly, greedy does not fall.
-    assert after[SAMPLED] > before[SAMPLED] + 0.08
-    assert after[GREEDY] >= before[GREEDY]
-    steps = [r for r in rows if "agent/num_turns/mean" in r]
-    assert len(steps) == 20
-    # The model calls the tool and answers after reading the result, in most trajectories (sampled at
-    # temperature 1, some calls are malformed: 0.71 calls and 1.62 turns a trajectory at step 20 on the EPYC).
-    assert steps[-1]["agent/tool_calls/mean"] > 0.5 and 1.4 < steps[-1]["agent/num_turns/mean"] <= 2.0
-    assert "SFT warm start" in printed and "multi_turn" in (out / "config.yaml").read_text()
+    assert before["step"] == 0 and after["step"] == 10
+    assert before[GREEDY] < 0.2  # the warm start's second phase: greedy decoding seldom calls the tool
+    assert after[GREEDY] > before[GREEDY] + 0.2 and after[SAMPLED] > before[SAMPLED] + 0.05
+    steps = [r for r in rows if "agent/tool_calls/mean" in r]
+    assert len(steps) == 10
+    # Tool calls per trajectory (sampled at temperature 1): from the few the warm start left to most.
+    first, last = steps[0]["agent/tool_calls/mean"], steps[-1]["agent/tool_calls/mean"]
+    assert first < 0.3 and last > max(0.4, first + 0.25) and steps[-1]["agent/num_turns/mean"] > 1.3
+    assert "then direct answers: 40 steps" in printed and "multi_turn" in (out / "config.yaml").read_text()

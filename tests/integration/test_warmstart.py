@@ -9,17 +9,20 @@ import sys
 import time
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from helpers import REPO
 from zygote import run_torchrun
 from verl.config import TrainerConfig
+from verl.distributed.process_group import alone
 from verl.trainer.warmstart import warm_start
 
 TINY = ["sft_warmstart.eval_samples=8", "sft_warmstart.batch_size=16"]
 
 
-def _metrics(folder):
-    path = folder / "run" / "metrics.jsonl"
+def _metrics(folder, run="run"):
+    path = folder / run / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -68,6 +71,53 @@ def test_a_warm_start_that_misses_its_target_trains_max_steps():
     assert warm.steps == 5 and warm.accuracy < 1
     checks = [m["step"] for m in _metrics(warm.path.parent) if "val/sampled_accuracy" in m]
     assert checks == [2, 4, 5]  # and once more after the last step
+
+
+def test_the_calculator_warm_start_ends_with_a_phase_of_direct_answers(tmp_path, monkeypatch):
+    # sft_warmstart.direct_steps: after the tool conversations (first phase, here 2 steps), steps on
+    # answers without the tool, a seeded share of rows still calling it, from the first phase's model.
+    from verl.trainer.warmstart import DirectAnswerPhase
+
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path / "cache"))
+    config = TrainerConfig.from_overrides([*TINY, "data.builtin_task=calculator", "sft_warmstart.max_steps=2",
+                                           "sft_warmstart.eval_every=2", "sft_warmstart.target_accuracy=1",
+                                           "sft_warmstart.direct_steps=3", "sft_warmstart.direct_tool_share=0.25"])
+    warm = warm_start(config, progress=False)
+    folder = warm.path.parent
+    assert (warm.steps, warm.direct["steps"], warm.cached) == (2, 3, False)
+    for key in ("greedy_accuracy", "greedy_tool_calls", "sampled_accuracy", "sampled_tool_calls"):
+        assert 0 <= warm.direct[key] <= 1
+    # The first phase's model is kept (a resumed second phase starts from it); the result is the second's.
+    first, second = (load_file(folder / name / "model.safetensors") for name in ("tool-model", "model"))
+    assert first.keys() == second.keys() and any(not torch.equal(first[k], second[k]) for k in first)
+    checks = [m["step"] for m in _metrics(folder) if "val/sampled_accuracy" in m]
+    direct_checks = [m for m in _metrics(folder, "run-direct") if "val/greedy_tool_calls" in m]
+    assert checks == [2] and [m["step"] for m in direct_checks] == [3]  # the second phase: one check, at its end
+    again = warm_start(config, progress=False)
+    assert again.cached and again.direct == warm.direct
+
+    # Its rows: a quarter of the training rows (seeded: the same ones every time) keep the conversation
+    # with the tool, the others answer at once.
+    with alone():
+        phase = DirectAnswerPhase(config, tmp_path / "entry", progress=False, start=folder / "tool-model")
+        rows = phase.rows()[0]
+    with_tool = [i for i, row in enumerate(rows) if "<tool_call>" in row["messages"][1]["content"]]
+    assert len(rows) == 4000 and len(with_tool) == 1000
+    assert all(len(rows[i]["messages"]) == 4 for i in with_tool)
+    direct = next(row["messages"] for i, row in enumerate(rows) if i not in with_tool)
+    a, b = direct[0]["content"].rstrip("=").split("*")
+    assert direct[1:] == [{"role": "assistant", "content": str(int(a) * int(b))}]
+    with alone():
+        assert [i for i, row in enumerate(DirectAnswerPhase(config, tmp_path / "entry2", progress=False,
+                                                            start=folder / "tool-model").rows()[0])
+                if len(row["messages"]) == 4] == with_tool
+
+
+def test_a_phase_of_direct_answers_needs_a_task_with_a_tool():
+    config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.direct_steps=3"])
+    with pytest.raises(ValueError, match=r"sft_warmstart.direct_steps=3 needs a built-in task that uses a tool "
+                                         r"\(data.builtin_task=calculator\); 'addition' answers without one"):
+        warm_start(config, progress=False)
 
 
 def test_an_interrupted_warm_start_resumes_from_its_last_step(tmp_path):

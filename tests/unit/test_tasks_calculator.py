@@ -59,3 +59,14 @@ def test_the_warm_start_trains_on_the_models_turns_only():
     # the prompt, the tool's result and the marker before the answer, which the loop splices in.
     assert tok.decode([t for t, m in zip(ids, trained) if m]) == f"{call}</s>5535</s>"
     assert tok.decode([t for t, m in zip(ids, trained) if not m]) == "Q: 123*45=\nA: 5535\nA: "
+
+def test_a_direct_answer_trains_the_product_alone():
+    # The warm start's second phase (sft_warmstart.direct_steps): the product answered at once, no call.
+    tok = build_char_tokenizer()
+    row = {"data_source": calculator.DATA_SOURCE, "prompt": [{"role": "user", "content": "123*45="}],
+           "reward_model": {"ground_truth": "5535"}, "extra_info": {"a": 123, "b": 45}}
+    rows = [{"messages": row["prompt"] + calculator.direct_messages(row)}]
+    (example,) = SFTDataset(rows, Encoder(tok, max_length=1024), messages_key="messages")
+    assert tok.decode(example["input_ids"]) == "Q: 123*45=\nA: 5535</s>"
+    assert tok.decode([t for t, m in zip(example["input_ids"], example["loss_mask"]) if m]) == "5535</s>"
+    assert calculator.compute_score(calculator.DATA_SOURCE, "5535", "5535") == 1.0  # right without the tool counts

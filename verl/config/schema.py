@@ -396,6 +396,12 @@ class SFTWarmstartConfig(Section):
     eval_every: int = option(10, bounds=">= 1", help="Check accuracy every this many steps (the accuracy jumps "
                              "quickly once the model learns carrying, so check often).")
     eval_samples: int = option(200, bounds=">= 1", help="Prompts used for each accuracy check.")
+    direct_steps: int = option(0, bounds=">= 0", help="An agentic task: once the target is reached, this many "
+                               "steps more on conversations that answer without the tool (a guess), "
+                               "direct_tool_share of them still calling it, so that the model mostly answers "
+                               "without it and RL has to learn to call it. 0: no such phase.")
+    direct_tool_share: float = option(0.15, bounds="[0, 1]", help="The share of direct_steps' conversations "
+                                      "that call the tool.")
 
 
 @dataclass

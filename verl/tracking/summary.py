@@ -37,9 +37,18 @@ def format_summary(result: dict, *, warm_start=None, out_dir=None) -> str:
     if warm_start is not None:
         how = "cached" if warm_start.cached else f"{warm_start.seconds:.1f}s"
         lines.append(f"SFT warm start: {warm_start.steps} steps, sampled accuracy {warm_start.accuracy:.2f} ({how})")
+        if warm_start.direct:
+            lines.append(f"  then direct answers: {direct_summary(warm_start.direct)}")
     if out_dir is not None:
         loader = "AutoModelForImageTextToText" if (Path(out_dir) / "huggingface" / "preprocessor_config.json").exists() \
             else "AutoModelForCausalLM"
         lines.append(f"Trained policy: {out_dir}/huggingface  ({loader}.from_pretrained)")
         lines.append(f"Metrics:        {out_dir}/metrics.jsonl")
     return "\n".join(lines)
+
+
+def direct_summary(direct: dict) -> str:
+    """One line on the direct-answer phase: its steps, and held-out accuracy and tool calls after it."""
+    return (f"{direct['steps']} steps; held-out greedy accuracy {direct['greedy_accuracy']:.2f} (tool calls in "
+            f"{direct['greedy_tool_calls']:.0%}), sampled {direct['sampled_accuracy']:.2f} (tool calls in "
+            f"{direct['sampled_tool_calls']:.0%})")

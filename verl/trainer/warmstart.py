@@ -14,6 +14,12 @@ and it ends once that reaches the target. Each step's examples are drawn from al
 trains it while the other ranks wait) on plain, unsharded weights, with a constant learning rate
 and no gradient clipping. Interrupted (Ctrl-C), it keeps its last step's checkpoint in the cache
 folder, and the next run resumes from it.
+
+An agentic task may add a second phase (``sft_warmstart.direct_steps``, :class:`DirectAnswerPhase`):
+from the model that has learnt the tool conversations, a few steps on conversations that answer at
+once (``task.direct_messages``: a guess), ``direct_tool_share`` of them still calling the tool. The
+model then answers without the tool at greedy decoding and calls it in some samples, and RL has a
+behaviour to learn: calling the tool is what earns the reward.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +43,7 @@ from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
 from verl.rollout import SamplingParams, build_rollout
 from verl.trainer.sft import SFTTrainer
 from verl.utils.cache import cache_dir, cache_lock
+from verl.tracking.summary import direct_summary
 from verl.version import __version__
 from verl.workers.engine import TrainingEngine
 
@@ -47,6 +55,7 @@ class WarmStart:
     accuracy: float
     seconds: float
     cached: bool
+    direct: dict | None = None  # the direct-answer phase: its steps and held-out figures at its end
 
 
 def _cache_key(config) -> str:
@@ -73,14 +82,21 @@ def example_rows(rows, task) -> list[dict]:
     return [{"prompt": row["prompt"], "response": str(row["reward_model"]["ground_truth"])} for row in rows]
 
 
-def sampled_accuracy(rollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
-    """Held-out accuracy at temperature 1; ``rollout`` is an engine, or for an agentic task the
-    multi-turn loop over one (scored on the whole trajectory, as the reward function sees it)."""
-    out = rollout.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0))
+def held_out(rollout, prompts, task, max_new_tokens: int, tokenizer, temperature: float = 1.0) -> tuple[float, float]:
+    """(accuracy, share of responses that call a tool) on held-out prompts, sampled at ``temperature``
+    (0: greedy); ``rollout`` is an engine, or for an agentic task the multi-turn loop over one (scored
+    on the whole trajectory, as the reward function sees it)."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, do_sample=temperature > 0)
+    out = rollout.generate(prompts, params)
     seen = out["attention_mask"][:, -out["responses"].shape[1]:].bool()
     texts = [tokenizer.decode(out["responses"][i][seen[i]], skip_special_tokens=True) for i in range(len(out))]
     scores = [task.compute_score(task.DATA_SOURCE, t, gt) for t, gt in zip(texts, out["ground_truth"])]
-    return sum(scores) / len(scores)
+    return sum(scores) / len(scores), sum("<tool_call>" in t for t in texts) / len(texts)
+
+
+def sampled_accuracy(rollout, prompts, task, max_new_tokens: int, tokenizer) -> float:
+    """Held-out accuracy at temperature 1 (see :func:`held_out`)."""
+    return held_out(rollout, prompts, task, max_new_tokens, tokenizer)[0]
 
 
 def task_rollout(task, model, tokenizer):
@@ -111,6 +127,10 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
         folder = folder.with_name(f"{folder.name}-{hashlib.sha256(shaped_by.encode()).hexdigest()[:8]}")
         with cache_lock(folder, waiting=f"Another process is training this warm start ({folder}); waiting for it"):
             return vision_warmstart.vision_warm_start(config, folder, progress)
+    if config.sft_warmstart.direct_steps and not hasattr(task, "direct_messages"):
+        raise ValueError(f"sft_warmstart.direct_steps={config.sft_warmstart.direct_steps} needs a built-in task "
+                         f"that uses a tool (data.builtin_task=calculator); {config.data.builtin_task!r} answers "
+                         f"without one. Set sft_warmstart.direct_steps=0")
     cached = _cached(folder)
     if cached is not None:
         return cached
@@ -124,7 +144,8 @@ def _cached(folder: Path) -> WarmStart | None:
     if not done.exists():
         return None
     stats = json.loads(done.read_text())
-    return WarmStart(folder / "model", stats["steps"], stats["accuracy"], stats["seconds"], cached=True)
+    return WarmStart(folder / "model", stats["steps"], stats["accuracy"], stats["seconds"], cached=True,
+                     direct=stats.get("direct"))
 
 
 class WarmStartTrainer(SFTTrainer):
@@ -137,25 +158,34 @@ class WarmStartTrainer(SFTTrainer):
     # ends sooner than with epochs of one permutation each (calculator, seed 1: 380 steps against
     # more than 820).
     replacement = True
+    run_name = "run"  # the cache entry's folder for this phase's metrics and interrupted checkpoint
 
-    def __init__(self, config, folder: Path, *, progress: bool = True):
+    def __init__(self, config, folder: Path, *, progress: bool = True, start: Path | None = None,
+                 model_dir: Path | None = None):
         """``folder``: the cache entry; its ``run/`` holds the run's metrics (and a checkpoint after an
-        interruption), ``model/`` the result."""
+        interruption), ``model/`` (or ``model_dir``) the result. ``start``: the model to train (the
+        built-in one by default)."""
         self.task = TASKS[config.data.builtin_task]
-        self.model_dir = folder / "model"
+        self.model_dir = model_dir or folder / "model"
         self.rl_config = config
         cfg = config.sft_warmstart
+        steps, every = self.schedule(cfg)
         self.eval_rows = self.task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
         super().__init__(SFTTrainerConfig.from_dict({
             "data": {"train_batch_size": cfg.batch_size, "messages_key": "messages" if self.agentic else None,
                      "max_length": 1 << 20, "seed": config.trainer.seed},
-            "model": {"path": str(builtin_model_path()), "disable_dropout": False},
+            "model": {"path": str(start or builtin_model_path()), "disable_dropout": False},
             "optim": {"lr": cfg.lr, "weight_decay": 0.0},
-            "trainer": {"total_training_steps": cfg.max_steps, "test_freq": cfg.eval_every, "val_before_train": False,
-                        "save_freq": -1, "logger": [], "progress_bar": progress, "default_local_dir": str(folder / "run"),
+            "trainer": {"total_training_steps": steps, "test_freq": every, "val_before_train": False,
+                        "save_freq": -1, "logger": [], "progress_bar": progress,
+                        "default_local_dir": str(folder / self.run_name),
                         "device": config.trainer.device, "seed": config.trainer.seed}}))
         self.eval_prompts = self._eval_prompts()
         self.rollout = task_rollout(self.task, self.policy.model, self.tokenizer)
+
+    def schedule(self, cfg) -> tuple[int, int]:
+        """(most steps, steps between accuracy checks) of this phase."""
+        return cfg.max_steps, cfg.eval_every
 
     @property
     def agentic(self) -> bool:
@@ -199,14 +229,67 @@ class WarmStartTrainer(SFTTrainer):
         write_hf_folder(self.policy.model, self.tokenizer, target or self.model_dir)
 
 
+class DirectAnswerPhase(WarmStartTrainer):
+    """The agentic warm start's second phase: ``sft_warmstart.direct_steps`` steps, from the model that
+    has learnt the tool conversations, on the task's training rows answered at once
+    (``task.direct_messages``), a seeded ``direct_tool_share`` of them with the whole tool conversation
+    instead. One check at its end: held-out greedy and sampled accuracy and how often each calls the tool."""
+
+    label = "SFT warm start, direct answers"
+    run_name = "run-direct"
+
+    def schedule(self, cfg) -> tuple[int, int]:
+        return cfg.direct_steps, cfg.direct_steps
+
+    def rows(self) -> tuple[list[dict], list[dict]]:
+        train = self.task.make_rows("train")
+        share = self.rl_config.sft_warmstart.direct_tool_share
+        calls = set(random.Random(self.rl_config.trainer.seed).sample(range(len(train)), round(share * len(train))))
+        rows = [{"messages": list(row["prompt"]) +
+                 (self.task.sft_messages(row) if i in calls else self.task.direct_messages(row))}
+                for i, row in enumerate(train)]
+        return rows, example_rows(self.eval_rows, self.task)
+
+    def validate(self) -> dict[str, float]:
+        length = self.rl_config.data.max_response_length
+        figures = {}
+        for name, temperature in (("sampled", 1.0), ("greedy", 0.0)):
+            accuracy, calls = held_out(self.rollout, self.eval_prompts, self.task, length, self.tokenizer, temperature)
+            figures.update({f"val/{name}_accuracy": accuracy, f"val/{name}_tool_calls": calls})
+        return figures
+
+    def goal_reached(self) -> bool:
+        return False
+
+    def postfix(self, metrics: dict) -> str:
+        return f"loss={metrics['train/loss']:.3f}"
+
+
 def _train(config, folder: Path, progress: bool) -> WarmStart:
     start = time.perf_counter()
+    two_phases = config.sft_warmstart.direct_steps > 0
+    tool_model, first_done = folder / "tool-model", folder / "tool-phase.json"
+    direct = None
     with alone():
-        trainer = WarmStartTrainer(config, folder, progress=progress)
-        trainer.fit()  # ends with the export to folder/model
-    steps, accuracy = trainer.global_step, trainer.accuracy()
-    if progress:
-        print(f"SFT warm start done: {steps} steps, held-out sampled accuracy {accuracy:.2f}", flush=True)
+        if two_phases and first_done.exists():  # an interrupted second phase: the first is done
+            first = json.loads(first_done.read_text())
+            steps, accuracy = first["steps"], first["accuracy"]
+        else:
+            trainer = WarmStartTrainer(config, folder, progress=progress, model_dir=tool_model if two_phases else None)
+            trainer.fit()  # ends with the export to folder/model (folder/tool-model before a second phase)
+            steps, accuracy = trainer.global_step, trainer.accuracy()
+            if progress:
+                print(f"SFT warm start done: {steps} steps, held-out sampled accuracy {accuracy:.2f}", flush=True)
+            if two_phases:
+                first_done.write_text(json.dumps({"steps": steps, "accuracy": accuracy}))
+        if two_phases:
+            second = DirectAnswerPhase(config, folder, progress=progress, start=tool_model)
+            second.fit()
+            figures = second.val_history[-1][1]
+            direct = {"steps": second.global_step, **{k.removeprefix("val/"): v for k, v in figures.items()}}
+            if progress:
+                print(f"SFT warm start, direct answers done: {direct_summary(direct)}", flush=True)
     seconds = time.perf_counter() - start
-    (folder / "warmstart.json").write_text(json.dumps({"steps": steps, "accuracy": accuracy, "seconds": seconds}))
-    return WarmStart(folder / "model", steps, accuracy, seconds, cached=False)
+    (folder / "warmstart.json").write_text(json.dumps({"steps": steps, "accuracy": accuracy, "seconds": seconds,
+                                                       "direct": direct}))
+    return WarmStart(folder / "model", steps, accuracy, seconds, cached=False, direct=direct)

@@ -1,9 +1,9 @@
 """Multiplication with a calculator: ``123*45=`` -> ``5535``. The built-in agentic task.
 
 A 3-digit times a 2-digit number is beyond the tiny model, but not with the ``calculator`` tool
-(:mod:`verl.tools.builtin`): the model calls it, reads the result and answers. Its warm start is a
-few tool-use conversations (:func:`sft_messages`); RL then makes the calls and the copied answers
-reliable. Every pair (a, b) is either a training or a held-out pair, by a fixed hash of the pair.
+(:mod:`verl.tools.builtin`): the model calls it, reads the result and answers. Its warm start
+teaches the tool-use conversations (:func:`sft_messages`), then mostly direct answers
+(:func:`direct_messages`); RL then learns to call the tool. Every pair (a, b) is either a training or a held-out pair, by a fixed hash of the pair.
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ def sft_messages(row: dict) -> list[dict]:
     product = str(a * b)
     return [{"role": "assistant", "content": tool_call(a, b)}, {"role": "tool", "content": product},
             {"role": "assistant", "content": product}]
+
+
+def direct_messages(row: dict) -> list[dict]:
+    """The product answered at once, without the tool: what a model tuned without tools is taught (the
+    tiny model cannot compute it, so it learns to guess). The warm start's second phase mixes these
+    with :func:`sft_messages` so that RL starts from a model that seldom calls the tool."""
+    return [{"role": "assistant", "content": str(row["extra_info"]["a"] * row["extra_info"]["b"])}]
 
 
 def final_answer(solution_str: str) -> str:
