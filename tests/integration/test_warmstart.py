@@ -95,6 +95,11 @@ def test_the_calculator_warm_start_ends_with_a_phase_of_direct_answers(tmp_path,
     assert checks == [2] and [m["step"] for m in direct_checks] == [3]  # the second phase: one check, at its end
     again = warm_start(config, progress=False)
     assert again.cached and again.direct == warm.direct
+    # Stopped during the second phase (no result yet): the next run does not train the first again.
+    (folder / "warmstart.json").unlink()
+    first_metrics = _metrics(folder)
+    redone = warm_start(config, progress=False)
+    assert not redone.cached and (redone.steps, redone.direct["steps"]) == (2, 3) and _metrics(folder) == first_metrics
 
     # Its rows: a quarter of the training rows (seeded: the same ones every time) keep the conversation
     # with the tool, the others answer at once.
