@@ -292,6 +292,15 @@ def rev(s):
 """.replace("__RUNS__", "[k for k in range(6000) for _ in range(33)]")
 RUNS_OF_EQUAL_ITEMS_COUNTED = "def rev(s):\n    return [k for k in range(6000) for _ in range(33)]\n"
 
+# A timer that raises KeyboardInterrupt (or SystemExit) while the harness evaluates and writes the results:
+# the harness stops where it was interrupted, and a missing result fails, whatever the exit status.
+INTERRUPT_FROM_A_TIMER = ("import signal\ndef stop(*a):\n    raise KeyboardInterrupt\n"
+                          "signal.signal(signal.SIGALRM, stop)\nsignal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)\n"
+                          "def rev(s):\n    return s\n")
+# NaN equals nothing, but a container compares its items by identity first: [nan] == [nan] holds for one
+# object. Compared in the sandbox, the program's own math.nan would pass; its result arrives as a new float.
+NAN_BY_IDENTITY = "import math\ndef rev(s):\n    return [math.nan]\n"
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -349,6 +358,8 @@ BANK = {  # name -> (program, tests, score)
                                                                 "assert rev('desserts') == 'stressed'"], 0.5),
     "results_line_of_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_WRITTEN, REV_ASSERTS, 0.0),
     "counted_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_COUNTED, ["assert len(Counter(rev('ab'))) == 2"], 0.0),
+    "interrupt_from_a_timer_during_the_calls": (INTERRUPT_FROM_A_TIMER, REV_ASSERTS, 0.0),
+    "nan_by_identity_in_a_container": (NAN_BY_IDENTITY, ["import math", "assert rev('x') == [math.nan]"], 0.0),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
@@ -357,7 +368,8 @@ BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm",
                 "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
                 "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file",
                 "answer_read_from_the_other_calls_in_the_harness_frames", "results_line_of_runs_of_equal_items",
-                "counted_runs_of_equal_items"]
+                "counted_runs_of_equal_items", "interrupt_from_a_timer_during_the_calls",
+                "nan_by_identity_in_a_container"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]
