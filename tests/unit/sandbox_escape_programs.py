@@ -111,7 +111,7 @@ else:
     steal(evil.call)
 """
 SYSCALLS_KILLED = ("keyctl", "memfd_create", "ptrace", "process_vm_readv", "bpf", "perf_event_open", "mount",
-                   "unshare", "setns", "io_uring_setup", "pidfd_open", "kill")
+                   "unshare", "setns", "io_uring_setup", "pidfd_open", "kill", "io_setup")
 DEVICES = ("/dev/tty", "/dev/console", "/dev/ptmx", "/dev/kmsg", "/dev/tty0", "/dev/mem", "/dev/loop0", "/dev/kvm",
            "/dev/fuse", "/dev/nvidia0", "/dev/nvidiactl", "/dev/mqueue", "/dev/hugepages", "/dev/snd", "/dev/dri")
 DEVICE_NODES = r"""
@@ -168,7 +168,9 @@ SYSCALL_ARGS = {  # name -> its arguments, aimed at the trainer where a call tak
     "keyctl": "(0, -3, 0)", "memfd_create": '(b"x", 0)', "ptrace": "(16, __TRAINER__, 0, 0)",
     "process_vm_readv": "(__TRAINER__, 0, 0, 0, 0, 0)", "bpf": "(0, 0, 0)", "perf_event_open": "(0, 0, -1, -1, 0)",
     "mount": '(b"none", b"/tmp", b"tmpfs", 0, 0)', "unshare": "(0x10000000,)", "setns": "(0, 0)",
-    "io_uring_setup": "(1, 0)", "pidfd_open": "(__TRAINER__, 0)", "kill": "(__TRAINER__, 10)"}
+    "io_uring_setup": "(1, 0)", "pidfd_open": "(__TRAINER__, 0)", "kill": "(__TRAINER__, 10)",
+    # an AIO context takes half of the host's fs.aio-max-nr, which every process of the machine shares
+    "io_setup": "(32767, ctypes.byref(ctypes.c_ulong()))"}
 SYSCALL_BY_CTYPES = r"""
 import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -368,6 +370,54 @@ for fd in (1, 2):
 print("done")
 """
 
+# Kernel memory outside RLIMIT_AS, in objects a run may make without limit of its own: the queues of unix
+# socket pairs (socketpair is not socket: 29 pairs held 227 MiB in a run of 256 MiB), and POSIX timers,
+# bounded only by RLIMIT_SIGPENDING, counted per uid (96,367 timers here, shared with the trainer's uid in
+# a plain user's runs).
+SOCKET_PAIRS = r"""
+import socket
+try:
+    pair = socket.socketpair()
+    print("LEAK made a socket pair:", pair)
+except OSError as error:
+    print("refused:", error)
+"""
+POSIX_TIMERS = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+timer = ctypes.c_void_p()
+made = 0
+while made < 4096 and libc.timer_create(1, None, ctypes.byref(timer)) == 0:  # CLOCK_MONOTONIC
+    made += 1
+print(("LEAK made %d POSIX timers" if made == 4096 else "made %d POSIX timers") % made)
+"""
+# Its own memory, writable through /proc/self/mem (which ignores page protections): native code with no
+# extension module. With namespaces /proc is read-only; in weak mode Landlock refuses the write.
+OWN_MEMORY_WRITABLE = r"""
+try:
+    with open("/proc/self/mem", "r+b", buffering=0):
+        print("LEAK opened its own memory for writing")
+except OSError as error:
+    print("refused:", error)
+"""
+# The host's files through the root and cwd links of the trainer, the init, the parent and itself.
+PROC_ROOT_LINKS = r"""
+import os
+for pid in ("__TRAINER__", "1", str(os.getppid()), "self"):
+    for link in ("root", "cwd"):
+        base = "/proc/%s/%s" % (pid, link)
+        try:
+            with open(base + __TARGET__ + "/escaped", "w") as f:
+                f.write("escaped")
+        except OSError:
+            pass
+        try:
+            with open(base + __TARGET__ + "/dataset.json") as f:
+                print("LEAK", f.read())
+        except OSError:
+            pass
+"""
+
 ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "hook_disabled_by_recursion_error": STEAL_HOOK_FRAMES_BY_RECURSION + SMASH_STOLEN + ESCAPES,
     "hook_state_via_signal_frames": STEAL_HOOK_FRAMES_BY_SIGNAL + SMASH_STOLEN + ESCAPES,
@@ -415,12 +465,17 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
                               "    path = path[:-2]\nos.makedirs('x/y')\nos.chmod('x/y', 0)\nos.chmod('x', 0)\n"),
     "many_directories": MANY_DIRECTORIES,
     "fallocate_streams": FALLOCATE_STREAMS,
+    "socket_pairs": SOCKET_PAIRS,
+    "posix_timers": POSIX_TIMERS,
+    "own_memory_writable": OWN_MEMORY_WRITABLE,
+    "proc_root_links": PROC_ROOT_LINKS,
 }
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
                    "limits_threads_fork_and_mappings", "cleanup_follows_no_link", "dup2_file_onto_stdout",
                    "sub_interpreter", "host_shm", "keyring", "readline_history_outside", "sqlite_attach_outside",
-                   "renamed_extension_sub_interpreter", "open_raced_by_a_lease", "fallocate_streams"} | {
+                   "renamed_extension_sub_interpreter", "open_raced_by_a_lease", "fallocate_streams", "posix_timers",
+                   "own_memory_writable"} | {
                    "syscall_" + name for name in SYSCALLS_KILLED}
 # The system-call filter kills these with or without the hook (native code passes the hook):
 BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock",  # fifo: mknodat
@@ -436,7 +491,8 @@ WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritt
                      "leave_the_process_group", "many_directories", "fallocate_streams",
                      "keyring", "native_code_via_memfd", "native_code_via_workdir", "fifo_in_run_lock",
                      "readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
-                     "open_raced_by_a_timer", *("syscall_" + name for name in SYSCALLS_KILLED))
+                     "open_raced_by_a_timer", "socket_pairs", "posix_timers", "own_memory_writable",
+                     "proc_root_links", *("syscall_" + name for name in SYSCALLS_KILLED))
 # With namespaces these run with the hook only: the mounts hold for them as for "escapes" (and a run
 # without the hook is what weak mode checks, where only Landlock holds).
 NAMESPACED_HOOK_ONLY = ("readline_history_outside", "sqlite_attach_outside", "renamed_extension_sub_interpreter",
@@ -444,5 +500,5 @@ NAMESPACED_HOOK_ONLY = ("readline_history_outside", "sqlite_attach_outside", "re
 # Without namespaces only Landlock stops these (the audit hook alone races, or is off): skipped
 # there on a kernel without it.
 LANDLOCK_ATTACKS = ("readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
-                    "open_raced_by_a_timer")
+                    "open_raced_by_a_timer", "own_memory_writable", "proc_root_links")
 WEAK_MODE_HOOK_ONLY = ("escapes", "dup2_file_onto_stdout", "sub_interpreter", "host_shm", "device_nodes")

@@ -276,6 +276,31 @@ def rev(s):
     return s
 """
 
+# Runs of equal items that share a hash: the collision check once made a pass over every item for each
+# run longer than MAX_SAME_HASH, so 6,000 runs of 33 equal ints (198,000 items, one 1.2 MB line written
+# straight to the results pipe, or a list the trusted Counter() counts) held the trainer's GIL for ~40 s.
+RUNS_OF_EQUAL_ITEMS_WRITTEN = r"""
+import json, os
+line = (json.dumps({"i": 0, "value": {"set": __RUNS__}}) + "\n").encode()
+for fd in range(3, 64):
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+def rev(s):
+    return s
+""".replace("__RUNS__", "[k for k in range(6000) for _ in range(33)]")
+RUNS_OF_EQUAL_ITEMS_COUNTED = "def rev(s):\n    return [k for k in range(6000) for _ in range(33)]\n"
+
+# A timer that raises KeyboardInterrupt (or SystemExit) while the harness evaluates and writes the results:
+# the harness stops where it was interrupted, and a missing result fails, whatever the exit status.
+INTERRUPT_FROM_A_TIMER = ("import signal\ndef stop(*a):\n    raise KeyboardInterrupt\n"
+                          "signal.signal(signal.SIGALRM, stop)\nsignal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)\n"
+                          "def rev(s):\n    return s\n")
+# NaN equals nothing, but a container compares its items by identity first: [nan] == [nan] holds for one
+# object. Compared in the sandbox, the program's own math.nan would pass; its result arrives as a new float.
+NAN_BY_IDENTITY = "import math\ndef rev(s):\n    return [math.nan]\n"
+
 BANK = {  # name -> (program, tests, score)
     "correct_asserts": ("def rev(s):\n    return s[::-1]\n", REV_ASSERTS, 1.0),
     "correct_stdio": ("print(input()[::-1])\n", REV_STDIO, 1.0),
@@ -331,6 +356,10 @@ BANK = {  # name -> (program, tests, score)
     "answer_read_from_the_other_calls_in_the_harness_frames": (OTHER_CALLS_FROM_THE_HARNESS_FRAMES,
                                                                ["assert rev('stressed') == 'desserts'",
                                                                 "assert rev('desserts') == 'stressed'"], 0.5),
+    "results_line_of_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_WRITTEN, REV_ASSERTS, 0.0),
+    "counted_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_COUNTED, ["assert len(Counter(rev('ab'))) == 2"], 0.0),
+    "interrupt_from_a_timer_during_the_calls": (INTERRUPT_FROM_A_TIMER, REV_ASSERTS, 0.0),
+    "nan_by_identity_in_a_container": (NAN_BY_IDENTITY, ["import math", "assert rev('x') == [math.nan]"], 0.0),
 }
 # Scored with the hook off too (as after a bypass): the classes of issue 22.
 BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm", "answer_typed_at_the_trainer_terminal",
@@ -338,7 +367,9 @@ BANK_NO_HOOK = ["correct_asserts", "correct_stdio", "answer_read_from_host_shm",
                 "spoofed_memory_error", "spoofed_memory_error_by_metaclass", "answer_searched_in_own_memory", "results_channel_flooded_with_lines",
                 "list_subclass_equal_to_everything", "exit_zero_from_a_timer_during_the_calls",
                 "results_channel_flooded_until_epipe", "answer_read_from_a_dataset_file",
-                "answer_read_from_the_other_calls_in_the_harness_frames"]
+                "answer_read_from_the_other_calls_in_the_harness_frames", "results_line_of_runs_of_equal_items",
+                "counted_runs_of_equal_items", "interrupt_from_a_timer_during_the_calls",
+                "nan_by_identity_in_a_container"]
 for _suite, (_tests, _correct) in EXPECTED_SIDE_TESTS.items():
     BANK_NO_HOOK += ["expected_side_hijacked/" + _suite, "expected_side_shadowed/" + _suite,
                      "expected_side_correct/" + _suite]

@@ -47,6 +47,25 @@ def test_calls_across_the_batch_run_concurrently_and_all_answer():
     assert [r[0].text for r in asyncio.run(many())] == [str(i * i) for i in range(6)]
 
 
+def test_a_flood_of_short_error_lines_costs_the_trainer_only_the_tail_the_model_reads():
+    """4 MiB of 'ab' lines on stderr were split whole into ~1.4 million strings (~90 MiB) per call."""
+    import tracemalloc
+
+    from verl.tools.python_tool import ERROR_TAIL_CHARS, PythonTool, describe
+
+    code = "import sys\nfor _ in range(64):\n    sys.stderr.write('ab\\n' * 21000)\nraise SystemExit('the end')"
+    result = PythonTool({}).run(code)
+    assert result.status == "error" and len(result.stderr) > 4_000_000, (result.status, len(result.stderr))
+    tracemalloc.start()
+    try:
+        text = describe(result, 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert text.endswith("ab\nab\nthe end") and len(text) <= ERROR_TAIL_CHARS
+    assert peak < 1 << 20, peak  # the old split: ~90 MiB
+
+
 def test_bad_settings_are_refused_with_the_key():
     from verl.tools.python_tool import PythonTool
 

@@ -48,6 +48,8 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
             assert run(program, nr, spec=spec) == ALLOW, nr
     number = {name: numbers[column] for name, numbers in _NUMBERS.items()}
     assert run(program, number["socket"], (2, 1, 0), spec=spec) == 0x00050000 | 13   # EACCES
+    assert run(program, number["socketpair"], (1, 1, 0), spec=spec) == 0x00050000 | 13  # a pair too
+    assert run(program, number["io_setup"], (32767,), spec=spec) == KILL              # the host's aio-max-nr
     assert run(program, number["mq_open"], spec=spec) == KILL  # a queue would outlive a weak-mode run
     assert run(program, number["clone3"], spec=spec) == 0x00050000 | 38             # ENOSYS: libc falls back
     assert run(program, number["sync"], spec=spec) == 0x00050000                    # returns 0, writes nothing back

@@ -326,6 +326,9 @@ def _child_drop(state: dict) -> None:
                               (resource.RLIMIT_FSIZE, limits["max_output_bytes"], None),
                               (resource.RLIMIT_NOFILE, limits["max_open_files"], None),
                               (resource.RLIMIT_NPROC, limits["max_processes"], None),
+                              # Queued signals, and POSIX timers (each holds one): kernel memory outside
+                              # RLIMIT_AS, counted per uid (a plain user's runs share the trainer's count).
+                              (resource.RLIMIT_SIGPENDING, 64, None),
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
     if job["landlock"] and layers["no_new_privs"]:

@@ -16,9 +16,11 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   modify_ldt, uselib, iopl, ioperm), namespaces and mounts (mount, umount2, unshare, setns,
   pivot_root, chroot, fsopen, fsconfig, fsmount, fspick, move_mount, open_tree, mount_setattr,
   and clone with any CLONE_NEW* flag), SysV IPC segments outside RLIMIT_AS (shmget, shmat,
-  shmctl, msgget, semget) and POSIX message queues (mq_open: in weak mode, where the IPC namespace is the
-  host's, a queue outlives the run, held against the uid's RLIMIT_MSGQUEUE and the host's
-  ``fs.mqueue.queues_max``), administration (acct, swapon, swapoff, reboot, quotactl, vhangup), leaving
+  shmctl, msgget, semget), Linux AIO contexts (io_setup: one run took 32,767 of the host's 65,536
+  ``fs.aio-max-nr``, which every process of the machine shares, for as long as it ran) and POSIX message
+  queues (mq_open: in weak mode, where the IPC namespace is the host's, a queue outlives the run, held
+  against the uid's RLIMIT_MSGQUEUE and the host's ``fs.mqueue.queues_max``), administration (acct,
+  swapon, swapoff, reboot, quotactl, vhangup), leaving
   the run's process group (setsid, setpgid: where neither a pid namespace nor an own uid ends the
   run, a plain user's weak mode, the group kill is what does, and a process outside it outlived the
   run, asleep or stopped, holding its memory), and
@@ -27,7 +29,9 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
 * signals and limits only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
   must name the process's own pid, prlimit64 its own pid or 0; anything else is ``KILL``;
 * ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
-* ``EACCES``: socket (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly);
+* ``EACCES``: socket and socketpair (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly).
+  A pair of unix sockets reaches nothing, but its queues are kernel memory outside RLIMIT_AS: 29 pairs held
+  227 MiB (at ``net.core.wmem_max`` = 4 MiB) in a run limited to 256 MiB;
 * ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above);
 * ``EACCES``: inotify_init, inotify_init1, fanotify_init; ``EPERM``: fcntl F_SETPIPE_SZ. Where the run has
   no uid of its own (a plain user's runs, with or without namespaces), its inotify instances and pipe
@@ -69,19 +73,19 @@ _NUMBERS = {
     "shmctl": (31, 195), "msgget": (68, 186), "semget": (64, 190), "acct": (163, 89), "swapon": (167, 224),
     "swapoff": (168, 225), "reboot": (169, 142), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
     "vhangup": (153, 58), "personality": (135, 92), "syslog": (103, 116), "mknodat": (259, 33),
-    "setsid": (112, 157), "setpgid": (109, 154), "mq_open": (240, 180),
+    "setsid": (112, 157), "setpgid": (109, 154), "mq_open": (240, 180), "io_setup": (206, 0),
     "modify_ldt": (154, None), "uselib": (134, None), "iopl": (172, None), "ioperm": (173, None), "mknod": (133, None),
     # handled by the rules below, not killed outright
-    "socket": (41, 198), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129), "tkill": (200, 130),
-    "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
+    "socket": (41, 198), "socketpair": (53, 199), "clone3": (435, 435), "clone": (56, 220), "kill": (62, 129),
+    "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
     "prlimit64": (302, 261), "ioctl": (16, 29), "mkdir": (83, None), "mkdirat": (258, 34),
     "sync": (162, 81), "syncfs": (306, 267), "inotify_init": (253, None), "inotify_init1": (294, 26),
     "fanotify_init": (300, 262), "fcntl": (72, 25),
 }
 _ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # AUDIT_ARCH_*
-_RULES = frozenset({"socket", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-                    "prlimit64", "ioctl", "mkdir", "mkdirat", "sync", "syncfs", "inotify_init", "inotify_init1",
-                    "fanotify_init", "fcntl"})
+_RULES = frozenset({"socket", "socketpair", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
+                    "rt_tgsigqueueinfo", "prlimit64", "ioctl", "mkdir", "mkdirat", "sync", "syncfs", "inotify_init",
+                    "inotify_init1", "fanotify_init", "fcntl"})
 DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
 """The calls that kill the process outright (the rules above cover the others)."""
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
@@ -106,7 +110,7 @@ def filter_spec(machine: str | None = None) -> dict | None:
             "self_or_zero": [[number("prlimit64"), 0]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
             "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
-            "errno": [[number("socket"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
+            "errno": [[number("socket"), 13], [number("socketpair"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
                       [number("sync"), 0], [number("syncfs"), 0],  # done at once: nothing of a run outlives it
                       *[[number(n), 13] for n in ("inotify_init", "inotify_init1", "fanotify_init")
                         if number(n) is not None]],
