@@ -297,3 +297,36 @@ def test_get_with_a_default_reads_like_omegaconfs_get():
     assert cfg.get("data.chat_template_kwargs.enable_thinking", False) is False
     with pytest.raises(ConfigError, match="did you mean data.train_batch_size"):
         cfg.get("data.train_batch_sise")
+
+
+def test_a_dotted_key_given_in_python_says_how_to_nest_it_not_did_you_mean_itself():
+    """Before: "unknown config key 'actor_rollout_ref.model.path'; did you mean actor_rollout_ref.model.path?"."""
+    from verl.config import TrainerConfig
+
+    with pytest.raises(ConfigError, match=r"^'actor_rollout_ref\.model\.path' is a dotted key, the command line's "
+                                          r"form: in Python nest it, actor_rollout_ref=dict\(model=dict\(path=\.\.\.\)\) "
+                                          r"in TrainerConfig\(\.\.\.\), or set it with config\.set\("):
+        TrainerConfig(**{"actor_rollout_ref.model.path": "Qwen/Qwen2-0.5B"})
+    config = TrainerConfig()
+    with pytest.raises(ConfigError, match=r"^'model\.path' is a dotted key.*model=dict\(path=\.\.\.\) in the "
+                                          r"actor_rollout_ref section"):
+        config.update({"actor_rollout_ref": {"model.path": "Qwen/Qwen2-0.5B"}})
+    config.set("actor_rollout_ref.model.path", "Qwen/Qwen2-0.5B")  # the way it names
+    assert config.actor_rollout_ref.model.path == "Qwen/Qwen2-0.5B"
+
+
+def test_a_pathlib_path_is_taken_for_a_path_setting_as_its_text():
+    """Before: "actor_rollout_ref.model.path expects str | None, got PosixPath('models/qwen')", while
+    load_hf_model took the same Path."""
+    from pathlib import Path
+
+    from verl.config import TrainerConfig
+
+    config = TrainerConfig(actor_rollout_ref=dict(model=dict(path=Path("models/qwen"))),
+                           data=dict(train_files=[Path("a.parquet"), Path("b.parquet")]),
+                           trainer=dict(default_local_dir=Path("outputs/run")))
+    assert config.actor_rollout_ref.model.path == "models/qwen"
+    assert config.data.train_files == ["a.parquet", "b.parquet"]
+    assert config.trainer.default_local_dir == "outputs/run"
+    with pytest.raises(ConfigError, match=r"trainer\.total_epochs expects int, got PosixPath"):
+        TrainerConfig(trainer=dict(total_epochs=Path("3")))  # only where text is taken

@@ -272,3 +272,46 @@ def test_verls_max_samples_keys_pick_a_seeded_subset_or_the_first_rows(tmp_path,
     data.shuffle = False
     first = create_rl_dataset(path, tokenizer, data)
     assert [first[i]["index"] for i in range(len(first))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("prompt, problem", [
+    ("", r"row 1: the prompt \(column 'prompt'\) is empty: ''; fill it in or drop the row"),
+    ("  \n", r"row 1: the prompt \(column 'prompt'\) is empty"),
+    ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": " "}], r"row 1: the prompt .* is empty"),
+    ([{"role": "user", "content": "2+3?"}, {"role": "assistant", "content": "5"}],
+     r"row 1: the prompt's chat messages end with an assistant turn, so the model is shown the answer .*drop that turn "
+     r"from the prompt \(put the answer in reward_model\.ground_truth\), or give the conversation as a `messages` column"),
+    ("Q: 2+3?\nA: ", r"row 1: the prompt text was already rendered with a chat template \('Q: 2\+3\?\\nA: '\), and "
+                    r"data\.apply_chat_template=true renders it again around itself; .*data\.apply_chat_template=false"),
+])
+def test_a_prompt_with_nothing_to_answer_the_answer_in_it_or_its_template_applied_is_refused_by_row(tmp_path, prompt,
+                                                                                                    problem):
+    """Before, each was trained on without a word: an empty prompt; a conversation ending with its answer (SFT data
+    put in the prompt column); text already rendered by the chat template (rendered again: 'Q: Q: 2+3?\\nA: \\nA: ')."""
+    tokenizer = build_char_tokenizer()
+    path = write_jsonl([{"prompt": "1+1?", "answer": "2"}, {"prompt": prompt, "answer": "5"}], tmp_path / "d.jsonl")
+    with pytest.raises(DataError, match=problem):
+        RLDataset(path, tokenizer)
+
+
+def test_a_prompt_rendered_by_a_template_with_special_tokens_is_found_by_them_and_plain_text_passes(tmp_path):
+    template = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}[assistant] {% endif %}")
+    tokenizer = build_char_tokenizer(chat_template=template)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "2+3?"}], tokenize=False,
+                                             add_generation_prompt=True)
+    path = write_jsonl([{"prompt": rendered, "answer": "5"}], tmp_path / "rendered.jsonl")
+    with pytest.raises(DataError, match=r"already rendered with a chat template \('<s>\[user\] 2\+3\?"):
+        RLDataset(path, tokenizer)
+    assert len(RLDataset(path, tokenizer, apply_chat_template=False)) == 1  # as written: the fix it names
+    plain = write_jsonl([{"prompt": "[user] asked: what is 2+3?", "answer": "5"}], tmp_path / "plain.jsonl")
+    assert len(RLDataset(plain, tokenizer)) == 1  # the template's words alone are not its rendering
+
+
+def test_a_nan_ground_truth_is_no_ground_truth(tmp_path, tokenizer):
+    """A gap in a number column reaches the rows as NaN (a JSON NaN, a pandas row dict): before, it was an
+    answer, 'nan', that no response matches, and the checks for rows without an answer let it pass."""
+    rows = [{"prompt": "a", "reward_model": {"ground_truth": float("nan")}, "answer": "7"},
+            {"prompt": "b", "answer": float("nan")}, {"prompt": "c", "answer": 3.0}]
+    ds = RLDataset(write_jsonl(rows, tmp_path / "d.jsonl"), tokenizer)
+    assert [ds[i]["ground_truth"] for i in range(3)] == ["7", None, 3.0]

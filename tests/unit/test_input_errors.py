@@ -387,3 +387,17 @@ def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_c
             with pytest.raises(DeviceError, match=r"^device_map=.* puts the model on a GPU, but CUDA is not available "
                                                   r"here \(.*\); leave device_map out \(the model loads on the CPU\)"):
                 load_hf_model(str(tiny_model_dir), device_map=device_map)
+
+
+def test_critic_settings_in_a_run_without_a_critic_are_said_to_have_no_effect(caplog):
+    """A PPO launch changed to GRPO keeps its critic.* keys, or critic.model.path is given to GRPO: before, no
+    critic was built and nothing was said."""
+    from verl.config import TrainerConfig
+
+    with caplog.at_level("WARNING", logger="verl.config"):
+        TrainerConfig.from_cli(["critic.model.path=models/critic", "critic.ppo_epochs=2"]).validate()
+        TrainerConfig.from_cli(["critic.model.path=models/critic", "algorithm.adv_estimator=gae"]).validate()
+        TrainerConfig.from_cli(["critic.model.path=models/critic", "critic.enable=true"]).validate()  # trained
+    assert [r.getMessage() for r in caplog.records if "critic" in r.getMessage()] == [
+        "critic.model.path=models/critic, critic.ppo_epochs=2 have no effect: algorithm.adv_estimator=grpo trains no "
+        "critic (only gae does); set algorithm.adv_estimator=gae to train with a critic, or leave them at the default"]

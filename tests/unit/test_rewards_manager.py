@@ -111,3 +111,38 @@ def test_default_dispatcher_uses_the_scorers_dict():
     assert default_compute_score("exact_match", "13", "12") == 0.0
     with pytest.raises(RewardError, match="known"):
         default_compute_score("nope", "1", "1")
+
+
+def test_a_reward_call_that_does_not_return_is_said_with_the_sample_and_the_line_it_is_at(monkeypatch):
+    """Before: a reward function that never returned (a request without a timeout, a loop) left the run
+    waiting at the step without a word. Here the function waits until the warning has been said."""
+    import logging
+    import threading
+
+    from verl.rewards import functions
+
+    said = threading.Event()
+    messages = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+            said.set()
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        if solution_str == "12":
+            said.wait(timeout=30)  # stands in for a call that hangs; released once it has been said
+        return 1.0
+
+    monkeypatch.setattr(functions, "SLOW_CALL_S", 0.05)
+    handler = Catch(level=logging.WARNING)
+    logging.getLogger("verl.rewards.functions").addHandler(handler)
+    try:
+        scores, _ = RuleRewardManager(TOK, compute_score)(make_batch(["7", "12"]))
+    finally:
+        logging.getLogger("verl.rewards.functions").removeHandler(handler)
+    assert scores.sum().item() == 2.0  # the step goes on once it returns
+    assert len(messages) == 1
+    assert messages[0].startswith("reward function compute_score has been scoring sample 1 (solution_str='12') for "
+                                  "over 0 s and has not returned; it is at ")
+    assert "test_rewards_manager.py" in messages[0] and "said.wait(timeout=30)" in messages[0]

@@ -19,6 +19,7 @@ Section-typed fields (ConfigNode subclasses) are handled by `verl.config.node`, 
 from __future__ import annotations
 
 import copy
+import os
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
@@ -80,6 +81,8 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
     if tp is Any:
         return value
     origin = get_origin(tp)
+    if isinstance(value, os.PathLike) and (tp is str or str in get_args(tp)):
+        return os.fspath(value)  # a pathlib.Path for a path setting: the text it stands for
     if origin in (Union, types.UnionType):
         return _coerce_union(value, tp, key, example)
     if origin is Literal:

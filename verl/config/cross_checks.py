@@ -337,6 +337,7 @@ def _warn_if_switched_off(cfg: ConfigNode) -> None:
     """A setting changed from its default while the switch it belongs to is off: one warning per switch."""
     defaults = type(cfg)()
     warn_if_resume_path_unused(cfg.trainer)
+    _warn_if_no_critic_reads(cfg)
     for switch, keys in SWITCHED_SETTINGS:
         if cfg.get(switch):
             continue
@@ -346,6 +347,23 @@ def _warn_if_switched_off(cfg: ConfigNode) -> None:
             logger.warning("%s %s no effect: %s=false turns it off; set %s=true to use it, or leave %s at the "
                            "default", " and ".join(given), "have" if many else "has", switch, switch,
                            "them" if many else "it")
+
+
+def _warn_if_no_critic_reads(cfg: ConfigNode) -> None:
+    """Critic settings in a run that trains no critic (a PPO launch turned into GRPO, a critic.model.path
+    given to GRPO): said once, with the estimator that leaves the critic out."""
+    if critic_enabled(cfg):
+        return
+    said = {entry.owner._path(entry.spec.name) for entry, rule in verl_rules.rules(cfg.critic) if rule.inert}
+    given = [f"critic.{item}" for item in cfg.critic.to_overrides()
+             if not item.startswith("enable=") and f"critic.{item.split('=', 1)[0]}" not in said]  # said apart
+    if given:
+        why = ("critic.enable=false turns it off" if cfg.critic.enable is False else
+               f"algorithm.adv_estimator={cfg.algorithm.adv_estimator} trains no critic (only "
+               f"{', '.join(CRITIC_ESTIMATORS)} does)")
+        logger.warning("%s %s no effect: %s; set algorithm.adv_estimator=gae to train with a critic, or leave %s at "
+                       "the default", ", ".join(given[:3]) + (", ..." if len(given) > 3 else ""),
+                       "have" if len(given) > 1 else "has", why, "them" if len(given) > 1 else "it")
 
 
 def _check_token_budgets(cfg: ConfigNode) -> None:

@@ -163,6 +163,15 @@ class ConfigNode(metaclass=_NodeMeta):
 
     def _unknown(self, name: str) -> ConfigError:
         """The error of a name this section does not have, with a did-you-mean over the whole tree."""
+        if "." in name and self._path(name) in dotted_keys(type(self._root())):
+            # A command-line key handed to Python (a flat dict of overrides): said as such, not "did you
+            # mean" the very same key.
+            first, *rest = name.split(".")
+            nested = "".join(f"{part}=dict(" for part in [first, *rest[:-1]]) + f"{rest[-1]}=...{')' * len(rest)}"
+            where = f"{type(self).__name__}(...)" if self._parent is None else f"the {self._path()} section"
+            return ConfigError(f"'{name}' is a dotted key, the command line's form: in Python nest it, {nested} in "
+                               f"{where}, or set it with config.set({self._path(name)!r}, value) or "
+                               f"TrainerConfig.from_cli(['{self._path(name)}=...'])")
         return unknown_key_error(self._path(name), self._path(), list(alias_map(type(self))),
                                  dotted_keys(type(self._root())))
 

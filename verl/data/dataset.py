@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, Sequence
@@ -68,16 +69,21 @@ def json_messages(prompt: Any) -> Any:
     return prompt
 
 
+def _absent(value: Any) -> bool:
+    """None, or NaN: how a gap in a number column reaches the rows (a JSON NaN, a pandas row dict)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def ground_truth_of(row: dict, reward_model_key: str = "reward_model") -> Any:
     """The reference answer: ``reward_model.ground_truth`` (the column ``reward_model_key`` names), else a
     ``ground_truth``, ``answer`` or ``solution`` column, else (conversational rows) the final assistant
     message. A ``reward_model`` written as JSON text (a CSV cell, a column json.dumps'd before writing) is
-    read as its object."""
+    read as its object. A NaN is no answer (None), as an empty cell is."""
     reward_model = json_object(row.get(reward_model_key))
-    if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
+    if isinstance(reward_model, dict) and not _absent(reward_model.get("ground_truth")):
         return reward_model["ground_truth"]
     for key in ("ground_truth", "answer", "solution"):
-        if row.get(key) is not None:
+        if not _absent(row.get(key)):
             return row[key]
     messages = row.get("messages")
     if isinstance(messages, list) and messages and isinstance(messages[-1], dict) \
@@ -342,10 +348,56 @@ class RLDataset(Dataset):
                 raise DataError(f"row {i}: the prompt (column {self.prompt_key!r}, or what prompt_of returns) must "
                                 f"be a string or a list of {{role, content}} messages, got {type(prompt).__name__}: "
                                 f"{prompt!r:.200}" + (f"; {problem}" if problem else ""))
+            problem = self._content_problem(prompt, messages)
+            if problem:
+                raise DataError(f"row {i}: {problem}")
             texts.append(self._render(i, prompt, messages))
         # A rendered chat template already holds its special tokens; raw text gets the usual ones.
         add_special = not (self.apply_chat_template and self.tokenizer.chat_template is not None)
         return list(self.tokenizer(texts, add_special_tokens=add_special)["input_ids"])
+
+    def _content_problem(self, prompt: Any, messages: list[dict] | None) -> str | None:
+        """What makes a well-formed prompt the wrong prompt to train on (None when it is fine): nothing to
+        answer, the answer already in it (a conversation ending with its assistant turn), or text that the
+        chat template already rendered, which would be rendered a second time around itself."""
+        texts = [prompt] if messages is None else [str(m.get("content") or "") for m in messages
+                                                   if m.get("role") != "system"]  # an instruction alone asks nothing
+        if not any(t.strip() for t in texts):
+            return (f"the prompt (column {self.prompt_key!r}) is empty: {prompt!r:.100}; fill it in or drop the row "
+                    f"(or set data.prompt_key to the column that holds the question)")
+        if messages is not None and messages[-1].get("role") == "assistant":
+            return ("the prompt's chat messages end with an assistant turn, so the model is shown the answer and "
+                    "asked for another turn after it; drop that turn from the prompt (put the answer in "
+                    "reward_model.ground_truth), or give the conversation as a `messages` column, whose final "
+                    "assistant turn is taken as the answer")
+        if messages is None and self.apply_chat_template and self._rendered_already(prompt):
+            return (f"the prompt text was already rendered with a chat template ({prompt!r:.80}), and "
+                    f"data.apply_chat_template=true renders it again around itself; store the question itself (or "
+                    f"its chat messages), or set data.apply_chat_template=false to use the text as written")
+        return None
+
+    def _rendered_already(self, text: str) -> bool:
+        """Whether ``text`` holds what the tokenizer's chat template writes around a message: one of the
+        special tokens it writes (``<|im_start|>``), or, for a template of plain words, both the words it
+        writes before a user message and those of the generation prompt after it."""
+        if self.tokenizer.chat_template is None:
+            return False
+        if not hasattr(self, "_template_marks"):
+            mark = "\x00verl-prompt\x00"
+            try:
+                rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": mark}], tokenize=False,
+                                                              add_generation_prompt=True, **self.chat_template_kwargs)
+            except Exception:  # a template that needs more than one user message: its own error comes later
+                rendered = ""
+            before, _, after = rendered.partition(mark)
+            specials = {str(t) for t in self.tokenizer.all_special_tokens}
+            specials |= {t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if t.special}
+            self._template_marks = ([t for t in specials if len(t) > 1 and t in rendered],
+                                    before.strip(), after.strip())
+        specials, before, after = self._template_marks
+        if any(t in text for t in specials):
+            return True
+        return bool(before and after) and text.lstrip().startswith(before) and text.rstrip().endswith(after)
 
     def _render(self, i: int, prompt: Any, messages: list[dict] | None) -> str:
         if not self.apply_chat_template:

@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 
 from verl.errors import DeviceError, ModelLoadError, VerlError
+from verl.models.folder_checks import (check_tokenizer_files, check_weight_files, refuse_empty_tokenizer,
+                                       refuse_unloaded_weights)
 from verl.utils.hub import offline_flag
 
 logger = logging.getLogger(__name__)
@@ -143,13 +145,36 @@ def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelL
                               f"config.json. {_model_folders_near(folder)}")
     if folder.is_dir():
         return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): "
-                              f"{type(exc).__name__}: {exc}")
+                              + (_config_problem(folder, config_key, exc) or f"{type(exc).__name__}: {exc}"))
     return ModelLoadError(
         f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{_cwd_note(name)} and the "
         f"Hugging Face hub could not provide it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
         f"Check the id, or download it where the hub is reachable (`huggingface-cli download {name} "
         f"--local-dir DIR`) and set `{config_key}=DIR`; with HF_HUB_OFFLINE=1 only local folders and the cache "
         f"are tried.")
+
+
+def _config_problem(folder: Path, config_key: str, exc: Exception) -> str | None:
+    """transformers' own words for a config.json it cannot build, said in this project's keys: its
+    "pass the argument `trust_remote_code=True`", and its paragraph on an unknown model type."""
+    import transformers
+
+    text = str(exc)
+    if "trust_remote_code" in text:
+        section = config_key.rsplit(".", 1)[0] if config_key.endswith((".path", ".tokenizer_path")) else None
+        switch = f"`{section}.trust_remote_code=true`" if section else "trust_remote_code=True"
+        return (f"its config.json asks for modelling code shipped in the folder (auto_map); set {switch} to run it "
+                f"(only for a model whose code you trust)")
+    if "does not recognize this architecture" in text:
+        try:
+            model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+        return (f"its config.json has model_type {model_type!r}, which transformers {transformers.__version__} "
+                f"(installed here) does not know: a model newer than this transformers (upgrade it: pip install -U "
+                f"transformers), a model_type misspelt in config.json, or a model whose code ships in the folder "
+                f"(then config.json has an auto_map)")
+    return None
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,11 +221,14 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
 
     _quiet_transformers()
     kwargs = {**hub_access(name_or_path, "tokenizer", config_key), **kwargs}
+    if Path(name_or_path).expanduser().is_dir():
+        check_tokenizer_files(Path(name_or_path).expanduser(), config_key)
     try:
         tok = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path),
                                             trust_remote_code=trust_remote_code, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("tokenizer", name_or_path, config_key, exc) from None
+    refuse_empty_tokenizer(tok, name_or_path, config_key)
     tok.padding_side = "left"
     if tok.eos_token is None and tok.pad_token is None:
         raise ModelLoadError(
@@ -278,8 +306,12 @@ def set_chat_template(tok, template: str, key: str) -> None:
 def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
                    attn_implementation: str | None = None, trust_remote_code: bool = False,
                    override_config: dict | None = None, config_key: str = "actor_rollout_ref.model.path",
-                   disable_dropout: bool = False, **kwargs):
+                   disable_dropout: bool = False, missing_ok: tuple[str, ...] = (), **kwargs):
     """``AutoModelForCausalLM.from_pretrained`` with dtype names, attention fallback and clear errors.
+
+    Weight files that are Git LFS pointers or cut off, and weights that leave a parameter of the model
+    unread (other names, other shapes), are refused (:mod:`verl.models.folder_checks`): transformers would
+    start those parameters from random values. ``missing_ok``: name prefixes the caller has no use for.
 
     ``disable_dropout``: every dropout probability of the model config (``dropout``,
     ``attention_dropout``, ``resid_pdrop``, ...) is set to 0 before the model is built. RL wants this: its log-prob ratios compare forward passes, which
@@ -303,11 +335,19 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
         kwargs["attn_implementation"] = attn
     auto = AutoModelForImageTextToText if is_vision_model(config) else AutoModelForCausalLM
     torch_dtype = resolve_dtype(dtype)  # a wrong name is its own error, not the folder's
+    if Path(path).is_dir():
+        check_weight_files(Path(path), config_key)
+    # Other shapes are loaded as "mismatched" (and refused below, by name) rather than raised as
+    # transformers' RuntimeError, which points at a report its quiet logging does not print.
+    refuse_mismatched = not kwargs.get("ignore_mismatched_sizes", False)
+    kwargs.setdefault("ignore_mismatched_sizes", True)
     try:
-        model = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
-                                     **{dtype_kw: torch_dtype}, **kwargs)
+        model, info = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
+                                           output_loading_info=True, **{dtype_kw: torch_dtype}, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
+    refuse_unloaded_weights(info if refuse_mismatched else {**info, "mismatched_keys": []}, config.model_type,
+                            name_or_path, config_key, missing_ok)
     return model
 
 

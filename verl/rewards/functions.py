@@ -21,13 +21,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import linecache
+import logging
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from verl.data.io import is_messages
 from verl.errors import RewardError
 
+logger = logging.getLogger(__name__)
+
 TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
+SLOW_CALL_S = 60.0
+"""A reward call running longer than this is said once, with where it is: a reward function that never
+returns (a request without a timeout, a loop) otherwise leaves the run waiting without a word."""
 BATCH_PARAMETERS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
 STYLES = ("verl", "trl", "batch")
 
@@ -81,7 +91,12 @@ class RewardFunction:
         if self.style != "verl":
             return await self._batch_results(samples)
         if not self.is_async:
-            return [_capture(lambda s=s: self.fn(**_verl_kwargs(s))) for s in samples]
+            results = []
+            with _SlowCalls(self.name) as watch:
+                for i, s in enumerate(samples):
+                    watch.begin(f"sample {i} (solution_str={s['response']!r:.60})")
+                    results.append(_capture(lambda s=s: self.fn(**_verl_kwargs(s))))
+            return results
         gate = asyncio.Semaphore(max(1, max_concurrency))
 
         async def one(sample):
@@ -95,7 +110,9 @@ class RewardFunction:
     async def _batch_results(self, samples: list[dict]) -> list[Any]:
         kwargs = _trl_kwargs(samples) if self.style == "trl" else _batch_kwargs(samples)
         try:
-            out = self.fn(**kwargs)
+            with _SlowCalls(self.name) as watch:
+                watch.begin(f"the batch of {len(samples)} samples")
+                out = self.fn(**kwargs)
             if inspect.isawaitable(out):
                 out = await out
         except Exception as e:
@@ -142,6 +159,55 @@ def _check_parameters(function: RewardFunction) -> None:
                           f"{', '.join(_ALWAYS[function.style])} ({e}); define it as {_DEFINE[function.style]}, "
                           f"with these parameter names" + (", or leave reward_model.reward_manager at naive to "
                                                            "call it once per response" if per_sample else "")) from None
+
+
+class _SlowCalls:
+    """Watches the calls made one after another in a ``with`` block from one thread (each begun with
+    :meth:`begin`); one past :data:`SLOW_CALL_S` is said once, naming the function, what it scores and the
+    line it is running now (read from the calling thread's stack). One helper thread per block, waking a
+    few times per period: nothing per call."""
+
+    def __init__(self, name: str):
+        self.name, self.thread = name, threading.get_ident()
+        self.what, self.started, self.said = "", time.monotonic(), False
+        self.done = threading.Event()
+
+    def begin(self, what: str) -> None:
+        self.what, self.started, self.said = what, time.monotonic(), False
+
+    def __enter__(self):
+        threading.Thread(target=self._watch, daemon=True, name=f"reward-watch-{self.name}").start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+
+    def _watch(self) -> None:
+        while not self.done.wait(SLOW_CALL_S / 4):
+            if self.said or time.monotonic() - self.started < SLOW_CALL_S:
+                continue
+            self.said = True
+            frame = _own_frame(sys._current_frames().get(self.thread))
+            where = ""
+            if frame is not None:
+                line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+                where = f"; it is at {frame.f_code.co_filename}:{frame.f_lineno} ({line!r:.80}) now"
+            logger.warning("reward function %s has been scoring %s for over %.0f s and has not returned%s; the step "
+                           "waits for it. A loop, or a call that never returns (a request without a timeout)? Give "
+                           "the call a time limit, or stop the run (Ctrl-C shows where it is)", self.name, self.what,
+                           SLOW_CALL_S, where)
+
+
+def _own_frame(frame):
+    """The innermost frame of ``frame``'s stack that is the user's code, not the standard library's or an
+    installed package's (a hung ``requests.get`` is reported at the line that called it)."""
+    import sysconfig
+
+    libraries = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    innermost = frame
+    while frame is not None and frame.f_code.co_filename.startswith(libraries):
+        frame = frame.f_back
+    return frame or innermost
 
 
 def _capture(call: Callable[[], Any]) -> Any:

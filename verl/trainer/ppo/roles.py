@@ -111,7 +111,8 @@ def value_critic(critic_cfg, path: str, *, device: torch.device, dtype: str, dis
     errors."""
     value_model = ValueModel(load_causal_lm(path, dtype=dtype, trust_remote_code=critic_cfg.model.trust_remote_code,
                                             override_config=dict(critic_cfg.model.override_config),
-                                            disable_dropout=disable_dropout, config_key=config_key))
+                                            disable_dropout=disable_dropout, config_key=config_key,
+                                            missing_ok=("lm_head",)))  # the value head replaces it
     if critic_cfg.model.enable_gradient_checkpointing:
         value_model.model.gradient_checkpointing_enable()
     if lora_requested(critic_cfg.model):
