@@ -308,6 +308,20 @@ def test_a_prompt_rendered_by_a_template_with_special_tokens_is_found_by_them_an
     assert len(RLDataset(plain, tokenizer)) == 1  # the template's words alone are not its rendering
 
 
+def test_a_question_that_names_a_special_token_of_the_generation_prompt_is_not_taken_for_a_rendered_one(tmp_path):
+    # A reasoning template writes <think> after the question (a special token in some tokenizers); a question
+    # may name it ("answer inside <think> tags"). Only the tokens written before the message mark a rendering.
+    template = ("{{ bos_token }}{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}[assistant] <think>{% endif %}")
+    tokenizer = build_char_tokenizer(chat_template=template)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<think>"]})
+    path = write_jsonl([{"prompt": "Reason inside <think> tags: 2+3?", "answer": "5"}], tmp_path / "think.jsonl")
+    assert len(RLDataset(path, tokenizer)) == 1
+    rendered = write_jsonl([{"prompt": "<s>[user] 2+3?\n[assistant] <think>", "answer": "5"}], tmp_path / "r.jsonl")
+    with pytest.raises(DataError, match="already rendered with a chat template"):
+        RLDataset(rendered, tokenizer)
+
+
 def test_a_nan_ground_truth_is_no_ground_truth(tmp_path, tokenizer):
     """A gap in a number column reaches the rows as NaN (a JSON NaN, a pandas row dict): before, it was an
     answer, 'nan', that no response matches, and the checks for rows without an answer let it pass."""

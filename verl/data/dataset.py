@@ -378,8 +378,9 @@ class RLDataset(Dataset):
 
     def _rendered_already(self, text: str) -> bool:
         """Whether ``text`` holds what the tokenizer's chat template writes around a message: one of the
-        special tokens it writes (``<|im_start|>``), or, for a template of plain words, both the words it
-        writes before a user message and those of the generation prompt after it."""
+        special tokens it writes before the message (``<|im_start|>``; not those of the generation prompt,
+        where a template may write ``<think>``, which a question may name), or, for a template of plain
+        words, both the words it writes before a user message and those of the generation prompt after it."""
         if self.tokenizer.chat_template is None:
             return False
         if not hasattr(self, "_template_marks"):
@@ -392,7 +393,7 @@ class RLDataset(Dataset):
             before, _, after = rendered.partition(mark)
             specials = {str(t) for t in self.tokenizer.all_special_tokens}
             specials |= {t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if t.special}
-            self._template_marks = ([t for t in specials if len(t) > 1 and t in rendered],
+            self._template_marks = ([t for t in specials if len(t) > 1 and t in before],
                                     before.strip(), after.strip())
         specials, before, after = self._template_marks
         if any(t in text for t in specials):
