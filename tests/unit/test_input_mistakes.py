@@ -24,3 +24,58 @@ def test_python_none_in_a_yaml_file_is_refused_too(tmp_path):
     path.write_text("data:\n  val_files: None\n")
     with pytest.raises(ConfigError, match=r"^data.val_files=None is the text 'None' here"):
         TrainerConfig.from_cli(["--config-file", str(path)])
+
+
+def test_a_dotted_key_in_python_is_answered_with_its_nested_form():
+    """Before: "unknown config key 'actor_rollout_ref.rollout.name'; did you mean actor_rollout_ref.rollout.name?"."""
+    with pytest.raises(ConfigError, match=r"^'actor_rollout_ref.rollout.name' is a dotted key, the command line's form; "
+                                          r"in Python nest it, actor_rollout_ref=dict\(rollout=dict\(name=\.\.\.\)\), "
+                                          r"or build the config with TrainerConfig.from_cli\("
+                                          r"\['actor_rollout_ref.rollout.name=\.\.\.'\]\)$"):
+        TrainerConfig(**{"actor_rollout_ref.rollout.name": "hf"})
+    with pytest.raises(ConfigError, match=r"^'rollout.n' is a dotted key.* rollout=dict\(n=\.\.\.\), .*"
+                                          r"from_cli\(\['actor_rollout_ref.rollout.n=\.\.\.'\]\)$"):
+        TrainerConfig(actor_rollout_ref={"rollout.n": 2})
+    with pytest.raises(ConfigError, match=r"unknown config key 'trainer.sed'"):  # not a key: still unknown
+        TrainerConfig(**{"trainer.sed": 1})
+
+
+@pytest.mark.parametrize("build", [TrainerConfig.from_cli, TrainerConfig.from_overrides])
+def test_overrides_given_as_one_string_are_refused_with_their_split(build):
+    """Before: the string was read letter by letter, "override 'a' has no '='"."""
+    with pytest.raises(ConfigError, match=r"^the overrides are a list of 'key=value' strings, one per item, got one "
+                                          r"string \"actor_rollout_ref.rollout.n=4 trainer.logger='\[console,wandb\]'\"; "
+                                          r"write \['actor_rollout_ref.rollout.n=4', 'trainer.logger=\[console,wandb\]'\]"):
+        build("actor_rollout_ref.rollout.n=4 trainer.logger='[console,wandb]'")
+
+
+def test_the_entry_point_called_with_one_string_ends_with_that_line(capsys):
+    from verl.trainer.main_ppo import main
+
+    assert main("trainer.seed=2 data.train_batch_size=4") == 2
+    assert "got one string 'trainer.seed=2 data.train_batch_size=4'; write ['trainer.seed=2', 'data.train_batch_" \
+           "size=4']" in capsys.readouterr().err
+
+
+def test_paths_and_numpy_numbers_are_taken_where_text_and_numbers_are(tmp_path):
+    """Before: "actor_rollout_ref.model.path expects str | None, got PosixPath(...)", and numpy's int64 (a size
+    computed from a data frame) was refused for an int key."""
+    import numpy as np
+
+    cfg = TrainerConfig(actor_rollout_ref=dict(model=dict(path=tmp_path / "model"),
+                                               rollout=dict(n=np.int64(4), temperature=np.float32(0.5)),
+                                               actor=dict(use_kl_loss=np.bool_(True))),
+                        data=dict(train_files=[tmp_path / "a.parquet"], val_files=tmp_path / "b.parquet",
+                                  train_batch_size=np.int32(8)),
+                        trainer=dict(default_local_dir=tmp_path / "out"))
+    assert cfg.actor_rollout_ref.model.path == str(tmp_path / "model")
+    assert cfg.data.train_files == [str(tmp_path / "a.parquet")] and cfg.data.val_files == str(tmp_path / "b.parquet")
+    assert cfg.trainer.default_local_dir == str(tmp_path / "out")
+    values = (cfg.actor_rollout_ref.rollout.n, cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.temperature,
+              cfg.actor_rollout_ref.actor.use_kl_loss)
+    assert values == (4, 8, 0.5, True) and [type(v) for v in values] == [int, int, float, bool]
+    cfg.trainer.default_local_dir = tmp_path / "other"  # assignment too
+    assert cfg.trainer.default_local_dir == str(tmp_path / "other")
+    TrainerConfig.from_dict(cfg.to_dict())  # stays plain values
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.n expects int, got np.float64\(2.5\)"):
+        TrainerConfig(actor_rollout_ref=dict(rollout=dict(n=np.float64(2.5))))  # a fraction is still no count
