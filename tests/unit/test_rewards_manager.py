@@ -111,3 +111,47 @@ def test_default_dispatcher_uses_the_scorers_dict():
     assert default_compute_score("exact_match", "13", "12") == 0.0
     with pytest.raises(RewardError, match="known"):
         default_compute_score("nope", "1", "1")
+
+
+def test_a_reward_call_that_does_not_return_is_said_while_it_runs_naming_the_sample(monkeypatch):
+    """Before: a reward function stuck on one sample (a service called without a timeout, a verifier on a
+    pathological answer) hung the step without a word. The function here returns once it has been said."""
+    import logging
+    import threading
+
+    from verl.rewards import functions
+
+    monkeypatch.setattr(functions, "SLOW_AFTER_S", 0.2)
+    said, heard = [], threading.Event()
+
+    class Listen(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+            heard.set()
+
+    handler = Listen(logging.WARNING)
+    logging.getLogger("verl.rewards.functions").addHandler(handler)
+    try:
+        def judge(data_source, solution_str, ground_truth, extra_info=None):
+            if solution_str == "hang":
+                assert heard.wait(30), "the slow call was never said"
+            return 1.0
+
+        def judge_all(prompts, completions, **kwargs):
+            heard.clear()
+            assert heard.wait(30), "the slow call was never said"
+            return [1.0] * len(completions)
+
+        scores, _ = RuleRewardManager(TOK, judge)(make_batch(["12", "hang", "13"], data_source="src"))
+        assert scores.sum() == 3
+        about_1 = [m for m in said if "sample 1 of 3" in m]
+        assert len(about_1) == 1 and about_1[0].startswith(
+            "reward function judge has been running for ")
+        assert "s on sample 1 of 3 (data_source 'src', ground_truth '12', response 'hang'); the step waits for it. " \
+               "Give a call to a service or a slow verifier a timeout of its own" in about_1[0]
+        said.clear()
+        RuleRewardManager(TOK, judge_all)(make_batch(["12", "13"]))
+        assert any(m.startswith("reward function judge_all has been running for ") and "s on this step's 2 samples; "
+                   in m for m in said)
+    finally:
+        logging.getLogger("verl.rewards.functions").removeHandler(handler)

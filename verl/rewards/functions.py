@@ -21,12 +21,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from verl.data.io import is_messages
 from verl.errors import RewardError
 
+logger = logging.getLogger(__name__)
+
+SLOW_AFTER_S = 60.0  # one call running this long is said while it runs (the step cannot go on without it)
 TRL_PARAMETERS = ("prompts", "completions", "completion_ids")
 BATCH_PARAMETERS = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
 STYLES = ("verl", "trl", "batch")
@@ -78,10 +84,15 @@ class RewardFunction:
         """One raw result per sample, in order; an exception raised for a sample is returned in its
         place (the manager decides whether that stops the step). A batch (TRL-style or verl batch) function that raises
         or returns the wrong number of values raises ``RewardError`` naming the function."""
-        if self.style != "verl":
-            return await self._batch_results(samples)
-        if not self.is_async:
-            return [_capture(lambda s=s: self.fn(**_verl_kwargs(s))) for s in samples]
+        with _Watch(self.name, samples) as watch:
+            if self.style != "verl":
+                return await self._batch_results(samples)
+            if not self.is_async:
+                return [_capture(lambda i=i, s=s: self.fn(**_verl_kwargs(watch.now(i, s))))
+                        for i, s in enumerate(samples)]
+            return await self._async_results(samples, max_concurrency)
+
+    async def _async_results(self, samples: list[dict], max_concurrency: int) -> list[Any]:
         gate = asyncio.Semaphore(max(1, max_concurrency))
 
         async def one(sample):
@@ -121,6 +132,48 @@ _DEFINE = {"verl": "def compute_score(data_source, solution_str, ground_truth, e
            "trl": "def reward(prompts, completions, **kwargs) (TRL's style: kwargs holds the dataset's columns)",
            "batch": "def compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs) (verl's "
                     "batch reward manager: lists in, one score per response out)"}
+
+
+class _Watch:
+    """Says, once, while it runs, that a reward function has taken ``SLOW_AFTER_S`` on one sample (a function
+    called per sample) or on the step's samples (one called on them all): a service called without a timeout, or a
+    verifier stuck on one answer, otherwise hangs the run without a word."""
+
+    def __init__(self, name: str, samples: list[dict]):
+        self.name, self.samples = name, samples
+        self.sample: tuple[int, dict] | None = None  # the sample being scored, for a function called per sample
+        self.since = time.monotonic()
+        self.done = threading.Event()
+
+    def now(self, index: int, sample: dict) -> dict:
+        self.sample, self.since = (index, sample), time.monotonic()
+        return sample
+
+    def __enter__(self) -> _Watch:
+        threading.Thread(target=self._watch, name=f"reward-watch-{self.name}", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+
+    def _watch(self) -> None:
+        said = None
+        while not self.done.wait(min(1.0, SLOW_AFTER_S / 4)):
+            sample, since = self.sample, self.since
+            if time.monotonic() - since >= SLOW_AFTER_S and said != since:
+                said = since
+                logger.warning(self._message(sample, time.monotonic() - since))
+
+    def _message(self, sample: tuple[int, dict] | None, seconds: float) -> str:
+        if sample is None:
+            what = f"this step's {len(self.samples)} samples"
+        else:
+            index, row = sample
+            what = (f"sample {index} of {len(self.samples)} (data_source {row['data_source']!r}, ground_truth "
+                    f"{row['ground_truth']!r:.60}, response {row['response']!r:.80})")
+        return (f"reward function {self.name} has been running for {seconds:.0f}s on {what}; the step waits for it. "
+                f"Give a call to a service or a slow verifier a timeout of its own (an async def function scores "
+                f"samples concurrently, at most reward.max_concurrency at a time)")
 
 
 def _check_parameters(function: RewardFunction) -> None:
