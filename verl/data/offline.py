@@ -77,6 +77,11 @@ class Encoder:
     def _texts(self, prompt: Any, response: Any, where: str, rendered: dict) -> tuple[str, str]:
         """(prompt text, response text) as they will be tokenized; ``rendered`` caches prompt renderings."""
         prompt, response = _messages_or_text(prompt, where, "prompt"), _messages_or_text(response, where, "response")
+        if isinstance(response, list) and response and response[0].get("role") in ("system", "user"):
+            raise DataError(f"{where}: the response begins with a {response[0]['role']} turn, so it holds the "
+                            f"conversation, prompt included, and the prompt would be rendered twice; give the "
+                            f"assistant's answer alone (or, for SFT, the whole conversation with "
+                            f"data.messages_key=<its column>)")
         if not self.templated:
             return self._plain(prompt, where), self._plain(response, where)
         prompt_msgs = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -261,16 +266,40 @@ class SFTDataset:
         return {"input_ids": ids, "loss_mask": mask}
 
 
+def _opening(chosen: Any, rejected: Any) -> int:
+    """How many turns two whole conversations share before their answers differ; 0 unless both are messages
+    that begin with the prompt's turns and go on with an assistant turn each."""
+    if not (is_messages(chosen) and is_messages(rejected)) or not chosen or chosen[0].get("role") == "assistant":
+        return 0
+    n = 0
+    while n < min(len(chosen), len(rejected)) - 1 and chosen[n] == rejected[n]:
+        n += 1
+    both_answer = chosen[n].get("role") == rejected[n].get("role") == "assistant"
+    return n if n and both_answer and chosen[:n] == rejected[:n] else 0
+
+
+def split_prompt(prompt: Any, chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+    """``(prompt, chosen, rejected)`` with the responses alone. TRL's layouts where the responses are whole
+    conversations (HuggingFaceH4/ultrafeedback_binarized, whose prompt column is the question as text too;
+    Anthropic HH, without one): the turns both begin with are the prompt, as TRL's ``maybe_extract_prompt``
+    takes them. Before, the prompt was rendered twice and the row refused as a chat template problem."""
+    n = _opening(chosen, rejected)
+    return (chosen[:n], chosen[n:], rejected[n:]) if n else (prompt, chosen, rejected)
+
+
 class PreferenceDataset:
     """Preference pairs: one prompt, a chosen and a rejected response."""
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt", chosen_key: str = "chosen",
                  rejected_key: str = "rejected", source: str = "data.train_files"):
-        check_columns(rows, {prompt_key: "data.prompt_key", chosen_key: "data.chosen_key",
+        implicit = bool(rows) and prompt_key not in rows[0] and _opening(rows[0].get(chosen_key),
+                                                                         rows[0].get(rejected_key)) > 0
+        check_columns(rows, {**({} if implicit else {prompt_key: "data.prompt_key"}), chosen_key: "data.chosen_key",
                              rejected_key: "data.rejected_key"}, source)
-        encoded = encoder.examples([(row[prompt_key], row[key], f"row {i} of {source} ({side})")
-                                    for i, row in enumerate(rows)
-                                    for key, side in ((chosen_key, "chosen"), (rejected_key, "rejected"))])
+        triples = [split_prompt(row.get(prompt_key), row[chosen_key], row[rejected_key]) for row in rows]
+        encoded = encoder.examples([(prompt, response, f"row {i} of {source} ({side})")
+                                    for i, (prompt, *responses) in enumerate(triples)
+                                    for response, side in zip(responses, ("chosen", "rejected"))])
         self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
         same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
         if same:  # their loss is constant: no gradient, yet they count in every average
