@@ -296,3 +296,17 @@ def test_a_response_holding_the_whole_conversation_is_named_as_such():
                                         r"holds the conversation, prompt included, .*data.messages_key=<its column>"):
         SFTDataset([{"prompt": "2+3=", "response": conversation}], encoder())
     assert len(SFTDataset([{"prompt": "2+3=", "response": conversation[1:]}], encoder())) == 1
+
+
+def test_empty_sft_responses_are_refused_when_all_and_counted_when_some(caplog):
+    """Before: a response column of empty texts trained the model to answer nothing, without a word."""
+    rows = [{"prompt": f"{i}+1=", "response": str(i + 1), "note": ""} for i in range(8)]
+    with pytest.raises(DataError, match=r"^every response of data.train_files is empty \(column 'note'\): the run "
+                                        r"would train the model to answer nothing; set data.response_key"):
+        SFTDataset(rows, encoder(), response_key="note")
+    rows[2]["response"], rows[5]["response"] = " ", [{"role": "assistant", "content": ""}]
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        assert len(SFTDataset(rows, encoder())) == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.train_files: 2 of 8 rows have an empty response (row 2, 5): they train the model to answer nothing; "
+        "fill them in or drop them"]

@@ -239,6 +239,25 @@ def row_tools(row: dict, tools_key: str | None, where: str) -> list | None:
     return value
 
 
+def _blank(value: Any) -> bool:
+    """A response with no text: '' (or spaces), or messages whose contents are all empty."""
+    if isinstance(value, str):
+        return not value.strip()
+    return is_messages(value) and not any(str(m.get("content") or "").strip() for m in value)
+
+
+def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str) -> None:
+    """Empty responses train the model to end its answer at once: all of them is a wrong column (refused), some
+    are said once, with the rows."""
+    if empty and len(empty) == total:
+        raise DataError(f"every response of {source} is empty (column {response_key!r}): the run would train the "
+                        f"model to answer nothing; set data.response_key to the column that holds the answers")
+    if empty:
+        logger.warning("%s: %d of %d rows have an empty response (row %s): they train the model to answer nothing; "
+                       "fill them in or drop them", source, len(empty), total,
+                       ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
+
+
 class SFTDataset:
     """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
 
@@ -254,9 +273,12 @@ class SFTDataset:
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
         check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
-        self.items = encoder.examples([(inside(row[prompt_key], prompt_dict_keys, f"row {i} of {source}", "prompt"),
-                                        inside(row[response_key], response_dict_keys, f"row {i} of {source}", "response"),
-                                        f"row {i} of {source}") for i, row in enumerate(rows)])
+        examples = [(inside(row[prompt_key], prompt_dict_keys, f"row {i} of {source}", "prompt"),
+                     inside(row[response_key], response_dict_keys, f"row {i} of {source}", "response"),
+                     f"row {i} of {source}") for i, row in enumerate(rows)]
+        _say_empty_responses([i for i, (_, response, _) in enumerate(examples) if _blank(response)], len(rows),
+                             response_key, source)
+        self.items = encoder.examples(examples)
 
     def __len__(self) -> int:
         return len(self.items)
