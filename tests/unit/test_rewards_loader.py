@@ -53,3 +53,18 @@ def test_non_callable_attribute_is_refused(tmp_path):
     path = write(tmp_path, "compute_score = 3\n")
     with pytest.raises(RewardError, match="'compute_score' is a int, not a function"):
         load_reward_function(path)
+
+
+def test_a_helper_module_beside_the_file_imports_as_it_does_for_a_script(tmp_path, monkeypatch):
+    """Before: "importing reward function file ... raised ModuleNotFoundError: No module named 'my_norm_helpers'",
+    though `python my_reward.py` finds it."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "my_norm_helpers", raising=False)
+    write(tmp_path, "def norm(text):\n    return text.strip().lower()\n", name="my_norm_helpers.py")
+    path = write(tmp_path, "from my_norm_helpers import norm\n"
+                           "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "    return float(norm(solution_str) == norm(ground_truth))\n")
+    assert load_reward_function(path)(data_source="d", solution_str=" Seven ", ground_truth="seven") == 1.0
+    assert sys.path[-1] == str(tmp_path)  # after the installed packages: a helper shadows none of them
