@@ -202,7 +202,7 @@ def from_text(value: Any, tp: Any, key: str, example: str | Callable[[], str] = 
     """`value`, read from a YAML file or the command line, typed for the annotation `tp` (see
     `text_value`). Raises the wrong-type error (`mismatch`) for the whole value at `key`, so that it
     names the override or YAML key that set it."""
-    if value == "None" and isinstance(value, str) and NoneType in get_args(tp):
+    if isinstance(value, str) and value == "None" and NoneType in get_args(tp):
         # Python's spelling: YAML and Hydra read it as text, so a path became a file called 'None'.
         raise ConfigError(f"{key}=None is the text 'None' here, not an empty value; write {key}=null "
                           f"(YAML's None), or leave the key out for its default")

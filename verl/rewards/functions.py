@@ -141,12 +141,13 @@ class _Watch:
 
     def __init__(self, name: str, samples: list[dict]):
         self.name, self.samples = name, samples
-        self.sample: tuple[int, dict] | None = None  # the sample being scored, for a function called per sample
-        self.since = time.monotonic()
+        # (the sample being scored by a function called per sample, else None; since when), set as one value so
+        # that the watching thread never pairs a sample with another's start
+        self.current: tuple[tuple[int, dict] | None, float] = (None, time.monotonic())
         self.done = threading.Event()
 
     def now(self, index: int, sample: dict) -> dict:
-        self.sample, self.since = (index, sample), time.monotonic()
+        self.current = ((index, sample), time.monotonic())
         return sample
 
     def __enter__(self) -> _Watch:
@@ -159,7 +160,7 @@ class _Watch:
     def _watch(self) -> None:
         said = None
         while not self.done.wait(min(1.0, SLOW_AFTER_S / 4)):
-            sample, since = self.sample, self.since
+            sample, since = self.current
             if time.monotonic() - since >= SLOW_AFTER_S and said != since:
                 said = since
                 logger.warning(self._message(sample, time.monotonic() - since))
