@@ -79,3 +79,26 @@ def test_paths_and_numpy_numbers_are_taken_where_text_and_numbers_are(tmp_path):
     TrainerConfig.from_dict(cfg.to_dict())  # stays plain values
     with pytest.raises(ConfigError, match=r"actor_rollout_ref.rollout.n expects int, got np.float64\(2.5\)"):
         TrainerConfig(actor_rollout_ref=dict(rollout=dict(n=np.float64(2.5))))  # a fraction is still no count
+
+
+@pytest.mark.parametrize("args, named", [
+    (["trainer.default_local_dir='$HOME/runs/x'"], "trainer.default_local_dir=$HOME/runs/x holds $HOME"),
+    (["data.train_files=[a.parquet,'${DATA}/b.parquet']"], None),  # OmegaConf's: an unknown key, said as such
+    (["data.train_files=[a.parquet,'$DATA/b.parquet']"], "data.train_files=[a.parquet, $DATA/b.parquet] holds $DATA"),
+    (["custom_reward_function.path='$WORK/reward.py'"], "custom_reward_function.path=$WORK/reward.py holds $WORK"),
+])
+def test_an_environment_variable_in_a_path_is_refused_naming_oc_env(args, named):
+    """Before: nothing expanded it, so '$HOME/runs/x' wrote the run into a folder named '$HOME' under the current one."""
+    with pytest.raises(ConfigError) as info:
+        TrainerConfig.from_cli(args).validate()
+    if named:
+        assert str(info.value).startswith(named + ", which nothing expands here")
+        name = named.rsplit("$", 1)[1]
+        assert f"write ${{oc.env:{name}}} in its place" in str(info.value)
+
+
+def test_a_path_through_oc_env_is_taken(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNS", str(tmp_path))
+    cfg = TrainerConfig.from_cli(["trainer.default_local_dir=${oc.env:RUNS}/x"])
+    cfg.validate()
+    assert cfg.trainer.default_local_dir == f"{tmp_path}/x"
