@@ -115,12 +115,18 @@ BAD_BATCHES = [
     ({"input_ids": torch.zeros(0, 14, dtype=torch.long), "prompt_mask": torch.zeros(0, 14), "reward": torch.zeros(0)},
      r"^the batch has no rows \(input_ids has shape \[0, 14\]\)"),
     ([tutorial_batch()], r"^the batch is a list of 1 dict\(s\), not a dict; stack the rows into one dict of tensors"),
+    # Rows of several lengths as lists (a tokenizer without padding): before, torch's "expected sequence of length 3
+    # at dim 1 (got 4)".
+    (_with(input_ids=[[1, 71, 13], [1, 71, 13, 121]]), r"^input_ids cannot be made one tensor \(expected sequence of "
+                                                       r"length 3 at dim 1 \(got 4\)\): are its rows of different "
+                                                       r"lengths\? Pad them to one length"),
+    (_with(prompt_mask=[[1, 1], [1]]), r"^prompt_mask cannot be made one tensor"),
 ]
 
 
 @pytest.mark.parametrize("batch, message", BAD_BATCHES, ids=["mask", "prompt_mask", "vocab", "negative", "fraction",
                                                              "nan", "inf", "response_mask", "interleaved", "empty",
-                                                             "list"])
+                                                             "list", "ragged", "ragged_mask"])
 def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tiny_model_dir, batch, message):
     worker = make_worker(tiny_model_dir)
     trainer = PPOTrainer(actor_rollout_ref_worker=worker)
@@ -130,6 +136,30 @@ def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tin
     assert not changed(before, worker.actor_model)
     # Whole numbers as floats are token ids; keys the step does not read are said, once.
     trainer.step(_with(input_ids=tutorial_batch()["input_ids"].float()))
+
+
+def test_a_batch_object_is_taken_in_verls_layout_with_a_reward_and_named_without_one(tiny_model_dir):
+    """Before: generate_sequences' output without a reward ran the log-prob passes, then failed with KeyError
+    "no column 'reward'"; a Batch of the tutorial's columns failed with KeyError "no column 'responses'"."""
+    from verl.protocol import Batch
+
+    config = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)),
+                                                  rollout=dict(name="dummy", response_length=6, n=1)))
+    worker = ActorRolloutRefWorker(config=config.actor_rollout_ref)
+    trainer = PPOTrainer(actor_rollout_ref_worker=worker)
+    ids = tutorial_batch((0.5, 1.0))["input_ids"][:, :5]
+    prompts = Batch({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                     "position_ids": torch.arange(5).expand(2, 5).clone()})
+    generated = worker.generate_sequences(prompts)
+    before = params(worker.actor_model)
+    with pytest.raises(ValueError, match=r"^the Batch given to PPOTrainer.step lacks \['reward'\] \(it has \['prompts', "
+                                         r"'responses', .*\]\); give a Batch in verl's layout, e.g. worker.generate_"
+                                         r"sequences' output with batch\['reward'\] = one reward per row \[B\]"):
+        trainer.step(generated)
+    assert not changed(before, worker.actor_model) and "old_log_probs" not in generated
+    generated["reward"] = torch.tensor([0.5, 1.0])
+    assert trainer.step(generated)["reward_mean"] == pytest.approx(0.75)
+    assert trainer.step(Batch.from_dict(tutorial_batch((0.0, 1.0))))["reward_mean"] == pytest.approx(0.5)
 
 
 def test_keys_the_step_does_not_read_are_said_once(tiny_model_dir, caplog):

@@ -44,6 +44,26 @@ def test_a_folder_of_data_files_is_read_by_split(tmp_path):
     assert [r["prompt"] for r in read_rows(str(tmp_path / "files"), config_key="data.val_files")] == ["b", "c"]
 
 
+def test_a_folder_of_data_files_of_several_kinds_is_refused_naming_them(tmp_path):
+    """Before: datasets read the most common kind and dropped the others without a word (a parquet beside a
+    .jsonl gave the parquet's rows only), or failed with "DatasetGenerationError: An error occurred while
+    generating the dataset" on a stray stats.json."""
+    from verl.data import write_parquet
+
+    folder = tmp_path / "mixed"
+    write_parquet([{"prompt": "a", "solution": "1"}], folder / "train.parquet")
+    write_jsonl([{"prompt": "b", "solution": "2"}], folder / "extra.jsonl")
+    with pytest.raises(DataError, match=rf"^{folder} \(from `data.train_files`\) holds data files of 2 kinds \(.jsonl: "
+                                        rf"extra.jsonl; .parquet: train.parquet\), and a folder is read as one kind; give "
+                                        rf"the files themselves, e.g. data.train_files='{folder}/\*.parquet'"):
+        read_rows(str(folder))
+    (folder / "extra.jsonl").unlink()
+    (folder / "dataset_infos.json").write_text("{}")  # metadata of a hub download, not rows
+    (folder / ".cache").mkdir()
+    write_jsonl([{"prompt": "c"}], folder / ".cache" / "old.jsonl")
+    assert [r["prompt"] for r in read_rows(str(folder))] == ["a"]
+
+
 def test_a_hub_name_without_network_says_how_to_get_the_data(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

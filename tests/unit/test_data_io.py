@@ -119,3 +119,35 @@ def test_the_files_both_train_and_val_read_are_found_under_any_spelling(tmp_path
     assert files_read_by_both(str(train), ["./train.jsonl"]) == [str(train.resolve())]
     assert files_read_by_both("train*.jsonl", [str(test)]) == []
     assert files_read_by_both(str(train), None) == [] and files_read_by_both(str(train), "org/dataset") == []
+
+
+def test_a_json_file_holding_the_table_in_one_object_is_named_with_the_layout_to_write(tmp_path):
+    """Before: pandas' to_json default was read as one row whose prompt was the whole column ("the prompt ... must
+    be a string or a list of messages, got dict: {'0': ..."), and rows under one key or written over several lines
+    failed with "line 1: invalid JSON"."""
+    import pandas as pd
+
+    frame = pd.DataFrame(ROWS)
+    frame.to_json(tmp_path / "columns.json")
+    with pytest.raises(DataError, match=r"columns.json \(from `data.train_files`\) is one JSON object of columns "
+                                        r"\['data_source', 'prompt', 'reward_model', 'extra_info'\], each \{row index: "
+                                        r"value\} \(pandas' to_json default\), not rows; write one JSON object per row: "
+                                        r"df.to_json\(path, orient='records', lines=True\)"):
+        read_rows(tmp_path / "columns.json")
+    frame.to_json(tmp_path / "index.json", orient="index")
+    with pytest.raises(DataError, match=r"index.json \(from `data.val_files`\) is one JSON object of 2 rows keyed by "
+                                        r"their index \(pandas' orient='index'\)"):
+        read_rows(tmp_path / "index.json", config_key="data.val_files")
+    (tmp_path / "wrapped.json").write_text(json.dumps({"version": "1.0", "data": ROWS}, indent=2))
+    with pytest.raises(DataError, match=r"wrapped.json \(from `data.train_files`\) is one JSON object whose key 'data' "
+                                        r"holds 2 rows; give the rows themselves, one JSON object per line \(e.g. jq -c "
+                                        r"'.data\[\]' wrapped.json > rows.jsonl\)"):
+        read_rows(tmp_path / "wrapped.json")
+    # What is rows stays read as rows: records, one row over several lines, a row with a list of its own dicts.
+    frame.to_json(tmp_path / "records.json", orient="records")
+    assert read_rows(tmp_path / "records.json") == ROWS
+    (tmp_path / "one.json").write_text(json.dumps(ROWS[0], indent=2))
+    assert read_rows(tmp_path / "one.json") == ROWS[:1]
+    tools = {"prompt": "2+3?", "tools": [{"type": "function", "name": "calc"}]}
+    write_jsonl([tools], tmp_path / "tools.jsonl")
+    assert read_rows(tmp_path / "tools.jsonl") == [tools]

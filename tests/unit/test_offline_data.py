@@ -263,3 +263,50 @@ def test_verls_top_level_sft_keys_are_taken(caplog):
         config.validate()
     assert config.model.use_remove_padding is True
     assert "ulysses_sequence_parallel_size=2: there is no sequence parallelism here" in caplog.text
+
+
+def test_preference_pairs_as_whole_conversations_take_their_shared_turns_as_the_prompt():
+    """TRL's layouts with the prompt inside the responses: ultrafeedback_binarized (a prompt column as text, and
+    chosen / rejected as the whole conversation) and Anthropic HH (no prompt column). Before, the prompt was
+    rendered twice and the row refused: "the chat template does not render the prompt as the start ..."."""
+    def turns(answer):
+        return [{"role": "system", "content": "add"}, {"role": "user", "content": "2+3="},
+                {"role": "assistant", "content": answer}]
+
+    explicit = PreferenceDataset([{"prompt": [{"role": "system", "content": "add"}, {"role": "user", "content": "2+3="}],
+                                   "chosen": "5", "rejected": "6"}], encoder())[0]
+    with_text_prompt = PreferenceDataset([{"prompt": "2+3=", "chosen": turns("5"), "rejected": turns("6")}], encoder())
+    without_prompt = PreferenceDataset([{"chosen": turns("5"), "rejected": turns("6")}], encoder())
+    for dataset in (with_text_prompt, without_prompt):
+        assert dataset[0] == explicit
+    ids, mask = explicit["chosen"]
+    assert chars(ids) == list("add\nQ: 2+3=\nA: 5") + [EOS] and sum(mask) == 2
+    # Answers of several turns, one longer than the other: the prompt ends where they part.
+    longer = turns("5") + [{"role": "user", "content": "sure?"}, {"role": "assistant", "content": "yes"}]
+    pair = PreferenceDataset([{"chosen": longer, "rejected": turns("6")}], encoder())[0]
+    assert chars(pair["chosen"][0]) == list("add\nQ: 2+3=\nA: 5") + [EOS] + list("Q: sure?\nA: yes") + [EOS]
+    with pytest.raises(DataError, match=r"row 0 of data.train_files lacks the column 'prompt'"):
+        PreferenceDataset([{"chosen": "5", "rejected": "6"}], encoder())  # text answers: the prompt is needed
+
+
+def test_a_response_holding_the_whole_conversation_is_named_as_such():
+    """Before: "the chat template does not render the prompt as the start of the whole conversation"."""
+    conversation = [{"role": "user", "content": "2+3="}, {"role": "assistant", "content": "5"}]
+    with pytest.raises(DataError, match=r"^row 0 of data.train_files: the response begins with a user turn, so it "
+                                        r"holds the conversation, prompt included, .*data.messages_key=<its column>"):
+        SFTDataset([{"prompt": "2+3=", "response": conversation}], encoder())
+    assert len(SFTDataset([{"prompt": "2+3=", "response": conversation[1:]}], encoder())) == 1
+
+
+def test_empty_sft_responses_are_refused_when_all_and_counted_when_some(caplog):
+    """Before: a response column of empty texts trained the model to answer nothing, without a word."""
+    rows = [{"prompt": f"{i}+1=", "response": str(i + 1), "note": ""} for i in range(8)]
+    with pytest.raises(DataError, match=r"^every response of data.train_files is empty \(column 'note'\): the run "
+                                        r"would train the model to answer nothing; set data.response_key"):
+        SFTDataset(rows, encoder(), response_key="note")
+    rows[2]["response"], rows[5]["response"] = " ", [{"role": "assistant", "content": ""}]
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        assert len(SFTDataset(rows, encoder())) == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.train_files: 2 of 8 rows have an empty response (row 2, 5): they train the model to answer nothing; "
+        "fill them in or drop them"]

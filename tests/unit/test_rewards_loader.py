@@ -53,3 +53,32 @@ def test_non_callable_attribute_is_refused(tmp_path):
     path = write(tmp_path, "compute_score = 3\n")
     with pytest.raises(RewardError, match="'compute_score' is a int, not a function"):
         load_reward_function(path)
+
+
+def test_a_helper_module_beside_the_file_imports_as_it_does_for_a_script(tmp_path, monkeypatch):
+    """Before: "importing reward function file ... raised ModuleNotFoundError: No module named 'my_norm_helpers'",
+    though `python my_reward.py` finds it."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "my_norm_helpers", raising=False)
+    write(tmp_path, "def norm(text):\n    return text.strip().lower()\n", name="my_norm_helpers.py")
+    path = write(tmp_path, "from my_norm_helpers import norm\n"
+                           "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "    return float(norm(solution_str) == norm(ground_truth))\n")
+    assert load_reward_function(path)(data_source="d", solution_str=" Seven ", ground_truth="seven") == 1.0
+    assert sys.path[-1] == str(tmp_path)  # after the installed packages: a helper shadows none of them
+
+
+def test_a_class_named_as_the_function_is_told_to_be_an_instance(tmp_path):
+    """Before: "reward function Scorer() cannot be called with the arguments data_source, ...; define it as def
+    compute_score(...)", though the class's __call__ has those parameters."""
+    path = write(tmp_path, "class Scorer:\n"
+                           "    def __call__(self, data_source, solution_str, ground_truth, extra_info=None):\n"
+                           "        return 1.0\n"
+                           "scorer = Scorer()\n")
+    with pytest.raises(RewardError, match=r"my_reward\.py: 'Scorer' is a class, and the reward function is called once "
+                                          r"per response; make an instance of it \(it has __call__\) in the file, e\.g\. "
+                                          r"scorer = Scorer\(\), and set custom_reward_function\.name=scorer$"):
+        load_reward_function(path, name="Scorer")
+    assert load_reward_function(path, name="scorer")(data_source="d", solution_str="x", ground_truth="y") == 1.0

@@ -64,6 +64,28 @@ def test_gsm8k_wrong_answer_gets_format_score_and_missing_answer_gets_zero():
     assert isinstance(gsm("#### 7", "7"), float)
 
 
+def test_gsm8k_takes_a_worked_solution_as_ground_truth_by_its_final_number():
+    """The raw answer column of openai/gsm8k, used without the preprocessing script: before, the response's number
+    was compared with the whole solution text, so every response scored 0, all run."""
+    solution = "Adults pay 2*7=<<2*7=14>>14 dollars.\nTogether 14+12=<<14+12=26>>26 dollars.\n#### 1,026"
+    assert gsm("So #### 1026", solution) == 1.0 and gsm("#### 26", solution) == 0.0
+    assert gsm("It is 1026.", solution, method="flexible") == 1.0
+
+
+def test_a_ground_truth_no_gsm8k_response_can_match_stops_the_run_naming_the_row():
+    from verl.rewards.scorers import check_builtin_rows
+
+    rows = [{"data_source": "openai/gsm8k", "ground_truth": truth, "index": i}
+            for i, truth in enumerate(["26", "Adults pay ... #### 26", 3.0, "twenty-six"])]
+    with pytest.raises(RewardError, match=r"^data.train_files: row 3 \(data_source='openai/gsm8k'\): its ground truth "
+                                          r"'twenty-six' is not a number, nor a solution ending '#### <number>', so its "
+                                          r"built-in scorer would score every response 0. Give the final number as "
+                                          r"reward_model.ground_truth"):
+        check_builtin_rows(rows, "data.train_files")
+    check_builtin_rows(rows[:3], "data.train_files")
+    check_builtin_rows([{"data_source": "exact_match", "ground_truth": "twenty-six"}], "data.train_files")
+
+
 def test_gsm8k_rejects_an_unknown_method():
     with pytest.raises(ValueError, match="strict"):
         gsm8k.extract_solution("#### 1", "loose")

@@ -3,7 +3,8 @@
 Two modes, one set of annotations:
 
 * `coerce` checks a value strictly: what Python code passes (``TrainerConfig(...)``, attribute
-  assignment) must already have the field's type (an int is fine for a float), so ``'1e-4'`` is
+  assignment) must already have the field's type (an int is fine for a float, numpy's numbers for
+  numbers, a ``pathlib.Path`` for text), so ``'1e-4'`` is
   refused for a float. Every value, from any path, goes through it when a section is built.
 * `from_text` / `text_value` type text first: what a value read from a YAML file or the command line
   becomes for the field (``'1e-4'`` a float, ``yes`` a bool, ``2.5`` the str ``'2.5'``), as OmegaConf's
@@ -19,10 +20,13 @@ Section-typed fields (ConfigNode subclasses) are handled by `verl.config.node`, 
 from __future__ import annotations
 
 import copy
+import numbers
 import os
 import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union, get_args, get_origin
+
+import numpy as np
 
 from verl.config.key_errors import closest_choice
 from verl.errors import ConfigError
@@ -104,8 +108,12 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         if args:
             return {k: coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
         return copy.deepcopy(dict(value))
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+    if tp is float and isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)  # an int, or numpy's float32 / int64 (a value computed with numpy)
+    if tp is int and isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)  # numpy's int64 (`len(df) // 4`, `np.ceil(...).astype(int)`)
+    if tp is bool and isinstance(value, np.bool_):
+        return bool(value)
     if tp is int and isinstance(value, bool):
         raise mismatch(value, tp, key, example)
     if isinstance(tp, type) and isinstance(value, tp):
@@ -194,6 +202,10 @@ def from_text(value: Any, tp: Any, key: str, example: str | Callable[[], str] = 
     """`value`, read from a YAML file or the command line, typed for the annotation `tp` (see
     `text_value`). Raises the wrong-type error (`mismatch`) for the whole value at `key`, so that it
     names the override or YAML key that set it."""
+    if isinstance(value, str) and value == "None" and NoneType in get_args(tp):
+        # Python's spelling: YAML and Hydra read it as text, so a path became a file called 'None'.
+        raise ConfigError(f"{key}=None is the text 'None' here, not an empty value; write {key}=null "
+                          f"(YAML's None), or leave the key out for its default")
     try:
         return text_value(value, tp)
     except TextError:

@@ -10,6 +10,7 @@ in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulatio
 from __future__ import annotations
 
 import logging
+import re
 
 from verl.config import compat, verl_rules
 from verl.config.key_errors import closest_choice
@@ -214,6 +215,9 @@ EMPTY_PATHS = {"data.train_files": "give a .parquet/.jsonl file (or a list), or 
                                               "for the built-in scorers"}
 
 
+_ENV_VARIABLE = re.compile(r"\$(?:([A-Za-z_]\w*)|\{([A-Za-z_]\w*)\})")
+
+
 def _refuse_empty_paths(cfg: ConfigNode) -> None:
     for key, instead in EMPTY_PATHS.items():
         value = cfg.get(key)
@@ -221,6 +225,14 @@ def _refuse_empty_paths(cfg: ConfigNode) -> None:
         if any(isinstance(v, str) and not v.strip() for v in values):
             what = "holds an empty path" if isinstance(value, (list, tuple)) else "is empty"
             raise ConfigError(f"{key} {what} ({key}={format_flow(value)}): {instead}")
+        # '$HOME/runs' from a YAML file, a quoted shell argument or Python: nothing expands it, so the run would
+        # write into (or look for) a folder named '$HOME' under the current one.
+        variable = next((m for v in values if isinstance(v, str) for m in [_ENV_VARIABLE.search(v)] if m), None)
+        if variable:
+            name = variable.group(1) or variable.group(2)
+            raise ConfigError(f"{key}={format_flow(value)} holds {variable.group(0)}, which nothing expands here (a "
+                              f"shell does so only outside quotes, YAML and Python never): write ${{oc.env:{name}}} "
+                              f"in its place, or the path itself")
 
 
 def _refuse_a_run_without_steps_or_validation(cfg: ConfigNode) -> None:

@@ -34,6 +34,17 @@ from verl.errors import ConfigError
 logger = logging.getLogger("verl.config")
 
 
+def _override_list(args: Iterable[str]) -> list[str]:
+    """The overrides as a list; one string of them all (a command line pasted in) is refused with its split,
+    not read letter by letter ("override 'a' has no '='")."""
+    if isinstance(args, str):
+        import shlex
+
+        raise ConfigError(f"the overrides are a list of 'key=value' strings, one per item, got one string "
+                          f"{args!r:.120}; write {shlex.split(args)!r:.200} (shlex.split splits a command line)")
+    return list(args)
+
+
 class _NodeMeta(type):
     # Construction goes through `_build`, which resolves aliases and rejects unknown keys with
     # a hint before the dataclass __init__ (which would only say "unexpected keyword") runs.
@@ -89,13 +100,13 @@ class ConfigNode(metaclass=_NodeMeta):
     @classmethod
     def from_overrides(cls, args: Iterable[str], base: ConfigNode | None = None):
         """Build from `a.b.c=value` strings, starting from `base` (copied) or the defaults."""
-        return cls._from_text(base, None, list(args))
+        return cls._from_text(base, None, _override_list(args))
 
     @classmethod
     def from_cli(cls, args: Iterable[str], base: ConfigNode | None = None):
         """Command-line arguments: an optional `--config-file PATH` (YAML merged into `base` or the
         defaults), then `a.b.c=value` overrides applied in order."""
-        path, overrides = split_config_file(list(args))
+        path, overrides = split_config_file(_override_list(args))
         return cls._from_text(base, path, overrides)
 
     @classmethod

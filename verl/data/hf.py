@@ -57,12 +57,35 @@ def _pick_split(dataset_dict, split: str | None, default: str, source: str, conf
                     f"Choose one with `{config_key}={source}@<split>`")
 
 
+_DATA_KINDS = (".parquet", ".jsonl", ".json", ".csv", ".tsv", ".arrow")
+_METADATA = {"dataset_infos.json", "dataset_info.json", "state.json", "dataset_dict.json"}  # not rows
+
+
+def _refuse_mixed_kinds(folder: Path, config_key: str) -> None:
+    """A folder of data files of several kinds: ``datasets`` reads the most common kind and drops the others
+    without a word (train.parquet beside extra.jsonl gave the parquet's rows only), or fails on a stray file
+    (DatasetGenerationError for a stats.json). Refused, naming the kinds and the pattern that picks one."""
+    kinds: dict[str, list[str]] = {}
+    for file in sorted(folder.rglob("*")):
+        hidden = any(part.startswith((".", "_")) for part in file.relative_to(folder).parts)
+        if file.is_file() and file.suffix in _DATA_KINDS and file.name not in _METADATA and not hidden:
+            kinds.setdefault(file.suffix, []).append(str(file.relative_to(folder)))
+    if len(kinds) > 1:
+        held = "; ".join(f"{kind}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+                         for kind, names in kinds.items())
+        main = max(kinds, key=lambda kind: (len(kinds[kind]), -_DATA_KINDS.index(kind)))
+        raise DataError(f"{folder} (from `{config_key}`) holds data files of {len(kinds)} kinds ({held}), and a "
+                        f"folder is read as one kind; give the files themselves, e.g. "
+                        f"{config_key}='{folder}/*{main}', or a list of them")
+
+
 def read_local_dataset(folder: Path, split: str | None, default_split: str, config_key: str) -> list[dict]:
     """Rows of a dataset folder: ``save_to_disk`` output, or a folder of data files."""
     datasets = _datasets(config_key)
     if (folder / "dataset_dict.json").exists() or (folder / "state.json").exists():
         loaded = datasets.load_from_disk(str(folder))
     else:
+        _refuse_mixed_kinds(folder, config_key)
         try:
             loaded = datasets.load_dataset(str(folder))
         except Exception as e:  # noqa: BLE001 - the library raises many types for an unreadable folder

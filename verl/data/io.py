@@ -184,6 +184,9 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
         except json.JSONDecodeError as e:
             raise DataError(f"{path} (from `{config_key}`): invalid JSON: {e}") from e
         where = [f"item {i}" for i in range(len(rows))]
+    elif text.lstrip().startswith("{") and (whole := _one_object(text)) is not None:
+        _refuse_a_table_in_one_object(whole, path, config_key)
+        rows, where = [whole], ["its object"]  # one row written over several lines
     else:
         rows, where = [], []
         for lineno, line in enumerate(text.splitlines(), start=1):
@@ -198,6 +201,41 @@ def _read_json(path: Path, config_key: str = "data.train_files") -> list[dict]:
         if not isinstance(row, dict):
             raise DataError(f"{path}, {loc}: expected a JSON object per row, got {type(row).__name__}")
     return rows
+
+
+_ROW_KEYS = {"prompt", "messages", "question", "problem", "instruction", "query", "chosen", "completion",
+             "conversations", "data_source", "reward_model"}
+
+
+def _one_object(text: str) -> dict | None:
+    """The file's text as one JSON object, if it is one (JSON lines of several rows are not)."""
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return whole if isinstance(whole, dict) else None
+
+
+def _refuse_a_table_in_one_object(whole: dict, path: Path, config_key: str) -> None:
+    """A file that is one JSON object holding the table, not rows: pandas' ``to_json`` default (columns, each
+    ``{row index: value}``), its ``orient='index'`` (``{row index: row}``), or rows under one key
+    (``{"data": [...]}``). Before, it was read as one row whose prompt was a whole column."""
+    fix = "write one JSON object per row: df.to_json(path, orient='records', lines=True), or write_jsonl(rows, path)"
+    values = list(whole.values())
+    if values and all(isinstance(v, dict) and v and all(str(k).isdigit() for k in v) for v in values):
+        raise DataError(f"{path} (from `{config_key}`) is one JSON object of columns {list(whole)[:6]}, each "
+                        f"{{row index: value}} (pandas' to_json default), not rows; {fix}")
+    if len(whole) > 1 and all(str(k).isdigit() for k in whole) and all(isinstance(v, dict) for v in values):
+        raise DataError(f"{path} (from `{config_key}`) is one JSON object of {len(whole)} rows keyed by their index "
+                        f"(pandas' orient='index'); {fix}")
+    # Rows, not a row's own list (its chat messages, tools or images): dicts holding a prompt of some layout.
+    lists = [k for k, v in whole.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)
+             and all(_ROW_KEYS & r.keys() for r in v)]
+    if lists:
+        key = lists[0]
+        raise DataError(f"{path} (from `{config_key}`) is one JSON object whose key '{key}' holds {len(whole[key])} "
+                        f"rows; give the rows themselves, one JSON object per line (e.g. jq -c '.{key}[]' "
+                        f"{path.name} > rows.jsonl), or a JSON array of them")
 
 
 def write_parquet(rows: Iterable[dict], path: str | os.PathLike) -> Path:

@@ -77,6 +77,11 @@ class Encoder:
     def _texts(self, prompt: Any, response: Any, where: str, rendered: dict) -> tuple[str, str]:
         """(prompt text, response text) as they will be tokenized; ``rendered`` caches prompt renderings."""
         prompt, response = _messages_or_text(prompt, where, "prompt"), _messages_or_text(response, where, "response")
+        if isinstance(response, list) and response and response[0].get("role") in ("system", "user"):
+            raise DataError(f"{where}: the response begins with a {response[0]['role']} turn, so it holds the "
+                            f"conversation, prompt included, and the prompt would be rendered twice; give the "
+                            f"assistant's answer alone (or, for SFT, the whole conversation with "
+                            f"data.messages_key=<its column>)")
         if not self.templated:
             return self._plain(prompt, where), self._plain(response, where)
         prompt_msgs = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
@@ -234,6 +239,25 @@ def row_tools(row: dict, tools_key: str | None, where: str) -> list | None:
     return value
 
 
+def _blank(value: Any) -> bool:
+    """A response with no text: '' (or spaces), or messages whose contents are all empty."""
+    if isinstance(value, str):
+        return not value.strip()
+    return is_messages(value) and not any(str(m.get("content") or "").strip() for m in value)
+
+
+def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str) -> None:
+    """Empty responses train the model to end its answer at once: all of them is a wrong column (refused), some
+    are said once, with the rows."""
+    if empty and len(empty) == total:
+        raise DataError(f"every response of {source} is empty (column {response_key!r}): the run would train the "
+                        f"model to answer nothing; set data.response_key to the column that holds the answers")
+    if empty:
+        logger.warning("%s: %d of %d rows have an empty response (row %s): they train the model to answer nothing; "
+                       "fill them in or drop them", source, len(empty), total,
+                       ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
+
+
 class SFTDataset:
     """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
 
@@ -249,9 +273,12 @@ class SFTDataset:
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
         check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
-        self.items = encoder.examples([(inside(row[prompt_key], prompt_dict_keys, f"row {i} of {source}", "prompt"),
-                                        inside(row[response_key], response_dict_keys, f"row {i} of {source}", "response"),
-                                        f"row {i} of {source}") for i, row in enumerate(rows)])
+        examples = [(inside(row[prompt_key], prompt_dict_keys, f"row {i} of {source}", "prompt"),
+                     inside(row[response_key], response_dict_keys, f"row {i} of {source}", "response"),
+                     f"row {i} of {source}") for i, row in enumerate(rows)]
+        _say_empty_responses([i for i, (_, response, _) in enumerate(examples) if _blank(response)], len(rows),
+                             response_key, source)
+        self.items = encoder.examples(examples)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -261,16 +288,40 @@ class SFTDataset:
         return {"input_ids": ids, "loss_mask": mask}
 
 
+def _opening(chosen: Any, rejected: Any) -> int:
+    """How many turns two whole conversations share before their answers differ; 0 unless both are messages
+    that begin with the prompt's turns and go on with an assistant turn each."""
+    if not (is_messages(chosen) and is_messages(rejected)) or not chosen or chosen[0].get("role") == "assistant":
+        return 0
+    n = 0
+    while n < min(len(chosen), len(rejected)) - 1 and chosen[n] == rejected[n]:
+        n += 1
+    both_answer = chosen[n].get("role") == rejected[n].get("role") == "assistant"
+    return n if n and both_answer and chosen[:n] == rejected[:n] else 0
+
+
+def split_prompt(prompt: Any, chosen: Any, rejected: Any) -> tuple[Any, Any, Any]:
+    """``(prompt, chosen, rejected)`` with the responses alone. TRL's layouts where the responses are whole
+    conversations (HuggingFaceH4/ultrafeedback_binarized, whose prompt column is the question as text too;
+    Anthropic HH, without one): the turns both begin with are the prompt, as TRL's ``maybe_extract_prompt``
+    takes them. Before, the prompt was rendered twice and the row refused as a chat template problem."""
+    n = _opening(chosen, rejected)
+    return (chosen[:n], chosen[n:], rejected[n:]) if n else (prompt, chosen, rejected)
+
+
 class PreferenceDataset:
     """Preference pairs: one prompt, a chosen and a rejected response."""
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt", chosen_key: str = "chosen",
                  rejected_key: str = "rejected", source: str = "data.train_files"):
-        check_columns(rows, {prompt_key: "data.prompt_key", chosen_key: "data.chosen_key",
+        implicit = bool(rows) and prompt_key not in rows[0] and _opening(rows[0].get(chosen_key),
+                                                                         rows[0].get(rejected_key)) > 0
+        check_columns(rows, {**({} if implicit else {prompt_key: "data.prompt_key"}), chosen_key: "data.chosen_key",
                              rejected_key: "data.rejected_key"}, source)
-        encoded = encoder.examples([(row[prompt_key], row[key], f"row {i} of {source} ({side})")
-                                    for i, row in enumerate(rows)
-                                    for key, side in ((chosen_key, "chosen"), (rejected_key, "rejected"))])
+        triples = [split_prompt(row.get(prompt_key), row[chosen_key], row[rejected_key]) for row in rows]
+        encoded = encoder.examples([(prompt, response, f"row {i} of {source} ({side})")
+                                    for i, (prompt, *responses) in enumerate(triples)
+                                    for response, side in zip(responses, ("chosen", "rejected"))])
         self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
         same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
         if same:  # their loss is constant: no gradient, yet they count in every average

@@ -26,6 +26,11 @@ def load_reward_function(path: str | os.PathLike, name: str = "compute_score") -
         raise RewardError(f"{path} has no attribute {name!r}; callables it defines: {defined or 'none'}; "
                           f"set custom_reward_function.name to one of them")
     fn = getattr(module, name)
+    if isinstance(fn, type):  # calling the class would make an instance per response, never a score
+        made = "an instance of it" + (" (it has __call__)" if "__call__" in vars(fn) else " whose __call__ scores")
+        raise RewardError(f"{path}: {name!r} is a class, and the reward function is called once per response; "
+                          f"make {made} in the file, e.g. {name.lower()} = {name}(), and set "
+                          f"custom_reward_function.name={name.lower()}")
     if not callable(fn):
         raise RewardError(f"{path}: {name!r} is a {type(fn).__name__}, not a function "
                           f"(custom_reward_function.name)")

@@ -18,7 +18,8 @@ def import_user_file(path: str | os.PathLike, *, prefix: str, what: str, key: st
 
     The file runs on every call (an edited file is picked up) and is registered in ``sys.modules``
     under ``prefix`` plus a name derived from its absolute path, so what it defines pickles by
-    reference within this process. A missing file, or one whose import raises, is ``error(message)``
+    reference within this process. The file's folder joins the end of ``sys.path``, so that the
+    modules beside it import. A missing file, or one whose import raises, is ``error(message)``
     naming ``what`` the file is and the config ``key`` that gives it.
     """
     path = Path(os.path.expanduser(str(path))).resolve()
@@ -35,6 +36,8 @@ def import_user_file(path: str | os.PathLike, *, prefix: str, what: str, key: st
         raise error(f"cannot import {path} as a python module ({key})")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    if str(path.parent) not in sys.path:  # its own helper modules beside it import, as `python file.py` finds them;
+        sys.path.append(str(path.parent))  # last, so that a helper never shadows an installed module
     try:
         spec.loader.exec_module(module)
     except Exception as e:

@@ -65,6 +65,10 @@ PREFIX_SCORERS: dict[str, Callable[..., Any]] = {"aime": math_dapo.compute_score
 # Scorers that judge the response alone: a row needs no ground truth for them.
 NEEDS_NO_GROUND_TRUTH = frozenset({"format/think", "format/boxed"})
 
+# Scorers whose ground truth has a form: why a row's can never be matched (None when it can).
+GROUND_TRUTH_CHECKS: dict[Callable[..., Any], Callable[[Any], str | None]] = {
+    gsm8k.compute_score: gsm8k.ground_truth_problem, gsm8k.compute_score_flexible: gsm8k.ground_truth_problem}
+
 
 def check_builtin_rows(items, key: str, reward_fn_key: str = "data_source") -> None:
     """Before training: every row that a built-in scorer will score has a data source it knows and,
@@ -80,7 +84,14 @@ def check_builtin_rows(items, key: str, reward_fn_key: str = "data_source") -> N
             raise RewardError(f"{key}: row {row} has no {reward_fn_key}, so no built-in scorer can be picked for it; "
                               f"give every row a {reward_fn_key} (e.g. 'openai/gsm8k'), or set "
                               f"custom_reward_function.path to your own compute_score")
-        get_scorer(source)
+        scorer = get_scorer(source)
+        check = GROUND_TRUTH_CHECKS.get(scorer)
+        problem = check(item["ground_truth"]) if check and item.get("ground_truth") is not None else None
+        if problem:
+            raise RewardError(f"{key}: row {row} ({reward_fn_key}={source!r}): its ground truth {problem}, so its "
+                              f"built-in scorer would score every response 0. Give the final number as "
+                              f"reward_model.ground_truth (examples/data_preprocess/gsm8k.py writes it), or set "
+                              f"custom_reward_function.path to a compute_score of your own")
         if item.get("ground_truth") is None and source not in NEEDS_NO_GROUND_TRUTH:
             raise RewardError(
                 f"{key}: row {row} ({reward_fn_key}={source!r}) has no ground truth: its built-in scorer compares "

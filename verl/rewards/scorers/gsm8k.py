@@ -48,13 +48,30 @@ def _same_number(a: str, b: str) -> bool:
         return a == b
 
 
+def reference(ground_truth) -> str | None:
+    """The number a response is compared with: the ground truth, or, where it is a worked solution (the raw
+    ``answer`` column of openai/gsm8k, used without the preprocessing script), the number after its last ``####``."""
+    text = str(ground_truth).strip()
+    return extract_solution(text, "strict") if "####" in text else _normalise(text)
+
+
+def ground_truth_problem(ground_truth) -> str | None:
+    """Why no response can ever match ``ground_truth``, or None when one can."""
+    number = reference(ground_truth)
+    try:
+        Decimal(number)
+        return None
+    except (InvalidOperation, TypeError):
+        return f"{str(ground_truth)!r:.100} is not a number, nor a solution ending '#### <number>'"
+
+
 def compute_score(data_source, solution_str: str, ground_truth, extra_info=None, method: str = "strict",
                   format_score: float = 0.0, score: float = 1.0) -> float:
     """``score`` for the right answer, ``format_score`` for a wrong one, 0.0 when none is found."""
-    answer = extract_solution(solution_str, method)
-    if answer is None:
+    answer, expected = extract_solution(solution_str, method), reference(ground_truth)
+    if answer is None or expected is None:
         return 0.0
-    return float(score) if _same_number(answer, _normalise(str(ground_truth).strip())) else float(format_score)
+    return float(score) if _same_number(answer, expected) else float(format_score)
 
 
 def compute_score_flexible(data_source, solution_str: str, ground_truth, extra_info=None) -> float:

@@ -40,7 +40,7 @@ from verl.protocol import Batch
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.roles import value_critic
-from verl.trainer.ppo.step_batch import batch_from_dict
+from verl.trainer.ppo.step_batch import batch_from_dict, check_layout
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
 
@@ -107,6 +107,10 @@ class PPOTrainer(BaseTrainer):
 
     def prepare(self, data: dict | Batch) -> Batch:
         """Log-probs, values, KL-penalised token rewards, advantages and returns for a batch."""
+        if isinstance(data, Batch) and "responses" not in data and "prompt_mask" in data:
+            data = data.to_dict()  # the tutorial's columns in a Batch: read as the dict
+        if isinstance(data, Batch):
+            check_layout(data)
         batch = data if isinstance(data, Batch) else batch_from_dict(
             data, self.worker.tokenizer.pad_token_id, normalize_reward,
             vocab_size=self.worker.actor_model.get_input_embeddings().num_embeddings)

@@ -26,9 +26,20 @@ NEEDS = "PPOTrainer.step needs input_ids [B, T], prompt_mask [B, T] (1 on prompt
 _said: set = set()  # what was said once: unread keys, unmasked padding
 
 
+def _tensor(value, name: str) -> torch.Tensor:
+    """``value`` as one tensor; rows of several lengths (lists from a tokenizer without padding) are named with
+    the fix, not torch's "expected sequence of length 4 at dim 1 (got 6)"."""
+    try:
+        return torch.as_tensor(value)
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise VerlError(f"{name} cannot be made one tensor ({e}): are its rows of different lengths? Pad them to "
+                        f"one length (tokenizer(..., padding=True, return_tensors='pt')) and give attention_mask, "
+                        f"0 on the padding") from None
+
+
 def _token_ids(value) -> torch.Tensor:
     """Token ids as integers: a float tensor of whole numbers is taken (and converted), a fraction is not."""
-    ids = torch.as_tensor(value)
+    ids = _tensor(value, "input_ids")
     if ids.is_floating_point() or ids.is_complex():
         if ids.is_complex() or not torch.equal(ids, ids.round()):
             raise VerlError(f"input_ids must hold token ids (whole numbers), got a {ids.dtype} tensor with "
@@ -38,7 +49,7 @@ def _token_ids(value) -> torch.Tensor:
 
 
 def _mask(value, name: str, input_ids: torch.Tensor) -> torch.Tensor:
-    mask = torch.as_tensor(value)
+    mask = _tensor(value, name)
     if mask.numel() != input_ids.numel():
         raise VerlError(f"{name} has shape {list(mask.shape)} but input_ids has {list(input_ids.shape)}; give "
                         f"{name} the shape of input_ids (one entry per token)")
@@ -58,6 +69,19 @@ def _say_unmasked_padding(input_ids: torch.Tensor, pad_token_id: int) -> None:
                        "row %d, and the batch has no attention_mask, so that padding is trained as prompt or response "
                        "tokens; give attention_mask (0 on padding), as the tokenizer returns it", len(rows),
                        input_ids.shape[0], pad_token_id, rows[0])
+
+
+LAYOUT = ("prompts", "responses", "response_mask", "input_ids", "attention_mask", "position_ids", "reward")
+
+
+def check_layout(batch: Batch) -> None:
+    """A Batch handed to ``step`` is taken in verl's layout (``generate_sequences``' output) with a reward column;
+    one without them is named here, before any model runs, not as a KeyError after the log-probs."""
+    missing = [k for k in LAYOUT if k not in batch]
+    if missing:
+        raise VerlError(f"the Batch given to PPOTrainer.step lacks {missing} (it has {batch.keys()}); give a Batch "
+                        f"in verl's layout, e.g. worker.generate_sequences' output with batch['reward'] = one reward "
+                        f"per row [B], or the tutorial's dict. {NEEDS}")
 
 
 def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size: int | None = None) -> Batch:
