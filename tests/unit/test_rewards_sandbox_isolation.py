@@ -119,7 +119,8 @@ def test_a_run_cannot_fill_its_working_directory_with_directories_for_the_traine
 
 
 def sandbox_inodes():
-    from sandbox_attacks import LIMITS
+    """The nr_inodes of many_directories' working tmpfs."""
+    from sandbox_attacks import ATTACK_LIMITS, LIMITS
     from verl.rewards.sandbox import SandboxLimits
 
-    return max(64, SandboxLimits(**LIMITS).max_disk_bytes // 4096)
+    return max(64, SandboxLimits(**{**LIMITS, **ATTACK_LIMITS["many_directories"]}).max_disk_bytes // 4096)
