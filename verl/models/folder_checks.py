@@ -86,7 +86,7 @@ def refuse_unloaded_weights(info: dict, model_type: str, folder: str, config_key
     ``output_loading_info``): missing names or other shapes would be trained from a random start.
     ``missing_ok``: name prefixes the caller does not use (a critic has no use for ``lm_head``)."""
     missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(missing_ok))
-    mismatched = list(info.get("mismatched_keys", ()))
+    mismatched = sorted(info.get("mismatched_keys", ()))  # by name: the example is the same on every run
     if not missing and not mismatched:
         return
     unexpected = sorted(info.get("unexpected_keys", ()))
