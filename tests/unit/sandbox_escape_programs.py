@@ -1,6 +1,7 @@
 """The isolation attacks of the sandbox tests (issues 9 and 22): programs that try to escape,
 reach the trainer or its files; data only, run by ``sandbox_attacks``. The reward hacks are in
-``sandbox_hack_programs`` (and some of their programs are reused here).
+``sandbox_hack_programs`` (and some of their programs are reused here), the attacks on the host's resources in
+``sandbox_resource_programs``.
 
 Placeholders (``__TRAINER__``, ``__SHM__``, ``__PTS__``, ``__EVIL__`` ...) are filled in by the
 driver with the traps it set: the trainer's pid, its shared-memory file, its terminal, the native
@@ -9,6 +10,7 @@ extension, the system-call numbers of this machine.
 
 from sandbox_hack_programs import (FIND_IN_TRAINER_MEMORY, KEYRING_BY_CTYPES, KEYRING_STEAL, SMASH_STOLEN,
                                    STEAL_HOOK_FRAMES_BY_RECURSION)
+from sandbox_resource_programs import FALLOCATE_STREAMS, MANY_DIRECTORIES, POSIX_TIMERS, RESOURCES, SOCKET_PAIRS
 
 STEAL_HOOK_FRAMES_BY_SIGNAL = r'''
 import signal, sys
@@ -276,33 +278,6 @@ for pid in sorted(pids - {0, os.getpid()}):
     except OSError:
         pass
 """
-# Limits cannot be raised, and no second thread or process, and no mapping past RLIMIT_AS.
-RESOURCES = r"""
-import os, resource, threading
-for which in (resource.RLIMIT_NPROC, resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_FSIZE):
-    try:
-        resource.setrlimit(which, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-        print("LEAK raised limit", which)
-    except (ValueError, OSError):
-        pass
-try:
-    import mmap
-    mapped = mmap.mmap(-1, 4 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
-    print("LEAK mapped 4 GiB")
-except (ImportError, OSError, MemoryError, OverflowError):
-    pass
-try:
-    threading.Thread(target=lambda: None).start()
-    print("LEAK started a thread")
-except (RuntimeError, OSError):
-    pass
-try:
-    if os.fork() == 0:
-        os._exit(0)
-    print("LEAK forked")
-except OSError:
-    pass
-"""
 # Links out of the working directory, in directories made unreadable: the trainer's clean-up must
 # remove them without following one (the driver checks the target's entries, modes and victim).
 CLEANUP_LINKS = r"""
@@ -334,63 +309,6 @@ os.setsid()
 time.sleep(30)
 """
 
-# Directories cost the host's file system ~10 times more to remove than to make: in weak mode (a host
-# working directory) 11,000 made in a 2 s run took the trainer ~19 s to remove. The filter refuses
-# mkdir there; with namespaces the private tmpfs caps the count (its nr_inodes) and goes with the run.
-MANY_DIRECTORIES = r"""
-import os
-print("WORKDIR", os.getcwd(), flush=True)
-made = 0
-try:
-    while made < 100000:
-        os.mkdir("d%d" % made)
-        made += 1
-except OSError as error:
-    print(type(error).__name__)
-print("MADE", made)
-"""
-
-# Memory outside RLIMIT_AS: the run's stdout and stderr are memfds, and fallocate with
-# FALLOC_FL_KEEP_SIZE allocates pages without growing the file. RLIMIT_FSIZE bounds the range (EFBIG).
-FALLOCATE_STREAMS = r"""
-import os, signal
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-for fd in (1, 2):
-    try:
-        os.posix_fallocate(fd, 0, 1 << 30)
-        print("LEAK allocated 1 GiB on fd", fd)
-    except OSError:
-        pass
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-for fd in (1, 2):
-    for mode in (0, 1, 3):  # 1: FALLOC_FL_KEEP_SIZE, 3: and PUNCH_HOLE
-        if libc.fallocate(fd, mode, ctypes.c_long(1 << 20), ctypes.c_long(1 << 30)) == 0 and mode != 3:
-            print("LEAK allocated 1 GiB on fd", fd, "mode", mode)
-print("done")
-"""
-
-# Kernel memory outside RLIMIT_AS, in objects a run may make without limit of its own: the queues of unix
-# socket pairs (socketpair is not socket: 29 pairs held 227 MiB in a run of 256 MiB), and POSIX timers,
-# bounded only by RLIMIT_SIGPENDING, counted per uid (96,367 timers here, shared with the trainer's uid in
-# a plain user's runs).
-SOCKET_PAIRS = r"""
-import socket
-try:
-    pair = socket.socketpair()
-    print("LEAK made a socket pair:", pair)
-except OSError as error:
-    print("refused:", error)
-"""
-POSIX_TIMERS = r"""
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-timer = ctypes.c_void_p()
-made = 0
-while made < 4096 and libc.timer_create(1, None, ctypes.byref(timer)) == 0:  # CLOCK_MONOTONIC
-    made += 1
-print(("LEAK made %d POSIX timers" if made == 4096 else "made %d POSIX timers") % made)
-"""
 # Its own memory, writable through /proc/self/mem (which ignores page protections): native code with no
 # extension module. With namespaces /proc is read-only; in weak mode Landlock refuses the write.
 OWN_MEMORY_WRITABLE = r"""

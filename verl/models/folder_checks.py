@@ -25,6 +25,12 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
                    "sentencepiece.bpe.model", "tiktoken.model", "qwen.tiktoken")
 
 
+def model_section(config_key: str) -> str | None:
+    """The config section a model key belongs to (``critic.model`` for ``critic.model.path``); None for a key
+    that is not a section's path (the Python API's argument names)."""
+    return config_key.rsplit(".", 1)[0] if config_key.endswith((".path", ".tokenizer_path")) else None
+
+
 def _download_fix(folder: Path) -> str:
     return (f"fetch the real files: `git lfs install && git lfs pull` in {folder} if it is a git clone, or download "
             f"the model again with `huggingface-cli download <hub id> --local-dir {folder}`")
@@ -139,7 +145,7 @@ def refuse_empty_tokenizer(tokenizer, name: str, config_key: str) -> None:
     folder = Path(name).expanduser()
     held = "holds no tokenizer files" if folder.is_dir() and not any(
         (folder / f).is_file() for f in TOKENIZER_FILES) else "gives a tokenizer without a vocabulary"
-    section = config_key.rsplit(".", 1)[0] if config_key.endswith((".path", ".tokenizer_path")) else None
+    section = model_section(config_key)
     where = (f"set `{section}.tokenizer_path` to the folder or hub id of the model it was trained from" if section
              else "load the tokenizer from the folder or hub id of the model it was trained from")
     raise ModelLoadError(f"{name!r} (from `{config_key}`) {held} ({', '.join(TOKENIZER_FILES[:3])}, ...), so its "

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from verl.errors import DeviceError, ModelLoadError, VerlError
-from verl.models.folder_checks import (check_tokenizer_files, check_weight_files, refuse_empty_tokenizer,
-                                       refuse_unloaded_weights)
+from verl.models.folder_checks import (check_tokenizer_files, check_weight_files, model_section,
+                                       refuse_empty_tokenizer, refuse_unloaded_weights)
 from verl.utils.hub import offline_flag
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def _config_problem(folder: Path, config_key: str, exc: Exception) -> str | None
 
     text = str(exc)
     if "trust_remote_code" in text:
-        section = config_key.rsplit(".", 1)[0] if config_key.endswith((".path", ".tokenizer_path")) else None
+        section = model_section(config_key)
         switch = f"`{section}.trust_remote_code=true`" if section else "trust_remote_code=True"
         return (f"its config.json asks for modelling code shipped in the folder (auto_map); set {switch} to run it "
                 f"(only for a model whose code you trust)")

@@ -41,9 +41,9 @@ from verl.data.tasks import TASKS, sources_digest
 from verl.distributed.process_group import alone
 from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
 from verl.rollout import SamplingParams, build_rollout
+from verl.tracking.summary import direct_summary
 from verl.trainer.sft import SFTTrainer
 from verl.utils.cache import cache_dir, cache_lock
-from verl.tracking.summary import direct_summary
 from verl.version import __version__
 from verl.workers.engine import TrainingEngine
 

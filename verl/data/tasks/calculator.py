@@ -3,7 +3,8 @@
 A 3-digit times a 2-digit number is beyond the tiny model, but not with the ``calculator`` tool
 (:mod:`verl.tools.builtin`): the model calls it, reads the result and answers. Its warm start
 teaches the tool-use conversations (:func:`sft_messages`), then mostly direct answers
-(:func:`direct_messages`); RL then learns to call the tool. Every pair (a, b) is either a training or a held-out pair, by a fixed hash of the pair.
+(:func:`direct_messages`); RL then learns to call the tool. Every pair (a, b) is either a training or a
+held-out pair, by a fixed hash of the pair.
 """
 
 from __future__ import annotations
