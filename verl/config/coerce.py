@@ -96,18 +96,10 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         close = closest_choice(value, get_args(tp), cutoff=0.6)
         hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={_short_repr(value)} is not allowed; choose one of {allowed}{hint}")
-    if tp is list or origin is list:
-        if not isinstance(value, (list, tuple)):
+    if list in (tp, origin) or dict in (tp, origin):
+        if not isinstance(value, Mapping if dict in (tp, origin) else (list, tuple)):
             raise mismatch(value, tp, key, example)
-        (elem,) = get_args(tp) or (Any,)
-        return [coerce(v, elem, f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is dict or origin is dict:
-        if not isinstance(value, Mapping):
-            raise mismatch(value, tp, key, example)
-        args = get_args(tp)
-        if args:
-            return {k: coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
-        return copy.deepcopy(dict(value))
+        return copy.deepcopy(dict(value)) if tp is dict else each(value, tp, key, lambda v, t, k, _: coerce(v, t, k))
     if tp is float and isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
         return float(value)  # an int, or numpy's float32 / int64 (a value computed with numpy)
     if tp is int and isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
@@ -198,6 +190,15 @@ def element_type(tp: Any) -> Any:
     return Any
 
 
+def each(value: list | tuple | Mapping, tp: Any, key: str, fn: Callable[[Any, Any, str, Any], Any]) -> list | dict:
+    """A new list or dict of ``fn(element, its annotation, its key, its index or name)`` over the elements
+    of ``value``: the one walk of a value's elements (`coerce`, `text_value`, the text path's resolved values)."""
+    elem = element_type(tp)
+    if isinstance(value, Mapping):
+        return {k: fn(v, elem, f"{key}.{k}", k) for k, v in value.items()}
+    return [fn(v, elem, f"{key}[{i}]", i) for i, v in enumerate(value)]
+
+
 def from_text(value: Any, tp: Any, key: str, example: str | Callable[[], str] = "") -> Any:
     """`value`, read from a YAML file or the command line, typed for the annotation `tp` (see
     `text_value`). Raises the wrong-type error (`mismatch`) for the whole value at `key`, so that it
@@ -225,16 +226,10 @@ def text_value(value: Any, tp: Any) -> Any:
         if value is None or is_interpolation(value):  # an interpolation stays text until it is resolved
             return value
         return _TEXT_TO[scalar](value)
-    if get_origin(inner) is list and isinstance(value, (list, tuple)):
-        return [_text_element(v, element_type(tp)) for v in value]
-    if get_origin(inner) is dict and isinstance(value, Mapping):
-        return {k: _text_element(v, element_type(tp)) for k, v in value.items()}
+    if isinstance(value, {list: (list, tuple), dict: Mapping}.get(get_origin(inner), ())):
+        # A nested list or dict is left for `coerce` to judge.
+        return each(value, tp, "", lambda v, t, *_: v if isinstance(v, (list, tuple, Mapping)) else text_value(v, t))
     return value
-
-
-def _text_element(value: Any, tp: Any) -> Any:
-    """An element of a list or dict read as text; a nested list or dict is left for `coerce` to judge."""
-    return value if isinstance(value, (list, tuple, Mapping)) else text_value(value, tp)
 
 
 def _text_int(value: Any) -> int:

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from omegaconf._utils import get_value_kind
 from omegaconf.errors import OmegaConfBaseException
 
-from verl.config.coerce import (TextError, element_type, from_text, is_dict_type, is_interpolation, mismatch,
+from verl.config.coerce import (TextError, each, element_type, from_text, is_dict_type, is_interpolation, mismatch,
                                 scalar_type, text_value)
 from verl.config.fields import alias_map, dotted_keys, example_of, field_specs, walk
 from verl.config.key_errors import unknown_key_error
@@ -287,10 +287,8 @@ def _typed_leaf(value: Any, raw: Any, tp: Any, tree: dict, key: str) -> Any:
             return text_value(value, tp)
         except TextError as e:
             raise _unresolved(key, _raw_text(tree, key), f"While dereferencing interpolation '{raw}': {e}") from None
-    if isinstance(raw, list) and isinstance(value, list):
-        return [_typed_leaf(v, r, element_type(tp), tree, f"{key}[{i}]") for i, (v, r) in enumerate(zip(value, raw))]
-    if isinstance(raw, dict) and isinstance(value, dict):
-        return {k: _typed_leaf(v, raw[k], element_type(tp), tree, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, dict)) and isinstance(raw, type(value)):
+        return each(value, tp, key, lambda v, t, k, i: _typed_leaf(v, raw[i], t, tree, k))
     return value
 
 
