@@ -183,6 +183,19 @@ def test_assigned_free_node_is_adopted_and_node_from_another_tree_is_copied():
     assert optim.lr == 3e-6
 
 
+def test_a_section_given_as_a_dict_keeps_its_fields_defaults_for_the_keys_left_out():
+    # The critic's optimiser defaults to lr=1e-5 (OptimConfig's own is 1e-6): naming another of its keys
+    # in Python keeps it, as the command line always did. It used to fall back to OptimConfig's 1e-6.
+    given = dict(optim=dict(weight_decay=0.1))
+    assert TrainerConfig(critic=given).critic.optim.lr == 1e-5
+    assert TrainerConfig.from_overrides(["critic.optim.weight_decay=0.1"]).critic.optim.lr == 1e-5
+    cfg = TrainerConfig()
+    cfg.critic = given
+    assert (cfg.critic.optim.lr, cfg.critic.optim.weight_decay) == (1e-5, 0.1)
+    cfg.critic.optim = dict(weight_decay=0.2)
+    assert (cfg.critic.optim.lr, cfg.critic.optim.weight_decay) == (1e-5, 0.2)
+
+
 def test_copy_equality_and_pickle():
     cfg = TrainerConfig(data=dict(train_batch_size=2))
     twin = cfg.copy()

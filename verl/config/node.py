@@ -64,24 +64,14 @@ class ConfigNode(metaclass=_NodeMeta):
     # ---------------------------------------------------------------- construction
     @classmethod
     def _build(cls, data: Mapping, *, parent: ConfigNode | None, key: str | None):
+        """The defaults with ``data`` merged in (`update`): construction is one merge, so a nested section
+        given as a dict keeps its own defaults for the keys the dict leaves out."""
         node = cls.__new__(cls)
         object.__setattr__(node, "_parent", parent)
         object.__setattr__(node, "_key", key)
-        node.__init__(**{spec.name: node._check(spec, value) for spec, value in node._specs_of(data)})
+        node.__init__()
+        node.update(data)
         return node
-
-    def _specs_of(self, data: Mapping) -> list[tuple[FieldSpec, Any]]:
-        """``(spec, value)`` of each key of ``data`` (aliases accepted); two spellings of one key are an error."""
-        given: dict[str, str] = {}
-        out = []
-        for name, value in data.items():
-            spec = self._spec(name)
-            if spec.name in given:
-                raise ConfigError(f"{self._path(given[spec.name])} and {self._path(name)} name the same "
-                                  f"key; give only one of them")
-            given[spec.name] = name
-            out.append((spec, value))
-        return out
 
     @classmethod
     def from_dict(cls, data: Mapping, base: ConfigNode | None = None):
@@ -200,15 +190,16 @@ class ConfigNode(metaclass=_NodeMeta):
             if spec.choices is not None or spec.bounds is not None:
                 _check_domain(spec, value, self._path(spec.name))
             return value
-        if isinstance(value, spec.node_type):
-            if value._parent is not None and (value._parent is not self or value._key != spec.name):
-                value = value.copy()
-            object.__setattr__(value, "_parent", self)
-            object.__setattr__(value, "_key", spec.name)
-            return value
-        if isinstance(value, Mapping):
-            return spec.node_type._build(value, parent=self, key=spec.name)
-        raise mismatch(value, spec.node_type, self._path(spec.name), lambda: example_of(spec))
+        # A dict: the field's default section (`section(OptimConfig(lr=1e-5))`) with the dict's keys.
+        value, given = (spec.default.copy(), value) if isinstance(value, Mapping) else (value, {})
+        if not isinstance(value, spec.node_type):
+            raise mismatch(value, spec.node_type, self._path(spec.name), lambda: example_of(spec))
+        if value._parent is not None and (value._parent is not self or value._key != spec.name):
+            value = value.copy()
+        object.__setattr__(value, "_parent", self)
+        object.__setattr__(value, "_key", spec.name)
+        value.update(given)
+        return value
 
     # ---------------------------------------------------------------- dotted access
     def get(self, key: str, default: Any = MISSING) -> Any:
@@ -256,8 +247,18 @@ class ConfigNode(metaclass=_NodeMeta):
         return owner, target
 
     def update(self, data: Mapping) -> None:
-        """Deep-merge nested dicts: given keys change, the rest keep their current values."""
-        for spec, value in self._specs_of(data):
+        """Deep-merge nested dicts: given keys change, the rest keep their current values. Every key is
+        looked up (aliases accepted; two spellings of one key are an error) before any value is set."""
+        given: dict[str, str] = {}
+        specs = []
+        for name, value in data.items():
+            spec = self._spec(name)
+            if spec.name in given:
+                raise ConfigError(f"{self._path(given[spec.name])} and {self._path(name)} name the same "
+                                  f"key; give only one of them")
+            given[spec.name] = name
+            specs.append((spec, value))
+        for spec, value in specs:
             current = getattr(self, spec.name)
             if isinstance(current, ConfigNode) and isinstance(value, Mapping):
                 current.update(value)
