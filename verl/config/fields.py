@@ -67,16 +67,20 @@ def section(default: type | Any, *, help: str, aliases: Iterable[str] = ()) -> A
     return dataclasses.field(default_factory=factory, metadata={"help": help, "aliases": tuple(aliases)})
 
 
-def parse_bounds(text: str) -> tuple[float, bool, float, bool]:
-    """``"> 0"`` / ``">= 1"`` / ``"<= 1"`` / ``"[0, 1]"`` / ``"(0, 1]"`` -> (low, low inclusive, high, high inclusive)."""
+@functools.cache
+def parse_bounds(text: str) -> tuple[float, bool, float, bool, str]:
+    """``"> 0"`` / ``">= 1"`` / ``"<= 1"`` / ``"[0, 1]"`` / ``"(0, 1]"`` -> (low, low inclusive, high, high
+    inclusive, what a value must be: ``">= 1"``, ``"in [0, 1]"``)."""
     text = text.strip()
     for op, inclusive in ((">=", True), (">", False), ("<=", True), ("<", False)):
         if text.startswith(op):
             value = float(text[len(op):])
-            return (value, inclusive, float("inf"), False) if op[0] == ">" else (float("-inf"), False, value, inclusive)
+            wanted = f"{op} {value:g}"
+            return (value, inclusive, float("inf"), False, wanted) if op[0] == ">" else \
+                (float("-inf"), False, value, inclusive, wanted)
     if text[:1] in "[(" and text[-1:] in "])" and "," in text:
         low, high = (float(part) for part in text[1:-1].split(","))
-        return low, text[0] == "[", high, text[-1] == "]"
+        return low, text[0] == "[", high, text[-1] == "]", f"in {text}"
     raise TypeError(f"bounds {text!r}: write '> 0', '>= 1', '<= 1', '[0, 1]' or '(0, 1]'")
 
 
@@ -90,17 +94,9 @@ def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
         hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(spec.choices)}{hint}")
     if spec.bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, low_in, high, high_in = parse_bounds(spec.bounds)
-        above = value >= low if low_in else value > low
-        below = value <= high if high_in else value < high
-        if not (above and below):  # NaN fails both
-            if high == float("inf"):
-                wanted = f"{'>=' if low_in else '>'} {low:g}"
-            elif low == float("-inf"):
-                wanted = f"{'<=' if high_in else '<'} {high:g}"
-            else:
-                wanted = f"in {spec.bounds}"
-            raise ConfigError(f"{key}={value} must be {wanted}")
+        low, low_in, high, high_in, wanted = parse_bounds(spec.bounds)
+        if not ((value >= low if low_in else value > low) and (value <= high if high_in else value < high)):
+            raise ConfigError(f"{key}={value} must be {wanted}")  # NaN fails both comparisons
 
 
 @dataclasses.dataclass(frozen=True)
