@@ -230,11 +230,7 @@ class ConfigNode(metaclass=_NodeMeta):
         if container is None:
             container = {}
             owner._store(target.spec.name, container)
-        for part in target.tail[:-1]:
-            if not isinstance(container.get(part), dict):
-                container[part] = {}
-            container = container[part]
-        container[target.tail[-1]] = copy.deepcopy(value)
+        omega.mapping_at(container, target.tail[:-1])[target.tail[-1]] = copy.deepcopy(value)
 
     def _locate(self, key: str) -> tuple[ConfigNode, omega.Target]:
         """The section holding dotted ``key`` (below this one) and where the key lands (`omega.locate`,

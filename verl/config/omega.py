@@ -19,7 +19,7 @@ canonical keys and refuses keys a section does not have, with errors that name t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,16 +57,20 @@ def _holds(tree: dict, key: str) -> bool:
     return _select(tree, key, _ABSENT) is not _ABSENT
 
 
+def mapping_at(tree: dict, parts: Iterable[str]) -> dict:
+    """The mapping at the path ``parts`` below ``tree``; missing or non-mapping ones on the way become mappings."""
+    for part in parts:
+        if not isinstance(tree.get(part), dict):
+            tree[part] = {}
+        tree = tree[part]
+    return tree
+
+
 def _put(tree: dict, key: str, value: Any) -> None:
     """``key = value``: a mapping merges into the mapping there (new keys added, nested mappings merged),
     anything else replaces what is there; missing or non-mapping parents become mappings."""
     *parents, last = key.split(".")
-    node = tree
-    for part in parents:
-        if not isinstance(node.get(part), dict):
-            node[part] = {}
-        node = node[part]
-    _merge(node, {last: value})
+    _merge(mapping_at(tree, parents), {last: value})
 
 
 def _merge(into: dict, data: dict) -> None:
@@ -169,10 +173,7 @@ def _added_before(tree: dict, cls, target: Target) -> bool:
 
 def _check_free_form(tree: dict, target: Target, add: bool) -> None:
     """Below a free-form mapping a plain ``key=value`` changes a key that is there; ``+`` adds one."""
-    container = _select(tree, target.path)
-    if container is None:
-        container = {}
-        _put(tree, target.path, container)
+    container = mapping_at(tree, target.path.split("."))  # a free-form mapping left at null becomes {}
     for i, part in enumerate(target.tail):
         key = ".".join((target.path, *target.tail[:i + 1]))
         if not isinstance(container, dict):
