@@ -264,13 +264,9 @@ class ConfigNode(metaclass=_NodeMeta):
     # ---------------------------------------------------------------- overrides
     def to_overrides(self) -> list[str]:
         """`a.b.c=value` strings for every value that differs from a fresh default instance."""
-        defaults = _flatten(type(self)())
-        out = []
-        for key, value in _flatten(self).items():
-            default = defaults.get(key, MISSING)
-            if type(value) is not type(default) or value != default:
-                out.append(f"{key}={format_flow(value)}")
-        return out
+        defaults = _flatten(type(self)())  # the same keys: the same class
+        return [f"{key}={format_flow(value)}" for key, value in _flatten(self).items()
+                if type(value) is not type(defaults[key]) or value != defaults[key]]
 
     # ---------------------------------------------------------------- conversions
     def to_dict(self) -> dict[str, Any]:

@@ -93,11 +93,6 @@ def parse_override(arg: str) -> Override:
     return Override(parsed.key_or_group, value, raw, _OPS[parsed.type.name], parsed.package)
 
 
-def group_choice(override: Override) -> None:
-    """``group@package=choice``: verl's config groups pick a backend. FSDP is the one that runs here."""
-    check_group_choice(f"{override.key}@{override.package}", str(override.value))
-
-
 def _backend_of(choice: str) -> str | None:
     # verl's choices of the other backends carry its config name: megatron_actor, mlite_actor, ...
     return next((name for word, name in BACKENDS.items() if word in choice.lower()), None)
@@ -125,8 +120,8 @@ def backend_first(overrides: Sequence[Override]) -> None:
     """Refuse a launch of another backend on its backend, whatever key comes first: a Megatron script
     also sets keys unknown here, and "unknown key optim.min_lr" would hide the real reason."""
     for override in overrides:
-        if override.package is not None:
-            group_choice(override)
+        if override.package is not None:  # group@package=choice: verl's config groups pick a backend
+            check_group_choice(f"{override.key}@{override.package}", str(override.value))
         elif any(part in BACKEND_SECTIONS for part in override.key.lower().split(".")):
             raise backend_key_error(override.key)
 
