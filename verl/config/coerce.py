@@ -134,18 +134,14 @@ def _coerce_union(value, tp, key, example):
 
 
 def _already(value: Any, tp: Any) -> bool:
+    """Whether ``value`` already has the type of union member ``tp`` (a tuple counts as a list, any mapping as
+    a dict; a bool is not an int)."""
     origin = get_origin(tp) or tp
     if origin is Literal:
         return value in get_args(tp)
-    if origin is float:
-        return isinstance(value, float)
-    if origin is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is list:
-        return isinstance(value, (list, tuple))
-    if origin is dict:
-        return isinstance(value, Mapping)
-    return isinstance(origin, type) and isinstance(value, origin)
+    if origin is int and isinstance(value, bool):
+        return False
+    return isinstance(origin, type) and isinstance(value, {list: (list, tuple), dict: Mapping}.get(origin, origin))
 
 
 # ------------------------------------------------------------------ text
