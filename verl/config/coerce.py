@@ -106,9 +106,8 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         return int(value)  # numpy's int64 (`len(df) // 4`, `np.ceil(...).astype(int)`)
     if tp is bool and isinstance(value, np.bool_):
         return bool(value)
-    if tp is int and isinstance(value, bool):
-        raise mismatch(value, tp, key, example)
-    if isinstance(tp, type) and isinstance(value, tp):
+    # An int field's ints were taken above: what is left for it (a bool) is refused.
+    if isinstance(tp, type) and tp is not int and isinstance(value, tp):
         return value
     raise mismatch(value, tp, key, example)
 
