@@ -90,7 +90,8 @@ def gradient_of_one_step(trainer) -> tuple[float, dict]:
 
     def capture():
         for name, param in trainer.policy.model.named_parameters():
-            grads[name] = param.grad.full_tensor().clone()
+            grad = param.grad  # a DTensor under FSDP (several ranks); one process keeps its model plain
+            grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).clone()
         return optimizer_step()
 
     trainer.policy.optimizer_step = capture

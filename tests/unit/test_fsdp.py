@@ -64,10 +64,11 @@ def micro_batch_case(model):
     return model, batch
 
 
-def make_actor(model, cfg):
-    """An actor whose model is sharded by ``cfg.fsdp_config``, as its builders do."""
-    return Actor(parallelize(copy.deepcopy(model), cfg.fsdp_config, device=DEVICE), cfg, DEVICE,
-                 samples_per_mini_batch=4, total_steps=1)
+def make_actor(model, cfg, wrap: bool = True):
+    """An actor whose model is sharded by ``cfg.fsdp_config`` (over one rank too, where its builders
+    leave it plain), or with ``wrap=False`` as its builders make it."""
+    return Actor(parallelize(copy.deepcopy(model), cfg.fsdp_config, device=DEVICE, plain_when_alone=not wrap), cfg,
+                 DEVICE, samples_per_mini_batch=4, total_steps=1)
 
 
 def unwrapped_actor(model, cfg, monkeypatch):
@@ -92,13 +93,25 @@ def test_parallelize_shards_each_decoder_layer_then_the_root(case):
     assert [type(b).__name__ for b in blocks] == ["Qwen2DecoderLayer"] * 2
     assert list(blocks) == list(model.model.layers)
 
-    parallelize(model, actor_config().fsdp_config, device=DEVICE)
+    parallelize(model, actor_config().fsdp_config, device=DEVICE, plain_when_alone=False)
 
     assert isinstance(model, FSDPModule) and isinstance(model, type(case[0]))
     assert all(isinstance(layer, FSDPModule) for layer in model.model.layers)
     assert sum(isinstance(m, FSDPModule) for m in model.modules()) == 3
     assert all(isinstance(p, DTensor) for p in model.parameters())
     assert dist.is_initialized() and dist.get_world_size() == 1
+
+
+@pytest.mark.parametrize("fsdp_config,wrapped", [
+    ({}, False), (dict(mixed_precision=dict(param_dtype="fp32", reduce_dtype="fp32")), False),
+    (dict(optimizer_offload=True), False), (dict(param_offload=True), True),
+    (dict(mixed_precision=dict(param_dtype="bf16")), True), (dict(mixed_precision=dict(reduce_dtype="bf16")), True),
+], ids=["defaults", "fp32", "optimizer_offload", "param_offload", "bf16_compute", "bf16_gradients"])
+def test_over_one_rank_fsdp_is_left_out_where_it_would_change_no_number(case, fsdp_config, wrapped):
+    model = parallelize(copy.deepcopy(case[0]), actor_config(**fsdp_config).fsdp_config, device=DEVICE)
+    assert isinstance(model, FSDPModule) == wrapped and isinstance(model, type(case[0]))
+    assert all(isinstance(p, DTensor) == wrapped for p in model.parameters())
+    assert all(p.device.type == DEVICE.type for p in model.parameters())
 
 
 def test_the_value_model_blocks_are_found_through_its_wrapped_causal_lm(case):
@@ -218,7 +231,7 @@ def test_bf16_mixed_precision_computes_in_bf16_and_keeps_fp32_master_weights(cas
 def test_reduce_dtype_is_the_precision_gradients_arrive_in(case, reduce_dtype):
     model, batch = case
     fsdp_config = actor_config(mixed_precision=dict(reduce_dtype=reduce_dtype)).fsdp_config
-    wrapped = parallelize(copy.deepcopy(model), fsdp_config, device=DEVICE)
+    wrapped = parallelize(copy.deepcopy(model), fsdp_config, device=DEVICE, plain_when_alone=False)
     wrapped(input_ids=batch["input_ids"].to(DEVICE), labels=batch["input_ids"].to(DEVICE)).loss.backward()
     grads = [p.grad.full_tensor() for p in wrapped.parameters()]
 
@@ -240,7 +253,8 @@ def test_the_critic_and_reference_are_sharded_by_their_own_sections(tiny_model_d
     config.actor_rollout_ref.model.path = str(tiny_model_dir)
     config.actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype = "bf16"
     worker = ActorRolloutRefWorker(config.actor_rollout_ref, device=DEVICE)
-    assert isinstance(worker.actor_model, FSDPModule) and isinstance(worker.ref_model, FSDPModule)
+    # The actor's section asks for nothing FSDP does over one rank: it stays plain; the reference computes in bf16.
+    assert not isinstance(worker.actor_model, FSDPModule) and isinstance(worker.ref_model, FSDPModule)
     seen = {"actor": set(), "ref": set()}
     for name, m in (("actor", worker.actor_model), ("ref", worker.ref_model)):
         m.model.layers[0].register_forward_hook(lambda mod, args, out, name=name: seen[name].add(out[0].dtype))
@@ -279,7 +293,7 @@ def test_an_fsdp_size_larger_than_this_one_process_fails_when_the_actor_is_built
 # ---------------------------------------------------------------------------- state dicts
 def test_full_state_dict_of_a_wrapped_model_loads_into_an_unwrapped_one_and_back(case):
     model = case[0]
-    wrapped = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE)
+    wrapped = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE, plain_when_alone=False)
     state = full_state_dict(wrapped)
     assert state.keys() == model.state_dict().keys()  # the unwrapped model's names
     assert not any(isinstance(v, DTensor) for v in state.values())
@@ -292,23 +306,26 @@ def test_full_state_dict_of_a_wrapped_model_loads_into_an_unwrapped_one_and_back
     plain.load_state_dict(full_state_dict(wrapped))
     assert max_change(weights(model), weights(plain)) == pytest.approx(1.0)
 
-    fresh = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE)
+    fresh = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE, plain_when_alone=False)
     load_full_state_dict(fresh, plain.state_dict())
     assert all(isinstance(p, DTensor) for p in fresh.parameters())
     assert max_change(weights(plain), weights(fresh)) == 0.0
 
 
-@pytest.mark.parametrize("option", [{}, dict(optimizer_offload=True), dict(param_offload=True)],
-                         ids=["defaults", "optimizer_offload", "param_offload"])
-def test_an_actor_checkpoint_resumes_exactly(case, option, tmp_path):
+@pytest.mark.parametrize("option,wrap,resume_wrapped", [
+    ({}, True, True), (dict(optimizer_offload=True), True, True), (dict(param_offload=True), True, True),
+    ({}, False, False), ({}, False, True), ({}, True, False)],
+    ids=["defaults", "optimizer_offload", "param_offload", "plain", "plain_then_wrapped", "wrapped_then_plain"])
+def test_an_actor_checkpoint_resumes_exactly(case, option, wrap, resume_wrapped, tmp_path):
+    # Over one rank the builders leave the model plain: its checkpoints and a wrapped model's are the same files.
     model, batch = case
-    straight = make_actor(model, actor_config(**option))
+    straight = make_actor(model, actor_config(**option), wrap)
     straight.update(batch)
     torch.save(straight.state_dict(), tmp_path / "actor.pt")
     saved = torch.load(tmp_path / "actor.pt", weights_only=False)
     assert not any(isinstance(v, DTensor) for s in saved["optimizer"]["state"].values() for v in s.values())
 
-    resumed = make_actor(model, actor_config(**option))
+    resumed = make_actor(model, actor_config(**option), resume_wrapped)
     resumed.load_state_dict(saved)
     straight.update(batch)
     resumed.update(batch)
@@ -345,7 +362,7 @@ def test_a_wrapped_model_exports_a_normal_hugging_face_folder(case, tiny_model_d
 
 def test_a_wrapped_model_generates_what_the_unwrapped_model_generates(case):
     model = case[0]
-    wrapped = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE)
+    wrapped = parallelize(copy.deepcopy(model), actor_config().fsdp_config, device=DEVICE, plain_when_alone=False)
     prompt = torch.tensor([[10, 11, 12, 13]], device=DEVICE)
     kwargs = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=PAD)
     with torch.no_grad():

@@ -26,7 +26,9 @@ loads at any other. Gathering is a collective: in a multi-rank job every rank ca
 :func:`export_hf` writes the Hugging Face folder the same way (every rank gathers, rank 0 writes).
 
 In one process (world size 1) a one-rank process group is started on first use
-(:mod:`verl.distributed.process_group`), so a laptop runs the same code path as a cluster.
+(:mod:`verl.distributed.process_group`). There FSDP is left out where it would change no number
+(:func:`parallelize`: no offload, no cast): the model stays plain and every function here takes it as
+it is, so one process trains, saves and loads as a job of several ranks does, with the same files.
 """
 
 from __future__ import annotations
@@ -88,11 +90,16 @@ def transformer_blocks(model: nn.Module) -> list[nn.Module]:
     return list(max(lists, key=len))
 
 
-def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | None = None) -> nn.Module:
+def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | None = None,
+                plain_when_alone: bool = True) -> nn.Module:
     """Apply FSDP2 to ``model`` in place, block by block and then the root; return it.
 
     ``device`` is where the model computes. ``mesh`` defaults to the mesh of
     ``fsdp_config.fsdp_size`` over the default process group (started when none exists).
+    On a mesh of one rank, FSDP that would change no number (no offload, no cast of the weights or
+    the gradients) is left out unless ``plain_when_alone`` is false: the model comes back plain, on
+    ``device``, and trains, saves and loads exactly as the wrapped one does, without the DTensor
+    machinery around every operation.
     """
     device = torch.device(device)
     if device.type == "cuda" and device.index is not None:
@@ -100,6 +107,8 @@ def parallelize(model: nn.Module, fsdp_config, *, device, mesh: DeviceMesh | Non
     mesh = mesh if mesh is not None else fsdp_mesh(fsdp_config, device)
     mp = fsdp_config.mixed_precision
     _cast_floating_buffers(model, _dtype(mp.buffer_dtype))
+    if plain_when_alone and _identity(model, mesh, fsdp_config):
+        return model.to(device)
     offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if fsdp_config.param_offload else OffloadPolicy()
     # Resharding after every forward, the root included, leaves the model sharded between calls:
     # its parameters are always the DTensors that the optimiser and the state-dict hooks hold.
@@ -160,7 +169,9 @@ def gathered(model: nn.Module, shadow: nn.Module):
     """
     with unsharded(model):
         # A LoRA model's weights reach the shadow (a plain model) merged, under plain names.
-        weights = merged_weights(model, dict(model.named_parameters(remove_duplicate=False)))
+        # Detached: the shadow gets parameters of its own over the same storage (an unwrapped model's
+        # own Parameter objects would otherwise become the shadow's, and leave with it).
+        weights = merged_weights(model, {name: p.detach() for name, p in model.named_parameters(remove_duplicate=False)})
         shadow.load_state_dict(weights, strict=False, assign=True)
         for name, buffer in model.named_buffers():  # non-persistent ones (rotary tables) are not in a state dict
             owner, _, leaf = plain_name(name).rpartition(".")
@@ -274,6 +285,18 @@ def export_hf(model: nn.Module, tokenizer, target) -> None:
 
 
 # ---------------------------------------------------------------------------- internals
+def _identity(model: nn.Module, mesh: DeviceMesh, fsdp_config) -> bool:
+    """FSDP over one rank that would change nothing: no offload, and blocks computing in the dtype of
+    the weights. Such a model stays plain: the same numbers without the DTensor machinery around every
+    operation (1.1x the update's time at the demo's batch of 256 rows on a CPU, 1.5-1.9x at 32)."""
+    mp = fsdp_config.mixed_precision
+    dtypes = {p.dtype for p in model.parameters()}
+    # A gradient reduced (over one rank: cast to and back from) a narrower dtype than it has is rounded.
+    lossless = {None, torch.float32, torch.float64} if dtypes <= {torch.float32} else {None, torch.float32, *dtypes}
+    return (mesh.size() == 1 and not fsdp_config.param_offload and _dtype(mp.param_dtype) in {None, *dtypes}
+            and len(dtypes) == 1 and _dtype(mp.reduce_dtype) in lossless)
+
+
 def _dtype(name: str) -> torch.dtype | None:
     dtype = resolve_dtype(name)
     return None if dtype == "auto" else dtype  # auto: keep the model's own dtype

@@ -2,9 +2,11 @@
 
 Launched by torchrun (``WORLD_SIZE`` is set), the job's group is initialised from the
 environment. In a plain Python process (the default single-process trainer, a notebook, pytest)
-a one-rank group is started in-process on first use, so a single process runs the very FSDP2 code
-path that N ranks run. That group lives until the interpreter exits: sharded modules keep
-references to it, so tearing it down earlier would break every model wrapped in it.
+a one-rank group is started in-process on first use, so a single process runs the code path that
+N ranks run (the collectives, the state dicts; its models stay plain where FSDP over one rank would
+change no number, see :func:`verl.distributed.fsdp.parallelize`). That group lives until the
+interpreter exits: sharded modules keep references to it, so tearing it down earlier would break
+every model wrapped in it.
 
 Every rank of the group is a data-parallel rank (each holds its own share of a step's samples);
 the collectives below run over all of them and are free at world size 1.
