@@ -391,7 +391,8 @@ def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_c
 
 def test_a_keyword_the_model_class_does_not_take_is_named_not_raised_from_its_constructor(tiny_model_dir):
     """Before: TypeError: Qwen2ForCausalLM.__init__() got an unexpected keyword argument 'torch_type', raised
-    from inside transformers' from_pretrained (and so for QLoRA tutorials' load_in_8bit=True, gone in transformers 5)."""
+    from inside transformers' from_pretrained (and so for QLoRA tutorials' load_in_8bit=True, gone in
+    transformers 5)."""
     import transformers
 
     from verl.utils.model import load_hf_model
