@@ -196,6 +196,19 @@ def test_from_yaml_reads_files_and_text_with_aliases_and_hints(tmp_path):
         TrainerConfig.from_yaml("- a\n- b\n")
 
 
+def test_a_whole_key_left_at_the_top_is_placed_in_its_section_not_matched_to_a_name_that_looks_alike():
+    """The tutorial's `hybrid_engine: true` sits at the top of the config. Before: 'did you mean
+    model_engine?', another setting whose name merely looks alike."""
+    with pytest.raises(ConfigError, match=r"^unknown config key 'hybrid_engine'; did you mean "
+                                          r"actor_rollout_ref\.hybrid_engine\?$"):
+        TrainerConfig.from_cli(["hybrid_engine=true"])
+    config = TrainerConfig()
+    with pytest.raises(ConfigError, match=r"did you mean actor_rollout_ref\.hybrid_engine\?$"):
+        config.hybrid_engine = True
+    with pytest.raises(ConfigError, match=r"did you mean trainer\.total_epochs\?"):  # a typo of a section still
+        TrainerConfig.from_cli(["trainr.total_epochs=2"])
+
+
 def test_from_yaml_with_base_merges_over_it():
     base = TrainerConfig(data=dict(train_batch_size=2), trainer=dict(total_epochs=5))
     cfg = TrainerConfig.from_yaml("trainer:\n  total_epochs: 3\n", base=base)

@@ -142,6 +142,9 @@ def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tm
     ([{"role": "user", "content": "hi"}, {"from": "human", "value": "hi"}],
      r"message 1 is in ShareGPT's \{from, value\} turns: rename from -> role, value -> content"),
     ([{"role": "human", "content": "hi"}], r"message 0 has role 'human': chat templates know 'user'; rename the role"),
+    ([{"role": "System", "content": "be brief"}, {"role": "User", "content": "hi"}],
+     r"message 0 has role 'System': chat templates compare roles in lower case, so it would not render as 'system'; "
+     r"write it as 'system'"),
 ])
 def test_a_prompt_that_is_not_chat_messages_is_named_with_its_file_row_and_fix(tmp_path, tokenizer, bad, problem):
     """Parquet stores one struct type for a column, so a row whose messages lack a key (or use ShareGPT's

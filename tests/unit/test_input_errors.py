@@ -389,6 +389,24 @@ def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_c
                 load_hf_model(str(tiny_model_dir), device_map=device_map)
 
 
+def test_a_keyword_the_model_class_does_not_take_is_named_not_raised_from_its_constructor(tiny_model_dir):
+    """Before: TypeError: Qwen2ForCausalLM.__init__() got an unexpected keyword argument 'torch_type', raised
+    from inside transformers' from_pretrained (and so for QLoRA tutorials' load_in_8bit=True, gone in
+    transformers 5)."""
+    import transformers
+
+    from verl.utils.model import load_hf_model
+
+    with pytest.raises(ModelLoadError, match=r"^torch_type=torch\.bfloat16 is not a keyword that from_pretrained or "
+                                             r"Qwen2ForCausalLM takes \(transformers .*\): remove it; the weights' "
+                                             r"dtype is torch_dtype= \(or dtype=\)$"):
+        load_hf_model(str(tiny_model_dir), torch_type=torch.bfloat16)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        with pytest.raises(ModelLoadError, match=r"^load_in_8bit=True is not a keyword .*: remove it; 8-bit and "
+                                                 r"4-bit weights are asked for with quantization_config="):
+            load_hf_model(str(tiny_model_dir), load_in_8bit=True)
+
+
 def test_critic_settings_in_a_run_without_a_critic_are_said_to_have_no_effect(caplog):
     """A PPO launch changed to GRPO keeps its critic.* keys, or critic.model.path is given to GRPO: before, no
     critic was built and nothing was said."""

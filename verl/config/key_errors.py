@@ -35,6 +35,12 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
     """
     tail = full_key[len(parent) + 1:] if parent else full_key
     segment, _, rest = tail.partition(".")
+    # Further guesses stay inside the section where lookup failed: a key of another section that
+    # merely shares a name (actor.megatron.tensor_model_parallel_size vs the rollout's) is another setting.
+    in_section = [k for k in all_keys if not parent or k.startswith(parent + ".")]
+    by_suffix = [k for k in in_section if k.endswith("." + tail)]
+    if by_suffix and not parent:  # a whole key left at the top (hybrid_engine): not a sibling that looks alike
+        return by_suffix[:3]
     close = difflib.get_close_matches(segment, siblings, n=3, cutoff=0.6)
     if close:
         out = []
@@ -42,10 +48,6 @@ def suggest(full_key: str, parent: str, siblings: Sequence[str], all_keys: Seque
             guess = _join(_join(parent, name), rest) if rest else _join(parent, name)
             out.append(guess if guess in all_keys else _join(parent, name))
         return out
-    # Further guesses stay inside the section where lookup failed: a key of another section that
-    # merely shares a name (actor.megatron.tensor_model_parallel_size vs the rollout's) is another setting.
-    in_section = [k for k in all_keys if not parent or k.startswith(parent + ".")]
-    by_suffix = [k for k in in_section if k.endswith("." + tail)]
     if by_suffix:
         return by_suffix[:3]
     leaf = full_key.rsplit(".", 1)[-1]

@@ -104,6 +104,7 @@ def conversation_prompt(messages: list[dict]) -> list[dict]:
 OTHER_MESSAGE_LAYOUTS = {("from", "value"): "ShareGPT's {from, value} turns: rename from -> role, value -> content "
                                            "(and the roles human -> user, gpt -> assistant)"}
 OTHER_ROLE_NAMES = {"human": "user", "gpt": "assistant"}
+CHAT_ROLES = ("system", "user", "assistant", "tool")
 
 
 def message_problem(prompt: Any) -> str | None:
@@ -128,6 +129,9 @@ def message_problem(prompt: Any) -> str | None:
                     f"{sorted(present)}); every message needs both")
         if role in OTHER_ROLE_NAMES:
             return f"message {j} has role {role!r}: chat templates know {OTHER_ROLE_NAMES[role]!r}; rename the role"
+        if role != role.lower() and role.lower() in CHAT_ROLES:
+            return (f"message {j} has role {role!r}: chat templates compare roles in lower case, so it would not "
+                    f"render as {role.lower()!r}; write it as {role.lower()!r}")
     return None
 
 

@@ -346,9 +346,32 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
                                            output_loading_info=True, **{dtype_kw: torch_dtype}, **kwargs)
     except (OSError, ValueError) as exc:
         raise _load_error("model", name_or_path, config_key, exc) from None
+    except TypeError as exc:
+        error = _unknown_keyword(exc, kwargs)
+        if error is None:
+            raise
+        raise error from None
     refuse_unloaded_weights(info if refuse_mismatched else {**info, "mismatched_keys": []}, config.model_type,
                             name_or_path, config_key, missing_ok)
     return model
+
+
+def _unknown_keyword(exc: TypeError, kwargs: dict) -> ModelLoadError | None:
+    """A keyword of the caller's that ``from_pretrained`` handed on to the model class, whose
+    constructor fails on it (``load_in_8bit``, a misspelt ``torch_dtype``): one line naming it."""
+    import re
+
+    import transformers
+
+    found = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(exc))
+    if not found or found.group(2) not in kwargs:
+        return None
+    name = found.group(2)
+    hint = ("; 8-bit and 4-bit weights are asked for with quantization_config=BitsAndBytesConfig(...), which needs "
+            "bitsandbytes and a GPU" if name.startswith("load_in_") else
+            "; the weights' dtype is torch_dtype= (or dtype=)" if "type" in name else "")
+    return ModelLoadError(f"{name}={kwargs[name]!r} is not a keyword that from_pretrained or {found.group(1)} takes "
+                          f"(transformers {transformers.__version__}): remove it{hint}")
 
 
 def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False, override_config: dict | None = None,
