@@ -1,15 +1,15 @@
 """Loading Hugging Face causal LMs and tokenizers, from a local folder or a hub id.
 
 The loaders add three things to ``from_pretrained``: a clear :class:`ModelLoadError` when a path
-or hub id cannot be loaded, the tokenizer settings RL needs (left padding, a pad token), and an
-attention fallback (``flash_attention_2`` without flash-attn or CUDA becomes ``sdpa``).
+or hub id cannot be loaded (its texts: :mod:`verl.models.load_errors`), the tokenizer settings RL
+needs (left padding, a pad token), and an attention fallback (``flash_attention_2`` without
+flash-attn or CUDA becomes ``sdpa``).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import logging
 import os
 import socket
@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 
 from verl.errors import DeviceError, ModelLoadError, VerlError
-from verl.models.folder_checks import (check_tokenizer_files, check_weight_files, model_section,
-                                       refuse_empty_tokenizer, refuse_unloaded_weights)
+from verl.models.folder_checks import (check_tokenizer_files, check_weight_files, refuse_empty_tokenizer,
+                                       refuse_unloaded_weights)
+from verl.models.load_errors import cwd_note, load_error, looks_like_path, unknown_keyword
 from verl.utils.hub import offline_flag
 
 logger = logging.getLogger(__name__)
@@ -89,94 +90,6 @@ def resolve_attn_implementation(requested: str | None) -> str | None:
     return requested
 
 
-def _looks_like_path(name: str) -> bool:
-    # Hub ids are "name" or "org/name"; anything else is meant as a folder.
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).expanduser().exists()
-
-
-def _model_folders_near(folder: Path) -> str:
-    """Where the model probably is, for a folder without config.json: a run's output folder holds its
-    trained model in ``huggingface/``; a checkpoint (``global_step_N``, its ``state.pt``) is for resuming."""
-    for run in (folder, folder.parent):
-        if (run / "huggingface" / "config.json").is_file():
-            kind = "a checkpoint to resume from (state.pt)" if run != folder else "a training run's output folder"
-            return f"It is {kind}; the run's trained model is {run / 'huggingface'}: point there."
-    if (folder / "state.pt").is_file():
-        return ("It is a checkpoint to resume from (state.pt), not a model; a run writes its trained model to "
-                "huggingface/ in its output folder (trainer.default_local_dir): point there.")
-    found = sorted(str(p.parent) for depth in ("*/config.json", "*/*/config.json", "*/*/*/config.json")
-                   for p in folder.glob(depth))[:3]
-    if found:
-        return f"Folders under it that hold one: {', '.join(found)}."
-    return "Give the folder that holds config.json and the weights, or a hub id like 'Qwen/Qwen2-0.5B'."
-
-
-def _cwd_note(name: str) -> str:
-    """For 'models/qwen' meant as a folder: a relative path is read from the current folder, which is named."""
-    if "/" not in name or name.startswith(("/", "~")):
-        return ""
-    return f" (a relative path is read from the current folder, {os.getcwd()}: no {name} there)"
-
-
-def _adapter_fix(folder: Path, config_key: str) -> str:
-    """The two keys that train on from a LoRA adapter: its base model and the adapter itself."""
-    try:
-        base = json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("base_model_name_or_path")
-    except (OSError, ValueError, AttributeError):
-        base = None
-    section = config_key.rsplit(".", 1)[0] if config_key.endswith(".path") else "actor_rollout_ref.model"
-    return (f"set `{config_key}={base or '<its base model>'}` and `{section}.lora_adapter_path={folder}` to "
-            f"train on from the adapter (or merge it into its base model first)")
-
-
-def _load_error(what: str, name: str, config_key: str, exc: Exception) -> ModelLoadError:
-    if _looks_like_path(name) and not Path(name).expanduser().exists():
-        return ModelLoadError(f"{what} folder not found: {name!r} (from `{config_key}`). "
-                              f"Give an existing folder that holds config.json, or a hub id like 'Qwen/Qwen2-0.5B'.")
-    folder = Path(name).expanduser()
-    if folder.is_file():
-        return ModelLoadError(f"{what} {name!r} (from `{config_key}`) is a file; a model is a folder (config.json, "
-                              f"weights, tokenizer): set `{config_key}={folder.parent}`")
-    if folder.is_dir() and (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
-        return ModelLoadError(f"{what} folder {name!r} (from `{config_key}`) holds a LoRA adapter "
-                              f"(adapter_config.json), not a model: {_adapter_fix(folder, config_key)}")
-    if folder.is_dir() and not (folder / "config.json").is_file():
-        return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): it holds no "
-                              f"config.json. {_model_folders_near(folder)}")
-    if folder.is_dir():
-        return ModelLoadError(f"could not load the {what} from folder {name!r} (from `{config_key}`): "
-                              + (_config_problem(folder, config_key, exc) or f"{type(exc).__name__}: {exc}"))
-    return ModelLoadError(
-        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{_cwd_note(name)} and the "
-        f"Hugging Face hub could not provide it ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
-        f"Check the id, or download it where the hub is reachable (`huggingface-cli download {name} "
-        f"--local-dir DIR`) and set `{config_key}=DIR`; with HF_HUB_OFFLINE=1 only local folders and the cache "
-        f"are tried.")
-
-
-def _config_problem(folder: Path, config_key: str, exc: Exception) -> str | None:
-    """transformers' own words for a config.json it cannot build, said in this project's keys: its
-    "pass the argument `trust_remote_code=True`", and its paragraph on an unknown model type."""
-    import transformers
-
-    text = str(exc)
-    if "trust_remote_code" in text:
-        section = model_section(config_key)
-        switch = f"`{section}.trust_remote_code=true`" if section else "trust_remote_code=True"
-        return (f"its config.json asks for modelling code shipped in the folder (auto_map); set {switch} to run it "
-                f"(only for a model whose code you trust)")
-    if "does not recognize this architecture" in text:
-        try:
-            model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
-        except (OSError, ValueError, AttributeError):
-            model_type = None
-        return (f"its config.json has model_type {model_type!r}, which transformers {transformers.__version__} "
-                f"(installed here) does not know: a model newer than this transformers (upgrade it: pip install -U "
-                f"transformers), a model_type misspelt in config.json, or a model whose code ships in the folder "
-                f"(then config.json has an auto_map)")
-    return None
-
-
 @functools.lru_cache(maxsize=4)
 def hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
     """Whether a TCP connection to the hub's host opens within ``timeout_s`` (asked once per process)."""
@@ -193,7 +106,7 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
     """Extra ``from_pretrained`` arguments for a hub id: none when the hub is reachable (or offline mode
     is set, which transformers honours itself); ``local_files_only`` when it is not and the id is in the
     local cache; and when it is in neither, a ModelLoadError at once, instead of a minute of retries."""
-    if _looks_like_path(name) or Path(name).expanduser().is_dir() or offline_flag() is not None:
+    if looks_like_path(name) or Path(name).expanduser().is_dir() or offline_flag() is not None:
         return {}
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     if hub_reachable(endpoint):
@@ -203,7 +116,7 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return {"local_files_only": True}
     raise ModelLoadError(
-        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{_cwd_note(name)}, it is not in the "
+        f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder{cwd_note(name)}, it is not in the "
         f"Hugging Face cache, and the hub ({endpoint}) cannot be reached from this machine. Download it where the "
         f"hub is reachable (`huggingface-cli download {name} --local-dir DIR`), copy DIR here and set "
         f"`{config_key}=DIR` (or set HF_ENDPOINT to a mirror you can reach).")
@@ -227,7 +140,7 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
         tok = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path),
                                             trust_remote_code=trust_remote_code, **kwargs)
     except (OSError, ValueError) as exc:
-        raise _load_error("tokenizer", name_or_path, config_key, exc) from None
+        raise load_error("tokenizer", name_or_path, config_key, exc) from None
     refuse_empty_tokenizer(tok, name_or_path, config_key)
     tok.padding_side = "left"
     if tok.eos_token is None and tok.pad_token is None:
@@ -345,33 +258,15 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
         model, info = auto.from_pretrained(path, config=config, trust_remote_code=trust_remote_code,
                                            output_loading_info=True, **{dtype_kw: torch_dtype}, **kwargs)
     except (OSError, ValueError) as exc:
-        raise _load_error("model", name_or_path, config_key, exc) from None
+        raise load_error("model", name_or_path, config_key, exc) from None
     except TypeError as exc:
-        error = _unknown_keyword(exc, kwargs)
+        error = unknown_keyword(exc, kwargs)
         if error is None:
             raise
         raise error from None
     refuse_unloaded_weights(info if refuse_mismatched else {**info, "mismatched_keys": []}, config.model_type,
                             name_or_path, config_key, missing_ok)
     return model
-
-
-def _unknown_keyword(exc: TypeError, kwargs: dict) -> ModelLoadError | None:
-    """A keyword of the caller's that ``from_pretrained`` handed on to the model class, whose
-    constructor fails on it (``load_in_8bit``, a misspelt ``torch_dtype``): one line naming it."""
-    import re
-
-    import transformers
-
-    found = re.search(r"(\w+)\.__init__\(\) got an unexpected keyword argument '(\w+)'", str(exc))
-    if not found or found.group(2) not in kwargs:
-        return None
-    name = found.group(2)
-    hint = ("; 8-bit and 4-bit weights are asked for with quantization_config=BitsAndBytesConfig(...), which needs "
-            "bitsandbytes and a GPU" if name.startswith("load_in_") else
-            "; the weights' dtype is torch_dtype= (or dtype=)" if "type" in name else "")
-    return ModelLoadError(f"{name}={kwargs[name]!r} is not a keyword that from_pretrained or {found.group(1)} takes "
-                          f"(transformers {transformers.__version__}): remove it{hint}")
 
 
 def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False, override_config: dict | None = None,
@@ -386,7 +281,7 @@ def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False,
         config = AutoConfig.from_pretrained(os.path.expanduser(name_or_path), trust_remote_code=trust_remote_code,
                                             **local)
     except (OSError, ValueError) as exc:
-        raise _load_error("model", name_or_path, config_key, exc) from None
+        raise load_error("model", name_or_path, config_key, exc) from None
     _refuse_multimodal(config, name_or_path, config_key)
     _refuse_non_causal(config, name_or_path, config_key)
     if disable_dropout:
@@ -507,7 +402,7 @@ def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | No
             path, trust_remote_code=trust_remote_code, output_loading_info=True,
             **{dtype_kw: resolve_dtype(dtype)}, **kwargs)
     except (OSError, ValueError) as exc:
-        raise _load_error("sequence-classification model", name_or_path, config_key, exc) from None
+        raise load_error("sequence-classification model", name_or_path, config_key, exc) from None
     if info["missing_keys"]:
         raise ModelLoadError(
             f"{name_or_path!r} (from `{config_key}`) loads as {type(model).__name__}, but these weights are not "
