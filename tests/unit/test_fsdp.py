@@ -114,6 +114,17 @@ def test_over_one_rank_fsdp_is_left_out_where_it_would_change_no_number(case, fs
     assert all(p.device.type == DEVICE.type for p in model.parameters())
 
 
+@pytest.mark.parametrize("weights,reduce_dtype,wrapped", [
+    (torch.bfloat16, "fp32", False), (torch.bfloat16, "bf16", False), (torch.bfloat16, "fp16", True),
+    (torch.float64, "fp32", True)], ids=["bf16_reduced_in_fp32", "bf16_in_bf16", "bf16_in_fp16", "fp64_in_fp32"])
+def test_over_one_rank_gradients_reduced_in_a_dtype_that_rounds_them_keep_fsdp(case, weights, reduce_dtype, wrapped):
+    # Over one rank the reduction is a cast there and back: lossless unless the dtype has a coarser step or a
+    # smaller range than the weights' (fp16 for bf16: its range; fp32 for fp64: its step).
+    model = copy.deepcopy(case[0]).to(weights)
+    fsdp_config = actor_config(mixed_precision=dict(reduce_dtype=reduce_dtype)).fsdp_config
+    assert isinstance(parallelize(model, fsdp_config, device=DEVICE), FSDPModule) == wrapped
+
+
 def test_the_value_model_blocks_are_found_through_its_wrapped_causal_lm(case):
     value_model = ValueModel(copy.deepcopy(case[0]))
     assert transformer_blocks(value_model) == list(value_model.model.model.layers)
