@@ -214,6 +214,28 @@ def test_rollout_name_auto_is_resolved_once_at_start_and_said(tiny_model_dir, ca
     assert resolve_rollout_engine(named) == "hf" and capsys.readouterr().out == ""  # a named engine is kept
 
 
+@pytest.mark.parametrize("name", ["auto", "hf", "native", "vllm"])
+def test_a_tensor_parallel_rollout_size_warns_once_where_the_engine_holds_the_whole_model(tiny_model_dir, caplog,
+                                                                                         name):
+    # verl's rollout.tensor_model_parallel_size splits a vLLM engine's model; hf and native hold it whole.
+    from verl.trainer.ppo.roles import resolve_rollout_engine
+
+    for size in (1, 2):
+        cfg = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)),
+                                                   rollout=dict(name=name, tensor_model_parallel_size=size)))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="verl.trainer.ppo.roles"):
+            engine = resolve_rollout_engine(cfg)
+        said = [r.getMessage() for r in caplog.records]
+        if size == 1 or engine == "vllm":
+            assert said == []
+        else:
+            assert said == [f"actor_rollout_ref.rollout.tensor_model_parallel_size=2 has no effect with the {engine} "
+                            f"engine: it splits a vLLM engine's model over that many GPUs, and {engine} holds the "
+                            f"whole model on every rank. Set actor_rollout_ref.rollout.name=vllm to split it, or the "
+                            f"size to 1"]
+
+
 def test_the_worker_takes_its_section_the_whole_config_or_a_mapping_of_its_keys_and_names_a_wrong_one(tiny_model_dir):
     from omegaconf import OmegaConf
 

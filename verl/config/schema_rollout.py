@@ -95,7 +95,9 @@ class RolloutConfig(Section):
     gpu_memory_utilization: float = option(0.5, bounds="(0, 1]", help="vLLM: fraction of GPU memory for weights and KV cache "
                                            "(on a CPU, of the machine's memory; the CPU build's KV cache is "
                                            "sized from max_num_seqs and max_model_len instead).")
-    tensor_model_parallel_size: int = option(1, bounds=">= 1", help="GPUs one vLLM model is split over.")
+    tensor_model_parallel_size: int = option(1, bounds=">= 1", help="GPUs one vLLM model is split over (vllm only: "
+                                             "hf and native hold the whole model on every rank, and warn at start "
+                                             "when this is above 1).")
     max_num_seqs: int = option(256, bounds=">= 1", help="Most sequences the engine decodes at once; the others "
                                "wait. vLLM and native give them the slots of sequences that finish (continuous "
                                "batching); hf, and native on a model's own forward, run waves of this many.")

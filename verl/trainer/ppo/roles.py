@@ -10,6 +10,8 @@ boundary as the config and a few numbers.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from verl.algorithms.rollout_correction import rollout_correction_of
@@ -23,6 +25,8 @@ from verl.utils.preflight import check_context_length
 from verl.workers.actor_rollout_ref import ActorRolloutRefWorker, policy_folder
 from verl.workers.critic import Critic
 from verl.workers.reward import RewardWorker
+
+logger = logging.getLogger(__name__)
 
 
 def policy_path(config) -> str:
@@ -48,15 +52,19 @@ def resolve_rollout_engine(config, model_config=None) -> str:
     from verl.rollout import auto_engine
 
     rollout = config.actor_rollout_ref.rollout
-    if rollout.name != "auto":
-        return rollout.name
-    model_type = (model_config if model_config is not None else policy_config(config)).model_type
-    engine, why = auto_engine(model_type)
-    rollout.name = engine
-    if is_main_process():
-        print(f"Rollout engine: {engine} (actor_rollout_ref.rollout.name=auto: {why}; name hf, native or vllm to "
-              f"choose)", flush=True)
-    return engine
+    if rollout.name == "auto":
+        model_type = (model_config if model_config is not None else policy_config(config)).model_type
+        engine, why = auto_engine(model_type)
+        rollout.name = engine
+        if is_main_process():
+            print(f"Rollout engine: {engine} (actor_rollout_ref.rollout.name=auto: {why}; name hf, native or vllm "
+                  f"to choose)", flush=True)
+    if rollout.name != "vllm" and rollout.tensor_model_parallel_size > 1 and is_main_process():
+        logger.warning("actor_rollout_ref.rollout.tensor_model_parallel_size=%d has no effect with the %s engine: it "
+                       "splits a vLLM engine's model over that many GPUs, and %s holds the whole model on every "
+                       "rank. Set actor_rollout_ref.rollout.name=vllm to split it, or the size to 1",
+                       rollout.tensor_model_parallel_size, rollout.name, rollout.name)
+    return rollout.name
 
 
 def policy_tokenizer(config):
