@@ -50,7 +50,7 @@ SERVER = Path(__file__).with_name("zygote_server.py")
 PRELOAD = ("torch", "transformers", "transformers.models.qwen2.modeling_qwen2", "verl.trainer.main_ppo",
            "verl.trainer.ppo.build", "verl.trainer.warmstart", "verl.rollout.native", "verl.tracking.report",
            "verl.trainer.ppo.memory_plan", "matplotlib.figure", "matplotlib.backends.backend_agg", "pandas",
-           "hydra", "peft")
+           "hydra", "peft", "vllm.entrypoints.llm")  # vLLM where installed (its test environment; ~4 s)
 
 # A launcher: a client of the server that stands in for the run (-S -E: the standard library only, at once).
 LAUNCHER = r"""#!{python} -SE

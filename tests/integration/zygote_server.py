@@ -70,12 +70,16 @@ def serve(address: str, preload: list[str]):
     torch.set_num_threads(1)
     import importlib
 
+    started = dict(os.environ)
     for name in preload:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    base = import_time_env(os.environ)
+    # A run is compared with the environment this process started with, and gets what the imports set (vLLM's
+    # sets TORCHINDUCTOR_*, LD_LIBRARY_PATH, ...), as its own imports in a fresh interpreter would.
+    base = {"started": import_time_env(started),
+            "set": {k: v for k, v in os.environ.items() if started.get(k) != v}}
     if threading.active_count() != 1:
         print(json.dumps({"error": f"{threading.active_count()} threads after the imports: forking is not safe"}),
               flush=True)
@@ -205,8 +209,9 @@ def prepare(request: dict, fds: list[int], base: dict):
         else:
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     job = parse(argv)
-    if job is None or clash or import_time_env(env) != base:
+    if job is None or clash or import_time_env(env) != base["started"]:
         os.execve(sys.executable, [sys.executable, *argv], env)
+    env = {**env, **{k: v for k, v in base["set"].items() if k in import_time_env(base["set"]) or k not in env}}
     kind, target, args, options = job
     unbuffered = "-u" in options
     if "-B" in options:  # no .pyc files written (multiprocessing passes on its process's -B)
