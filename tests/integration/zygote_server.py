@@ -78,8 +78,10 @@ def serve(address: str, preload: list[str]):
             pass
     # A run is compared with the environment this process started with, and gets what the imports set (vLLM's
     # sets TORCHINDUCTOR_*, LD_LIBRARY_PATH, ...), as its own imports in a fresh interpreter would.
-    base = {"started": import_time_env(started),
-            "set": {k: v for k, v in os.environ.items() if started.get(k) != v}}
+    set_by_imports = {k: v for k, v in os.environ.items() if started.get(k) != v}
+    forced = import_time_env(set_by_imports)  # what the imports set, whatever the run had: they would set it again
+    base = {"started": import_time_env(started), "forced": forced,
+            "defaults": {k: v for k, v in set_by_imports.items() if k not in forced}}
     if threading.active_count() != 1:
         print(json.dumps({"error": f"{threading.active_count()} threads after the imports: forking is not safe"}),
               flush=True)
@@ -211,7 +213,7 @@ def prepare(request: dict, fds: list[int], base: dict):
     job = parse(argv)
     if job is None or clash or import_time_env(env) != base["started"]:
         os.execve(sys.executable, [sys.executable, *argv], env)
-    env = {**env, **{k: v for k, v in base["set"].items() if k in import_time_env(base["set"]) or k not in env}}
+    env = {**base["defaults"], **env, **base["forced"]}
     kind, target, args, options = job
     unbuffered = "-u" in options
     if "-B" in options:  # no .pyc files written (multiprocessing passes on its process's -B)

@@ -50,12 +50,10 @@ def _args(root, model, out):
             f"trainer.test_freq={STEPS}", f"trainer.default_local_dir={out}", "trainer.progress_bar=false"]
 
 
-def _run(command, out):
-    # ``[python, -m, module, *args]``, run as a fork of a process past its imports (tests/integration/zygote.py:
-    # vLLM's among them, ~4 s of every run's start) with the checkout importable and one thread.
-    _, flag, module, *args = command
-    assert flag == "-m", command
-    done = run_torchrun(args) if module == "torch.distributed.run" else run_module(module, args)
+def _run(args, out, torchrun=False):
+    # ``python -m verl.trainer.main_ppo args`` (``torchrun args``), as a fork of a process past its imports
+    # (tests/integration/zygote.py: vLLM's among them, ~4 s of every run's start), the checkout importable, one thread.
+    done = run_torchrun(args) if torchrun else run_module("verl.trainer.main_ppo", args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     by_step: dict[int, dict] = {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
@@ -68,7 +66,7 @@ def _run(command, out):
 def one_process(setup):
     root, model = setup
     out = root / "one"
-    return out, _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out)], out)
+    return out, _run([*_args(root, model, out)], out)
 
 
 def test_grpo_steps_with_the_vllm_rollout(one_process):
@@ -86,8 +84,8 @@ def test_grpo_steps_with_the_vllm_rollout(one_process):
 def test_two_ranks_each_with_an_engine_train_like_one_process(setup, one_process):
     root, model = setup
     out = root / "two"
-    two = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                "-m", "verl.trainer.main_ppo", *_args(root, model, out)], out)
+    two = _run(["--standalone", "--nproc_per_node=2",
+                "-m", "verl.trainer.main_ppo", *_args(root, model, out)], out, torchrun=True)
     one = one_process[1]
     assert sorted(one) == sorted(two)
     # Per-request seeds: each rank's engine draws the samples one process draws for those rows.
@@ -107,7 +105,7 @@ def test_an_asynchronous_run_generates_with_vllm_in_a_process_of_its_own(setup, 
     # The rollout's engine validates too (verl's fully-async default): the trainer builds no vLLM engine.
     root, model = setup
     out = root / "async"
-    bound0 = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
+    bound0 = _run([*_args(root, model, out),
                    "async_training.enable=true", "async_training.partial_rollout=true",
                    "async_training.use_trainer_do_validate=false"], out)
     one = one_process[1]
@@ -125,7 +123,7 @@ def test_lora_adapters_reach_the_vllm_engine_as_merged_weights(setup):
     pytest.importorskip("peft")
     root, model = setup
     out = root / "lora"
-    metrics = _run([sys.executable, "-m", "verl.trainer.main_ppo", *_args(root, model, out),
+    metrics = _run([*_args(root, model, out),
                     "actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
                     "actor_rollout_ref.actor.optim.lr=5e-2", f"trainer.test_freq={STEPS + 1}"], out)
     steps = [metrics[s] for s in range(1, STEPS + 1)]
@@ -138,7 +136,6 @@ def test_lora_adapters_reach_the_vllm_engine_as_merged_weights(setup):
 def test_multi_turn_rollouts_with_tool_calls_on_the_vllm_engine(tmp_path_factory):
     # The agent loop drives vLLM turn by turn from token ids: the memorized model calls the tool,
     # reads the spliced result and answers; vLLM's log-probs of the model's tokens are the actor's.
-    sys.path.insert(0, str(REPO / "tests" / "integration"))
     from agent_models import TOOL_CONVERSATION, memorize, tool_task_args, write_tool_task
 
     # hidden 128: vLLM's CPU attention wants a head size of 32 or more
@@ -146,7 +143,7 @@ def test_multi_turn_rollouts_with_tool_calls_on_the_vllm_engine(tmp_path_factory
     task = tmp_path_factory.mktemp("tool-task")
     write_tool_task(task)
     out = task / "out"
-    metrics = _run([sys.executable, "-m", "verl.trainer.main_ppo", *tool_task_args(
+    metrics = _run([*tool_task_args(
         model, task, out, "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.calculate_log_probs=true",
         "actor_rollout_ref.rollout.temperature=0.5", "actor_rollout_ref.actor.optim.lr=1e-3",
         "trainer.total_training_steps=2")], out)
