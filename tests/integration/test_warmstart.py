@@ -3,6 +3,7 @@ trained by rank 0 alone under torchrun. Tiny settings: a few steps and a few hel
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,11 +119,80 @@ def test_the_calculator_warm_start_ends_with_a_phase_of_direct_answers(tmp_path,
                 if len(row["messages"]) == 4] == with_tool
 
 
+def test_the_direct_answers_stop_at_the_first_step_with_enough_expected_calls_and_no_greedy_one(tmp_path,
+                                                                                                    monkeypatch):
+    # sft_warmstart.direct_tool_calls: the odds of opening a call are measured after every step and the
+    # phase ends at the first step where greedy decoding opens none and the expected share reaches the
+    # key; the real rollouts (accuracy, calls) run once, at that step. The random model's odds are tiny
+    # (11 byte tokens of <tool_call>) but not 0: a bound of 1e-30 is met at step 1, one of 1 never.
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path / "cache"))
+    base = [*TINY, "data.builtin_task=calculator", "sft_warmstart.max_steps=2", "sft_warmstart.eval_every=2",
+            "sft_warmstart.target_accuracy=1", "sft_warmstart.direct_steps=4"]
+    for bound, steps in (("1e-30", 1), ("1", 4)):
+        warm = warm_start(TrainerConfig.from_overrides([*base, f"sft_warmstart.direct_tool_calls={bound}"]),
+                          progress=False)
+        checks = _metrics(warm.path.parent, "run-direct")
+        odds = [m for m in checks if "val/expected_tool_calls" in m]
+        assert warm.direct["steps"] == steps and [m["step"] for m in odds] == list(range(1, steps + 1))
+        assert [m["step"] for m in checks if "val/greedy_accuracy" in m] == [steps]  # the rollouts, once
+        assert all(0 < m["val/expected_tool_calls"] < 1e-6 and m["val/greedy_opens_call"] == 0 for m in odds)
+        assert warm.direct["expected_tool_calls"] == odds[-1]["val/expected_tool_calls"]
+
+
+def test_the_odds_of_opening_a_call_are_those_of_decoding_it_token_by_token(tiny_model_dir):
+    # call_odds scores every held-out prompt (left-padded, of different lengths) with the call's opening
+    # in one pass; here each prompt alone, one token at a time: the product of the opening tokens'
+    # probabilities, and whether each is the most likely. The model is first taught to open the call
+    # after two of the prompts, so that the odds are far from 0 and greedy decoding opens it for some.
+    from verl.data import collate_prompts
+    from verl.models.loading import load_causal_lm, load_tokenizer
+    from verl.trainer.warmstart import CALL_OPENING, call_odds
+
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    model = load_causal_lm(str(tiny_model_dir), dtype=torch.float32).eval()
+    opening = tokenizer(CALL_OPENING, add_special_tokens=False)["input_ids"]
+    torch.manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(60):
+        for text in ("Q: 12*3=\nA: ", "Q: 123*45=\nA: "):
+            ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"] + opening])
+            model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    texts = ["Q: 12*3=\nA: ", "Q: 123*45=\nA: ", "hi", "Q: 999*99=\nA: <"]
+    items = [{"input_ids": tokenizer(t, add_special_tokens=False)["input_ids"], "raw_prompt": t, "data_source": "x",
+              "ground_truth": "", "extra_info": {}, "index": i} for i, t in enumerate(texts)]
+    with torch.no_grad():
+        odds = call_odds(model, collate_prompts(items, tokenizer.pad_token_id), tokenizer)
+        probs, greedy = [], []
+        for item in items:
+            ids, p, best = list(item["input_ids"]), 1.0, True
+            for token in opening:
+                dist = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].double(), -1)
+                p *= dist[token].item()
+                best = best and dist.argmax().item() == token
+                ids.append(token)
+            probs.append(p)
+            greedy.append(best)
+    assert odds["val/expected_tool_calls"] == pytest.approx(sum(probs) / len(probs), rel=1e-4)
+    assert odds["val/greedy_opens_call"] == sum(greedy) / len(greedy)
+    assert 1e-6 < odds["val/expected_tool_calls"] and 0 < sum(greedy) < len(greedy), (probs, greedy)
+
+
 def test_a_phase_of_direct_answers_needs_a_task_with_a_tool():
     config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.direct_steps=3"])
     with pytest.raises(ValueError, match=r"sft_warmstart.direct_steps=3 needs a built-in task that uses a tool "
                                          r"\(data.builtin_task=calculator\); 'addition' answers without one"):
         warm_start(config, progress=False)
+    # The second phase's own keys with the phase off: said, not ignored.
+    for keys, named in ((["sft_warmstart.direct_tool_calls=0.1"], "sft_warmstart.direct_tool_calls=0.1 set"),
+                        (["sft_warmstart.direct_lr=0.001", "sft_warmstart.direct_batch_size=8"],
+                         "sft_warmstart.direct_lr=0.001, sft_warmstart.direct_batch_size=8 set")):
+        config = TrainerConfig.from_overrides([*TINY, "data.builtin_task=calculator", "sft_warmstart.direct_steps=0",
+                                               *keys])
+        with pytest.raises(ValueError, match=re.escape(named) + " for the phase of direct answers, which "
+                                             r"sft_warmstart.direct_steps=0 turns off"):
+            warm_start(config, progress=False)
 
 
 def test_an_interrupted_warm_start_resumes_from_its_last_step(tmp_path):

@@ -46,10 +46,11 @@ def _builtin_tools_file() -> str:
 # ``data.builtin_task=calculator``: the agentic demo. 3-digit times 2-digit multiplication, which the
 # tiny model can only do by calling the calculator tool. The warm start has two phases: worked tool-use
 # conversations until held-out sampled accuracy reaches 0.2 (the model has learnt to copy the tool's
-# result), then 40 steps on conversations that answer at once (a guess), 15% of them still calling the
-# tool: the model now answers without the tool at greedy decoding (held-out greedy accuracy 0) and calls
-# it in some samples. Multi-turn GRPO then learns that calling the tool pays. A response is the call (~85
-# tokens in Hermes JSON), the result and the answer. See docs/agents.md for the figures.
+# result), then conversations that answer at once (a guess), 15% of them still calling the tool, until
+# greedy decoding opens a call on no held-out prompt and about one sampled response in ten still does
+# (sft_warmstart.direct_tool_calls, measured after every step): a model that seldom calls the tool, so
+# that held-out greedy accuracy starts near 0. Multi-turn GRPO then learns that calling the tool pays. A
+# response is the call (~85 tokens in Hermes JSON), the result and the answer. See docs/agents.md.
 CALCULATOR_PRESET = _GRPO_DEMO + [
     "data.train_batch_size=16",
     "data.max_prompt_length=32",
@@ -60,16 +61,25 @@ CALCULATOR_PRESET = _GRPO_DEMO + [
     "trainer.default_local_dir=outputs/calculator",
     "actor_rollout_ref.rollout.multi_turn.enable=true",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-    # lr 1e-3 (the default): at 3e-3 an AMD EPYC with AVX2 only saw the loss spike (0.24 -> 1.58 at step
-    # 200) and copying begin only after ~1,200 steps. 128 samples per check tell 0.01 from 0.1; a
-    # multi-turn check costs ~100 generated tokens per sample, so check every 20 steps.
-    "sft_warmstart.lr=1e-3",
-    "sft_warmstart.batch_size=32",
+    # The first phase: 16 conversations a step at lr 2e-3 with the gradient norm clipped to 1 copies the
+    # result after 340-420 steps (seeds 0-2); 32 a step at 1e-3 needed ~480, twice the time. Unclipped at 2e-3,
+    # seed 2 was still on the plateau at step 1,700; at 3e-3 copying began only after ~1,200 steps. 128
+    # samples per check tell 0.01 from 0.1; a multi-turn check costs ~100 generated tokens per sample, so
+    # check every 20 steps.
+    "sft_warmstart.lr=2e-3",
+    "sft_warmstart.batch_size=16",
+    "sft_warmstart.grad_clip=1.0",
     "sft_warmstart.target_accuracy=0.2",
     "sft_warmstart.eval_every=20",
     "sft_warmstart.eval_samples=128",
-    "sft_warmstart.direct_steps=40",
+    # The second phase flips from calling on every prompt to calling on almost none within one or two
+    # steps, then the share of calls climbs back and oscillates: it stops on the measured share, not after
+    # a fixed count (40 steps was on one side of the flip or the other depending on the first phase).
+    "sft_warmstart.direct_steps=200",
+    "sft_warmstart.direct_lr=1e-3",
+    "sft_warmstart.direct_batch_size=32",
     "sft_warmstart.direct_tool_share=0.15",
+    "sft_warmstart.direct_tool_calls=0.1",
 ]
 
 # ``data.builtin_task=spell``: numbers spelled digit by digit, 1 to 12 digits with a long tail of long ones

@@ -131,6 +131,13 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
         raise ValueError(f"sft_warmstart.direct_steps={config.sft_warmstart.direct_steps} needs a built-in task "
                          f"that uses a tool (data.builtin_task=calculator); {config.data.builtin_task!r} answers "
                          f"without one. Set sft_warmstart.direct_steps=0")
+    cfg = config.sft_warmstart
+    unused = [f"sft_warmstart.{key}={getattr(cfg, key)}" for key in ("direct_tool_calls", "direct_lr", "direct_batch_size")
+              if getattr(cfg, key) is not None]
+    if unused and not cfg.direct_steps:
+        raise ValueError(f"{', '.join(unused)} set for the phase of direct answers, which sft_warmstart.direct_steps=0 "
+                         f"turns off; set direct_steps (its most steps with direct_tool_calls, e.g. 200), or leave "
+                         f"{'them' if len(unused) > 1 else 'it'} null")
     cached = _cached(folder)
     if cached is not None:
         return cached
@@ -170,12 +177,13 @@ class WarmStartTrainer(SFTTrainer):
         self.rl_config = config
         cfg = config.sft_warmstart
         steps, every = self.schedule(cfg)
+        batch_size, lr = self.batch_size_and_lr(cfg)
         self.eval_rows = self.task.make_rows("test", n=cfg.eval_samples, seed=config.trainer.seed)
         super().__init__(SFTTrainerConfig.from_dict({
-            "data": {"train_batch_size": cfg.batch_size, "messages_key": "messages" if self.agentic else None,
+            "data": {"train_batch_size": batch_size, "messages_key": "messages" if self.agentic else None,
                      "max_length": 1 << 20, "seed": config.trainer.seed},
             "model": {"path": str(start or builtin_model_path()), "disable_dropout": False},
-            "optim": {"lr": cfg.lr, "weight_decay": 0.0},
+            "optim": {"lr": lr, "weight_decay": 0.0},
             "trainer": {"total_training_steps": steps, "test_freq": every, "val_before_train": False,
                         "save_freq": -1, "logger": [], "progress_bar": progress,
                         "default_local_dir": str(folder / self.run_name),
@@ -187,6 +195,10 @@ class WarmStartTrainer(SFTTrainer):
         """(most steps, steps between accuracy checks) of this phase."""
         return cfg.max_steps, cfg.eval_every
 
+    def batch_size_and_lr(self, cfg) -> tuple[int, float]:
+        """(examples per step, learning rate) of this phase."""
+        return cfg.batch_size, cfg.lr
+
     @property
     def agentic(self) -> bool:
         return hasattr(self.task, "sft_messages")
@@ -195,9 +207,10 @@ class WarmStartTrainer(SFTTrainer):
         return example_rows(self.task.make_rows("train"), self.task), example_rows(self.eval_rows, self.task)
 
     def make_policy(self, model: torch.nn.Module) -> TrainingEngine:
-        # One process on a tiny model: plain (unsharded) weights, not data-parallel, no clipping.
+        # One process on a tiny model: plain (unsharded) weights, not data-parallel.
+        clip = self.rl_config.sft_warmstart.grad_clip
         return TrainingEngine(model.to(self.device), self.config.optim, self.config.model.fsdp_config, self.device,
-                              grad_clip=math.inf, total_steps=self.total_steps,
+                              grad_clip=math.inf if clip is None else clip, total_steps=self.total_steps,
                               seed=self.config.trainer.seed, metric_prefix="train", data_parallel=False)
 
     def _eval_prompts(self):
@@ -230,16 +243,27 @@ class WarmStartTrainer(SFTTrainer):
 
 
 class DirectAnswerPhase(WarmStartTrainer):
-    """The agentic warm start's second phase: ``sft_warmstart.direct_steps`` steps, from the model that
-    has learnt the tool conversations, on the task's training rows answered at once
-    (``task.direct_messages``), a seeded ``direct_tool_share`` of them with the whole tool conversation
-    instead. One check at its end: held-out greedy and sampled accuracy and how often each calls the tool."""
+    """The agentic warm start's second phase: from the model that has learnt the tool conversations,
+    steps on the task's training rows answered at once (``task.direct_messages``), a seeded
+    ``direct_tool_share`` of them with the whole tool conversation instead. It runs
+    ``sft_warmstart.direct_steps`` steps or, with ``direct_tool_calls`` set, stops after the first step
+    where greedy decoding opens a call on no held-out prompt and the expected share of sampled responses
+    that open one is at least that (:func:`call_odds`, after every step). Its last check adds held-out
+    greedy and sampled accuracy and how often each calls the tool, from real rollouts."""
 
     label = "SFT warm start, direct answers"
     run_name = "run-direct"
 
     def schedule(self, cfg) -> tuple[int, int]:
-        return cfg.direct_steps, cfg.direct_steps
+        return cfg.direct_steps, (cfg.direct_steps if cfg.direct_tool_calls is None else 1)
+
+    def batch_size_and_lr(self, cfg) -> tuple[int, float]:
+        return (cfg.batch_size if cfg.direct_batch_size is None else cfg.direct_batch_size,
+                cfg.lr if cfg.direct_lr is None else cfg.direct_lr)
+
+    def enough_calls(self, odds: dict) -> bool:
+        want = self.rl_config.sft_warmstart.direct_tool_calls
+        return want is not None and odds["val/greedy_opens_call"] == 0 and odds["val/expected_tool_calls"] >= want
 
     def rows(self) -> tuple[list[dict], list[dict]]:
         train = self.task.make_rows("train")
@@ -251,18 +275,45 @@ class DirectAnswerPhase(WarmStartTrainer):
         return rows, example_rows(self.eval_rows, self.task)
 
     def validate(self) -> dict[str, float]:
+        figures = call_odds(self.policy.model, self.eval_prompts, self.tokenizer)
+        if not (self.enough_calls(figures) or self.global_step >= self.total_steps):
+            return figures
         length = self.rl_config.data.max_response_length
-        figures = {}
         for name, temperature in (("sampled", 1.0), ("greedy", 0.0)):
             accuracy, calls = held_out(self.rollout, self.eval_prompts, self.task, length, self.tokenizer, temperature)
             figures.update({f"val/{name}_accuracy": accuracy, f"val/{name}_tool_calls": calls})
         return figures
 
     def goal_reached(self) -> bool:
-        return False
+        return bool(self.val_history) and self.enough_calls(self.val_history[-1][1])
 
     def postfix(self, metrics: dict) -> str:
-        return f"loss={metrics['train/loss']:.3f}"
+        if not self.val_history:
+            return f"loss={metrics['train/loss']:.3f}"
+        odds = self.val_history[-1][1]
+        return (f"loss={metrics['train/loss']:.3f} expected_calls={odds['val/expected_tool_calls']:.2f} "
+                f"greedy_calls={odds['val/greedy_opens_call']:.2f}")
+
+
+CALL_OPENING = "<tool_call>"  # how a Hermes-format call begins (verl.agent's parser reads that format)
+
+
+def call_odds(model: torch.nn.Module, prompts, tokenizer) -> dict[str, float]:
+    """How often a response to ``prompts`` opens a tool call, exactly, from one forward pass over each
+    prompt followed by the call's opening tokens: ``val/expected_tool_calls``, the mean probability of
+    a sampled response (temperature 1) beginning with it, and ``val/greedy_opens_call``, the share of
+    prompts whose greedy response begins with it (each of its tokens the most likely one)."""
+    ids, prompt_mask = prompts["input_ids"], prompts["attention_mask"]
+    opening = torch.tensor(tokenizer(CALL_OPENING, add_special_tokens=False)["input_ids"], device=ids.device)
+    rows, width = ids.shape[0], opening.numel()
+    input_ids = torch.cat([ids, opening.expand(rows, width)], dim=1)
+    mask = torch.cat([prompt_mask, prompt_mask.new_ones(rows, width)], dim=1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits[:, -width - 1:-1].float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    opened = log_probs.gather(-1, opening.expand(rows, width).unsqueeze(-1)).squeeze(-1).sum(-1)
+    greedy = (logits.argmax(-1) == opening).all(-1)
+    return {"val/expected_tool_calls": opened.exp().mean().item(), "val/greedy_opens_call": greedy.float().mean().item()}
 
 
 def _train(config, folder: Path, progress: bool) -> WarmStart:
