@@ -179,6 +179,28 @@ def test_the_odds_of_opening_a_call_are_those_of_decoding_it_token_by_token(tiny
     assert 1e-6 < odds["val/expected_tool_calls"] and 0 < sum(greedy) < len(greedy), (probs, greedy)
 
 
+@pytest.mark.parametrize("task", ["addition", "shapes"])
+def test_the_gradient_norm_is_clipped_to_sft_warmstart_grad_clip(task, tmp_path, monkeypatch):
+    # One step from the built-in model (the text one, and the vision-language one for shapes). AdamW's
+    # step does not depend on the gradient's scale, except through eps (1e-8): clipped to a norm of
+    # 1e-12, every gradient element is far below eps and the weights barely move; unclipped they move
+    # by about lr.
+    from verl.models.tiny import builtin_model_path
+    from verl.models.tiny_vision import builtin_vl_model_path
+
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path / "cache"))
+    base = load_file((builtin_vl_model_path() if task == "shapes" else builtin_model_path()) / "model.safetensors")
+    moved = {}
+    for clip in ("null", "1e-12"):
+        warm = warm_start(TrainerConfig.from_overrides([
+            *TINY, f"data.builtin_task={task}", "sft_warmstart.max_steps=1", "sft_warmstart.eval_every=1",
+            "sft_warmstart.target_accuracy=1", "sft_warmstart.lr=1e-3", f"sft_warmstart.grad_clip={clip}"]),
+            progress=False)
+        trained = load_file(warm.path / "model.safetensors")
+        moved[clip] = max((trained[k].float() - base[k].float()).abs().max().item() for k in base)
+    assert moved["null"] > 5e-4 and moved["1e-12"] < 1e-6, moved
+
+
 def test_a_phase_of_direct_answers_needs_a_task_with_a_tool():
     config = TrainerConfig.from_overrides([*TINY, "sft_warmstart.direct_steps=3"])
     with pytest.raises(ValueError, match=r"sft_warmstart.direct_steps=3 needs a built-in task that uses a tool "

@@ -4,8 +4,9 @@ reaches ``sft_warmstart.target_accuracy``, then handed to RL; cached on disk lik
 (:mod:`verl.trainer.warmstart`).
 
 Each step draws ``sft_warmstart.batch_size`` training rows (with replacement), appends each answer and
-EOS as the response, and takes one AdamW step on the answer tokens' cross-entropy, computed by the
-RL path's own log-prob function with the images (:func:`verl.models.logprob.compute_response_logprobs`).
+EOS as the response, and takes one AdamW step (the gradient norm clipped to ``sft_warmstart.grad_clip``
+when set) on the answer tokens' cross-entropy, computed by the RL path's own log-prob function with
+the images (:func:`verl.models.logprob.compute_response_logprobs`).
 Every ``eval_every`` steps the ``hf`` engine samples the held-out prompts at temperature 1.
 """
 
@@ -68,6 +69,8 @@ def train_vision_warm_start(config, task, base: Path, target: Path, progress: bo
         loss = -(log_probs * mask).sum() / mask.sum()
         optimizer.zero_grad()
         loss.backward()
+        if cfg.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
         if step % cfg.eval_every == 0:
             model.eval()

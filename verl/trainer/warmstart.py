@@ -118,6 +118,17 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
     """Return the warm-started model folder, training it first unless the cache has it."""
     folder = cache_dir("warmstart") / f"{config.data.builtin_task}-{_cache_key(config)}"
     task = TASKS[config.data.builtin_task]
+    cfg = config.sft_warmstart
+    if cfg.direct_steps and not hasattr(task, "direct_messages"):
+        raise ValueError(f"sft_warmstart.direct_steps={cfg.direct_steps} needs a built-in task that uses a tool "
+                         f"(data.builtin_task=calculator); {config.data.builtin_task!r} answers without one. Set "
+                         f"sft_warmstart.direct_steps=0")
+    unused = [f"sft_warmstart.{key}={getattr(cfg, key)}" for key in ("direct_tool_calls", "direct_lr", "direct_batch_size")
+              if getattr(cfg, key) is not None]
+    if unused and not cfg.direct_steps:
+        raise ValueError(f"{', '.join(unused)} set for the phase of direct answers, which sft_warmstart.direct_steps=0 "
+                         f"turns off; set direct_steps (its most steps with direct_tool_calls, e.g. 200), or leave "
+                         f"{'them' if len(unused) > 1 else 'it'} null")
     if getattr(task, "VISION", False):  # pictures: the vision-language warm start, on the built-in Qwen2-VL
         from verl.models.tiny_vision import builtin_vl_model_path
         from verl.trainer import vision_warmstart
@@ -127,17 +138,6 @@ def warm_start(config, *, progress: bool = True) -> WarmStart:
         folder = folder.with_name(f"{folder.name}-{hashlib.sha256(shaped_by.encode()).hexdigest()[:8]}")
         with cache_lock(folder, waiting=f"Another process is training this warm start ({folder}); waiting for it"):
             return vision_warmstart.vision_warm_start(config, folder, progress)
-    if config.sft_warmstart.direct_steps and not hasattr(task, "direct_messages"):
-        raise ValueError(f"sft_warmstart.direct_steps={config.sft_warmstart.direct_steps} needs a built-in task "
-                         f"that uses a tool (data.builtin_task=calculator); {config.data.builtin_task!r} answers "
-                         f"without one. Set sft_warmstart.direct_steps=0")
-    cfg = config.sft_warmstart
-    unused = [f"sft_warmstart.{key}={getattr(cfg, key)}" for key in ("direct_tool_calls", "direct_lr", "direct_batch_size")
-              if getattr(cfg, key) is not None]
-    if unused and not cfg.direct_steps:
-        raise ValueError(f"{', '.join(unused)} set for the phase of direct answers, which sft_warmstart.direct_steps=0 "
-                         f"turns off; set direct_steps (its most steps with direct_tool_calls, e.g. 200), or leave "
-                         f"{'them' if len(unused) > 1 else 'it'} null")
     cached = _cached(folder)
     if cached is not None:
         return cached
