@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from verl.config import TrainerConfig
-from verl.errors import VerlError
+from verl.errors import ConfigError, VerlError
 from verl.tracking import Tracker
 
 
@@ -122,6 +122,22 @@ def test_tracker_from_config_uses_the_short_form(tmp_path):
 def test_an_unknown_name_in_the_short_form_is_rejected_naming_both_keys(tmp_path):
     with pytest.raises(VerlError, match=r"'mlflow'.*trainer\.logger \(or logger\.type\)"):
         Tracker.from_config(TrainerConfig(logger=dict(type="mlflow")), tmp_path)
+
+
+def test_the_tutorials_logger_dict_under_trainer_logger_points_to_the_top_level_key():
+    # A newcomer's mix of the two spellings: the short form's dict where the list of names goes. The error
+    # names the top-level key in both forms, and the forms it names work.
+    for build in (lambda: TrainerConfig(trainer=dict(logger=dict(type="wandb", project="my-rl"))),
+                  lambda: TrainerConfig.from_overrides(["trainer.logger={type: wandb, project: my-rl}"])):
+        with pytest.raises(ConfigError) as err:
+            build()
+        assert str(err.value).startswith("trainer.logger expects str | list[str], got {")
+        assert ("e.g. trainer.logger=[console,wandb]; a dict(type=..., project=...) is the tutorial's top-level key "
+                "logger: TrainerConfig(logger=dict(type='wandb', project='my-rl')), or logger.type=wandb "
+                "logger.project=my-rl on the command line") in str(err.value)
+    for config in (TrainerConfig(logger=dict(type="wandb", project="my-rl")),
+                   TrainerConfig.from_overrides(["logger.type=wandb", "logger.project=my-rl"])):
+        assert config.resolved_logging()[:2] == (["wandb"], "my-rl")
 
 
 @pytest.mark.parametrize("name, modules", [

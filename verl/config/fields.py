@@ -30,7 +30,8 @@ def is_section_type(tp: Any) -> bool:
 
 
 def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), link: str | None = None,
-           fallback: Any = None, choices: Iterable[str] | None = None, bounds: str | None = None) -> Any:
+           fallback: Any = None, choices: Iterable[str] | None = None, bounds: str | None = None,
+           example: str | None = None) -> Any:
     """Declare a leaf field: its default, its help text and other names that mean the same key.
 
     Mutable defaults (lists, dicts) are copied per instance. ``link`` makes a field that is left
@@ -38,6 +39,7 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
     does: reading it gives that key's current value, or ``fallback`` when the section stands alone.
     ``choices`` (the values a text key takes) and ``bounds`` (a number's range: ``"> 0"``, ``">= 1"``,
     ``"[0, 1]"``, ``"(0, 1]"``) are checked whenever the key is set, and named in its help text.
+    ``example``: what a wrong type's error offers after "e.g. KEY=" (default: the default value).
     """
     notes = []
     if choices is not None:
@@ -47,7 +49,7 @@ def option(default: Any = MISSING, *, help: str, aliases: Iterable[str] = (), li
         parse_bounds(bounds)  # a malformed range fails where it is declared
         notes.append(f"Range: {bounds}.")
     help = " ".join([help, *notes])
-    metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds}
+    metadata = {"help": help, "aliases": tuple(aliases), "choices": choices, "bounds": bounds, "example": example}
     if link is not None:
         if default is not None:
             raise TypeError(f"a linked option defaults to None (it follows {link}), got {default!r}")
@@ -189,7 +191,10 @@ def dotted_keys(cls: type) -> tuple[str, ...]:
 
 def example_of(spec: FieldSpec) -> str:
     """A good value for error messages, as typed on the command line: a leaf's default; for a section,
-    its first keys with their defaults (``{param_dtype: bf16, reduce_dtype: float32, ...}``)."""
+    its first keys with their defaults (``{param_dtype: bf16, reduce_dtype: float32, ...}``); or the
+    field's own ``example``."""
+    if spec.metadata.get("example"):
+        return spec.metadata["example"]
     if spec.node_type is not None:
         fields = list(field_specs(spec.node_type).values())
         shown = [f for f in fields if f.node_type is None and f.default is not None][:3]

@@ -227,7 +227,10 @@ class TrainerSectionConfig(Section):
                                               "validate, with val_before_train and validation data).")
     project_name: str = option("verl", help="Project name for loggers.")
     experiment_name: str = option("run", help="Run name for loggers.")
-    logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.")
+    logger: str | list[str] = option(["console"], help="Loggers: any of console, jsonl, tensorboard, wandb.",
+                                     example="[console,wandb]; a dict(type=..., project=...) is the tutorial's "
+                                     "top-level key logger: TrainerConfig(logger=dict(type='wandb', project='my-rl')), "
+                                     "or logger.type=wandb logger.project=my-rl on the command line")
     write_report: bool = option(True, help="Write report.html and report/*.png (the run's curves) into the output "
                                 "folder when the run ends; `verl report DIR` writes them later from metrics.jsonl.")
     memory_check: bool = option(True, help="Before loading, estimate each rank's peak memory from the config and "
