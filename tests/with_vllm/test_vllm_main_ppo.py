@@ -15,7 +15,6 @@ from verl.data import write_parquet  # noqa: E402
 from verl.models.tiny import make_tiny_model_folder  # noqa: E402
 from zygote import run_module, run_torchrun  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     # Graded, so that advantages are not all zero: the share of distinct characters.
@@ -66,7 +65,7 @@ def _run(args, out, torchrun=False):
 def one_process(setup):
     root, model = setup
     out = root / "one"
-    return out, _run([*_args(root, model, out)], out)
+    return out, _run(_args(root, model, out), out)
 
 
 def test_grpo_steps_with_the_vllm_rollout(one_process):

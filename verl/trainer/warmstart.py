@@ -37,6 +37,7 @@ import torch
 from verl.checkpoint import write_hf_folder
 from verl.config.offline import SFTTrainerConfig
 from verl.data import collate_prompts
+from verl.data.collate import position_ids_from_mask
 from verl.data.tasks import TASKS, sources_digest
 from verl.distributed.process_group import alone
 from verl.models.tiny import CHAR_CHAT_TEMPLATE, builtin_model_path
@@ -308,8 +309,8 @@ def call_odds(model: torch.nn.Module, prompts, tokenizer) -> dict[str, float]:
     rows, width = ids.shape[0], opening.numel()
     input_ids = torch.cat([ids, opening.expand(rows, width)], dim=1)
     mask = torch.cat([prompt_mask, prompt_mask.new_ones(rows, width)], dim=1)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions).logits[:, -width - 1:-1].float()
+    logits = model(input_ids=input_ids, attention_mask=mask,
+                   position_ids=position_ids_from_mask(mask)).logits[:, -width - 1:-1].float()
     log_probs = torch.log_softmax(logits, dim=-1)
     opened = log_probs.gather(-1, opening.expand(rows, width).unsqueeze(-1)).squeeze(-1).sum(-1)
     greedy = (logits.argmax(-1) == opening).all(-1)
