@@ -12,7 +12,8 @@ weight decay, gradient clip 1.0), no KL term and no reference model (beta 0), fp
 
 * ours: ``python -m verl.trainer.main_ppo key=value ...`` with the model folder as
   ``actor_rollout_ref.model.path`` (so the demo preset and its SFT warm start do not apply), no
-  validation, no checkpoints, no resume. ``--ours`` lists the rollout engines to run (one row each).
+  validation, no checkpoints, no resume, no run report (TRL writes none). ``--ours`` lists the rollout
+  engines to run (one row each).
 * TRL: a script written to a temporary folder, run with the python of a separate virtualenv
   (``--trl-venv``, default /tmp/verl-bench-trl; made on first use, or with ``--setup``), that builds a
   ``datasets.Dataset`` of the same prompts and runs ``trl.GRPOTrainer`` with the same settings.
@@ -127,7 +128,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ----------------------------------------------------------------------------- runs
 
 # Our side's keys for a run that only trains: no warm start, no validation, checkpoints, resume, progress
-# bar or loggers (metrics.jsonl is written whatever the loggers), on the CPU. parity_trl.py uses them too.
+# bar, loggers or run report (metrics.jsonl is written whatever the loggers; TRL, with report_to=[] and
+# save_strategy="no", writes no report either), on the CPU. parity_trl.py uses them too.
 BARE_RUN_KEYS = (
     "sft_warmstart.enable=false",
     "trainer.val_before_train=false",
@@ -136,6 +138,7 @@ BARE_RUN_KEYS = (
     "trainer.resume_mode=disable",
     "trainer.progress_bar=false",
     "trainer.logger=[]",
+    "trainer.write_report=false",
     "trainer.device=cpu",
 )
 

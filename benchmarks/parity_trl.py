@@ -271,7 +271,6 @@ def ours_command(args, model: Path, out_dir: Path, setting: str, seed: int) -> l
         *SETTINGS[setting]["ours"],
         *BARE_RUN_KEYS,
         "trainer.val_sampled=false",
-        "trainer.write_report=false",
         f"trainer.experiment_name=parity-{setting}",
         f"trainer.seed={seed}",
         f"data.seed={seed}",  # the prompt order: its default is a fixed 1, TRL's follows the seed

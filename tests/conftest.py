@@ -1,3 +1,4 @@
+import gc
 import os
 
 import pytest
@@ -82,3 +83,11 @@ def load_benchmark():
         return module
 
     return load
+
+
+def pytest_collection_finish(session):
+    """Everything imported while collecting (torch, transformers, Ray, the test modules) lives as long as
+    the worker: out of the garbage collector's full scans from here on (verl.utils.command freezes a
+    command's imports the same way). Each full collection then scans what the tests build, not the whole
+    heap: tests/unit ran in 121 s, its two workers' collections taking 14.6 s of it; frozen, 9.2 s."""
+    gc.freeze()

@@ -36,11 +36,18 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if args else 2
     command, rest = args[0], args[1:]
+    from verl.utils.command import freeze_heap_at_exit
+
+    freeze_heap_at_exit()  # a quicker exit after the command's work (see verl.utils.command)
     if command in TRAINERS:
-        return importlib.import_module(TRAINERS[command]).main(rest)
+        module = importlib.import_module(TRAINERS[command])
+        _imported(argv)
+        return module.main(rest)
     if command in AFTER:
         module, first = AFTER[command]
-        return importlib.import_module(module).main([*first, *rest])
+        module = importlib.import_module(module)
+        _imported(argv)
+        return module.main([*first, *rest])
     if command in ("report", "runs"):
         from verl.tracking.report import main as report_main
 
@@ -61,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"verl: unknown command {command!r}{_hint(command)}\n\n{USAGE}", file=sys.stderr)
     return 2
+
+
+def _imported(argv: list[str] | None) -> None:
+    """The command's modules are imported: in the ``verl`` console script (``argv`` None: it reads
+    ``sys.argv``), freeze them out of the garbage collector's scans (see :mod:`verl.utils.command`);
+    a program that calls ``main([...])`` and goes on is left as it is."""
+    if argv is None:
+        import gc
+
+        gc.freeze()
 
 
 # Names people reach for that are one of the commands under another name.
@@ -85,4 +102,6 @@ def _hint(command: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from verl.utils.command import run_command
+
+    run_command(main)

@@ -363,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run's config (main_ppo's overrides): adds its memory plan and whether it fits here")
     args = parser.parse_args(argv)
     from verl import __version__
+    from verl.utils.command import freeze_heap_at_exit
+
+    freeze_heap_at_exit()
 
     if not args.json:
         print(f"verl doctor: verl {__version__} ({REPO / 'verl'}), Python at {sys.executable}", flush=True)
@@ -403,4 +406,6 @@ def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from verl.utils.command import run_command
+
+    run_command(main)

@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "WARNING"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from verl.utils.command import freeze_heap_at_exit
+
+    freeze_heap_at_exit()
     try:
         return run(args)
     except VerlError as error:
@@ -102,4 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from verl.utils.command import run_command
+
+    run_command(main)

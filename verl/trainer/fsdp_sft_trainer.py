@@ -7,9 +7,9 @@ docs/offline.md). Under torchrun as verl launches it:
 
 from __future__ import annotations
 
-import sys
-
 from verl.trainer.main_sft import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from verl.utils.command import run_command
+
+    run_command(main)

@@ -3,9 +3,9 @@ run as ``python -m verl.trainer.main_sft`` (see docs/offline.md for verl's SFT k
 
 from __future__ import annotations
 
-import sys
-
 from verl.trainer.main_sft import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from verl.utils.command import run_command
+
+    run_command(main)
