@@ -30,6 +30,8 @@ def test_demo_raises_held_out_reward(tmp_path, capsys):
     AutoModelForCausalLM.from_pretrained(out / "huggingface")
     config = (out / "config.yaml").read_text()
     assert "name: native" in config, "the demo generates with the fastest engine installed"
+    # A run writes its report unless told not to (trainer.write_report, on by default; most tests turn it off).
+    assert f"Report:         {out / 'report.html'}" in printed and (out / "report" / "reward.png").is_file()
 
     # The warm start is cached: a second run goes straight to RL.
     assert main(["trainer.total_training_steps=1", f"trainer.default_local_dir={tmp_path / 'again'}", "trainer.seed=1",

@@ -102,8 +102,9 @@ def load_metrics(run_dir: str | Path) -> list[dict]:
 
 
 def matching_keys(rows: list[dict], pattern: str) -> list[str]:
-    keys = {k for row in rows for k, v in row.items() if v is not None and fnmatch.fnmatchcase(k, pattern)}
-    return sorted(keys)
+    """The keys matching ``pattern`` that some row logged a value for (not null), sorted."""
+    names = [k for k in set().union(*rows) if fnmatch.fnmatchcase(k, pattern)]
+    return sorted(k for k in names if any(row.get(k) is not None for row in rows))
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
