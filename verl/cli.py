@@ -31,7 +31,14 @@ commands:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    if argv is None:  # the `verl` console script: a reader that stops early ends it quietly
+        from verl.utils.command import quiet_broken_pipe
+
+        return quiet_broken_pipe(lambda: _main(sys.argv[1:], console=True))
+    return _main(argv, console=False)
+
+
+def _main(args: list[str], *, console: bool) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
@@ -41,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     freeze_heap_at_exit()  # a quicker exit after the command's work (see verl.utils.command)
     if command in TRAINERS:
         module = importlib.import_module(TRAINERS[command])
-        _imported(argv)
+        _imported(console)
         return module.main(rest)
     if command in AFTER:
         module, first = AFTER[command]
         module = importlib.import_module(module)
-        _imported(argv)
+        _imported(console)
         return module.main([*first, *rest])
     if command in ("report", "runs"):
         from verl.tracking.report import main as report_main
@@ -70,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _imported(argv: list[str] | None) -> None:
-    """The command's modules are imported: in the ``verl`` console script (``argv`` None: it reads
+def _imported(console: bool) -> None:
+    """The command's modules are imported: in the ``verl`` console script (``main()`` reading
     ``sys.argv``), freeze them out of the garbage collector's scans (see :mod:`verl.utils.command`);
     a program that calls ``main([...])`` and goes on is left as it is."""
-    if argv is None:
+    if console:
         import gc
 
         gc.freeze()

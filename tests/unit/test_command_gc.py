@@ -60,9 +60,9 @@ def test_the_console_script_freezes_its_imports_and_a_caller_of_main_is_left_alo
     out = _out("""
         import gc
         from verl.cli import _imported
-        _imported(["eval"])      # verl.cli.main(["eval", ...]) called by a program: nothing frozen
+        _imported(False)      # verl.cli.main(["eval", ...]) called by a program: nothing frozen
         print(gc.get_freeze_count())
-        _imported(None)          # the `verl` console script (main() reads sys.argv)
+        _imported(True)       # the `verl` console script (main() reads sys.argv)
         print(gc.get_freeze_count() > 0)
         """, tmp_path)
     assert out == ["0", "True"]
@@ -100,3 +100,17 @@ def test_every_entry_module_runs_its_main_through_run_command():
     assert len(entries) >= 12, entries
     for path, calls in entries.items():
         assert calls == ["run_command"], f"{path}: `if __name__ == '__main__':` calls {calls}, not run_command(main)"
+
+
+def test_a_reader_that_stops_early_ends_a_command_quietly(tmp_path):
+    # `verl train --help | head -1`: the reader is gone before the help is written (closed at once here,
+    # while the command still imports), so writing it fails with EPIPE; exit 141, as a C program's, no traceback.
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    for command in ([sys.executable, "-m", "verl.trainer.main_ppo", "--help"],
+                    [sys.executable, "-c", "import sys; from verl.cli import main; sys.argv = ['verl', 'train', '--help']; "
+                                           "sys.exit(main())"]):
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 141, (command, err.decode()[-2000:])
+        assert b"Traceback" not in err and b"BrokenPipe" not in err, err.decode()[-2000:]

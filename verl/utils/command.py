@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -43,7 +44,20 @@ def freeze_heap_at_exit() -> None:
 
 
 def run_command(main: Callable[[], int]) -> NoReturn:
-    """``sys.exit(main())`` for a command-line process, with the heap imported so far frozen first."""
+    """``sys.exit(main())`` for a command-line process, with the heap imported so far frozen first
+    (and a reader that stops early ending it quietly, :func:`quiet_broken_pipe`)."""
     gc.freeze()
     freeze_heap_at_exit()
-    sys.exit(main())
+    sys.exit(quiet_broken_pipe(main))
+
+
+def quiet_broken_pipe(call: Callable[[], int]) -> int:
+    """``call()``; when what reads the output stops first (``verl train --help | head``, ``less`` quit
+    early), the command ends with exit status 141 (as a program killed by SIGPIPE) and no traceback.
+    Standard output then points at /dev/null, so that Python's last flush of it does not fail again."""
+    try:
+        return call()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
