@@ -1,6 +1,6 @@
 """verl.utils.command: a command-line process freezes the heap out of the garbage collector's scans once
-its modules are imported and again at its exit; a program that calls an entry point's main() does not,
-and the exit still does everything it did (other exit callbacks, files flushed and closed)."""
+its modules are imported and again at its exit; a program that calls an entry point's main() is frozen
+only at its exit, and the exit still does everything it did (other exit callbacks, files flushed and closed)."""
 
 from __future__ import annotations
 

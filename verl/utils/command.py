@@ -18,9 +18,9 @@ Nothing else changes: objects are still freed by reference counting when their l
 afterwards, and the other exit callbacks run (the loggers' flushes, Ray's and the process group's
 shutdown, temporary folders removed). What a freeze holds and later becomes unreachable in a
 reference cycle is not reclaimed: at the start, a few objects made while importing; at the exit,
-nothing Python promised to finalise (the operating system takes the memory back). Neither is done
-inside a process that calls an entry point's ``main()`` as a function (a test, a notebook), where
-frozen garbage from earlier work would stay for good.
+nothing Python promised to finalise (the operating system takes the memory back). A process that
+calls an entry point's ``main()`` as a function (a test, a notebook) is not frozen at the start,
+where garbage from its earlier work would stay for good; it only gets the freeze at its own exit.
 """
 
 from __future__ import annotations
