@@ -183,6 +183,22 @@ def test_generating_past_the_model_context_is_an_error_naming_both_lengths(tiny_
     assert "data.truncation" in message
 
 
+def test_prompts_padded_on_the_right_or_without_their_mask_are_refused_before_decoding(tiny_model_dir):
+    from verl.errors import VerlError
+
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir, rollout=dict(name="hf", n=1)))
+    tokenizer = copy.deepcopy(worker.tokenizer)
+    tokenizer.padding_side = "right"  # AutoTokenizer's default for many models
+    right = Batch(dict(tokenizer(["1+1=", "12+13+14="], return_tensors="pt", padding=True)))
+    with pytest.raises(VerlError, match="row 0 is padded on the right.*padding_side = 'left'"):
+        worker.generate_sequences(right)
+    with pytest.raises(VerlError, match=r"lack \['attention_mask'\]"):
+        worker.generate_sequences(Batch({"input_ids": right["input_ids"]}))
+    tokenizer.padding_side = "left"
+    left = Batch(dict(tokenizer(["1+1=", "12+13+14="], return_tensors="pt", padding=True)))
+    assert worker.generate_sequences(left)["responses"].shape == (2, RESPONSE_LENGTH)
+
+
 @pytest.mark.parametrize("arch,engine", [("qwen2", "NativeRollout"), ("llama", "NativeRollout"),
                                          ("phi3", "NativeRollout"), ("opt", "HFRollout")])
 def test_rollout_name_auto_runs_native_for_the_families_its_decoder_covers_and_hf_for_others(tmp_path, arch, engine):

@@ -214,6 +214,7 @@ class ActorRolloutRefWorker:
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
         need_batch(prompts, "generate_sequences", self.actor_model.config)
+        need_left_padded(prompts)
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
         # Decoding with the actor's weights: gathered once for the whole rollout, never per token.
@@ -295,6 +296,25 @@ def need_batch(value, method: str, model_config=None) -> None:
     if model_config is not None and "input_ids" in value and value["input_ids"].dim() == 2:
         refuse_ids_outside(value["input_ids"], model_config.get_text_config().vocab_size,
                            f"ActorRolloutRefWorker.{method}: ")
+
+
+def need_left_padded(prompts: Batch) -> None:
+    """Prompts to generate from end where the response begins: padded on the left. A tokenizer's own default
+    is often the right (``AutoTokenizer``'s for Qwen2, GPT-2), and such a row was decoded on after its pad
+    tokens without a word said; a prompt without its ``attention_mask`` failed with a KeyError in the engine."""
+    missing = [key for key in ("input_ids", "attention_mask") if key not in prompts]
+    if missing:
+        raise VerlError(f"ActorRolloutRefWorker.generate_sequences: the prompts lack {missing}; give the tokenizer's "
+                        f"input_ids and attention_mask [B, T_prompt], padded on the left")
+    mask = prompts["attention_mask"]
+    if mask.dim() == 2 and mask.shape[1] > 1:
+        right = (mask[:, 1:] < mask[:, :-1]).any(dim=1).nonzero()
+        if len(right):
+            row = int(right[0])
+            raise VerlError(f"ActorRolloutRefWorker.generate_sequences: prompt row {row} is padded on the right "
+                            f"(attention_mask {mask[row].tolist()!s:.80}), so the response would follow its pad "
+                            f"tokens; pad prompts on the left: tokenizer.padding_side = 'left' before tokenizing "
+                            f"(verl.utils.model.load_hf_tokenizer and worker.tokenizer are set so)")
 
 
 def load_policy_tokenizer(model_cfg, path: str):
