@@ -258,6 +258,26 @@ def test_a_trainer_made_again_on_the_same_output_folder_starts_its_metrics_over(
     assert steps() == [1, 2, 3]
 
 
+def test_a_logger_key_the_trainer_does_not_read_is_refused_and_the_logger_names_alone_are_taken(tiny_model_dir,
+                                                                                                tmp_path):
+    """Before: logger=dict(backend="tensorboard") logged to the console alone, and project_name= (verl's key)
+    under the project "verl", without a word; logger="tensorboard" failed inside dict()."""
+    from verl.errors import ConfigError
+
+    worker = make_worker(tiny_model_dir)
+    with pytest.raises(ConfigError, match="PPOTrainer\\(logger=...\\): unknown config key 'backend'; valid keys: type"):
+        PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(tmp_path / "a"), logger=dict(backend="tensorboard"))
+    with pytest.raises(ConfigError, match="'project_name'; did you mean project"):
+        PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(tmp_path / "b"),
+                   logger=dict(type="console", project_name="my-rl"))
+    with pytest.raises(ConfigError, match="takes a dict such as dict\\(type='wandb'"):
+        PPOTrainer(actor_rollout_ref_worker=worker, logger=5)
+    for logger in ("tensorboard", ["console", "tensorboard"]):
+        trainer = PPOTrainer(actor_rollout_ref_worker=worker, output_dir=str(tmp_path / "c"), logger=logger)
+        assert "_TensorBoard" in [type(backend).__name__ for backend in trainer.tracker.backends]
+        trainer.tracker.close()
+
+
 def test_a_learning_rate_in_the_step_settings_names_the_workers_key(tiny_model_dir):
     """Before: "unknown config key 'lr'; valid keys: ..., critic_lr", and critic_lr is the critic's."""
     from verl.config import ConfigError

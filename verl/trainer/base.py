@@ -16,11 +16,31 @@ from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
 from verl.config.node import ConfigNode
+from verl.config.schema import LoggerConfig
 from verl.distributed.process_group import is_main_process
 from verl.errors import ConfigError
 from verl.protocol import Batch
 from verl.tracking import Tracker
 from verl.trainer.run_loop import save_checkpoint
+
+
+def logger_spec(trainer: str, logger) -> dict:
+    """``logger=`` as the tutorial gives it, ``dict(type="wandb", project="my-rl")``, checked as TrainerConfig's
+    ``logger`` section; the logger names alone (``"wandb"``, ``["console", "tensorboard"]``, as trainer.logger
+    takes them) are its ``type``. Before, another key (``backend=``, verl's ``project_name=``) was dropped without
+    a word, so the run logged to the console alone or under the project "verl"."""
+    if logger is None:
+        return {}
+    if isinstance(logger, (str, list, tuple)):
+        logger = {"type": list(logger) if isinstance(logger, tuple) else logger}
+    if not isinstance(logger, Mapping):
+        raise ConfigError(f"{trainer}(logger=...) takes a dict such as dict(type='wandb', project='my-rl'), or the "
+                          f"logger names ('wandb', ['console', 'tensorboard']); got {type(logger).__name__}")
+    try:
+        section = LoggerConfig.from_dict(dict(logger))
+    except ConfigError as e:
+        raise ConfigError(f"{trainer}(logger=...): {e}") from None
+    return {key: value for key, value in section.to_dict().items() if value is not None}
 
 
 class BaseTrainer:
@@ -40,7 +60,7 @@ class BaseTrainer:
         self.output_dir = Path(output_dir) if output_dir else None
         self.tracker = None
         if logger is not None or output_dir is not None:
-            spec = dict(logger or {})
+            spec = logger_spec(type(self).__name__, logger)
             backends = spec.get("type", "console")
             self.tracker = Tracker(backends, self.output_dir or Path("outputs") / spec.get("project", "verl"),
                                    project=spec.get("project", "verl"), experiment=spec.get("name", "run"),
