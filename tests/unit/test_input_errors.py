@@ -58,6 +58,22 @@ def test_a_hub_id_without_a_reachable_hub_fails_at_once_or_loads_from_the_cache(
     assert loading.hub_access("org/other", "model", "actor_rollout_ref.model.path") == {}
 
 
+@pytest.mark.parametrize("name, named", [("my models/qwen", "no my models/qwen there), and not a hub id"),
+                                         ("Qwen/Qwen2-0.5B-Instruct ", "It begins or ends with a space: remove it")])
+def test_a_name_that_is_neither_a_folder_nor_a_hub_id_is_one_line_where_the_hub_is_out_of_reach(name, named,
+                                                                                                 monkeypatch):
+    """Before: huggingface_hub's HFValidationError traceback, from the cache lookup of a hub out of reach."""
+    import re
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    for load in (loading.load_tokenizer, loading.load_causal_lm):
+        with pytest.raises(ModelLoadError, match=f"'{name}' \\(from `actor_rollout_ref.model.path`\\): it is not "
+                                                 f"a local folder.*{re.escape(named)}"):
+            load(name)
+
+
 def test_a_custom_chat_template_from_text_or_file_formats_the_prompts(tiny_model_dir, tmp_path):
     template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                 "{% if add_generation_prompt %}assistant:{% endif %}")

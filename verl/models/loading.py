@@ -108,6 +108,16 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
     local cache; and when it is in neither, a ModelLoadError at once, instead of a minute of retries."""
     if looks_like_path(name) or Path(name).expanduser().is_dir() or offline_flag() is not None:
         return {}
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:  # before the cache is asked, which raised HFValidationError's traceback for 'my models/qwen'
+        validate_repo_id(name)
+    except HFValidationError:
+        spaces = " It begins or ends with a space: remove it." if name != name.strip() else ""
+        raise ModelLoadError(f"could not load the {what} {name!r} (from `{config_key}`): it is not a local folder"
+                             f"{cwd_note(name)}, and not a hub id (an 'owner/name' of letters, digits, '-', '_' and "
+                             f"'.').{spaces} Give an existing folder that holds config.json, or a hub id like "
+                             f"'Qwen/Qwen2-0.5B'.") from None
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     if hub_reachable(endpoint):
         return {}
