@@ -405,6 +405,22 @@ def test_load_hf_model_takes_a_pathlib_path_and_names_a_gpu_device_map_without_c
                 load_hf_model(str(tiny_model_dir), device_map=device_map)
 
 
+def test_load_hf_model_without_a_model_or_with_it_under_another_name_says_what_to_pass(tiny_model_dir):
+    """Before: TypeError "expected str, bytes or os.PathLike object, not NoneType" for a config's model.path of
+    null (the built-in model), and "missing 1 required positional argument" for transformers' keyword name."""
+    from verl.utils.model import load_hf_model, load_hf_tokenizer
+
+    for load in (load_hf_model, load_hf_tokenizer):
+        name = load.__name__
+        with pytest.raises(ModelLoadError, match=f"^{name} needs a model: a hub id .* got None. A config's model.path "
+                                                 f"of null means the built-in tiny model: .*builtin_model_path"):
+            load(None)
+        with pytest.raises(ModelLoadError, match=f"^{name} takes the model as model_name_or_path .*got "
+                                                 f"pretrained_model_name_or_path='.*': write {name}\\("):
+            load(pretrained_model_name_or_path=str(tiny_model_dir))
+    assert load_hf_model(model_name_or_path=str(tiny_model_dir)).config.model_type == "qwen2"
+
+
 def test_a_keyword_the_model_class_does_not_take_is_named_not_raised_from_its_constructor(tiny_model_dir):
     """Before: TypeError: Qwen2ForCausalLM.__init__() got an unexpected keyword argument 'torch_type', raised
     from inside transformers' from_pretrained (and so for QLoRA tutorials' load_in_8bit=True, gone in

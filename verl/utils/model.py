@@ -18,7 +18,25 @@ from verl.errors import DeviceError, ModelLoadError
 from verl.models.loading import load_causal_lm, load_tokenizer
 
 
-def load_hf_model(model_name_or_path: str | os.PathLike, torch_dtype: torch.dtype | str | None = None,
+# Names a model is often passed under (transformers' own, verl's config key): said, not a missing-argument TypeError.
+OTHER_PATH_NAMES = ("pretrained_model_name_or_path", "model_path", "path", "model_name", "model_id")
+
+
+def _model_name(function: str, given, kwargs: dict) -> str:
+    """``model_name_or_path`` as a path string; None or a misnamed keyword is one line naming what to pass (None,
+    as ``actor_rollout_ref.model.path`` holds for the built-in model, failed in os.fspath)."""
+    misnamed = [name for name in OTHER_PATH_NAMES if name in kwargs]
+    if misnamed:
+        raise ModelLoadError(f"{function} takes the model as model_name_or_path (or its first argument), got "
+                             f"{misnamed[0]}={kwargs[misnamed[0]]!r}: write {function}(model_name_or_path=...)")
+    if given is None:
+        raise ModelLoadError(f"{function} needs a model: a hub id ('Qwen/Qwen2-0.5B-Instruct') or a folder with "
+                             f"config.json, got None. A config's model.path of null means the built-in tiny model: "
+                             f"its folder is verl.models.tiny.builtin_model_path()")
+    return os.fspath(given)
+
+
+def load_hf_model(model_name_or_path: str | os.PathLike | None = None, torch_dtype: torch.dtype | str | None = None,
                   attn_implementation: str | None = None, trust_remote_code: bool = False, *,
                   dtype: torch.dtype | str | None = None, **kwargs) -> torch.nn.Module:
     """A Hugging Face causal LM from a hub id or a local folder.
@@ -39,14 +57,17 @@ def load_hf_model(model_name_or_path: str | os.PathLike, torch_dtype: torch.dtyp
     chosen = torch_dtype if torch_dtype is not None else dtype
     _check_device_map(kwargs.get("device_map"))
     kwargs.setdefault("config_key", "model_name_or_path")
-    return load_causal_lm(os.fspath(model_name_or_path), dtype=chosen if chosen is not None else "float32",
+    name = _model_name("load_hf_model", model_name_or_path, kwargs)
+    return load_causal_lm(name, dtype=chosen if chosen is not None else "float32",
                           attn_implementation=attn_implementation, trust_remote_code=trust_remote_code, **kwargs)
 
 
-def load_hf_tokenizer(model_name_or_path: str | os.PathLike, trust_remote_code: bool = False, **kwargs):
+def load_hf_tokenizer(model_name_or_path: str | os.PathLike | None = None, trust_remote_code: bool = False,
+                      **kwargs):
     """The model's tokenizer, set up for RL: left padding and a pad token (eos when it has none)."""
+    name = _model_name("load_hf_tokenizer", model_name_or_path, kwargs)
     kwargs.setdefault("config_key", "model_name_or_path")
-    return load_tokenizer(os.fspath(model_name_or_path), trust_remote_code=trust_remote_code, **kwargs)
+    return load_tokenizer(name, trust_remote_code=trust_remote_code, **kwargs)
 
 
 def _check_device_map(device_map) -> None:
