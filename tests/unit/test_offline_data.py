@@ -310,3 +310,26 @@ def test_empty_sft_responses_are_refused_when_all_and_counted_when_some(caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "data.train_files: 2 of 8 rows have an empty response (row 2, 5): they train the model to answer nothing; "
         "fill them in or drop them"]
+
+
+def test_responses_that_repeat_their_prompt_are_refused_when_all_and_counted_when_some(caplog):
+    """Before: prompt + answer written in one column (Anthropic HH's text) showed the model the prompt twice and
+    trained it to answer with the prompt, without a word."""
+    sft = [{"prompt": f"{i}+10=", "response": f"{i}+10={i + 10}"} for i in range(4)]
+    with pytest.raises(DataError, match=r"^every row of data.train_files repeats its prompt at the start of column "
+                                        r"'response' \(row 0: '0\+10=10'\): .*give column 'response' without the "
+                                        r"prompt"):
+        SFTDataset(sft, encoder())
+    pairs = [{"prompt": "What is 2+3?", "chosen": "What is 2+3? 5", "rejected": "What is 2+3? 6"}] * 2
+    with pytest.raises(DataError, match=r"repeats its prompt at the start of columns 'chosen' and 'rejected'"):
+        PreferenceDataset(pairs, encoder())
+    kto = [{"prompt": "What is 2+3?", "completion": "What is 2+3? 5", "label": True}] * 2
+    with pytest.raises(DataError, match=r"repeats its prompt at the start of column 'completion'"):
+        KTODataset(kto, encoder())
+    sft[1]["response"], sft[2]["response"], sft[3]["response"] = "11", "12", "13"
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        assert len(SFTDataset(sft, encoder())) == 4
+        PreferenceDataset([{**pairs[0], "chosen": "5"}] * 2, encoder())  # one side alone may begin so
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.train_files: 1 of 4 rows repeat their prompt at the start of column 'response' (row 0): the prompt is "
+        "trained on as part of the answer; give column 'response' without the prompt (the text after it)"]

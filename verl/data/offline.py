@@ -258,6 +258,26 @@ def _say_empty_responses(empty: list[int], total: int, response_key: str, source
                        ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
 
 
+def _say_repeated_prompts(rows: list[tuple[Any, tuple]], columns: str, source: str) -> None:
+    """Responses that begin with their own prompt's text (prompt + answer written in one column, as Anthropic HH's
+    text is) show the model its prompt twice, the second time as the answer to learn. Every row so is refused,
+    some are said once with the rows. Short prompts ("2=") are left alone: an answer may begin with them."""
+    def text(value: Any) -> str:
+        return (value if isinstance(value, str) else str(value[-1].get("content") or "") if is_messages(value) and value
+                else "").strip()
+    repeated = [i for i, (prompt, responses) in enumerate(rows) if len(text(prompt)) >= 4
+                and all(isinstance(r, str) and r.strip().startswith(text(prompt)) for r in responses)]
+    fix = f"give {columns} without the prompt (the text after it)"
+    if repeated and len(repeated) == len(rows):
+        raise DataError(f"every row of {source} repeats its prompt at the start of {columns} (row 0: "
+                        f"{rows[0][1][0]!r:.60}): the model would be shown the prompt twice and trained to answer "
+                        f"with it; {fix}")
+    if repeated:
+        logger.warning("%s: %d of %d rows repeat their prompt at the start of %s (row %s): the prompt is trained on "
+                       "as part of the answer; %s", source, len(repeated), len(rows), columns,
+                       ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else ""), fix)
+
+
 class SFTDataset:
     """Supervised examples: prompt/response columns, or whole conversations (``messages_key``)."""
 
@@ -278,6 +298,8 @@ class SFTDataset:
                      f"row {i} of {source}") for i, row in enumerate(rows)]
         _say_empty_responses([i for i, (_, response, _) in enumerate(examples) if _blank(response)], len(rows),
                              response_key, source)
+        _say_repeated_prompts([(prompt, (response,)) for prompt, response, _ in examples], f"column {response_key!r}",
+                              source)
         self.items = encoder.examples(examples)
 
     def __len__(self) -> int:
@@ -319,6 +341,8 @@ class PreferenceDataset:
         check_columns(rows, {**({} if implicit else {prompt_key: "data.prompt_key"}), chosen_key: "data.chosen_key",
                              rejected_key: "data.rejected_key"}, source)
         triples = [split_prompt(row.get(prompt_key), row[chosen_key], row[rejected_key]) for row in rows]
+        _say_repeated_prompts([(prompt, (chosen, rejected)) for prompt, chosen, rejected in triples],
+                              f"columns {chosen_key!r} and {rejected_key!r}", source)
         encoded = encoder.examples([(prompt, response, f"row {i} of {source} ({side})")
                                     for i, (prompt, *responses) in enumerate(triples)
                                     for response, side in zip(responses, ("chosen", "rejected"))])
@@ -357,6 +381,8 @@ class KTODataset:
         check_columns(rows, {prompt_key: "data.prompt_key", completion_key: "data.completion_key",
                              label_key: "data.label_key"}, source)
         labels = [_label(row[label_key], f"row {i} of {source}", label_key) for i, row in enumerate(rows)]
+        _say_repeated_prompts([(row[prompt_key], (row[completion_key],)) for row in rows],
+                              f"column {completion_key!r}", source)
         wheres = [f"row {i} of {source}" for i in range(len(rows))]
         split = encoder.prompt_response_many([(row[prompt_key], row[completion_key], where)
                                               for row, where in zip(rows, wheres)])
