@@ -1,4 +1,5 @@
 import logging
+import re
 
 import pytest
 import torch
@@ -180,9 +181,27 @@ def test_a_reward_model_column_of_json_text_gives_its_ground_truth(tmp_path, tok
     Before, such rows had no ground truth and the run stopped saying so, with the answer right there."""
     path = tmp_path / "d.csv"
     path.write_text('prompt,data_source,reward_model\n1+1=,exact_match,"{""ground_truth"": ""2""}"\n'
-                    '2+2=,exact_match,not json\n')
+                    '2+2=,exact_match,\n')
     ds = RLDataset(str(path), tokenizer)
     assert [ds[0]["ground_truth"], ds[1]["ground_truth"]] == ["2", None]
+
+
+@pytest.mark.parametrize("reward_model, named", [
+    ("4", "its reward_model is '4' (a str), not a dict, and verl reads the answer from reward_model.ground_truth: "
+          "write reward_model={'ground_truth': '4'}, or give the answer as a ground_truth column"),
+    ({"groundtruth": "4"}, "its reward_model holds 'groundtruth' and no 'ground_truth', and verl reads the answer "
+                           "from reward_model.ground_truth: rename the key to ground_truth"),
+    ({"style": "rule", "answer": "4"}, "its reward_model holds 'answer' and no 'ground_truth'")])
+def test_an_answer_in_the_reward_model_column_where_verl_does_not_read_it_is_named_by_row(tmp_path, tokenizer,
+                                                                                         reward_model, named):
+    """Before: such rows had no ground truth, and a custom reward function got ground_truth=None for every row
+    without a word."""
+    rows = [{"prompt": "2+2=", "data_source": "mine", "reward_model": reward_model}] * 2
+    with pytest.raises(DataError, match=r"^data\.train_files: row 0: " + re.escape(named)):
+        RLDataset(write_jsonl(rows, tmp_path / "d.jsonl"), tokenizer)
+    # Where the row has its answer elsewhere, or no answer at all, nothing is said.
+    for kept in ([{**rows[0], "ground_truth": "4"}], [{"prompt": "2+2=", "reward_model": {"style": "model"}}]):
+        assert len(RLDataset(write_jsonl(kept, tmp_path / "k.jsonl"), tokenizer)) == 1
 
 
 def test_the_reward_fn_key_column_reaches_the_batch_and_a_row_without_it_is_named(tmp_path, tokenizer):

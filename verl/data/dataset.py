@@ -92,6 +92,26 @@ def ground_truth_of(row: dict, reward_model_key: str = "reward_model") -> Any:
     return None
 
 
+# Keys a reward_model dict may hold the answer under by mistake: read nowhere, so the row had no ground truth.
+ANSWER_KEYS = ("answer", "solution", "groundtruth", "ground_truths", "ground-truth", "gt", "target", "label")
+
+
+def reward_model_problem(value: Any) -> str | None:
+    """Why a row without a ground truth has none although its ``reward_model`` column holds one (None when it does
+    not): the answer as the column's value itself, or under another key. A custom reward function got
+    ground_truth=None for every such row, without a word."""
+    value = json_object(value)
+    if _absent(value):
+        return None
+    fix = "verl reads the answer from reward_model.ground_truth"
+    if isinstance(value, Mapping):
+        other = [k for k in value if str(k).lower() in ANSWER_KEYS and not _absent(value[k])]
+        return (f"its reward_model holds {other[0]!r} and no 'ground_truth', and {fix}: rename the key to "
+                f"ground_truth") if other else None
+    return (f"its reward_model is {value!r:.60} (a {type(value).__name__}), not a dict, and {fix}: write "
+            f"reward_model={{'ground_truth': {value!r:.30}}}, or give the answer as a ground_truth column")
+
+
 def conversation_prompt(messages: list[dict]) -> list[dict]:
     """The prompt part of a ``messages`` conversation: everything before the final assistant turn(s)."""
     end = len(messages)
@@ -273,6 +293,10 @@ class RLDataset(Dataset):
                     raise DataError(f"row {i} has no {self.reward_fn_key!r} (data.reward_fn_key={self.reward_fn_key}: "
                                     f"the column whose value the reward function gets as data_source); columns found: "
                                     f"{sorted(row)}; fill it in, or set data.reward_fn_key to the column that holds it")
+        for i, row in enumerate(rows):
+            problem = reward_model_problem(row.get("reward_model")) if ground_truth_of(row) is None else None
+            if problem:
+                raise DataError(f"row {i}: {problem}")
         for i, row in enumerate(rows):
             if prompt_key not in row and isinstance(row.get("messages"), list):
                 # TRL's conversational layout: the prompt is the conversation up to the answer.
