@@ -146,6 +146,10 @@ def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tm
     ([{"role": "System", "content": "be brief"}, {"role": "User", "content": "hi"}],
      r"message 0 has role 'System': chat templates compare roles in lower case, so it would not render as 'system'; "
      r"write it as 'system'"),
+    ([{"role": "usr", "content": "hi"}], r"message 0 has role 'usr': a chat template renders it as a role of its own, "
+                                         r"or not at all; did you mean 'user'\?"),
+    ([{"role": "user", "content": "hi"}, {"role": "assitant", "content": "5"}, {"role": "user", "content": "and?"}],
+     r"message 1 has role 'assitant': .*did you mean 'assistant'\?"),
 ])
 def test_a_prompt_that_is_not_chat_messages_is_named_with_its_file_row_and_fix(tmp_path, tokenizer, bad, problem):
     """Parquet stores one struct type for a column, so a row whose messages lack a key (or use ShareGPT's

@@ -17,6 +17,7 @@ or a tokenizer without a chat template) fails before training starts, not hours 
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -152,6 +153,10 @@ def message_problem(prompt: Any) -> str | None:
         if role != role.lower() and role.lower() in CHAT_ROLES:
             return (f"message {j} has role {role!r}: chat templates compare roles in lower case, so it would not "
                     f"render as {role.lower()!r}; write it as {role.lower()!r}")
+        misspelt = role not in CHAT_ROLES and difflib.get_close_matches(role.lower(), CHAT_ROLES, n=1, cutoff=0.7)
+        if misspelt:  # rendered under a role of its own, or dropped: a template's own roles (ipython) are not close
+            return (f"message {j} has role {role!r}: a chat template renders it as a role of its own, or not at all; "
+                    f"did you mean {misspelt[0]!r}?")
     return None
 
 
