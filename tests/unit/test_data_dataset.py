@@ -125,6 +125,18 @@ def test_collate_left_pads_and_numbers_positions(tmp_path, tokenizer):
     assert b["input_ids"].dtype == torch.long
 
 
+def test_collating_with_the_pad_id_of_a_tokenizer_without_a_pad_token_names_the_fix(tmp_path, tokenizer):
+    """Before: TypeError "full(): argument 'fill_value' must be Number, not NoneType"."""
+    from verl.data.offline import collate_sft
+
+    ds = RLDataset(write_jsonl([row("abc"), row("x")], tmp_path / "d.jsonl"), tokenizer, max_prompt_length=64)
+    sft_items = [{"input_ids": [1, 2], "loss_mask": [0, 1]}]
+    for collate, items in ((collate_prompts, [ds[0], ds[1]]), (collate_sft, sft_items)):
+        with pytest.raises(DataError, match=r"^no pad token id to pad the batch with \(None: the tokenizer has no pad "
+                                            r"token.*set tokenizer.pad_token = tokenizer.eos_token first"):
+            collate(items, None)
+
+
 def test_a_dataset_with_images_is_refused_rather_than_trained_on_without_them(tmp_path, tokenizer):
     from verl.data import write_parquet
 

@@ -36,6 +36,10 @@ def item_problem(item: Any) -> str | None:
 
 def left_pad(sequences: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(ids, mask)``, both ``[B, max_len]`` long, with the padding on the left."""
+    if pad_token_id is None:  # tokenizer.pad_token_id of a tokenizer without one: torch.full's TypeError before
+        raise DataError("no pad token id to pad the batch with (None: the tokenizer has no pad token, as Llama 3's and "
+                        "GPT-2's have not); set tokenizer.pad_token = tokenizer.eos_token first, or load the tokenizer "
+                        "with verl.utils.model.load_hf_tokenizer, which does")
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
