@@ -121,12 +121,20 @@ BAD_BATCHES = [
                                                        r"length 3 at dim 1 \(got 4\)\): are its rows of different "
                                                        r"lengths\? Pad them to one length"),
     (_with(prompt_mask=[[1, 1], [1]]), r"^prompt_mask cannot be made one tensor"),
+    # A column under another name (TRL's "rewards", a scorer's "score"): before, only "lacks ['reward']".
+    ({**{k: v for k, v in tutorial_batch().items() if k != "reward"}, "rewards": torch.tensor([1.0])},
+     r"^the batch dict lacks \['reward'\] \('rewards' is there: name it 'reward'\); PPOTrainer.step needs"),
+    ({k: v for k, v in tutorial_batch().items() if k not in ("reward", "prompt_mask")} |
+     {"prompt_masks": tutorial_batch()["prompt_mask"], "score": torch.tensor([1.0])},
+     r"^the batch dict lacks \['prompt_mask', 'reward'\] \('prompt_masks' is there: name it 'prompt_mask'; 'score' "
+     r"is there: name it 'reward'\)"),
 ]
 
 
 @pytest.mark.parametrize("batch, message", BAD_BATCHES, ids=["mask", "prompt_mask", "vocab", "negative", "fraction",
                                                              "nan", "inf", "response_mask", "interleaved", "empty",
-                                                             "list", "ragged", "ragged_mask"])
+                                                             "list", "ragged", "ragged_mask", "rewards",
+                                                             "score_and_masks"])
 def test_a_malformed_batch_is_refused_before_the_update_naming_what_is_wrong(tiny_model_dir, batch, message):
     worker = make_worker(tiny_model_dir)
     trainer = PPOTrainer(actor_rollout_ref_worker=worker)

@@ -7,6 +7,7 @@ Rows may be padded on either side; only tokens with attention 1 count.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Mapping
 
@@ -24,6 +25,23 @@ READ = (*REQUIRED, "attention_mask")
 NEEDS = "PPOTrainer.step needs input_ids [B, T], prompt_mask [B, T] (1 on prompt tokens), reward [B] and " \
         "optionally attention_mask [B, T]"
 _said: set = set()  # what was said once: unread keys, unmasked padding
+# Other names a column is often given under (TRL's "rewards", a scorer's "score"); difflib finds the near spellings.
+OTHER_NAMES = {"reward": ("rewards", "score", "scores", "reward_score", "returns"),
+               "prompt_mask": ("prompt_masks", "prompts_mask", "prompt_attention_mask"),
+               "input_ids": ("ids", "input_id", "tokens", "token_ids", "sequences")}
+
+
+def named_otherwise(missing: list[str], keys) -> str:
+    """`` ('rewards' is there: name it 'reward')`` for each missing column given under another name, else ""."""
+    keys = [str(k) for k in keys]
+    hints = []
+    for name in missing:
+        close = [k for k in OTHER_NAMES.get(name, ()) if k in keys] or difflib.get_close_matches(name, keys, n=1,
+                                                                                             cutoff=0.75)
+        if close:
+            hints.append(f"{close[0]!r} is there: name it {name!r}")
+        keys = [k for k in keys if k not in close[:1]]
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _tensor(value, name: str) -> torch.Tensor:
@@ -79,7 +97,8 @@ def check_layout(batch: Batch) -> None:
     one without them is named here, before any model runs, not as a KeyError after the log-probs."""
     missing = [k for k in LAYOUT if k not in batch]
     if missing:
-        raise VerlError(f"the Batch given to PPOTrainer.step lacks {missing} (it has {batch.keys()}); give a Batch "
+        raise VerlError(f"the Batch given to PPOTrainer.step lacks {missing} (it has {batch.keys()})"
+                        f"{named_otherwise(missing, batch.keys())}; give a Batch "
                         f"in verl's layout, e.g. worker.generate_sequences' output with batch['reward'] = one reward "
                         f"per row [B], or the tutorial's dict. {NEEDS}")
 
@@ -93,7 +112,7 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
         raise VerlError(f"the batch is {got}, not a dict; stack the rows into one dict of tensors. {NEEDS}")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise VerlError(f"the batch dict lacks {missing}; {NEEDS}")
+        raise VerlError(f"the batch dict lacks {missing}{named_otherwise(missing, data)}; {NEEDS}")
     unread = tuple(sorted(str(k) for k in data if k not in READ))
     if unread and unread not in _said:  # e.g. "advantages" or "labels": said once, not used silently
         _said.add(unread)
