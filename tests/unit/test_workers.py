@@ -199,6 +199,17 @@ def test_prompts_padded_on_the_right_or_without_their_mask_are_refused_before_de
     assert worker.generate_sequences(left)["responses"].shape == (2, RESPONSE_LENGTH)
 
 
+@pytest.mark.parametrize("engine", ["hf", "native"])
+def test_a_batch_of_no_prompts_gives_no_samples_on_either_engine(tiny_model_dir, engine):
+    """Before: the hf engine failed with "max() arg is an empty sequence" where the native one gave empty columns."""
+    worker = ActorRolloutRefWorker(worker_config(tiny_model_dir, rollout=dict(name=engine, n=2,
+                                                                              calculate_log_probs=True)), with_ref=False)
+    empty = Batch({"input_ids": torch.zeros(0, 5, dtype=torch.long), "attention_mask": torch.zeros(0, 5, dtype=torch.long)})
+    out = worker.generate_sequences(empty)
+    assert out["responses"].shape == (0, RESPONSE_LENGTH) and out["input_ids"].shape == (0, 5 + RESPONSE_LENGTH)
+    assert out["response_mask"].shape == (0, RESPONSE_LENGTH)
+
+
 @pytest.mark.parametrize("arch,engine", [("qwen2", "NativeRollout"), ("llama", "NativeRollout"),
                                          ("phi3", "NativeRollout"), ("opt", "HFRollout")])
 def test_rollout_name_auto_runs_native_for_the_families_its_decoder_covers_and_hf_for_others(tmp_path, arch, engine):

@@ -103,6 +103,9 @@ class HFRollout(RolloutEngine):
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         device = self.device
+        if not input_ids.shape[0]:  # no rows (a share of none): no responses, as the native engine gives
+            return (input_ids.new_zeros((0, 0)).to(device),
+                    torch.zeros((0, 0), device=device) if params.logprobs else None)
         config = self._generation_config(params)
         chunk = self.rows_at_once(params) or input_ids.shape[0]
         forbidden = placeholder_ids(self.model)
