@@ -58,7 +58,9 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
         if number[name] is not None:
             assert run(program, number[name], spec=spec) == 0x00050000 | 13, name   # EACCES
     assert run(program, number["fcntl"], (5, 1031, 1 << 20), spec=spec) == 0x00050000 | 1  # F_SETPIPE_SZ: EPERM
-    for cmd in (0, 1, 2, 3, 4, 1032):                                              # F_DUPFD ... F_GETPIPE_SZ
+    for cmd in (8, 10, 15, 8 + 2**32):  # F_SETOWN, F_SETSIG, F_SETOWN_EX: the kernel signals a file's owner
+        assert run(program, number["fcntl"], (5, cmd, 1), spec=spec) == 0x00050000 | 1, cmd  # EPERM
+    for cmd in (0, 1, 2, 3, 4, 9, 11, 16, 1032):                        # F_DUPFD ... F_GETOWN, F_GETSIG, F_GETOWN_EX
         assert run(program, number["fcntl"], (5, cmd), spec=spec) == ALLOW, cmd
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         assert run(program, number[name], (PID, 9), spec=spec) == ALLOW, name        # itself (abort, raise)
@@ -73,6 +75,9 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
     assert run(program, number["ioctl"], (0, 0x5412), spec=spec) == KILL           # TIOCSTI
     assert run(program, number["ioctl"], (0, 0x541C), spec=spec) == KILL           # TIOCLINUX
     assert run(program, number["ioctl"], (0, 0x5401), spec=spec) == ALLOW          # TCGETS
+    assert run(program, number["ioctl"], (3, 0x8901), spec=spec) == KILL           # FIOSETOWN (F_SETOWN)
+    assert run(program, number["ioctl"], (3, 0x8902), spec=spec) == KILL           # SIOCSPGRP (F_SETOWN)
+    assert run(program, number["ioctl"], (3, 0x8903), spec=spec) == ALLOW          # FIOGETOWN
     assert run(program, 0, arch=0x40000003, spec=spec) == KILL                     # i386 entry point
     if machine == "x86_64":
         assert run(program, 0x40000000 + 1, spec=spec) == KILL                     # x32

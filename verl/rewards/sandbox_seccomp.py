@@ -28,11 +28,15 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   opening a fifo blocks, which the hook's path check races with);
 * signals and limits only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
   must name the process's own pid, prlimit64 its own pid or 0; anything else is ``KILL``;
-* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
+* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal), FIOSETOWN or SIOCSPGRP (see F_SETOWN below) is ``KILL``;
 * ``EACCES``: socket and socketpair (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly).
   A pair of unix sockets reaches nothing, but its queues are kernel memory outside RLIMIT_AS: 29 pairs held
   227 MiB (at ``net.core.wmem_max`` = 4 MiB) in a run limited to 256 MiB;
 * ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above);
+* ``EPERM``: fcntl F_SETOWN, F_SETOWN_EX and F_SETSIG. The owner of a file is the process the kernel signals
+  (SIGIO, or any signal F_SETSIG names, SIGKILL included) when I/O on it becomes possible, with no ``kill``
+  to filter: a run that made the trainer the owner of its end of the results pipe (pure Python, ``fcntl``) had
+  the trainer killed by its own next read of results, in a plain user's weak mode (same uid, no pid namespace);
 * ``EACCES``: inotify_init, inotify_init1, fanotify_init; ``EPERM``: fcntl F_SETPIPE_SZ. Where the run has
   no uid of its own (a plain user's runs, with or without namespaces), its inotify instances and pipe
   buffers count against the trainer's uid: three runs of 60 inotify instances each took all 128 of
@@ -90,7 +94,9 @@ DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
 """The calls that kill the process outright (the rules above cover the others)."""
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+OWNER_IOCTLS = (0x8901, 0x8902)  # FIOSETOWN, SIOCSPGRP: F_SETOWN by ioctl
 F_SETPIPE_SZ = 1031
+OWNER_FCNTLS = (8, 10, 15)  # F_SETOWN, F_SETSIG, F_SETOWN_EX
 
 
 def filter_spec(machine: str | None = None) -> dict | None:
@@ -109,12 +115,12 @@ def filter_spec(machine: str | None = None) -> dict | None:
             "self": [[number(n), 0] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")],
             "self_or_zero": [[number("prlimit64"), 0]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
-            "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
+            "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS + OWNER_IOCTLS),
             "errno": [[number("socket"), 13], [number("socketpair"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
                       [number("sync"), 0], [number("syncfs"), 0],  # done at once: nothing of a run outlives it
                       *[[number(n), 13] for n in ("inotify_init", "inotify_init1", "fanotify_init")
                         if number(n) is not None]],
-            "fcntl": number("fcntl"), "fcntl_denied": [F_SETPIPE_SZ],  # EPERM
+            "fcntl": number("fcntl"), "fcntl_denied": [F_SETPIPE_SZ, *OWNER_FCNTLS],  # EPERM
             "weak_errno": [[number(n), 13] for n in ("mkdir", "mkdirat") if number(n) is not None]}
 
 
@@ -141,9 +147,10 @@ def _child_seccomp_program(spec: dict, pid: int) -> list[tuple[int, int, int, in
                  (ret, 0, 0, allow)]
     code += [(jeq, 0, 4, spec["clone"]), (ld, 0, 0, arg(0)), (jset, 0, 1, spec["clone_mask"]), (ret, 0, 0, kill),
              (ret, 0, 0, allow)]
-    for cmd in spec["fcntl_denied"]:  # the block ends in returns: nr need not be reloaded
-        code += [(jeq, 0, 4, spec["fcntl"]), (ld, 0, 0, arg(1)), (jeq, 0, 1, cmd), (ret, 0, 0, 0x00050000 | 1),
-                 (ret, 0, 0, allow)]
+    denied = spec["fcntl_denied"]  # a match jumps to the EPERM after the allow; the block ends in returns
+    code += [(jeq, 0, len(denied) + 3, spec["fcntl"]), (ld, 0, 0, arg(1))]
+    code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, 0x00050000 | 1)]
     denied = spec["ioctl_denied"]  # a match jumps to the kill after the allow
     code += [(jeq, 0, len(denied) + 3, spec["ioctl"]), (ld, 0, 0, arg(1))]
     code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]
