@@ -69,6 +69,18 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
     assert run(program, number["prlimit64"], (0,), spec=spec) == ALLOW
     assert run(program, number["prlimit64"], (PID,), spec=spec) == ALLOW
     assert run(program, number["prlimit64"], (1,), spec=spec) == KILL
+    for name in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
+                 "move_pages"):  # its own scheduling and memory only: no other process of the uid
+        assert run(program, number[name], (0, 5), spec=spec) == ALLOW, name
+        assert run(program, number[name], (PID, 5), spec=spec) == ALLOW, name
+        assert run(program, number[name], (1, 5), spec=spec) == KILL, name
+        assert run(program, number[name], (PID + 1, 5), spec=spec) == KILL, name
+    for name, own in (("setpriority", 0), ("ioprio_set", 1)):  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
+        assert run(program, number[name], (own, 0, 19), spec=spec) == ALLOW, name     # os.nice(19)
+        assert run(program, number[name], (own, PID, 19), spec=spec) == ALLOW, name
+        assert run(program, number[name], (own, 1, 19), spec=spec) == KILL, name       # another process
+        for which in (own + 1, own + 2):                                               # its group, its uid
+            assert run(program, number[name], (which, 0, 19), spec=spec) == KILL, (name, which)
     assert run(program, number["clone"], (0x01200011,), spec=spec) == ALLOW         # fork()'s flags
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000):     # any CLONE_NEW*
         assert run(program, number["clone"], (0x01200011 | flag,), spec=spec) == KILL

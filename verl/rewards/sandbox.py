@@ -40,8 +40,9 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   processes, no core dumps; no-new-privileges.
 * keyring and system calls (any user): a fresh, empty session keyring (``own_keyring``), and a
   seccomp filter (``seccomp``, see ``sandbox_seccomp``) that kills keyring, memfd, ptrace, bpf,
-  io_uring, mount and namespace calls, signals to other processes and leaving the process group
-  (setsid, setpgid), even from native code.
+  io_uring, mount and namespace calls, signals to other processes (by kill, or as a file's owner: F_SETOWN),
+  their scheduling (nice, CPU affinity, policy) and leaving the process group (setsid, setpgid), even from
+  native code.
 * writes (any user, where the kernel has Landlock): every write, file made, removed or renamed
   outside the working directory (and /dev/null ...) fails, even from native code (``landlock``,
   see ``sandbox_landlock``); in weak mode this is what confines files, and reads are confined too (to what
