@@ -33,7 +33,8 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   one CPU or make SCHED_IDLE any other of its uid with no capability (``setpriority(PRIO_USER, 0, 19)``: all
   of them at once): a run in a plain user's weak mode (the trainer's uid, no pid namespace) left the trainer
   at nice 19, SCHED_IDLE, on one CPU, after the run;
-* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal), FIOSETOWN or SIOCSPGRP (see F_SETOWN below) is ``KILL``;
+* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal), FIOSETOWN or SIOCSPGRP (F_SETOWN, below) is
+  ``KILL``;
 * ``EACCES``: socket and socketpair (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly).
   A pair of unix sockets reaches nothing, but its queues are kernel memory outside RLIMIT_AS: 29 pairs held
   227 MiB (at ``net.core.wmem_max`` = 4 MiB) in a run limited to 256 MiB;
@@ -122,7 +123,8 @@ def filter_spec(machine: str | None = None) -> dict | None:
             "kill": [number(n) for n in DENIED if number(n) is not None],
             "self": [[number(n), 0] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")],
             "self_or_zero": [[number(n), 0] for n in ("prlimit64", "sched_setaffinity", "sched_setscheduler",
-                                                      "sched_setparam", "sched_setattr", "migrate_pages", "move_pages")],
+                                                      "sched_setparam", "sched_setattr", "migrate_pages",
+                                                      "move_pages")],
             # setpriority(PRIO_PROCESS, ...), ioprio_set(IOPRIO_WHO_PROCESS, ...): [number, which]
             "own_process": [[number("setpriority"), 0], [number("ioprio_set"), 1]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
