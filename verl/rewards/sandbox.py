@@ -198,6 +198,8 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
         out_fd, err_fd = own(_memfd("verl-stdout")), own(_memfd("verl-stderr"))
         job_r, job_w = map(own, os.pipe())
         results_r, results_w = map(own, os.pipe())
+        for fd in (job_r, results_r):  # no process opens either pipe again (both ends share the inode): see _memfd
+            os.fchmod(fd, 0)
         started = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", _STUB, _CHILD_SOURCE, str(job_r), str(results_w)],
@@ -284,10 +286,15 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
 
 
 def _memfd(name: str, data: bytes | None = None) -> int:
-    """An anonymous file; with ``data``, filled, rewound and sealed against any change."""
+    """An anonymous file; with ``data``, filled, rewound and sealed against any change. Without, an output
+    file that no process can open again for reading (mode 0200): the trainer reads it through its own fd."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     if data is None:
         fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND)  # a program reopening /dev/stdout keeps what it printed
+        # A run's launcher is dumpable until it has imported PRELOAD: in a plain user's weak mode without
+        # Landlock, another run of the trainer opened its /proc/<pid>/fd/1 then and read what it printed later
+        # (a sibling sample's answer). Reopening for writing (/dev/stdout) still works. The pipes: mode 0.
+        os.fchmod(fd, 0o200)
         return fd
     view = memoryview(data)
     while view:

@@ -1,0 +1,91 @@
+"""A sandbox run cannot read what a concurrent run of the same trainer prints (a sibling sample's answer).
+
+Where every layer that separates runs is missing (a plain user's weak mode, no Landlock: all runs share the
+trainer's uid and the host's pid namespace), a run's launcher is dumpable until it has imported ``PRELOAD``. An
+attacking run opened ``/proc/<pid>/fd/1`` of the other runs' launchers then, and read what they printed later:
+the expected output, printed by a correct sibling. The output files are mode 0200 now, and the pipes of the
+job and the results 0, so that no process can open them again for reading. The driver runs as user ``nobody`` (as ``sandbox_attacks`` does)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sandbox_attacks import NOBODY, REPO, SYSTEM_PYTHON
+from sandbox_hack_programs import SECRET
+
+DRIVER = r'''
+import json, os, sys, threading, time, types
+spec = json.load(sys.stdin)
+for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards"), ("verl.rewards.scorers", "verl/rewards/scorers")):
+    module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
+    module.__path__ = [os.path.join(spec["repo"], path)]
+    sys.modules[name] = module
+from verl.rewards import sandbox
+sandbox._NAMESPACES = False  # as on a system that refuses user namespaces
+sandbox._LANDLOCK = False    # and a kernel without Landlock
+ATTACKER = r"""
+import os, time
+mine = {os.getpid(), os.getppid()}
+held, seen = [], set()
+deadline = time.monotonic() + 2.0
+while time.monotonic() < deadline and len(held) < 3:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in mine or pid in seen:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"<verl-sandbox>" not in f.read():
+                    continue
+            links = {fd: os.readlink("/proc/%s/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%s/fd" % pid)}
+        except OSError:
+            continue
+        seen.add(pid)
+        for fd, link in links.items():  # its output (its input is no secret), its job's and its results' pipes
+            if link.startswith(("/memfd:verl-stdout", "/memfd:verl-stderr", "pipe:")):
+                try:
+                    held.append((fd, os.open("/proc/%s/fd/%s" % (pid, fd), os.O_RDONLY | os.O_NONBLOCK)))
+                except OSError:
+                    pass
+time.sleep(0.8)  # until the siblings have printed
+found = {os.pread(fd, 4096, 0) for name, fd in held if name == "1"} - {b""}
+print("opened", len(held), found.pop().decode() if found else "nothing", end="")
+"""
+VICTIM = "import time\ntime.sleep(0.4)\nwith open('/dev/stdout', 'a') as out:\n    out.write(%r)\n" % (spec["secret"] + "\n")
+limits = sandbox.SandboxLimits(wall_seconds=4, cpu_seconds=4, memory_bytes=256 * 2**20)
+results = {}
+def run(name, code):
+    results[name] = sandbox.run_python(code, limits=limits)
+threads = [threading.Thread(target=run, args=("attacker", ATTACKER))]
+threads[0].start()
+time.sleep(0.3)  # the attacker is watching when the siblings start
+for i in range(3):
+    threads.append(threading.Thread(target=run, args=("sibling%d" % i, VICTIM)))
+    threads[-1].start()
+    time.sleep(0.05)
+for thread in threads:
+    thread.join()
+json.dump({name: {"status": r.status, "stdout": r.stdout, "stderr": r.stderr[-2000:], "layers": r.layers}
+           for name, r in results.items()}, sys.stdout)
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux only")
+def test_a_run_cannot_read_what_a_concurrent_sibling_run_prints_even_without_namespaces_or_landlock(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("this test switches users: run it as root (as CI does)")
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is missing: no world-executable interpreter to run the sandbox as nobody")
+    os.chmod(tmp_path, 0o777)
+    done = subprocess.run([SYSTEM_PYTHON, "-I", "-c", DRIVER], input=json.dumps({"repo": str(REPO), "secret": SECRET}),
+                          capture_output=True, text=True, user=NOBODY, group=NOBODY, extra_groups=[], cwd=tmp_path,
+                          timeout=120, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    for i in range(3):  # the siblings printed the answer (reopening /dev/stdout for writing still works)
+        assert report[f"sibling{i}"]["status"] == "ok" and report[f"sibling{i}"]["stdout"] == SECRET + "\n", report
+    attacker = report["attacker"]
+    assert not attacker["layers"]["pid_namespace"] and not attacker["layers"]["landlock"], attacker
+    assert attacker["status"] == "ok" and attacker["stdout"] == "opened 0 nothing", attacker
