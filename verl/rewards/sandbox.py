@@ -181,10 +181,13 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     results as plain data in ``SandboxResult.results``. Never raises for anything the program does."""
     calls = [c if isinstance(c, Call) else Call(str(c)) for c in calls]
     _protect_trainer()
-    job = (json.dumps({"code": code, "calls": len(calls),
-                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
-                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                       "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}) + "\n").encode()
+    # The settings (their length first: the launcher reads them to the byte), then the program's text on a line
+    # of its own, which only the sandboxed process reads (see sandbox_child._child_launch).
+    settings = (json.dumps({"calls": len(calls), "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
+                            "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
+                            "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP})
+                + "\n").encode()
+    job = b"%d\n" % len(settings) + settings + (json.dumps(code) + "\n").encode()
     call_lines = [(json.dumps(dataclasses.asdict(c)) + "\n").encode() for c in calls]
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
