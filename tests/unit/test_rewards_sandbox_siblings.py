@@ -2,12 +2,13 @@
 
 Where every layer that separates runs is missing (a plain user's weak mode, no Landlock: all runs share the
 trainer's uid and the host's pid namespace), a run's launcher is dumpable until it has imported ``PRELOAD``. An
-attacking run opened ``/proc/<pid>/fd/1`` of the other runs' launchers then, and read what they printed later:
-the expected output, printed by a correct sibling; and, where ptrace is not restricted (no Yama, or ptrace_scope
-0), it opened their ``/proc/<pid>/mem`` then and read their program out of it later (a solution to run as its
-own). The output files are mode 0200 now, and the pipes of the job and the results 0, so that no process can open
-them again for reading, and the launcher no longer reads the program (the sandboxed process does). The driver
-runs as user ``nobody`` (as ``sandbox_attacks`` does)."""
+attacking run opened ``/proc/<pid>/fd/1`` of the other runs' launchers then, and read what they printed later
+(the expected output, printed by a correct sibling) or wrote over it; and, where ptrace is not restricted (no
+Yama, or ptrace_scope 0), it opened their ``/proc/<pid>/mem`` then and read their program out of it later (a
+solution to run as its own). The output files now come with mode 0 (the sandboxed process, never dumpable,
+makes them 0200) and the pipes of the job and the results with mode 0, so that no process opens them again, and
+the launcher no longer reads the program (the sandboxed process does). The driver runs as user ``nobody`` (as
+``sandbox_attacks`` does)."""
 
 import json
 import os
@@ -22,7 +23,7 @@ from sandbox_hack_programs import SECRET
 DRIVER = r'''
 import json, os, sys, threading, time, types
 spec = json.load(sys.stdin)
-for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards"), ("verl.rewards.scorers", "verl/rewards/scorers")):
+for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards")):
     module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
     module.__path__ = [os.path.join(spec["repo"], path)]
     sys.modules[name] = module
@@ -52,12 +53,19 @@ while time.monotonic() < deadline and len(seen) < 3:
             pass
         for fd, link in links.items():  # its output (its input is no secret), its job's and its results' pipes
             if link.startswith(("/memfd:verl-stdout", "/memfd:verl-stderr", "pipe:")):
-                try:
-                    held.append((fd, os.open("/proc/%s/fd/%s" % (pid, fd), os.O_RDONLY | os.O_NONBLOCK)))
-                except OSError:
-                    pass
+                for flags in (os.O_RDONLY, os.O_WRONLY):  # to read it, or to write over it
+                    try:
+                        held.append((fd, os.open("/proc/%s/fd/%s" % (pid, fd), flags | os.O_NONBLOCK)))
+                    except OSError:
+                        pass
 time.sleep(0.8)  # until the siblings have printed
-found = {os.pread(fd, 4096, 0) for name, fd in held if name == "1"} - {b""}
+found = set()
+for name, fd in held:
+    try:
+        found.add(os.pread(fd, 4096, 0) if name == "1" else b"")
+    except OSError:  # opened to write
+        pass
+found.discard(b"")
 for maps, mem in memories:  # the siblings' program text holds the answer too
     try:
         lines = maps.read().splitlines()
@@ -67,7 +75,8 @@ for maps, mem in memories:  # the siblings' program text holds the answer too
         low, high = (int(x, 16) for x in line.split()[0].split("-"))
         if line.split()[1].startswith("rw") and high - low <= 64 << 20:
             try:
-                found.update(m + b"\n" for m in re.findall(rb"verl-hidden-[0-9a-f]{32}", os.pread(mem, high - low, low)))
+                memory = os.pread(mem, high - low, low)
+                found.update(m + b"\n" for m in re.findall(rb"verl-hidden-[0-9a-f]{32}", memory))
             except OSError:
                 pass
 print("opened", len(held), found.pop().decode() if found else "nothing", end="")
@@ -76,8 +85,8 @@ VICTIM = ("import time\ntime.sleep(0.4)\nwith open('/dev/stdout', 'a') as out:\n
           % (spec["secret"] + "\n"))  # alive while the attacker reads
 limits = sandbox.SandboxLimits(wall_seconds=4, cpu_seconds=4, memory_bytes=256 * 2**20)
 results = {}
-def run(name, code):
-    results[name] = sandbox.run_python(code, limits=limits)
+def run(name, code):  # the attacker without the audit hook, as native code (the hook refuses the writing open)
+    results[name] = sandbox.run_python(code, limits=sandbox.dataclasses.replace(limits, audit_hook=name != "attacker"))
 threads = [threading.Thread(target=run, args=("attacker", ATTACKER))]
 threads[0].start()
 time.sleep(0.3)  # the attacker is watching when the siblings start

@@ -290,14 +290,15 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
 
 def _memfd(name: str, data: bytes | None = None) -> int:
     """An anonymous file; with ``data``, filled, rewound and sealed against any change. Without, an output
-    file that no process can open again for reading (mode 0200): the trainer reads it through its own fd."""
+    file that no process can open again (mode 0): the trainer reads it through its own fd."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     if data is None:
         fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND)  # a program reopening /dev/stdout keeps what it printed
         # A run's launcher is dumpable until it has imported PRELOAD: in a plain user's weak mode without
         # Landlock, another run of the trainer opened its /proc/<pid>/fd/1 then and read what it printed later
-        # (a sibling sample's answer). Reopening for writing (/dev/stdout) still works. The pipes: mode 0.
-        os.fchmod(fd, 0o200)
+        # (a sibling sample's answer), or wrote over it. The sandboxed process, never dumpable, makes it 0200
+        # (sandbox_child._child_drop), so that /dev/stdout can be opened again to write. The pipes: mode 0.
+        os.fchmod(fd, 0)
         return fd
     view = memoryview(data)
     while view:

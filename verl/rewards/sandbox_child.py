@@ -300,6 +300,13 @@ def _child_drop(state: dict) -> None:
     for cap in range(64):  # empty the bounding set while allowed to (CAP_SETPCAP)
         if libc.prctl(24, ctypes.c_ulong(cap), zero, zero, zero) != 0:  # PR_CAPBSET_DROP
             break
+    # stdout and stderr come with mode 0, so that nothing opened them again while the launcher was dumpable; this
+    # process is not: /dev/stdout may be opened again, to write (sandbox._memfd).
+    for fd in (1, 2):
+        try:
+            os.fchmod(fd, 0o200)
+        except OSError:
+            pass
     if state["is_root"]:
         if not layers["private_workdir"]:
             os.chown(".", uid, gid)
