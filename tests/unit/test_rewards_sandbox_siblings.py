@@ -118,3 +118,66 @@ def test_a_run_cannot_read_what_a_concurrent_sibling_run_prints_even_without_nam
     attacker = report["attacker"]
     assert not attacker["layers"]["pid_namespace"] and not attacker["layers"]["landlock"], attacker
     assert attacker["status"] == "ok" and attacker["stdout"] == "opened 0 nothing", attacker["stderr"]
+
+
+HELPER_DRIVER = r'''
+import json, os, sys, threading, time, types
+spec = json.load(sys.stdin)
+for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards"),
+                   ("verl.rewards.scorers", "verl/rewards/scorers")):
+    module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
+    module.__path__ = [os.path.join(spec["repo"], path)]
+    sys.modules[name] = module
+from verl.rewards import sandbox
+from verl.rewards.scorers import code as scorer
+sandbox._NAMESPACES, sandbox._LANDLOCK = False, False
+os.environ["VERL_TEST_SECRET"] = spec["secret"]  # the trainer's environment: tokens, keys ...
+ATTACKER = r"""
+import os, time
+mine, found = {os.getpid(), os.getppid()}, set()
+deadline = time.monotonic() + 2.5
+while time.monotonic() < deadline and not found:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) in mine:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"program_bindings" not in f.read():  # the helper that parses a long program
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                found.update(f.read().split(b"\0"))
+            with open("/proc/%s/fd/0" % pid, "rb") as f:  # the other sample's program
+                found.add(f.read())
+        except OSError:
+            pass
+print("FOUND" if any(b"verl-hidden-" in item for item in found) else "nothing", end="")
+"""
+attack = {}
+thread = threading.Thread(target=lambda: attack.update(result=sandbox.run_python(ATTACKER, limits=sandbox.SandboxLimits(
+    wall_seconds=4, cpu_seconds=4, memory_bytes=256 * 2**20))))
+thread.start()
+time.sleep(0.4)
+long_program = "def rev(s):\n    return s[::-1]  # %s\n" % spec["secret"] + "# a long program\n" * 1000
+scores = [scorer.compute_score("code", long_program + "#%d\n" % i, ["assert rev('ab') == 'ba'"],
+                               {"sandbox": {"wall_seconds": 3}})["score"] for i in range(6)]
+thread.join()
+json.dump({"scores": scores, "status": attack["result"].status, "stdout": attack["result"].stdout,
+           "stderr": attack["result"].stderr[-2000:]}, sys.stdout)
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux only")
+def test_a_run_cannot_read_the_trainers_environment_or_a_long_program_from_the_parse_helper(tmp_path):
+    """A program over 8 KiB is parsed by a helper process of the trainer's (sandbox_trusted): it had the
+    trainer's environment and read the program from a pipe, dumpable all along."""
+    if os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"this test switches users: run it as root (as CI does), with {SYSTEM_PYTHON}")
+    os.chmod(tmp_path, 0o777)
+    done = subprocess.run([SYSTEM_PYTHON, "-I", "-c", HELPER_DRIVER],
+                          input=json.dumps({"repo": str(REPO), "secret": SECRET}), capture_output=True, text=True,
+                          user=NOBODY, group=NOBODY, extra_groups=[], cwd=tmp_path, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["scores"] == [1.0] * 6, report  # parsed by the helper all the same
+    assert report["status"] == "ok" and report["stdout"] == "nothing", report
