@@ -21,7 +21,7 @@ from sandbox_attacks import NOBODY, REPO, SYSTEM_PYTHON
 from sandbox_hack_programs import SECRET
 
 DRIVER = r'''
-import json, os, sys, threading, time, types
+import dataclasses, json, os, sys, threading, time, types
 spec = json.load(sys.stdin)
 for name, path in (("verl", "verl"), ("verl.rewards", "verl/rewards")):
     module = types.ModuleType(name)  # the packages' __init__ files import torch: skip them
@@ -86,7 +86,7 @@ VICTIM = ("import time\ntime.sleep(0.4)\nwith open('/dev/stdout', 'a') as out:\n
 limits = sandbox.SandboxLimits(wall_seconds=4, cpu_seconds=4, memory_bytes=256 * 2**20)
 results = {}
 def run(name, code):  # the attacker without the audit hook, as native code (the hook refuses the writing open)
-    results[name] = sandbox.run_python(code, limits=sandbox.dataclasses.replace(limits, audit_hook=name != "attacker"))
+    results[name] = sandbox.run_python(code, limits=dataclasses.replace(limits, audit_hook=name != "attacker"))
 threads = [threading.Thread(target=run, args=("attacker", ATTACKER))]
 threads[0].start()
 time.sleep(0.3)  # the attacker is watching when the siblings start
@@ -102,7 +102,8 @@ json.dump({name: {"status": r.status, "stdout": r.stdout, "stderr": r.stderr[-20
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux only")
-def test_a_run_cannot_read_what_a_concurrent_sibling_run_prints_even_without_namespaces_or_landlock(tmp_path):
+def test_a_run_cannot_read_or_overwrite_a_concurrent_sibling_runs_output_or_program_without_namespaces_or_landlock(
+        tmp_path):
     if os.geteuid() != 0:
         pytest.skip("this test switches users: run it as root (as CI does)")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
