@@ -139,6 +139,10 @@ values = {"__PORT__": str(tcp.getsockname()[1]), "__ABSTRACT__": repr(abstract_n
 
 shm_before = set()
 
+def scheduling():
+    return os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0)
+scheduled = scheduling()
+
 def _owned(path):
     try:
         return os.stat(path).st_uid == os.getuid()
@@ -164,7 +168,17 @@ def _inode(path):
         return None
 
 def escaped(stdout):
+    global scheduled
     found = []
+    if scheduling() != scheduled:  # restored where it can be (a plain user cannot lower its nice value again)
+        found.append("changed the trainer's scheduling: %r -> %r" % (scheduled, scheduling()))
+        for restore in (lambda: os.sched_setaffinity(0, scheduled[1]),
+                        lambda: os.sched_setscheduler(0, scheduled[2], os.sched_param(0))):
+            try:
+                restore()
+            except OSError:
+                pass
+        scheduled = scheduling()
     for listener in listeners:
         try:
             conn, _ = listener.accept()

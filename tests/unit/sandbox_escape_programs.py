@@ -336,6 +336,48 @@ for pid in ("__TRAINER__", "1", str(os.getppid()), "self"):
             pass
 """
 
+# The kernel signals the owner of a file (SIGIO, or the signal F_SETSIG names, SIGKILL included) when I/O on it
+# is possible, with no kill() for the filter to check: made the owner of the run's end of a pipe, the trainer
+# was signalled by its own next read of results (a plain user's weak mode: the same uid, no pid namespace; with
+# F_SETSIG SIGKILL it died). SIGUSR1 here, which the driver counts.
+SIGNAL_THROUGH_AN_FD_OWNER = r"""
+import fcntl, os, struct, time
+owned = []
+for fd in range(3, 64):
+    for how in ("fcntl", "ioctl"):
+        try:
+            if how == "fcntl":
+                fcntl.fcntl(fd, fcntl.F_SETOWN, __TRAINER__)
+            else:
+                fcntl.ioctl(fd, 0x8901, struct.pack("i", __TRAINER__))  # FIOSETOWN
+            fcntl.fcntl(fd, 10, 10)  # F_SETSIG: SIGUSR1
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+            owned.append(fd)
+        except OSError:
+            pass
+for fd in owned:  # the trainer reads the results pipe, or writes the job's: either signals the owner
+    try:
+        os.write(fd, b"x\n")
+    except OSError:
+        pass
+time.sleep(0.3)
+print("owned", owned)
+"""
+# Another process of the same uid may be reniced, pinned to one CPU or made SCHED_IDLE with no capability
+# (and setpriority(PRIO_USER, 0, 19) renices every process of the uid): a plain user's weak run did so to the
+# trainer, which stayed so after the run. The driver compares its own scheduling before and after.
+SCHEDULING_OF_THE_TRAINER = r"""
+import os
+for what, change in (("nice", lambda: os.setpriority(os.PRIO_PROCESS, __TRAINER__, 19)),
+                     ("affinity", lambda: os.sched_setaffinity(__TRAINER__, {min(os.sched_getaffinity(0))})),
+                     ("idle", lambda: os.sched_setscheduler(__TRAINER__, os.SCHED_IDLE, os.sched_param(0)))):
+    try:
+        change()
+        print("changed", what)
+    except OSError as error:
+        print("refused", what, error)
+"""
+
 ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "hook_disabled_by_recursion_error": STEAL_HOOK_FRAMES_BY_RECURSION + SMASH_STOLEN + ESCAPES,
     "hook_state_via_signal_frames": STEAL_HOOK_FRAMES_BY_SIGNAL + SMASH_STOLEN + ESCAPES,
@@ -387,17 +429,19 @@ ATTACKS = {  # name -> program; placeholders are filled in by the driver
     "posix_timers": POSIX_TIMERS,
     "own_memory_writable": OWN_MEMORY_WRITABLE,
     "proc_root_links": PROC_ROOT_LINKS,
+    "signal_through_an_fd_owner": SIGNAL_THROUGH_AN_FD_OWNER,
+    "scheduling_of_the_trainer": SCHEDULING_OF_THE_TRAINER,
 }
 # With the hook on, the hook itself refuses these (the run ends "blocked"):
 BLOCKED_BY_HOOK = {"hook_disabled_by_recursion_error", "hook_state_via_signal_frames", "escapes",
                    "limits_threads_fork_and_mappings", "cleanup_follows_no_link", "dup2_file_onto_stdout",
                    "sub_interpreter", "host_shm", "keyring", "readline_history_outside", "sqlite_attach_outside",
                    "renamed_extension_sub_interpreter", "open_raced_by_a_lease", "fallocate_streams", "posix_timers",
-                   "own_memory_writable"} | {
+                   "own_memory_writable", "signal_through_an_fd_owner"} | {
                    "syscall_" + name for name in SYSCALLS_KILLED}
 # The system-call filter kills these with or without the hook (native code passes the hook):
 BLOCKED_BY_SECCOMP = {"keyring", "native_code_via_memfd", "fifo_in_run_lock",  # fifo: mknodat
-                      "leave_the_process_group"} | {
+                      "leave_the_process_group", "signal_through_an_fd_owner", "scheduling_of_the_trainer"} | {
                       "syscall_" + name for name in SYSCALLS_KILLED}
 # Run a third time without the filter too: the layers below it (own keyring, namespaces, noexec) hold alone.
 NO_SECCOMP_ATTACKS = ("keyring", "native_code_via_workdir", "host_shm", "device_nodes")
@@ -410,7 +454,8 @@ WEAK_MODE_ATTACKS = ("trainer_environ", "trainer_memory", "trainer_fds_overwritt
                      "keyring", "native_code_via_memfd", "native_code_via_workdir", "fifo_in_run_lock",
                      "readline_history_outside", "sqlite_attach_outside", "open_raced_by_a_lease",
                      "open_raced_by_a_timer", "socket_pairs", "posix_timers", "own_memory_writable",
-                     "proc_root_links", *("syscall_" + name for name in SYSCALLS_KILLED))
+                     "proc_root_links", "signal_through_an_fd_owner", "scheduling_of_the_trainer",
+                     *("syscall_" + name for name in SYSCALLS_KILLED))
 # With namespaces these run with the hook only: the mounts hold for them as for "escapes" (and a run
 # without the hook is what weak mode checks, where only Landlock holds).
 NAMESPACED_HOOK_ONLY = ("readline_history_outside", "sqlite_attach_outside", "renamed_extension_sub_interpreter",

@@ -256,8 +256,9 @@ except OSError as error:
 # Answering a call with another call's input: for an involution (rev) the other assert's input is this one's
 # expected output. No audit event sees f_back, so the harness's frames are readable: they held every call of
 # the job, so the first call found the second's input and both passed. Calls now come one at a time, after
-# the previous result: the second still finds the first's input (as any program that remembers its
-# arguments does, which one run for all the asserts cannot prevent), the first nothing.
+# the previous result, and the launcher no longer reads the first with the job (its text stayed in the
+# harness's globals, where the second call found it): neither finds the other's input. (A program that
+# remembers its own arguments still answers the second, which one run for all the asserts cannot prevent.)
 OTHER_CALLS_FROM_THE_HARNESS_FRAMES = r"""
 import re, sys
 def inputs_of_other_calls():
@@ -355,7 +356,7 @@ BANK = {  # name -> (program, tests, score)
     "answer_read_from_a_dataset_file": (DATASET_READ, SECRET_STDIO, 0.0),
     "answer_read_from_the_other_calls_in_the_harness_frames": (OTHER_CALLS_FROM_THE_HARNESS_FRAMES,
                                                                ["assert rev('stressed') == 'desserts'",
-                                                                "assert rev('desserts') == 'stressed'"], 0.5),
+                                                                "assert rev('desserts') == 'stressed'"], 0.0),
     "results_line_of_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_WRITTEN, REV_ASSERTS, 0.0),
     "counted_runs_of_equal_items": (RUNS_OF_EQUAL_ITEMS_COUNTED, ["assert len(Counter(rev('ab'))) == 2"], 0.0),
     "interrupt_from_a_timer_during_the_calls": (INTERRUPT_FROM_A_TIMER, REV_ASSERTS, 0.0),

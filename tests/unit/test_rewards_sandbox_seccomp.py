@@ -58,7 +58,9 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
         if number[name] is not None:
             assert run(program, number[name], spec=spec) == 0x00050000 | 13, name   # EACCES
     assert run(program, number["fcntl"], (5, 1031, 1 << 20), spec=spec) == 0x00050000 | 1  # F_SETPIPE_SZ: EPERM
-    for cmd in (0, 1, 2, 3, 4, 1032):                                              # F_DUPFD ... F_GETPIPE_SZ
+    for cmd in (8, 10, 15, 8 + 2**32):  # F_SETOWN, F_SETSIG, F_SETOWN_EX: the kernel signals a file's owner
+        assert run(program, number["fcntl"], (5, cmd, 1), spec=spec) == 0x00050000 | 1, cmd  # EPERM
+    for cmd in (0, 1, 2, 3, 4, 9, 11, 16, 1032):                        # F_DUPFD ... F_GETOWN, F_GETSIG, F_GETOWN_EX
         assert run(program, number["fcntl"], (5, cmd), spec=spec) == ALLOW, cmd
     for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         assert run(program, number[name], (PID, 9), spec=spec) == ALLOW, name        # itself (abort, raise)
@@ -67,12 +69,27 @@ def test_the_filter_kills_the_denied_calls_and_allows_everything_else(machine):
     assert run(program, number["prlimit64"], (0,), spec=spec) == ALLOW
     assert run(program, number["prlimit64"], (PID,), spec=spec) == ALLOW
     assert run(program, number["prlimit64"], (1,), spec=spec) == KILL
+    for name in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "migrate_pages",
+                 "move_pages"):  # its own scheduling and memory only: no other process of the uid
+        assert run(program, number[name], (0, 5), spec=spec) == ALLOW, name
+        assert run(program, number[name], (PID, 5), spec=spec) == ALLOW, name
+        assert run(program, number[name], (1, 5), spec=spec) == KILL, name
+        assert run(program, number[name], (PID + 1, 5), spec=spec) == KILL, name
+    for name, own in (("setpriority", 0), ("ioprio_set", 1)):  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
+        assert run(program, number[name], (own, 0, 19), spec=spec) == ALLOW, name     # os.nice(19)
+        assert run(program, number[name], (own, PID, 19), spec=spec) == ALLOW, name
+        assert run(program, number[name], (own, 1, 19), spec=spec) == KILL, name       # another process
+        for which in (own + 1, own + 2):                                               # its group, its uid
+            assert run(program, number[name], (which, 0, 19), spec=spec) == KILL, (name, which)
     assert run(program, number["clone"], (0x01200011,), spec=spec) == ALLOW         # fork()'s flags
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000):     # any CLONE_NEW*
         assert run(program, number["clone"], (0x01200011 | flag,), spec=spec) == KILL
     assert run(program, number["ioctl"], (0, 0x5412), spec=spec) == KILL           # TIOCSTI
     assert run(program, number["ioctl"], (0, 0x541C), spec=spec) == KILL           # TIOCLINUX
     assert run(program, number["ioctl"], (0, 0x5401), spec=spec) == ALLOW          # TCGETS
+    assert run(program, number["ioctl"], (3, 0x8901), spec=spec) == KILL           # FIOSETOWN (F_SETOWN)
+    assert run(program, number["ioctl"], (3, 0x8902), spec=spec) == KILL           # SIOCSPGRP (F_SETOWN)
+    assert run(program, number["ioctl"], (3, 0x8903), spec=spec) == ALLOW          # FIOGETOWN
     assert run(program, 0, arch=0x40000003, spec=spec) == KILL                     # i386 entry point
     if machine == "x86_64":
         assert run(program, 0x40000000 + 1, spec=spec) == KILL                     # x32

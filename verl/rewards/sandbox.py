@@ -40,8 +40,9 @@ Layers (``SandboxResult.layers`` says which ones a run got; ``sandbox_child`` sa
   processes, no core dumps; no-new-privileges.
 * keyring and system calls (any user): a fresh, empty session keyring (``own_keyring``), and a
   seccomp filter (``seccomp``, see ``sandbox_seccomp``) that kills keyring, memfd, ptrace, bpf,
-  io_uring, mount and namespace calls, signals to other processes and leaving the process group
-  (setsid, setpgid), even from native code.
+  io_uring, mount and namespace calls, signals to other processes (by kill, or as a file's owner: F_SETOWN),
+  their scheduling (nice, CPU affinity, policy) and leaving the process group (setsid, setpgid), even from
+  native code.
 * writes (any user, where the kernel has Landlock): every write, file made, removed or renamed
   outside the working directory (and /dev/null ...) fails, even from native code (``landlock``,
   see ``sandbox_landlock``); in weak mode this is what confines files, and reads are confined too (to what
@@ -180,10 +181,13 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
     results as plain data in ``SandboxResult.results``. Never raises for anything the program does."""
     calls = [c if isinstance(c, Call) else Call(str(c)) for c in calls]
     _protect_trainer()
-    job = (json.dumps({"code": code, "calls": len(calls),
-                       "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
-                       "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
-                       "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP}) + "\n").encode()
+    # The settings (their length first: the launcher reads them to the byte), then the program's text on a line
+    # of its own, which only the sandboxed process reads (see sandbox_child._child_launch).
+    settings = (json.dumps({"calls": len(calls), "limits": dataclasses.asdict(limits), "exit_codes": EXIT_CODES,
+                            "uid_base": UID_BASE, "preload": PRELOAD, "namespaces": _NAMESPACES,
+                            "user_namespace": _USER_NAMESPACE, "landlock": _LANDLOCK, "seccomp": _SECCOMP})
+                + "\n").encode()
+    job = b"%d\n" % len(settings) + settings + (json.dumps(code) + "\n").encode()
     call_lines = [(json.dumps(dataclasses.asdict(c)) + "\n").encode() for c in calls]
     workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
     proc, opened = None, []
@@ -197,6 +201,8 @@ def run_python(code: str, stdin: str = "", *, limits: SandboxLimits = SandboxLim
         out_fd, err_fd = own(_memfd("verl-stdout")), own(_memfd("verl-stderr"))
         job_r, job_w = map(own, os.pipe())
         results_r, results_w = map(own, os.pipe())
+        for fd in (job_r, results_r):  # no process opens either pipe again (both ends share the inode): see _memfd
+            os.fchmod(fd, 0)
         started = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, "-I", "-B", "-c", _STUB, _CHILD_SOURCE, str(job_r), str(results_w)],
@@ -283,10 +289,16 @@ def _warn_if_weak(layers: dict[str, bool], limits: SandboxLimits) -> None:
 
 
 def _memfd(name: str, data: bytes | None = None) -> int:
-    """An anonymous file; with ``data``, filled, rewound and sealed against any change."""
+    """An anonymous file; with ``data``, filled, rewound and sealed against any change. Without, an output
+    file that no process can open again (mode 0): the trainer reads it through its own fd."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     if data is None:
         fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND)  # a program reopening /dev/stdout keeps what it printed
+        # A run's launcher is dumpable until it has imported PRELOAD: in a plain user's weak mode without
+        # Landlock, another run of the trainer opened its /proc/<pid>/fd/1 then and read what it printed later
+        # (a sibling sample's answer), or wrote over it. The sandboxed process, never dumpable, makes it 0200
+        # (sandbox_child._child_drop), so that /dev/stdout can be opened again to write. The pipes: mode 0.
+        os.fchmod(fd, 0)
         return fd
     view = memoryview(data)
     while view:

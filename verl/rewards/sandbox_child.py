@@ -8,9 +8,10 @@ Three processes take part, each started by a ``fork`` of the one before; each se
 returns only in the new process, so that no frame of an earlier stage (nor any of its ctypes
 handles) is on the stack once the program runs:
 
-1. the *launcher*, the trainer's child (``_child_launch``): reads the job from its pipe, closes
-   every other fd, imports ``PRELOAD``, enters new user, mount, network, IPC and pid namespaces
-   (``_child_namespaces``), makes itself non-dumpable, forks 2., and exits as 2. did;
+1. the *launcher*, the trainer's child (``_child_launch``): reads the job's settings from its pipe (not the
+   program, which only 3. reads: this process is dumpable for a while), closes every other fd, imports
+   ``PRELOAD``, enters new user, mount, network, IPC and pid namespaces (``_child_namespaces``), makes itself
+   non-dumpable, forks 2., and exits as 2. did;
 2. the *init* of the new pid namespace (``_child_init``): builds and enters the new root
    (``_child_private_mounts``: system directories and the interpreter, read-only; a /proc of the
    new pid namespace; a private tmpfs as the working directory; nothing else), forks 3., reaps
@@ -35,13 +36,23 @@ def _child_launch() -> dict:
     import sys
 
     job_fd, results_fd = int(sys.argv[2]), int(sys.argv[3])
-    chunks = []
-    while not chunks or b"\n" not in chunks[-1]:  # the job is one line; the calls follow, one at a time
-        chunk = os.read(job_fd, 1 << 16)
+    # The job's settings, to the byte (their length, a line, comes first): the program's text follows on its own
+    # line, with the calls after it, and only the sandboxed process reads it. This process is dumpable until it
+    # has imported PRELOAD; in a plain user's weak mode without Landlock, another run of the trainer opened its
+    # /proc/<pid>/mem then and later read the program out of it (a sibling sample's solution, to run as its own).
+    size = b""
+    while not size.endswith(b"\n"):
+        byte = os.read(job_fd, 1)
+        if not byte:
+            break
+        size += byte
+    line, left = b"", int(size or b"0")
+    while left > 0:
+        chunk = os.read(job_fd, left)
         if not chunk:
             break
-        chunks.append(chunk)
-    line, _, pending = b"".join(chunks).partition(b"\n")
+        line, left = line + chunk, left - len(chunk)
+    pending = b""
     low, high = sorted((job_fd, results_fd))  # Popen passed only these; close anything else all the same
     os.closerange(3, low)
     os.closerange(low + 1, high)
@@ -289,6 +300,13 @@ def _child_drop(state: dict) -> None:
     for cap in range(64):  # empty the bounding set while allowed to (CAP_SETPCAP)
         if libc.prctl(24, ctypes.c_ulong(cap), zero, zero, zero) != 0:  # PR_CAPBSET_DROP
             break
+    # stdout and stderr come with mode 0, so that nothing opened them again while the launcher was dumpable; this
+    # process is not: /dev/stdout may be opened again, to write (sandbox._memfd).
+    for fd in (1, 2):
+        try:
+            os.fchmod(fd, 0o200)
+        except OSError:
+            pass
     if state["is_root"]:
         if not layers["private_workdir"]:
             os.chown(".", uid, gid)
@@ -351,8 +369,8 @@ def _child_drop(state: dict) -> None:
 
 
 def _child_run(job: dict, results_fd: int, job_fd: int, pending: bytes) -> None:
-    """Stage 3: run the program as ``__main__``, then evaluate each call and write its result. The
-    calls are read from ``job_fd`` (``pending`` holds what was read of them with the job), one line
+    """Stage 3: read the program (the line after the job's settings) and run it as ``__main__``, then evaluate
+    each call and write its result. The calls are read from ``job_fd`` after it (``pending``: what was read), one line
     each: the trainer sends the next only once this one's result came back (``sandbox_channel._supervise``)."""
     import atexit
     import builtins
@@ -378,8 +396,14 @@ def _child_run(job: dict, results_fd: int, job_fd: int, pending: bytes) -> None:
     sys.modules["__main__"] = main
     sys.argv = ["solution.py"]
     status = 0
+    while b"\n" not in pending:  # the program's text, the line after the job's settings (see _child_launch)
+        chunk = read(job_fd, 65536)
+        if not chunk:
+            break
+        pending += chunk
+    code, _, pending = pending.partition(b"\n")
     try:
-        exec_(compile_(job["code"], "<solution>", "exec"), main.__dict__)  # noqa: S102 (the point)
+        exec_(compile_(loads(code), "<solution>", "exec"), main.__dict__)  # noqa: S102 (the point)
     except SystemExit as stop:
         calls, status = (), _child_exit_code(stop)
     except BaseException as error:  # noqa: BLE001

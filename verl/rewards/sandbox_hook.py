@@ -125,7 +125,8 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
              writing=posix.O_WRONLY | posix.O_RDWR | posix.O_CREAT | posix.O_TRUNC | posix.O_APPEND,
              directory=posix.O_DIRECTORY | posix.O_PATH, type_=type, str_=str, int_=int, tuple_=tuple,
              frame_type=type(sys._getframe()), function_type=type(_child_audit_hook),
-             runtime_error=RuntimeError, set_lease=1024):
+             runtime_error=RuntimeError, set_lease=1024, owner_fcntls=frozenset({8, 10, 15}),
+             owner_ioctls=frozenset({0x8901, 0x8902})):
         if type_(event) is not str_ or type_(args) is not tuple_:
             return  # only sys.audit() from the program itself can send these; nothing follows them
         if event == "open":
@@ -152,6 +153,13 @@ def _child_audit_hook(workdir: str, exit_blocked: int) -> None:
         elif event == "fcntl.fcntl":
             if args[1] == set_lease:  # a leased file makes the program's own open of it block (see is_directory)
                 deny(event, "file leases are not allowed in the sandbox")
+            # F_SETOWN, F_SETSIG, F_SETOWN_EX (and FIOSETOWN, SIOCSPGRP below, by ioctl): the kernel signals a
+            # file's owner when I/O on it is possible, with no kill to check (the filter refuses them too)
+            if type_(args[1]) is int_ and (args[1] & 0xFFFFFFFF) in owner_fcntls:
+                deny(event, "setting the owner of a file, whom the kernel signals, is not allowed in the sandbox")
+        elif event == "fcntl.ioctl":
+            if type_(args[1]) is int_ and (args[1] & 0xFFFFFFFF) in owner_ioctls:  # the kernel reads 32 bits
+                deny(event, "setting the owner of a file, whom the kernel signals, is not allowed in the sandbox")
         elif event == "object.__getattr__":
             if type_(args[1]) is str_ and args[1] in frame_attributes:
                 raise runtime_error("sandbox: reading " + str_(args[1]) + " is refused")

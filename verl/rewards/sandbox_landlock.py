@@ -4,10 +4,11 @@ Where the kernel has Landlock (Linux >= 5.13, the LSM enabled), the sandboxed pr
 after no-new-privileges and before the program runs: every write, file made, removed, renamed, linked or
 truncated outside its working directory (and the private /dev/shm, /dev/null, zero, full, random,
 urandom) fails, for native code too, and it can no longer reach the /proc mem and environ of processes
-outside the run. In weak mode (no namespaces) this is what keeps files safe: the audit hook's path checks
-race with the program's signal handlers, which run inside the hook, and reads are confined too, to the
-working directory, the system directories, the interpreter and /proc (what the new root would show): a
-world-readable data set on the host held the expected outputs.
+outside the run, nor (Linux >= 6.12) signal them, by ``kill`` or as the owner of a file (``F_SETOWN``). In
+weak mode (no namespaces) this is what keeps files safe: the audit hook's path checks race with the
+program's signal handlers, which run inside the hook, and reads are confined too, to the working directory,
+the system directories, the interpreter and /proc (what the new root would show): a world-readable data set
+on the host held the expected outputs.
 
 This module's ``_child_landlock`` runs in the sandbox (shipped as source, stdlib only).
 """
@@ -20,7 +21,8 @@ def _child_landlock(libc, directories: list, readable: list | None = None) -> bo
     writing files anywhere else fails with EACCES, for native code too. Not confined: reads, and
     metadata (chmod, utime, xattrs: Landlock has no right for them). Already open files (the run's
     streams) are not affected, and re-opening a memfd (/dev/stdout) is not a path Landlock checks.
-    Landlock also denies ptrace-mode access (/proc/<pid>/mem, environ) to processes outside the run.
+    Landlock also denies ptrace-mode access (/proc/<pid>/mem, environ) to processes outside the run, and (ABI 6,
+    Linux >= 6.12) signals to them, those the kernel sends a file's owner (``F_SETOWN``) included.
     In weak mode this is what keeps the program inside its directory; the audit hook's path checks
     alone race with the program's signal handlers, which run inside the hook. With ``readable`` (weak
     mode: no new root hides the host's files), reading files and listing directories is confined too,
@@ -45,8 +47,11 @@ def _child_landlock(libc, directories: list, readable: list | None = None) -> bo
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    attr = ctypes.c_uint64(handled)
-    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    # ABI 6 (Linux 6.12): signals, by kill or by the owner of a file (F_SETOWN: the kernel signals the owner when
+    # I/O on the file is possible), and abstract unix sockets reach no process outside the run (``scoped``).
+    attr = (ctypes.c_uint64 * 3)(handled, 0, 1 << 0 | 1 << 1)  # fs, net; scoped: ABSTRACT_UNIX_SOCKET, SIGNAL
+    size = ctypes.sizeof(attr) if abi >= 6 else 8
+    ruleset = libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         return False
     rules = [(path, handled) for path in directories] + [(path, reads) for path in readable or ()]

@@ -26,13 +26,23 @@ aarch64; x86's 32-bit and x32 entry points are refused outright):
   run, asleep or stopped, holding its memory), and
   special files (mknod, mknodat: ``os.mkfifo`` and ``os.mknod`` make files with no audit event, and
   opening a fifo blocks, which the hook's path check races with);
-* signals and limits only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
-  must name the process's own pid, prlimit64 its own pid or 0; anything else is ``KILL``;
-* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal) is ``KILL``;
+* signals, limits and scheduling only to itself: kill, tkill, tgkill, rt_sigqueueinfo and rt_tgsigqueueinfo
+  must name the process's own pid; prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam,
+  sched_setattr, migrate_pages and move_pages its own pid or 0; setpriority and ioprio_set its own process
+  (PRIO_PROCESS, IOPRIO_WHO_PROCESS) by its pid or 0; anything else is ``KILL``. A process may renice, pin to
+  one CPU or make SCHED_IDLE any other of its uid with no capability (``setpriority(PRIO_USER, 0, 19)``: all
+  of them at once): a run in a plain user's weak mode (the trainer's uid, no pid namespace) left the trainer
+  at nice 19, SCHED_IDLE, on one CPU, after the run;
+* ``ioctl`` with TIOCSTI or TIOCLINUX (typing into a terminal), FIOSETOWN or SIOCSPGRP (F_SETOWN, below) is
+  ``KILL``;
 * ``EACCES``: socket and socketpair (no new sockets at all; libc's own probes, e.g. for nscd, fail quietly).
   A pair of unix sockets reaches nothing, but its queues are kernel memory outside RLIMIT_AS: 29 pairs held
   227 MiB (at ``net.core.wmem_max`` = 4 MiB) in a run limited to 256 MiB;
 * ``ENOSYS``: clone3, whose flags a filter cannot read (libc falls back to clone, checked above);
+* ``EPERM``: fcntl F_SETOWN, F_SETOWN_EX and F_SETSIG. The owner of a file is the process the kernel signals
+  (SIGIO, or any signal F_SETSIG names, SIGKILL included) when I/O on it becomes possible, with no ``kill``
+  to filter: a run that made the trainer the owner of its end of the results pipe (pure Python, ``fcntl``) had
+  the trainer killed by its own next read of results, in a plain user's weak mode (same uid, no pid namespace);
 * ``EACCES``: inotify_init, inotify_init1, fanotify_init; ``EPERM``: fcntl F_SETPIPE_SZ. Where the run has
   no uid of its own (a plain user's runs, with or without namespaces), its inotify instances and pipe
   buffers count against the trainer's uid: three runs of 60 inotify instances each took all 128 of
@@ -80,17 +90,22 @@ _NUMBERS = {
     "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
     "prlimit64": (302, 261), "ioctl": (16, 29), "mkdir": (83, None), "mkdirat": (258, 34),
     "sync": (162, 81), "syncfs": (306, 267), "inotify_init": (253, None), "inotify_init1": (294, 26),
-    "fanotify_init": (300, 262), "fcntl": (72, 25),
+    "fanotify_init": (300, 262), "fcntl": (72, 25), "setpriority": (141, 140), "ioprio_set": (251, 30),
+    "sched_setparam": (142, 118), "sched_setscheduler": (144, 119), "sched_setaffinity": (203, 122),
+    "sched_setattr": (314, 274), "migrate_pages": (256, 238), "move_pages": (279, 239),
 }
 _ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # AUDIT_ARCH_*
 _RULES = frozenset({"socket", "socketpair", "clone3", "clone", "kill", "tkill", "tgkill", "rt_sigqueueinfo",
                     "rt_tgsigqueueinfo", "prlimit64", "ioctl", "mkdir", "mkdirat", "sync", "syncfs", "inotify_init",
-                    "inotify_init1", "fanotify_init", "fcntl"})
+                    "inotify_init1", "fanotify_init", "fcntl", "setpriority", "ioprio_set", "sched_setparam",
+                    "sched_setscheduler", "sched_setaffinity", "sched_setattr", "migrate_pages", "move_pages"})
 DENIED = tuple(sorted(set(_NUMBERS) - _RULES))
 """The calls that kill the process outright (the rules above cover the others)."""
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 TERMINAL_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+OWNER_IOCTLS = (0x8901, 0x8902)  # FIOSETOWN, SIOCSPGRP: F_SETOWN by ioctl
 F_SETPIPE_SZ = 1031
+OWNER_FCNTLS = (8, 10, 15)  # F_SETOWN, F_SETSIG, F_SETOWN_EX
 
 
 def filter_spec(machine: str | None = None) -> dict | None:
@@ -107,14 +122,18 @@ def filter_spec(machine: str | None = None) -> dict | None:
     return {"arch": audit_arch, "x32": column == 0, "keyctl": number("keyctl"),  # also to join a fresh keyring
             "kill": [number(n) for n in DENIED if number(n) is not None],
             "self": [[number(n), 0] for n in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")],
-            "self_or_zero": [[number("prlimit64"), 0]],
+            "self_or_zero": [[number(n), 0] for n in ("prlimit64", "sched_setaffinity", "sched_setscheduler",
+                                                      "sched_setparam", "sched_setattr", "migrate_pages",
+                                                      "move_pages")],
+            # setpriority(PRIO_PROCESS, ...), ioprio_set(IOPRIO_WHO_PROCESS, ...): [number, which]
+            "own_process": [[number("setpriority"), 0], [number("ioprio_set"), 1]],
             "clone": number("clone"), "clone_mask": CLONE_NAMESPACES,
-            "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS),
+            "ioctl": number("ioctl"), "ioctl_denied": list(TERMINAL_IOCTLS + OWNER_IOCTLS),
             "errno": [[number("socket"), 13], [number("socketpair"), 13], [number("clone3"), 38],  # EACCES, ENOSYS
                       [number("sync"), 0], [number("syncfs"), 0],  # done at once: nothing of a run outlives it
                       *[[number(n), 13] for n in ("inotify_init", "inotify_init1", "fanotify_init")
                         if number(n) is not None]],
-            "fcntl": number("fcntl"), "fcntl_denied": [F_SETPIPE_SZ],  # EPERM
+            "fcntl": number("fcntl"), "fcntl_denied": [F_SETPIPE_SZ, *OWNER_FCNTLS],  # EPERM
             "weak_errno": [[number(n), 13] for n in ("mkdir", "mkdirat") if number(n) is not None]}
 
 
@@ -139,11 +158,15 @@ def _child_seccomp_program(spec: dict, pid: int) -> list[tuple[int, int, int, in
     for number, index in spec["self_or_zero"]:
         code += [(jeq, 0, 5, number), (ld, 0, 0, arg(index)), (jeq, 2, 0, 0), (jeq, 1, 0, pid), (ret, 0, 0, kill),
                  (ret, 0, 0, allow)]
+    for number, which in spec["own_process"]:  # arg 0 must be ``which``, arg 1 zero or the pid
+        code += [(jeq, 0, 7, number), (ld, 0, 0, arg(0)), (jeq, 0, 3, which), (ld, 0, 0, arg(1)), (jeq, 2, 0, 0),
+                 (jeq, 1, 0, pid), (ret, 0, 0, kill), (ret, 0, 0, allow)]
     code += [(jeq, 0, 4, spec["clone"]), (ld, 0, 0, arg(0)), (jset, 0, 1, spec["clone_mask"]), (ret, 0, 0, kill),
              (ret, 0, 0, allow)]
-    for cmd in spec["fcntl_denied"]:  # the block ends in returns: nr need not be reloaded
-        code += [(jeq, 0, 4, spec["fcntl"]), (ld, 0, 0, arg(1)), (jeq, 0, 1, cmd), (ret, 0, 0, 0x00050000 | 1),
-                 (ret, 0, 0, allow)]
+    denied = spec["fcntl_denied"]  # a match jumps to the EPERM after the allow; the block ends in returns
+    code += [(jeq, 0, len(denied) + 3, spec["fcntl"]), (ld, 0, 0, arg(1))]
+    code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, 0x00050000 | 1)]
     denied = spec["ioctl_denied"]  # a match jumps to the kill after the allow
     code += [(jeq, 0, len(denied) + 3, spec["ioctl"]), (ld, 0, 0, arg(1))]
     code += [(jeq, len(denied) - i, 0, cmd) for i, cmd in enumerate(denied)]

@@ -320,7 +320,9 @@ and its time grows faster than the text for some shapes (120 KB of f-string fiel
 600 KB ~40 s)."""
 
 _HELPER = r"""
-import json, os, resource, sys, types
+import ctypes, json, os, resource, sys, types
+zero = ctypes.c_ulong(0)
+ctypes.CDLL(None).prctl(4, zero, zero, zero, zero)  # not dumpable before the program is read (see _bindings_elsewhere)
 cpu, memory, rewards = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -351,12 +353,25 @@ def _bindings_elsewhere(code: str, used: frozenset[str], cpu_seconds: float, mem
     import subprocess
 
     job = json.dumps({"code": code, "used": sorted(used)}).encode("utf-8", "surrogatepass")
+    # Another sample's program, read by a process of the trainer's uid that is dumpable until it has started: in
+    # a plain user's weak mode without Landlock a sandbox run read the trainer's environment from this helper's
+    # /proc/<pid>/environ. So: no environment of the trainer's, the job in a file no process can open again
+    # (mode 0), read only once the helper is non-dumpable.
+    stdin = os.memfd_create("verl-parse", os.MFD_CLOEXEC)
     try:
+        view = memoryview(job)
+        while view:
+            view = view[os.write(stdin, view):]
+        os.lseek(stdin, 0, os.SEEK_SET)
+        os.fchmod(stdin, 0)
         done = subprocess.run([sys.executable, "-I", "-B", "-c", _HELPER, str(max(1, int(cpu_seconds))),
                                str(memory_bytes), os.path.dirname(os.path.abspath(__file__))],
-                              input=job, capture_output=True, timeout=wall_seconds, cwd="/")
+                              stdin=stdin, capture_output=True, timeout=wall_seconds, cwd="/",
+                              env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"})
     except subprocess.TimeoutExpired:
         raise TooCostly("the program's text took too long to parse") from None
+    finally:
+        os.close(stdin)
     if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         raise TooCostly("the program's text took too long to parse")
     try:
