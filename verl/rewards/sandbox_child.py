@@ -347,6 +347,9 @@ def _child_drop(state: dict) -> None:
                               # Queued signals, and POSIX timers (each holds one): kernel memory outside
                               # RLIMIT_AS, counted per uid (a plain user's runs share the trainer's count).
                               (resource.RLIMIT_SIGPENDING, 64, None),
+                              # No real-time scheduling and no nice value below the trainer's, whatever the
+                              # trainer's own limits allow (a desktop's audio group: rtprio 95).
+                              (resource.RLIMIT_RTPRIO, 0, None), (resource.RLIMIT_NICE, 0, None),
                               (resource.RLIMIT_CORE, 0, None)):
         resource.setrlimit(which, (soft, soft if hard is None else hard))
     if job["landlock"] and layers["no_new_privs"]:
