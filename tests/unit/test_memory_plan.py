@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import Gemma2Config, Qwen2Config, Qwen3Config
+from transformers import Gemma2Config, MixtralConfig, Qwen2Config, Qwen2MoeConfig, Qwen3Config
 
 from verl.config import TrainerConfig
 from verl.errors import VerlError
@@ -103,7 +103,7 @@ def test_attention_width_qk_norms_and_gemma2s_norms_eager_attention_and_soft_cap
     assert size(sdpa) == size(qwen3)  # Qwen3 has sdpa: no probabilities either way
 
 
-@pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma2"])
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma2", "mixtral", "qwen2_moe"])
 def test_a_layers_planned_activations_are_within_15_percent_of_what_autograd_keeps(family):
     """What the Hugging Face forward saves for its backward (every saved tensor's storage, once), bf16, 256 tokens."""
     from transformers import AutoModelForCausalLM
@@ -111,7 +111,11 @@ def test_a_layers_planned_activations_are_within_15_percent_of_what_autograd_kee
     sizes = dict(vocab_size=512, hidden_size=256, intermediate_size=768, num_hidden_layers=2, num_attention_heads=8,
                  num_key_value_heads=2)
     config = {"qwen2": lambda: Qwen2Config(**sizes), "qwen3": lambda: Qwen3Config(head_dim=64, **sizes),
-              "gemma2": lambda: Gemma2Config(head_dim=64, query_pre_attn_scalar=64, **sizes)}[family]()
+              "gemma2": lambda: Gemma2Config(head_dim=64, query_pre_attn_scalar=64, **sizes),
+              # Mixtures of experts: each token runs through num_experts_per_tok experts (and Qwen2-MoE's shared one).
+              "mixtral": lambda: MixtralConfig(num_local_experts=8, num_experts_per_tok=2, **sizes),
+              "qwen2_moe": lambda: Qwen2MoeConfig(num_experts=8, num_experts_per_tok=4, moe_intermediate_size=192,
+                                                  shared_expert_intermediate_size=768, **sizes)}[family]()
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).train()
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}

@@ -1,6 +1,7 @@
 """The sizes a memory plan (:mod:`verl.trainer.ppo.memory_plan`) depends on, read from a model's config: the
 parameters counted on the meta device, the widths a decoder layer's activations follow (the attention's
-heads x head_dim, per-head q/k norms, the hidden-wide norms of a layer), the attention transformers picks by
+heads x head_dim, per-head q/k norms, the hidden-wide norms of a layer, the MLP width a token runs through:
+a mixture of experts' ``num_experts_per_tok`` experts and its shared one), the attention transformers picks by
 default, and whether scores and logits are soft-capped."""
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ModelShape:
     norms_per_layer: int = 2  # hidden-wide norms in a decoder layer (Gemma 2: 4)
     score_softcap: bool = False  # attention scores soft-capped (Gemma 2's attn_logit_softcapping): one more copy
     logit_softcap: bool = False  # logits soft-capped (Gemma 2's final_logit_softcapping): one more [T, V]
+    routed: int = 0  # a mixture of experts: the experts each token runs through (its input and output copied for each)
 
     @classmethod
     def of(cls, hf_config) -> "ModelShape":
@@ -54,12 +56,21 @@ class ModelShape:
             norms = sum(1 for m in layer.modules() if type(m).__name__.endswith("Norm")
                         and tuple(getattr(getattr(m, "weight", None), "shape", ())) == (hidden,))
         default_attention = getattr(model.config, "_attn_implementation", None)
+        intermediate = get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden)
+        routed = get("num_experts_per_tok", "experts_per_token", default=0)
+        if not get("num_local_experts", "num_experts", "n_routed_experts", default=0):
+            routed = 0
+        if routed:  # the MLP a token runs through: its routed experts side by side, and the shared expert(s)
+            expert = get("moe_intermediate_size", default=intermediate)
+            shared = get("shared_expert_intermediate_size", default=get("n_shared_experts", default=0) * expert)
+            intermediate = routed * expert + shared
         return cls(params=params, layers=get("num_hidden_layers", "n_layer", default=1), hidden=hidden,
-                   intermediate=get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), heads=heads,
+                   intermediate=intermediate, heads=heads,
                    kv_heads=get("num_key_value_heads", default=heads),
                    head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"),
                    qk_norm_width=qk_norm_width, default_attention=default_attention, norms_per_layer=norms or 2,
-                   score_softcap=bool(get("attn_logit_softcapping")), logit_softcap=bool(get("final_logit_softcapping")))
+                   score_softcap=bool(get("attn_logit_softcapping")), logit_softcap=bool(get("final_logit_softcapping")),
+                   routed=routed)
 
     def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
         """Bytes one decoder layer keeps for its backward, per token."""
@@ -68,7 +79,9 @@ class ModelShape:
         probabilities = 4 + (compute if compute != 4 else 0) + (compute if self.score_softcap else 0)
         attention = 5 * compute * self.heads * self.head_dim + (
             probabilities * self.heads * tokens_per_row if eager else 0)
-        return norms + attention + 4 * compute * self.intermediate
+        # A gated MLP (gate, up, activation, product); a mixture of experts also keeps each routed copy of the
+        # token's input and of its expert's output.
+        return norms + attention + 4 * compute * self.intermediate + 2 * compute * self.routed * self.hidden
 
     def forward_bytes(self, compute: int) -> int:
         """Bytes a no-grad forward holds at once per token (one layer's widest tensors)."""
