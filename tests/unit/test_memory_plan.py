@@ -11,6 +11,7 @@ from transformers import Gemma2Config, MixtralConfig, Qwen2Config, Qwen2MoeConfi
 
 from verl.config import TrainerConfig
 from verl.errors import VerlError
+from verl.models.loading import flash_attention_missing
 from verl.trainer.main_ppo import load_config, main
 from verl.trainer.ppo.memory_plan import GiB, ModelShape, check_fits, check_memory_plan, plan_memory
 
@@ -101,6 +102,10 @@ def test_attention_width_qk_norms_and_gemma2s_norms_eager_attention_and_soft_cap
     sdpa = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.attn_implementation=sdpa"]),
                        QWEN3, ranks=1, device="cuda")
     assert size(sdpa) == size(qwen3)  # Qwen3 has sdpa: no probabilities either way
+    if flash_attention_missing("flash_attention_2"):  # Gemma 2 then loads its default, eager: counted as such
+        flash = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["actor_rollout_ref.model.attn_implementation="
+                                                                "flash_attention_2"]), GEMMA2, ranks=1, device="cuda")
+        assert size(flash) == size(gemma2)
 
 
 @pytest.mark.parametrize("family", ["qwen2", "qwen3", "gemma2", "mixtral", "qwen2_moe"])

@@ -44,6 +44,7 @@ import torch
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.process_group import is_main_process, launched_world_size
 from verl.errors import VerlError
+from verl.models.loading import flash_attention_missing
 from verl.models.lora import lora_requested
 from verl.trainer.ppo import roles
 from verl.trainer.ppo.model_shape import ModelShape
@@ -177,10 +178,12 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     shape = ModelShape.of(hf_config if hf_config is not None else roles.policy_config(config))
     weight = _bytes(model_cfg.dtype)
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
+    # Flash attention where it cannot run loads the model's default (resolve_attn_implementation).
+    attention = None if flash_attention_missing(model_cfg.attn_implementation) else model_cfg.attn_implementation
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
                response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
                on_gpu=device.startswith("cuda"),
-               eager=(model_cfg.attn_implementation or shape.default_attention) == "eager")
+               eager=(attention or shape.default_attention) == "eager")
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
