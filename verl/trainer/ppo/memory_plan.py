@@ -25,7 +25,8 @@ values repeated to every head, the output and the o_proj input: ``5 c a``; eager
 the ``heads x T`` probabilities, softmax's fp32 output and its cast to the compute dtype: ``4 + c``
 bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is the model's own
 default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``;
-a mixture of experts: ``I`` over its routed and shared experts, plus ``2 c h`` per routed copy).
+a mixture of experts: ``I`` over its routed and shared experts, plus ``2 c h`` per routed copy; a plain MLP
+``1``, ``2`` or ``5 c I`` by its activation, a LayerNorm ``2 c h``: ``model_shape.py``).
 Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
 copies of the response's part (three in the update, two in a no-grad forward, one more in 16-bit: the
 cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only
