@@ -6,6 +6,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 import verl.rollout.fast_decoder as fast_decoder
+import verl.rollout.native as native_rollout
 from verl.models.loading import load_causal_lm, load_tokenizer
 from verl.models.tiny import build_tiny_config, make_tiny_model_folder
 from verl.rollout import HFRollout, SamplingParams
@@ -191,13 +192,18 @@ def test_weights_are_read_at_every_call(tiny_model_dir, tokenizer):
     torch.testing.assert_close(after["rollout_log_probs"], hf["rollout_log_probs"], atol=1e-5, rtol=0)
 
 
-def test_unsupported_architecture_falls_back_to_the_hf_forward(tmp_path, tokenizer):
+def test_unsupported_architecture_falls_back_to_the_hf_forward_and_says_so_once(tmp_path, tokenizer, caplog):
     model = eos_prone(load_causal_lm(str(make_tiny_model_folder(tmp_path / "opt", arch="opt", **SIZES))))
     assert "opt" in unsupported_reason(model)
     prompts = make_prompts(tokenizer, TEXTS)
     engine = NativeRollout(model, tokenizer)
-    native = engine.generate(prompts, GREEDY)
+    native_rollout._reported.clear()
+    with caplog.at_level("WARNING", logger="verl.rollout.native"):
+        native = engine.generate(prompts, GREEDY)
+        engine.generate(prompts, GREEDY)  # said once a process, not at every call
     assert engine.last_path == "hf" and "opt" in engine.fallback_reason
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "does not run this model (model_type 'opt'" in said[0], said
     assert torch.equal(native["responses"], HFRollout(model, tokenizer).generate(prompts, GREEDY)["responses"])
 
 

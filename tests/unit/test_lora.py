@@ -262,3 +262,41 @@ def test_all_linear_adapts_the_linear_layers_of_moe_and_conv1d_models_and_merges
         merged_logits = plain(input_ids=ids).logits
     assert (adapted_logits - base_logits).abs().max() > 1e-3  # the adapters do something
     torch.testing.assert_close(merged_logits, adapted_logits, atol=1e-5, rtol=0)
+
+
+def test_upstream_verls_lora_checkpoint_of_gpt2_merges_its_square_conv1d_layer_exactly(tmp_path):
+    """upstream verl's FSDP checkpoint of a GPT-2 PEFT model (one rank's DTensor state dict, the config in
+    huggingface/, r and alpha in lora_train_meta.json) merges as PEFT does. Conv1D stores its weight [in, out]:
+    the merger told that from the shapes, and GPT-2's attention output projection (c_proj, hidden x hidden) got
+    the untransposed update."""
+    import copy
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from verl.distributed.process_group import ensure_process_group
+    from verl.model_merger.verl_format import verl_model
+    from verl.models.tiny import build_tiny_config
+
+    config = build_tiny_config(259, "gpt2", num_layers=1, hidden_size=32, intermediate_size=64)
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_config(config),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn", "c_proj", "c_fc"]))
+    with torch.no_grad():  # trained: the adapters' B away from zero
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    folder = tmp_path / "global_step_1" / "actor"
+    config.save_pretrained(folder / "huggingface")
+    (folder / "lora_train_meta.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "task_type": "CAUSAL_LM"}))
+    ensure_process_group()  # one rank: its shard is the whole tensor, a DTensor all the same
+    fully_shard(model, mesh=init_device_mesh("cpu", (1,), mesh_dim_names=("fsdp",)))
+    torch.save(model.state_dict(), folder / "model_world_size_1_rank_0.pt")
+    merged = verl_model(folder, None)[0].state_dict()
+    assert merged.keys() == expected.keys()
+    for name in expected:
+        torch.testing.assert_close(merged[name], expected[name], atol=1e-6, rtol=0, msg=name)

@@ -73,12 +73,26 @@ def test_load_error_names_the_config_key_the_caller_passes(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None,
                     reason="flash attention can run here, so there is no fallback to observe")
-def test_flash_attention_falls_back_to_sdpa_with_exactly_one_warning(caplog):
+def test_flash_attention_falls_back_to_the_models_default_with_exactly_one_warning(caplog):
     with caplog.at_level(logging.WARNING, logger="verl.models.loading"):
-        assert resolve_attn_implementation("flash_attention_2") == "sdpa"
+        assert resolve_attn_implementation("flash_attention_2") is None  # transformers' pick: sdpa, or eager
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "flash_attention_2" in warnings[0].getMessage() and "sdpa" in warnings[0].getMessage()
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None,
+                    reason="flash attention can run here, so there is no fallback to observe")
+@pytest.mark.parametrize("arch, fallback", [("gemma2", "eager"), ("llama", "sdpa")])
+def test_flash_attention_where_it_cannot_run_loads_the_attention_the_model_has(arch, fallback, tmp_path):
+    """Gemma 2 has no sdpa (its soft-capped scores): the fallback named sdpa and the load failed."""
+    folder = make_tiny_model_folder(tmp_path / arch, arch=arch, num_layers=1, hidden_size=32, intermediate_size=64)
+    model = load_causal_lm(str(folder), attn_implementation="flash_attention_2").eval()
+    assert model.config._attn_implementation == fallback
+    ids = torch.randint(3, 200, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids).logits, load_causal_lm(
+            str(folder), attn_implementation=fallback).eval()(input_ids=ids).logits, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("requested", [None, "eager", "sdpa"])

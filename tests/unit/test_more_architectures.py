@@ -56,6 +56,15 @@ def test_the_rollouts_log_probs_are_the_actors(arch_model, rollout):
                                              rollout["position_ids"], rollout["responses"], temperature=0.9)
     mask = rollout["response_mask"].bool()
     torch.testing.assert_close(rollout["rollout_log_probs"][mask], actor[mask], atol=1e-4, rtol=0)
+    # Both equal the model's own forward of each sequence alone, without padding and with its default positions
+    # (learned positions, GPT-2 and OPT, must not count the left padding).
+    for row in range(len(mask)):
+        ids = rollout["input_ids"][row][rollout["attention_mask"][row].bool()][None]
+        length = int(mask[row].sum())
+        with torch.no_grad():
+            alone = torch.log_softmax(model(input_ids=ids).logits[0, -length - 1:-1].float() / 0.9, dim=-1)
+        torch.testing.assert_close(actor[row, :length], alone.gather(-1, ids[0, -length:, None])[:, 0],
+                                   atol=1e-4, rtol=0, msg=f"row {row}")
 
 
 def test_packed_and_shared_prompt_passes_equal_the_plain_one_or_say_why_not(arch_model, rollout):

@@ -132,6 +132,27 @@ def test_one_token_responses_and_rows_that_share_nothing():
             torch.testing.assert_close(shared[seen], plain[seen], atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("arch", ["mistral", "phi3", "gemma2"])
+def test_a_sliding_window_model_shares_prompts_when_the_runs_sequences_fit_in_its_window(arch):
+    """Mistral-7B-v0.1 (a 4096-token window), Phi-3-mini (2047) and Gemma 2 (4096) ran every prompt once per sample,
+    whatever the run's lengths: sequences that fit in the window attend as with full attention, and the prompt's
+    cache keeps them whole. Longer ones keep the refusal; a batch longer than the window is refused by name."""
+    model = tiny(arch, sliding_window=12, attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    assert "sliding-window attention of 12 tokens" in prompt_sharing_unsupported(model, "cpu")
+    assert "up to 13 tokens" in prompt_sharing_unsupported(model, "cpu", max_length=13)
+    assert prompt_sharing_unsupported(model, "cpu", max_length=12) is None
+    assert PolicyModel(model, torch.device("cpu"), share_prompts=None, max_length=12).share_prompts is True
+    input_ids, mask, positions, responses = grouped_batch(prompt=6, response=5)  # 11 tokens
+    response_mask = mask[:, -responses.shape[1]:].bool()
+    with torch.no_grad():
+        plain, shared = (compute_response_logprobs(model, input_ids, mask, positions, responses, share_prompts=share)[0]
+                         for share in (False, True))
+    torch.testing.assert_close(shared[response_mask], plain[response_mask], atol=2e-5, rtol=0)
+    longer = grouped_batch(prompt=8, response=5)  # 13 tokens
+    with pytest.raises(VerlError, match=r"13-token sequences .* 12-token sliding window"):
+        compute_response_logprobs(model, *longer, share_prompts=True)
+
+
 def test_models_and_settings_that_cannot_share_are_named():
     assert "dropout=0.1" in prompt_sharing_unsupported(tiny("opt"), "cpu")
     assert "attention_dropout=0.2" in prompt_sharing_unsupported(tiny(attention_dropout=0.2), "cpu")

@@ -49,8 +49,9 @@ def shard_files(path: Path) -> list[Path]:
     return [files[rank] for rank in range(world)]
 
 
-def full_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The full tensors of the sharded checkpoint in ``path``."""
+def full_weights(path: Path, stored_in_out: frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
+    """The full tensors of the sharded checkpoint in ``path``. ``stored_in_out``: the model's layers whose weight
+    is stored ``[in, out]`` (GPT-2's Conv1D), for merging LoRA adapters into them."""
     from torch.distributed.tensor import DTensor
 
     files = shard_files(path)
@@ -84,15 +85,18 @@ def full_weights(path: Path) -> dict[str, torch.Tensor]:
             raise VerlError(f"{name}: its shards make {tuple(tensor.shape)}, not the saved shape {tuple(first.shape)}")
         out[name] = tensor.contiguous()
     if any(".lora_" in name for name in out):
-        out = _merged_lora(path, out)
+        out = _merged_lora(path, out, stored_in_out)
     return out
 
 
-def _merged_lora(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A verl LoRA checkpoint's weights with the adapters merged in, under the plain model's names."""
+def _merged_lora(path: Path, weights: dict[str, torch.Tensor],
+                 stored_in_out: frozenset[str]) -> dict[str, torch.Tensor]:
+    """A verl LoRA checkpoint's weights with the adapters merged in, under the plain model's names. The layers named
+    in ``stored_in_out`` (plain names) get the transposed update; their shape cannot tell: GPT-2's attention output
+    projection is square."""
     import json
 
-    from verl.models.lora import ADAPTER, merge_adapters
+    from verl.models.lora import ADAPTER, merge_adapters, plain_name
 
     meta_file = path / "lora_train_meta.json"
     if not meta_file.is_file():
@@ -107,9 +111,7 @@ def _merged_lora(path: Path, weights: dict[str, torch.Tensor]) -> dict[str, torc
     for name in weights:
         if name.endswith(suffix):
             module = name[:-len(suffix)]
-            a, b = weights[name], weights[f"{module}.lora_B.{ADAPTER}.weight"]
-            base = weights[f"{module}.base_layer.weight"]
-            scalings[module] = (scaling, tuple(base.shape) != (b.shape[0], a.shape[1]))  # Conv1D: stored [in, out]
+            scalings[module] = (scaling, plain_name(module) in stored_in_out)
     return merge_adapters(weights, scalings)
 
 
@@ -125,13 +127,16 @@ def model_folder(path: Path, hf_model_path: str | None) -> Path:
 def verl_model(path: Path, hf_model_path: str | None) -> tuple[torch.nn.Module, Path]:
     """The model of upstream verl's checkpoint in ``path`` with its weights, and the folder of its config."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+    from transformers.pytorch_utils import Conv1D
 
     shard_files(path)  # all ranks' files there: said before anything loads
     folder = model_folder(path, hf_model_path)
-    weights = full_weights(path)
     config = AutoConfig.from_pretrained(folder)
     kind = (config.architectures or [""])[0]
     auto = AutoModelForTokenClassification if kind.endswith("ForTokenClassification") else AutoModelForCausalLM
+    with torch.device("meta"):
+        skeleton = auto.from_config(config)
+    weights = full_weights(path, frozenset(name for name, m in skeleton.named_modules() if isinstance(m, Conv1D)))
     dtype = next(iter(weights.values())).dtype
     model = auto.from_config(config, dtype=dtype)
     expected = model.state_dict()

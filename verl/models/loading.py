@@ -74,19 +74,27 @@ def resolve_device(device: str | torch.device | None = "auto", key: str = "train
     return device
 
 
-def resolve_attn_implementation(requested: str | None) -> str | None:
-    """Fall back from flash_attention_2 to sdpa (with one warning) where it cannot run."""
+def flash_attention_missing(requested: str | None) -> str | None:
+    """Why flash attention (``requested``) cannot run here, or None (it can, or it was not asked for)."""
     if requested not in ("flash_attention_2", "flash_attention_3"):
-        return requested
+        return None
     missing = []
     if importlib.util.find_spec("flash_attn") is None:
         missing.append("the flash-attn package is not installed")
     if not torch.cuda.is_available():
         missing.append("no CUDA device is visible")
+    return " and ".join(missing) or None
+
+
+def resolve_attn_implementation(requested: str | None) -> str | None:
+    """Fall back from flash_attention_2 to the model's default attention (with one warning) where it cannot
+    run: None, so that transformers picks sdpa, or eager for a model without sdpa. Gemma 2 has none (its
+    soft-capped attention scores): naming sdpa made its load fail."""
+    missing = flash_attention_missing(requested)
     if missing:
-        logger.warning("attn_implementation=%s is not available here (%s); using 'sdpa' instead.",
-                       requested, " and ".join(missing))
-        return "sdpa"
+        logger.warning("attn_implementation=%s is not available here (%s); using the model's default instead "
+                       "(sdpa; eager where the model has no sdpa, as Gemma 2).", requested, missing)
+        return None
     return requested
 
 

@@ -75,6 +75,11 @@ def shared_prompt_logits(model, input_ids, attention_mask, position_ids, respons
 
     The layout is :mod:`verl.protocol`'s: a left-padded prompt, then a right-padded response.
     """
+    window = sliding_window(model.config)
+    if window is not None and input_ids.shape[1] > window:
+        raise VerlError(f"{KEY}: a batch of {input_ids.shape[1]}-token sequences reached the shared-prompt pass of a "
+                        f"model with a {window}-token sliding window, which sharing was switched on for only because "
+                        f"the run's sequences fit in it; set {KEY}=false")
     prompt_length = input_ids.shape[1] - response_length
     if prompt_length < 2:  # nothing before the last prompt token to share
         return _plain_logits(model, input_ids, attention_mask, position_ids, response_length)
@@ -121,7 +126,16 @@ def _dropout_settings(config, prefix: str = "") -> list[str]:
     return found
 
 
-def _static_reason(model) -> str | None:
+def sliding_window(config) -> int | None:
+    """The sliding window of the model's attention (0 when it has one of unknown size), or None (full attention)."""
+    layer_types = getattr(config, "layer_types", None) or ()
+    sliding = any("sliding" in str(t) for t in layer_types)
+    if not layer_types and getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        sliding = True
+    return int(getattr(config, "sliding_window", None) or 0) if sliding else None
+
+
+def _static_reason(model, max_length: int | None = None) -> str | None:
     config = model.config
     if any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
         return "gradient checkpointing is on (it drops the prompt's cache)"
@@ -130,22 +144,24 @@ def _static_reason(model) -> str | None:
     if dropouts:
         return (f"dropout is on ({', '.join(dropouts[:3])}: the n samples of a prompt would share one dropout "
                 f"mask; actor_rollout_ref.model.disable_dropout=true sets it to 0)")
-    layer_types = getattr(config, "layer_types", None) or ()
-    sliding = any("sliding" in str(t) for t in layer_types)
-    if not layer_types and getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
-        sliding = True
-    if sliding:
-        return f"{config.model_type} has sliding-window attention (its cache keeps only the window)"
+    # Sequences that fit in the window attend as with full attention, and the prompt's cache keeps all of them.
+    window = sliding_window(config)
+    if window is not None and (max_length is None or max_length > window):
+        longer = f"the run's sequences of up to {max_length} tokens" if max_length else "sequences of any length"
+        return (f"{config.model_type} has sliding-window attention of {window} tokens (its cache keeps only the "
+                f"window) and {longer} may not fit in it")
     if not keeps_logits(model):
         return f"{type(model).__name__}.forward takes no logits_to_keep"
     return None
 
 
-def prompt_sharing_unsupported(model, device) -> str | None:
+def prompt_sharing_unsupported(model, device, max_length: int | None = None) -> str | None:
     """Why ``model`` cannot run :func:`shared_prompt_logits`, or None: the static reasons above, then
     the model itself, on three rows (two sharing a prompt, one left-padded), must give the plain
-    forward's log-probs. A collective under FSDP: every rank checks at the same time."""
-    reason = _static_reason(model)
+    forward's log-probs. ``max_length``: the longest sequence (prompt + response) the run passes (a model with a
+    sliding window shares prompts when the window holds it). A collective under FSDP: every rank checks at the
+    same time."""
+    reason = _static_reason(model, max_length)
     if reason is not None:
         return reason
     vocab = model.config.vocab_size
@@ -178,13 +194,15 @@ KEY = "actor_rollout_ref.actor.use_prefix_grouper"
 _reported: set[str] = set()
 
 
-def resolve_prompt_sharing(model, device, setting: bool | None, *, remove_padding: bool) -> bool:
+def resolve_prompt_sharing(model, device, setting: bool | None, *, remove_padding: bool,
+                           max_length: int | None = None) -> bool:
     """Whether the forward passes of ``model`` share prompts, from ``setting`` (the key's value: None =
     where the model allows it, True = required, False = off). Packed sequences (``remove_padding``)
-    take their own path. A model that cannot share is named once in the log (None) or refused (True)."""
+    take their own path. A model that cannot share is named once in the log (None) or refused (True).
+    ``max_length``: the longest sequence the run passes, as :func:`prompt_sharing_unsupported` takes it."""
     if setting is False or remove_padding:
         return False
-    reason = prompt_sharing_unsupported(model, device)
+    reason = prompt_sharing_unsupported(model, device, max_length)
     if reason is None:
         return True
     if setting:

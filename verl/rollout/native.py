@@ -33,6 +33,8 @@ Greedy decoding is the argmax; its log-probs are the raw logits' ``log_softmax``
 
 from __future__ import annotations
 
+import logging
+import re
 
 import torch
 from transformers import DynamicCache
@@ -45,6 +47,9 @@ from verl.rollout.fast_decoder import FastDecoder, unsupported_reason
 from verl.rollout.partial import join_generations
 from verl.rollout.row_decoder import RowDecoder, Rows, assemble
 from verl.rollout.seeding import draw, filter_logits
+
+logger = logging.getLogger(__name__)
+_reported: set[str] = set()  # fallback reasons said (their numbers left out: a window and a length vary per call)
 
 CACHE_KINDS = ("dynamic", "static")
 
@@ -162,6 +167,12 @@ class NativeRollout(RolloutEngine):
         Decided (and the weights read) at every call: in the hybrid engine they change between calls."""
         self.fallback_reason = self._fast_reason(total_length)
         self.last_path = "hf" if self.fallback_reason else "fast"
+        said = re.sub(r"\d+", "N", self.fallback_reason or "")
+        if self.fast and self.fallback_reason and said not in _reported:
+            _reported.add(said)
+            logger.warning("rollout native: its lean decoder does not run this model (%s); it decodes with the "
+                           "model's own Hugging Face forward instead (the same samples, at about the hf engine's "
+                           "speed)", self.fallback_reason)
         return _HFSteps(self) if self.fallback_reason else FastDecoder(self.model)
 
     def _fast_reason(self, total_length: int | None) -> str | None:

@@ -3,8 +3,9 @@
     model = load_hf_model("Qwen/Qwen2-0.5B-Instruct", torch_dtype=torch.bfloat16,
                           attn_implementation="flash_attention_2", trust_remote_code=True)
 
-Where flash-attention cannot run (no flash-attn package or no CUDA) the model loads with
-``sdpa`` and one warning; a bad path or hub id raises :class:`~verl.errors.ModelLoadError`.
+Where flash-attention cannot run (no flash-attn package or no CUDA) the model loads with its
+default attention (``sdpa``; ``eager`` for a model without sdpa, as Gemma 2) and one warning; a bad
+path or hub id raises :class:`~verl.errors.ModelLoadError`.
 """
 
 from __future__ import annotations

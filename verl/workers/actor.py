@@ -42,12 +42,14 @@ class PolicyModel:
 
     def __init__(self, model: torch.nn.Module, device: torch.device, micro_batch_size: int | None = None, *,
                  max_token_len: int | None = None, remove_padding: bool = False, data_parallel: bool = True,
-                 share_prompts: bool | None = False):
+                 share_prompts: bool | None = False, max_length: int | None = None):
         """``micro_batch_size`` rows per log-prob forward pass (null: all), or with ``max_token_len``
         (dynamic batch size) balanced passes of at most that many tokens. ``remove_padding`` runs
         every pass on packed sequences (checked to be exact for this model first). ``share_prompts``
         runs each distinct prompt once (:mod:`verl.models.shared_prompt`): None = where the model
-        allows it, True = required; ``self.share_prompts`` says what was decided."""
+        allows it, True = required; ``self.share_prompts`` says what was decided. ``max_length``: the longest
+        sequence (prompt + response) the run passes, when known (a model with a sliding window shares prompts
+        when its window holds that)."""
         # The model comes ready: placed on ``device`` and, where its role asks for it, sharded
         # (``verl.distributed.fsdp.parallelize``) by whoever built it. Roles know nothing of placement.
         self.model = model
@@ -58,7 +60,8 @@ class PolicyModel:
         self.data_parallel = data_parallel
         if remove_padding:
             check_packing(model, device, "actor_rollout_ref.model.use_remove_padding")
-        self.share_prompts = resolve_prompt_sharing(model, device, share_prompts, remove_padding=remove_padding)
+        self.share_prompts = resolve_prompt_sharing(model, device, share_prompts, remove_padding=remove_padding,
+                                                    max_length=max_length)
 
     @torch.no_grad()
     def compute_log_prob(self, batch: Batch, *, with_entropy: bool = False, with_sum_pi_squared: bool = False):
@@ -102,14 +105,15 @@ class Actor(PolicyModel):
     def __init__(self, model, config, device, *, samples_per_mini_batch: int, total_steps: int | None,
                  log_prob_micro_batch_size: int | None = None, log_prob_max_token_len: int | None = None,
                  remove_padding: bool = False, seed: int = 0, norm_len: int | None = None,
-                 rollout_correction: RolloutCorrection | None = None, share_prompts: bool | None = False):
+                 rollout_correction: RolloutCorrection | None = None, share_prompts: bool | None = False,
+                 max_length: int | None = None):
         """``config`` is the ``actor_rollout_ref.actor`` section (its ``use_dynamic_bsz`` and
         ``ppo_max_token_len_per_gpu`` shape the update's micro-batches); the old-log-prob passes
         take ``log_prob_micro_batch_size`` or ``log_prob_max_token_len`` (the rollout section's)."""
         check_choice("actor_rollout_ref.actor.policy_loss.loss_mode", config.policy_loss.loss_mode,
                      list(POLICY_LOSSES), "policy loss", NOT_IMPLEMENTED_LOSSES)
         super().__init__(model, device, log_prob_micro_batch_size, max_token_len=log_prob_max_token_len,
-                         remove_padding=remove_padding, share_prompts=share_prompts)
+                         remove_padding=remove_padding, share_prompts=share_prompts, max_length=max_length)
         self.config = config
         # verl's algorithm.rollout_correction, passed in by the trainer; alone, token-level TIS from this section.
         self.rollout_correction = rollout_correction or rollout_correction_of(config)

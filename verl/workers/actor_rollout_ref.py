@@ -133,6 +133,8 @@ class ActorRolloutRefWorker:
             ref_model = parallelize(ref_model, config.ref.fsdp_config, device=self.device)
         if with_ref and lora:
             ref_model = model  # scored under adapters_disabled: the base weights
+        # The longest sequence of the run: prompt + response (a sliding-window model shares prompts within it).
+        max_length = rollout_cfg.prompt_length + self.max_response_length if rollout_cfg.prompt_length else None
         # Each data-parallel rank trains on its share of every mini-batch (the config checks that it divides).
         self.actor = Actor(model, actor_cfg, self.device,
                            samples_per_mini_batch=actor_cfg.ppo_mini_batch_size * rollout_cfg.n // world_size(),
@@ -140,11 +142,13 @@ class ActorRolloutRefWorker:
                            log_prob_micro_batch_size=rollout_cfg.log_prob_micro_batch_size_per_gpu,
                            log_prob_max_token_len=log_prob_token_budget(config, "rollout"),
                            remove_padding=model_cfg.use_remove_padding, seed=seed, norm_len=self.max_response_length,
-                           rollout_correction=rollout_correction, share_prompts=actor_cfg.use_prefix_grouper)
+                           rollout_correction=rollout_correction, share_prompts=actor_cfg.use_prefix_grouper,
+                           max_length=max_length)
         self.ref = PolicyModel(ref_model, self.device, config.ref.log_prob_micro_batch_size_per_gpu,
                                max_token_len=log_prob_token_budget(config, "ref"),
                                remove_padding=model_cfg.use_remove_padding,
-                               share_prompts=actor_cfg.use_prefix_grouper) if ref_model is not None else None
+                               share_prompts=actor_cfg.use_prefix_grouper,
+                               max_length=max_length) if ref_model is not None else None
         self.rollout = make_rollout(config, engine, rollout_model, self.tokenizer, path, device=self.device,
                                     seed=seed, max_response_length=self.max_response_length)
         self.sync_rollout_weights()

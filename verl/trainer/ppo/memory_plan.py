@@ -24,7 +24,9 @@ layer; Qwen3's per-head q/k norms ``(4 + c)`` over the q and k widths), attentio
 values repeated to every head, the output and the o_proj input: ``5 c a``; eager attention also keeps
 the ``heads x T`` probabilities, softmax's fp32 output and its cast to the compute dtype: ``4 + c``
 bytes each, 4 in fp32, and ``c`` more for Gemma 2's soft-capped scores; eager is the model's own
-default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``).
+default where it has no sdpa, as Gemma 2) and a gated MLP (gate, up, SiLU, product: ``4 c I``;
+a mixture of experts: ``I`` over its routed and shared experts, plus ``2 c h`` per routed copy; a plain MLP
+``1``, ``2`` or ``5 c I`` by its activation, a LayerNorm ``2 c h``: ``model_shape.py``).
 Logits: the ``[T, V]`` output in the compute dtype (twice for Gemma 2's soft-capped logits) plus fp32
 copies of the response's part (three in the update, two in a no-grad forward, one more in 16-bit: the
 cast; measured on a CPU with Qwen2.5's 151,936-token vocabulary). With gradient checkpointing only
@@ -43,6 +45,7 @@ import torch
 from verl.config.cross_checks import log_prob_token_budget
 from verl.distributed.process_group import is_main_process, launched_world_size
 from verl.errors import VerlError
+from verl.models.loading import flash_attention_missing
 from verl.models.lora import lora_requested
 from verl.trainer.ppo import roles
 from verl.trainer.ppo.model_shape import ModelShape
@@ -176,10 +179,12 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     shape = ModelShape.of(hf_config if hf_config is not None else roles.policy_config(config))
     weight = _bytes(model_cfg.dtype)
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
+    # Flash attention where it cannot run loads the model's default (resolve_attn_implementation).
+    attention = None if flash_attention_missing(model_cfg.attn_implementation) else model_cfg.attn_implementation
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
                response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
                on_gpu=device.startswith("cuda"),
-               eager=(model_cfg.attn_implementation or shape.default_attention) == "eager")
+               eager=(attention or shape.default_attention) == "eager")
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
