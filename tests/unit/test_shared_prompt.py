@@ -133,10 +133,10 @@ def test_one_token_responses_and_rows_that_share_nothing():
 
 
 @pytest.mark.parametrize("arch", ["mistral", "phi3", "gemma2"])
-def test_a_sliding_window_model_shares_prompts_when_the_runs_sequences_fit_in_its_window(arch):
+def test_a_sliding_window_model_shares_prompts_when_the_runs_sequences_fit_in_its_window(arch, caplog, monkeypatch):
     """Mistral-7B-v0.1 (a 4096-token window), Phi-3-mini (2047) and Gemma 2 (4096) ran every prompt once per sample,
     whatever the run's lengths: sequences that fit in the window attend as with full attention, and the prompt's
-    cache keeps them whole. Longer ones keep the refusal; a batch longer than the window is refused by name."""
+    cache keeps them whole. Longer ones keep the refusal; a batch longer than the window takes the plain pass."""
     model = tiny(arch, sliding_window=12, attention_dropout=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
     assert "sliding-window attention of 12 tokens" in prompt_sharing_unsupported(model, "cpu")
     assert "up to 13 tokens" in prompt_sharing_unsupported(model, "cpu", max_length=13)
@@ -148,9 +148,15 @@ def test_a_sliding_window_model_shares_prompts_when_the_runs_sequences_fit_in_it
         plain, shared = (compute_response_logprobs(model, input_ids, mask, positions, responses, share_prompts=share)[0]
                          for share in (False, True))
     torch.testing.assert_close(shared[response_mask], plain[response_mask], atol=2e-5, rtol=0)
+    # A longer batch (an image's tokens, a multi-turn sample) takes the plain pass, said once: the same numbers.
     longer = grouped_batch(prompt=8, response=5)  # 13 tokens
-    with pytest.raises(VerlError, match=r"13-token sequences .* 12-token sliding window"):
+    monkeypatch.setattr(shared_prompt, "_reported", set())  # said once a process: each family here anew
+    with torch.no_grad(), caplog.at_level("WARNING", logger="verl.models.shared_prompt"):
+        plain, shared = (compute_response_logprobs(model, *longer, share_prompts=share)[0] for share in (False, True))
         compute_response_logprobs(model, *longer, share_prompts=True)
+    assert torch.equal(shared, plain)
+    said = [r.getMessage() for r in caplog.records if "13-token sequences" in r.getMessage()]
+    assert len(said) == 1 and "12-token sliding window" in said[0], said
 
 
 def test_models_and_settings_that_cannot_share_are_named():

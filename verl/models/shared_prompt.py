@@ -76,11 +76,17 @@ def shared_prompt_logits(model, input_ids, attention_mask, position_ids, respons
     The layout is :mod:`verl.protocol`'s: a left-padded prompt, then a right-padded response.
     """
     window = sliding_window(model.config)
-    if window is not None and input_ids.shape[1] > window:
-        raise VerlError(f"{KEY}: a batch of {input_ids.shape[1]}-token sequences reached the shared-prompt pass of a "
-                        f"model with a {window}-token sliding window, which sharing was switched on for only because "
-                        f"the run's sequences fit in it; set {KEY}=false")
     prompt_length = input_ids.shape[1] - response_length
+    if window is not None and input_ids.shape[1] > window:
+        # Sharing was switched on because the run's sequences fit in the window; a longer batch (an image's
+        # tokens, a multi-turn sample) runs every prompt with each sample, as a model without sharing does.
+        reason = (f"a batch of {input_ids.shape[1]}-token sequences is longer than the model's {window}-token "
+                  f"sliding window")
+        if f"window {window}" not in _reported:
+            _reported.add(f"window {window}")
+            logger.warning("%s: %s, so its prompts run with each sample (the same numbers, more time); said once "
+                           "a process", KEY, reason)
+        return _plain_logits(model, input_ids, attention_mask, position_ids, response_length)
     if prompt_length < 2:  # nothing before the last prompt token to share
         return _plain_logits(model, input_ids, attention_mask, position_ids, response_length)
     first, inverse = distinct_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
