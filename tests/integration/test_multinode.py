@@ -116,8 +116,9 @@ def test_a_lost_node_ends_the_job_with_one_line_and_it_resumes_on_one(rl_inputs,
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, output[-3000:]
     what = "died" if lost == "node" else "lost its launcher"
-    assert re.match(rf"error: rank 1 \(node 1 of 2, host [^)]+\) {what} during stage '[a-z_.]+' \(step \d+\)",
-                    errors[0]), errors[0]
+    # The kill lands inside a stage or, rarely, between two (the rank's last report then names the stage it left).
+    assert re.match(rf"error: rank 1 \(node 1 of 2, host [^)]+\) {what} (during stage '[a-z_.]+' \(step \d+\)|"
+                    rf"after stage '[a-z_.]+' \(step \d+\), between stages)", errors[0]), errors[0]
     # Every checkpoint written before is whole; the same command in one process resumes from the last.
     saved = sorted(int(p.name.rsplit("_", 1)[1]) for p in out.glob("global_step_*"))
     assert saved[-1] >= 4 and all((out / f"global_step_{s}" / "state.pt").exists() for s in saved)
