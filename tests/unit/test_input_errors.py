@@ -451,3 +451,22 @@ def test_critic_settings_in_a_run_without_a_critic_are_said_to_have_no_effect(ca
     assert [r.getMessage() for r in caplog.records if "critic" in r.getMessage()] == [
         "critic.model.path=models/critic, critic.ppo_epochs=2 have no effect: algorithm.adv_estimator=grpo trains no "
         "critic (only gae does); set algorithm.adv_estimator=gae to train with a critic, or leave them at the default"]
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: __import__("verl.trainer.ppo", fromlist=["PPOTrainer"]).PPOTrainer(worker=None),
+     r"^PPOTrainer\(\) got an unexpected keyword argument 'worker' \(did you mean actor_rollout_ref_worker=\?\); it "
+     r"takes actor_rollout_ref_worker, config, critic, logger, output_dir$"),
+    (lambda: __import__("verl.trainer.ppo", fromlist=["PPOTrainer"]).PPOTrainer(None, ppo_config={}),
+     r"'ppo_config' \(did you mean config=\?\)"),
+    (lambda: __import__("verl", fromlist=["ActorRolloutRefWorker"]).ActorRolloutRefWorker(cfg=None),
+     r"^ActorRolloutRefWorker\(\) got an unexpected keyword argument 'cfg' \(did you mean config=\?\); it takes config, "),
+    (lambda: __import__("verl", fromlist=["ActorRolloutRefWorker"]).ActorRolloutRefWorker(None, ref=False),
+     r"'ref' \(did you mean with_ref=\?\)"),
+    (lambda: __import__("verl", fromlist=["ActorRolloutRefWorker"]).ActorRolloutRefWorker(None, model_path="x"),
+     r"^ActorRolloutRefWorker\(\) got an unexpected keyword argument 'model_path'; it takes config, tokenizer"),
+])
+def test_a_misnamed_argument_of_the_tutorials_classes_names_the_one_meant(build, message):
+    """Before: Python's "got an unexpected keyword argument 'worker'" alone, for the tutorial's two classes."""
+    with pytest.raises(TypeError, match=message):
+        build()

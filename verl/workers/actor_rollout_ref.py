@@ -28,6 +28,7 @@ from verl.models.tiny import builtin_model_path
 from verl.models.vision import is_vision_model, load_processor
 from verl.protocol import Batch
 from verl.rollout import NO_ROLLOUT, SamplingParams, auto_engine, build_rollout
+from verl.utils.keywords import hint_keywords
 from verl.utils.memory import memory_metrics
 from verl.utils.preflight import check_context_length
 from verl.workers.actor import Actor, PolicyModel
@@ -80,6 +81,7 @@ class ActorRolloutRefWorker:
     asynchronous run whose rollout also validates).
     """
 
+    @hint_keywords
     def __init__(self, config, *, tokenizer=None, with_ref: bool = True, device=None,
                  max_response_length: int | None = None, total_steps: int | None = None, seed: int | None = None,
                  rollout_correction=None, generates: bool = True):

@@ -41,6 +41,7 @@ from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.roles import value_critic
 from verl.trainer.ppo.step_batch import batch_from_dict, check_layout
+from verl.utils.keywords import hint_keywords
 from verl.utils.preflight import check_context_length, explain_oom, normalize_reward
 from verl.workers.critic import Critic
 
@@ -67,6 +68,7 @@ class PPOStepConfig(ConfigNode):
 
 
 class PPOTrainer(BaseTrainer):
+    @hint_keywords
     def __init__(self, actor_rollout_ref_worker, config: dict | PPOStepConfig | None = None, *, critic=None,
                  logger=None, output_dir: str | None = None):
         super().__init__(actor_rollout_ref_worker, logger=logger, output_dir=output_dir)
