@@ -1,8 +1,8 @@
 """The memory plan: what one rank of an RL run will hold, from the config and the model's
 config.json alone (parameters counted on the meta device; no weights are read).
 
-Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the
-ranks by FSDP), its activations for one micro-batch of the update (with or without gradient
+Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the ranks of its
+fsdp_config.fsdp_size by FSDP), its activations for one micro-batch of the update (with or without gradient
 checkpointing), the reference's weights, the rollout's KV cache (and its copy of the weights when
 it has one), the critic's share when GAE needs one; with ``async_training.enable`` the rollout
 apart (its own weights and a whole step's KV cache, all along, the weights in flight to it and, as a
@@ -145,21 +145,19 @@ class _Run:
     ranks: int
     on_gpu: bool
     eager: bool
+    shard: int = 1  # ranks one copy of the actor's state is sharded over (fsdp_config.fsdp_size; -1: all ranks)
 
     @property
     def fp32_cast(self) -> int:
         """Bytes per value of the fp32 copy a 16-bit compute dtype's logits get for the log-probs (0 in fp32)."""
         return 4 if self.compute != 4 else 0
 
-    @property
-    def shard(self) -> int:
-        return max(self.ranks, 1)
+    def weights(self, params: int, shard: int | None = None) -> int:
+        return params * self.weight // (shard or self.shard)
 
-    def weights(self, params: int) -> int:
-        return params * self.weight // self.shard
-
-    def note(self) -> str:
-        return {2: "16-bit", 4: "fp32"}[self.weight] + (f", 1/{self.shard} of the model (FSDP)" if self.shard > 1 else "")
+    def note(self, shard: int | None = None) -> str:
+        shard = shard or self.shard
+        return {2: "16-bit", 4: "fp32"}[self.weight] + (f", 1/{shard} of the model (FSDP)" if shard > 1 else "")
 
     def kept(self, tokens: int, checkpointing: bool) -> int:
         """Activations a micro-batch of ``tokens`` keeps for its backward."""
@@ -181,16 +179,17 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     # Flash attention where it cannot run loads the model's default (resolve_attn_implementation).
     attention = None if flash_attention_missing(model_cfg.attn_implementation) else model_cfg.attn_implementation
+    ranks = ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
-               response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
-               on_gpu=device.startswith("cuda"),
-               eager=(attention or shape.default_attention) == "eager")
+               response=data.max_response_length, ranks=ranks, on_gpu=device.startswith("cuda"),
+               eager=(attention or shape.default_attention) == "eager", shard=fsdp_shard(arr.actor.fsdp_config, ranks))
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
         on_host = run.on_gpu and arr.ref.fsdp_config.param_offload
-        parts["reference", "weights"] = (0 if on_host else run.weights(shape.params),
-                                         run.note() + (" (in CPU memory: param_offload)" if on_host else ""))
+        shard = fsdp_shard(arr.ref.fsdp_config, run.ranks)
+        parts["reference", "weights"] = (0 if on_host else run.weights(shape.params, shard),
+                                         run.note(shard) + (" (in CPU memory: param_offload)" if on_host else ""))
     parts.update({**_log_prob_part(config, run, uses_ref), **_rollout_parts(config, run, available)})
     if config.critic_enabled():
         parts.update(_critic_parts(config, run))
@@ -220,6 +219,15 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
 
 
 Parts = dict[tuple[str, str], tuple[int, str]]
+
+
+def fsdp_shard(fsdp_config, ranks: int) -> int:
+    """Ranks one copy of a role's state is sharded over: ``fsdp_size`` (-1: all ``ranks``; a smaller size
+    replicates the shards across groups, HSDP), refused now, before any weight loads, when it does not
+    divide ``ranks`` (as :func:`verl.distributed.fsdp.resolve_fsdp_size` would once the model is built)."""
+    from verl.distributed.fsdp import resolve_fsdp_size
+
+    return resolve_fsdp_size(fsdp_config.fsdp_size, max(ranks, 1), fsdp_config._path("fsdp_size"))
 
 
 def _actor_parts(config, run: _Run) -> Parts:
@@ -332,7 +340,8 @@ def _critic_parts(config, run: _Run) -> Parts:
     arr = config.actor_rollout_ref
     mini = critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size
     rows = critic.ppo_micro_batch_size_per_gpu or max(1, mini * arr.rollout.n // run.ranks)
-    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params),
+    shard = fsdp_shard(critic.fsdp_config, run.ranks)
+    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params, shard),
                                   "weights, gradients and optimizer (the policy's shape)"),
             ("critic", "activations"): (run.kept(rows * run.row, critic.model.enable_gradient_checkpointing),
                                         f"micro-batch {rows} x {run.row} tokens")}

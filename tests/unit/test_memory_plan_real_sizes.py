@@ -1,0 +1,72 @@
+"""The memory plan at the sizes users train: configs of published models built from their hyper-parameters
+(no weights; parameters counted on the meta device), with parts checked against counts worked out by hand."""
+
+import pytest
+from transformers import Gemma2Config, LlamaConfig, Qwen2Config
+
+from verl.config import TrainerConfig
+from verl.errors import VerlError
+from verl.trainer.ppo.memory_plan import GiB, ModelShape, plan_memory
+
+QWEN25_7B = Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                        num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)
+QWEN25_05B = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
+LLAMA3_8B = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
+LLAMA3_70B = LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
+GEMMA2_9B = Gemma2Config(hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+                         num_key_value_heads=8, head_dim=256, vocab_size=256000, tie_word_embeddings=True)
+RUN = ["trainer.backend=ray", "actor_rollout_ref.model.dtype=bf16", "data.train_batch_size=128",
+       "data.max_prompt_length=1024", "data.max_response_length=1024", "actor_rollout_ref.rollout.n=8",
+       "actor_rollout_ref.actor.ppo_mini_batch_size=32", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+       "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+       "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4"]
+
+
+def hand_count(c, *, qkv_bias: bool = False, norms_per_layer: int = 2) -> int:
+    """Embedding (and an untied lm_head), q/k/v/o with grouped keys and values, a gated MLP, the norms."""
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    q, kv = c.num_attention_heads * head_dim, c.num_key_value_heads * head_dim
+    layer = 2 * c.hidden_size * q + 2 * c.hidden_size * kv + 3 * c.hidden_size * c.intermediate_size
+    layer += (q + 2 * kv) * qkv_bias + norms_per_layer * c.hidden_size
+    return (c.num_hidden_layers * layer + c.hidden_size
+            + c.vocab_size * c.hidden_size * (1 if c.tie_word_embeddings else 2))
+
+
+@pytest.mark.parametrize("config, bias, norms, published", [
+    (QWEN25_7B, True, 2, 7.62e9), (QWEN25_05B, True, 2, 0.494e9), (LLAMA3_8B, False, 2, 8.03e9),
+    (LLAMA3_70B, False, 2, 70.6e9), (GEMMA2_9B, False, 4, 9.24e9)])
+def test_parameters_of_published_models_match_the_hand_count_and_the_published_one(config, bias, norms, published):
+    params = ModelShape.of(config).params
+    assert params == hand_count(config, qkv_bias=bias, norms_per_layer=norms)
+    assert abs(params - published) / published < 0.005
+
+
+def plan(config, *keys, ranks):
+    return plan_memory(TrainerConfig.from_cli(RUN + list(keys)), config, ranks=ranks, device="cuda:0",
+                       available=80 * GiB)
+
+
+def test_fsdp_size_shards_each_roles_state_over_its_own_group_not_all_ranks():
+    # Llama-3-8B on 2 nodes x 8 GPUs, the actor sharded within a node (HSDP), the reference over all 16 ranks
+    params = ModelShape.of(LLAMA3_8B).params
+    hsdp = plan(LLAMA3_8B, "actor_rollout_ref.actor.fsdp_config.fsdp_size=8", ranks=16)
+    size = lambda role, part: hsdp.parts[role, part][0]
+    assert size("actor", "weights") == size("actor", "gradients") == params * 2 // 8  # 1.87 GiB, not 0.93
+    assert size("actor", "optimizer") == 2 * params * 2 // 8
+    assert "1/8 of the model" in hsdp.parts["actor", "weights"][1]
+    assert size("reference", "weights") == params * 2 // 16
+    full = plan(LLAMA3_8B, ranks=16)
+    assert full.parts["actor", "weights"][0] == params * 2 // 16
+    # fsdp_size=1: every rank holds the whole model, and the rollout gathers nothing
+    whole = plan(LLAMA3_8B, "actor_rollout_ref.actor.fsdp_config.fsdp_size=1", ranks=16)
+    assert whole.parts["actor", "weights"][0] == params * 2
+    assert ("rollout", "gathered") not in whole.parts
+
+
+def test_an_fsdp_size_that_does_not_divide_the_ranks_is_refused_by_the_plan_before_any_weight_loads():
+    with pytest.raises(VerlError, match=r"actor_rollout_ref.actor.fsdp_config.fsdp_size=3 does not divide the "
+                                        r"world size 16 .*\[1, 2, 4, 8, 16\]"):
+        plan(LLAMA3_8B, "actor_rollout_ref.actor.fsdp_config.fsdp_size=3", ranks=16)
