@@ -385,13 +385,12 @@ def main(argv: list[str] | None = None) -> int:
 def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
     """The memory plan of the run ``overrides`` describe (as main_ppo would plan it on this machine)."""
     from verl.errors import VerlError
-    from verl.models.loading import resolve_device
     from verl.trainer.main_ppo import load_config
-    from verl.trainer.ppo.memory_plan import plan_for_run
+    from verl.trainer.ppo.memory_plan import plan_ahead
 
     try:
         config = load_config(overrides)
-        plan = plan_for_run(config, resolve_device(config.trainer.device))
+        plan = plan_ahead(config)
     except VerlError as exc:
         return Check("memory plan", "FAIL", f"the config cannot be planned: {exc}", fix="correct the overrides"), None
     data = {"peak_bytes": plan.peak, "peak_phase": plan.peak_phase, "available_bytes": plan.available,

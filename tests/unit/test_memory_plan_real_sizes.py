@@ -2,10 +2,13 @@
 (no weights; parameters counted on the meta device), with parts checked against counts worked out by hand."""
 
 import pytest
+import torch
 from transformers import Gemma2Config, LlamaConfig, Qwen2Config
 
+from verl import doctor
 from verl.config import TrainerConfig
 from verl.errors import VerlError
+from verl.trainer.main_ppo import main
 from verl.trainer.ppo.memory_plan import GiB, ModelShape, plan_memory
 
 QWEN25_7B = Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
@@ -70,3 +73,22 @@ def test_an_fsdp_size_that_does_not_divide_the_ranks_is_refused_by_the_plan_befo
     with pytest.raises(VerlError, match=r"actor_rollout_ref.actor.fsdp_config.fsdp_size=3 does not divide the "
                                         r"world size 16 .*\[1, 2, 4, 8, 16\]"):
         plan(LLAMA3_8B, "actor_rollout_ref.actor.fsdp_config.fsdp_size=3", ranks=16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="plans a GPU run from a machine without one")
+def test_plan_ahead_of_a_torchrun_job_on_8_gpus_from_a_machine_without_one(tmp_path, capsys):
+    # `--plan` runs in a plain process, before torchrun starts the 8 ranks it plans (it planned 1, and
+    # trainer.device=cuda was refused: no GPU here)
+    QWEN25_7B.save_pretrained(tmp_path / "qwen2.5-7b")  # config.json alone: nothing loads
+    keys = [f"actor_rollout_ref.model.path={tmp_path / 'qwen2.5-7b'}", "trainer.n_gpus_per_node=8"] + RUN[1:]
+    params = ModelShape.of(QWEN25_7B).params
+    assert main(["--plan", *keys, "trainer.device=cuda"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Memory plan per rank (cuda, 8 ranks, 7,615.6M parameters)")
+    assert f"actor      weights         {params * 2 / 8 / GiB:5.2f} GiB  16-bit, 1/8 of the model" in printed
+    assert "no GPU here: compare the peak with the memory of one of the 8 GPUs" in printed
+    assert main(["--plan", *keys]) == 0  # a CPU run: 8 ranks too
+    assert capsys.readouterr().out.startswith("Memory plan per rank (cpu, 8 ranks,")
+    check, plan = doctor.check_memory_plan(keys + ["trainer.device=cuda"])
+    assert (check.status, plan.ranks, plan.available) == ("INFO", 8, None)
+    assert check.data["parts"]["actor/weights"] == params * 2 // 8

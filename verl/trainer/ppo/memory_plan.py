@@ -43,7 +43,7 @@ import os
 import torch
 
 from verl.config.cross_checks import log_prob_token_budget
-from verl.distributed.process_group import is_main_process, launched_world_size
+from verl.distributed.process_group import is_main_process, launched_distributed, launched_world_size
 from verl.errors import VerlError
 from verl.models.loading import flash_attention_missing
 from verl.models.lora import lora_requested
@@ -429,11 +429,12 @@ def check_fits(plan: MemoryPlan) -> None:
                     "prints the whole plan; trainer.memory_check=false skips this check")
 
 
-def plan_for_run(config, device: torch.device, hf_config=None) -> MemoryPlan:
+def plan_for_run(config, device: torch.device, hf_config=None, *, ahead: bool = False) -> MemoryPlan:
     """This rank's plan for the run ``config`` on ``device``, with the memory available to the rank:
-    its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray."""
+    its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray and ``ahead`` of a
+    launch (``--plan``, ``verl doctor``: a plain process, not yet in the torchrun job it plans)."""
     trainer = config.trainer
-    if trainer.backend == "ray":
+    if trainer.backend == "ray" or (ahead and not launched_distributed()):
         ranks, here = trainer.nnodes * trainer.n_gpus_per_node, trainer.n_gpus_per_node
     else:
         ranks, here = launched_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size()))
@@ -442,6 +443,19 @@ def plan_for_run(config, device: torch.device, hf_config=None) -> MemoryPlan:
     known = trainer.backend != "ray" or trainer.nnodes == 1
     return plan_memory(config, hf_config, ranks=ranks, device=device,
                        available=available_memory(device, here) if known else None)
+
+
+def plan_ahead(config) -> MemoryPlan:
+    """The plan ``main_ppo --plan`` and ``verl doctor key=value`` give before a launch: of the ranks the config asks
+    for, and for a GPU run from a machine without one (``trainer.device=cuda`` on a login node), planned on a GPU
+    (offloads, vLLM's engine) whose memory is not known here (``available`` None: nothing is refused)."""
+    from verl.models.loading import resolve_device
+
+    trainer = config.trainer
+    if str(trainer.device).startswith("cuda") and not torch.cuda.is_available():
+        ranks = launched_world_size() if launched_distributed() else trainer.nnodes * trainer.n_gpus_per_node
+        return plan_memory(config, ranks=ranks, device="cuda")
+    return plan_for_run(config, resolve_device(trainer.device), ahead=True)
 
 
 def offloads_set(config) -> list[str]:
