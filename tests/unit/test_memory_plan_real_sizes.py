@@ -92,3 +92,21 @@ def test_plan_ahead_of_a_torchrun_job_on_8_gpus_from_a_machine_without_one(tmp_p
     check, plan = doctor.check_memory_plan(keys + ["trainer.device=cuda"])
     assert (check.status, plan.ranks, plan.available) == ("INFO", 8, None)
     assert check.data["parts"]["actor/weights"] == params * 2 // 8
+
+
+def test_a_sleeping_vllm_engine_counts_in_the_rollout_only_so_the_usual_7b_grpo_recipe_fits_an_h100():
+    # verl's Qwen2.5-7B GRPO recipe on 8 x H100 80GB: vLLM at gpu_memory_utilization=0.5, 4096-token rows, micro-batch
+    # 4 with gradient checkpointing. The engine sleeps between rollouts (free_cache_engine, the default): its
+    # 40 GiB are free while the actor trains. Counted in every phase, the update planned 90.1 GiB: refused.
+    keys = ("actor_rollout_ref.rollout.name=vllm", "data.max_prompt_length=1024", "data.max_response_length=3072",
+            "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+    awake = plan(QWEN25_7B, *keys, ranks=8)
+    size = lambda role, part: awake.parts[role, part][0]
+    state = size("actor", "weights") + size("actor", "optimizer") + size("reference", "weights")
+    assert size("rollout", "vLLM") == 40 * GiB
+    assert awake.phases["rollout"] == state + 40 * GiB
+    assert awake.phases["update"] == state + size("actor", "gradients") + size("actor", "activations")
+    assert awake.peak < 60 * GiB and "asleep between rollouts" in awake.parts["rollout", "vLLM"][1]
+    kept = plan(QWEN25_7B, *keys, "actor_rollout_ref.rollout.free_cache_engine=false", ranks=8)
+    assert kept.phases["update"] == awake.phases["update"] + 40 * GiB > 80 * GiB  # an engine that stays awake

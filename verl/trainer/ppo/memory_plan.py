@@ -195,7 +195,8 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
         parts.update(_critic_parts(config, run))
     if config.async_training.enable:
         parts.update(_async_rollout_parts(config, run, available))
-    phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2)
+    phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2,
+                     engine_sleeps=run.on_gpu and arr.rollout.free_cache_engine)
     if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
 
@@ -284,8 +285,9 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     if not roles.trainer_generates(config):  # an asynchronous run whose rollout validates: no engine here
         return {}
     if rollout.name == "vllm" and run.on_gpu and available:
+        asleep = ", asleep between rollouts (free_cache_engine)" if rollout.free_cache_engine else ""
         return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
-                                      "gpu_memory_utilization x the GPU's memory: weights and KV cache")}
+                                      f"gpu_memory_utilization x the GPU's memory: weights and KV cache{asleep}")}
     if rollout.name == "dummy":
         return {}
     shape = run.shape
@@ -347,14 +349,17 @@ def _critic_parts(config, run: _Run) -> Parts:
                                         f"micro-batch {rows} x {run.row} tokens")}
 
 
-def _phases(parts: Parts, *, adam: bool) -> dict[str, int]:
+def _phases(parts: Parts, *, adam: bool, engine_sleeps: bool = False) -> dict[str, int]:
+    """``engine_sleeps``: the trainer's vLLM engine sleeps between rollouts (``free_cache_engine`` on a GPU: its
+    weights offloaded, its KV cache freed), so its share of the GPU counts in the rollout phase only."""
     size = lambda *keys: sum(parts.get(key, (0, ""))[0] for key in keys)
+    engine = size(("rollout", "vLLM"))
     resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"),
-                     ("rollout", "vLLM"), ("rollout", "weights"), ("async", "vLLM"), ("async", "weights"),
-                     ("async", "KV cache"), ("async", "sync copy"))
+                    ("rollout", "weights"), ("async", "vLLM"), ("async", "weights"),
+                    ("async", "KV cache"), ("async", "sync copy")) + (0 if engine_sleeps else engine)
     gradients = size(("actor", "gradients"))
     return {
-        "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")),
+        "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")) + (engine if engine_sleeps else 0),
         "log_prob": resident + size(("log-prob", "forward")),
         "update": resident + gradients + size(("actor", "activations"), ("critic", "activations")),
         # torch's AdamW (foreach) holds one temporary the size of the trainable parameters while it steps
