@@ -9,11 +9,13 @@ from verl import doctor
 from verl.config import TrainerConfig
 from verl.errors import VerlError
 from verl.trainer.main_ppo import main
-from verl.trainer.ppo.memory_plan import GiB, ModelShape, plan_memory
+from verl.trainer.ppo.memory_plan import GiB, ModelShape, check_fits, plan_memory
 
 QWEN25_7B = Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                         num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)
 QWEN25_05B = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
+QWEN25_15B = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
 LLAMA3_8B = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                         num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False)
@@ -39,8 +41,8 @@ def hand_count(c, *, qkv_bias: bool = False, norms_per_layer: int = 2) -> int:
 
 
 @pytest.mark.parametrize("config, bias, norms, published", [
-    (QWEN25_7B, True, 2, 7.62e9), (QWEN25_05B, True, 2, 0.494e9), (LLAMA3_8B, False, 2, 8.03e9),
-    (LLAMA3_70B, False, 2, 70.6e9), (GEMMA2_9B, False, 4, 9.24e9)])
+    (QWEN25_7B, True, 2, 7.62e9), (QWEN25_05B, True, 2, 0.494e9), (QWEN25_15B, True, 2, 1.54e9),
+    (LLAMA3_8B, False, 2, 8.03e9), (LLAMA3_70B, False, 2, 70.6e9), (GEMMA2_9B, False, 4, 9.24e9)])
 def test_parameters_of_published_models_match_the_hand_count_and_the_published_one(config, bias, norms, published):
     params = ModelShape.of(config).params
     assert params == hand_count(config, qkv_bias=bias, norms_per_layer=norms)
@@ -110,3 +112,31 @@ def test_a_sleeping_vllm_engine_counts_in_the_rollout_only_so_the_usual_7b_grpo_
     assert awake.peak < 60 * GiB and "asleep between rollouts" in awake.parts["rollout", "vLLM"][1]
     kept = plan(QWEN25_7B, *keys, "actor_rollout_ref.rollout.free_cache_engine=false", ranks=8)
     assert kept.phases["update"] == awake.phases["update"] + 40 * GiB > 80 * GiB  # an engine that stays awake
+
+
+QWEN25_32B = Qwen2Config(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+                         num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False)
+
+
+def test_a_vllm_engine_whose_weights_fill_its_share_of_the_gpu_is_refused_with_the_fix():
+    # Qwen2.5-32B in bf16 is 61.0 GiB; vLLM's share of an 80 GiB H100 at 0.5 is 40 GiB: vLLM cannot start. The plan
+    # counted 40 GiB and said it fits (peak 62.9 GiB).
+    keys = ("actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.model.enable_gradient_checkpointing=true",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1")
+    weights = ModelShape.of(QWEN25_32B).params * 2
+    one = plan(QWEN25_32B, *keys, ranks=8)
+    assert one.parts["rollout", "vLLM"][0] == weights  # 61.0 GiB, more than the 40 GiB share
+    assert "61.0 GiB per GPU at tensor_model_parallel_size=1" in one.engine_problem
+    with pytest.raises(VerlError, match=r"vLLM on cuda:0: its weights alone, 61.0 GiB .* vLLM cannot start.*"
+                                        r"a larger actor_rollout_ref.rollout.tensor_model_parallel_size"):
+        check_fits(one)
+    # split over 2 GPUs: 30.5 GiB each, inside the share, which is what the engine takes
+    two = plan(QWEN25_32B, *keys, "actor_rollout_ref.rollout.tensor_model_parallel_size=2", ranks=8)
+    assert two.engine_problem is None and two.parts["rollout", "vLLM"][0] == 40 * GiB
+    check_fits(two)
+    # Qwen2.5-1.5B (2.9 GiB) on one 24 GiB GPU at 0.1: 2.4 GiB, though the whole run fits
+    tenth = TrainerConfig.from_cli(RUN + list(keys) + ["actor_rollout_ref.rollout.gpu_memory_utilization=0.1"])
+    small = plan_memory(tenth, QWEN25_15B, ranks=1, device="cuda:0", available=24 * GiB)
+    assert small.engine_problem and small.peak < 24 * GiB  # the total alone would have let it through
+    with pytest.raises(VerlError, match="vLLM cannot start"):
+        check_fits(small)

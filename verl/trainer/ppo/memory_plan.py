@@ -109,6 +109,12 @@ class MemoryPlan:
     def peak_phase(self) -> str:
         return max(self.phases, key=self.phases.get)
 
+    @property
+    def engine_problem(self) -> str | None:
+        """Why a vLLM engine of this plan cannot start (its weights fill its share of the GPU), or None."""
+        return next((note for (_, part), (_, note) in self.parts.items() if part == "vLLM" and "cannot start" in note),
+                    None)
+
     def largest(self, n: int) -> list[tuple[tuple[str, str], tuple[int, str]]]:
         """The ``n`` largest parts, largest first."""
         return sorted(self.parts.items(), key=lambda item: -item[1][0])[:n]
@@ -286,8 +292,9 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
         return {}
     if rollout.name == "vllm" and run.on_gpu and available:
         asleep = ", asleep between rollouts (free_cache_engine)" if rollout.free_cache_engine else ""
-        return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
-                                      f"gpu_memory_utilization x the GPU's memory: weights and KV cache{asleep}")}
+        share, weights, problem = _vllm_share(rollout, run, available)
+        note = f"gpu_memory_utilization x the GPU's memory: weights and KV cache{asleep}"
+        return {("rollout", "vLLM"): (max(share, weights), problem or note)}
     if rollout.name == "dummy":
         return {}
     shape = run.shape
@@ -298,6 +305,24 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     elif run.shard > 1:
         parts["rollout", "gathered"] = (shape.params * run.weight, "the actor's full weights, for each rollout")
     return parts
+
+
+# vLLM's dtype names (rollout.dtype) in bytes; auto is bfloat16 on a GPU (verl.rollout.vllm.resolve_dtype)
+VLLM_DTYPE_BYTES = {"auto": 2, "half": 2, "float": 4, **DTYPE_BYTES}
+
+
+def _vllm_share(rollout, run: _Run, available: int) -> tuple[int, int, str | None]:
+    """vLLM's share of a GPU (``gpu_memory_utilization`` x its memory), the engine's weights on each of its
+    ``tensor_model_parallel_size`` GPUs, and why it cannot start when they leave its share no room for a KV cache
+    (vLLM refuses to start then: Qwen2.5-32B's 61 GiB in bf16 on one GPU against 0.5 x 80 GiB)."""
+    share = int(rollout.gpu_memory_utilization * available)
+    tp = rollout.tensor_model_parallel_size
+    weights = run.shape.params * VLLM_DTYPE_BYTES.get(str(rollout.dtype).lower(), 2) // tp
+    if weights < share:
+        return share, weights, None
+    return share, weights, (f"its weights alone, {weights / GiB:.1f} GiB per GPU at tensor_model_parallel_size={tp}, "
+                            f"fill its share ({rollout.gpu_memory_utilization} x {available / GiB:.0f} GiB = "
+                            f"{share / GiB:.1f} GiB): vLLM cannot start, with no room for its KV cache")
 
 
 def _generation_rows(config, ranks: int) -> int:
@@ -323,8 +348,9 @@ def _async_rollout_parts(config, run: _Run, available: int | None) -> Parts:
         return {}
     rollout = config.actor_rollout_ref.rollout
     if rollout.name == "vllm" and run.on_gpu and available:
-        return {("async", "vLLM"): (int(rollout.gpu_memory_utilization * available),
-                                    "the rollout process's engine: gpu_memory_utilization x the GPU's memory")}
+        share, weights, problem = _vllm_share(rollout, run, available)
+        return {("async", "vLLM"): (max(share, weights), problem or "the rollout process's engine: "
+                                                                   "gpu_memory_utilization x the GPU's memory")}
     shape = run.shape
     rows = _generation_rows(config, ranks=1)  # one rollout generates every step's rows
     parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
@@ -405,6 +431,9 @@ FIXES = {
     "state": ("critic.fsdp_config.param_offload=true / optimizer_offload=true (on a GPU)",
               "more ranks (trainer.n_gpus_per_node / trainer.nnodes)"),
     "vLLM": (f"a smaller {_ARR}.rollout.gpu_memory_utilization",),
+    "vLLM engine": (f"a larger {_ARR}.rollout.tensor_model_parallel_size (the model split over that many GPUs)",
+                    f"a larger {_ARR}.rollout.gpu_memory_utilization, with the actor's state offloaded "
+                    f"({_ARR}.actor.fsdp_config.param_offload=true, optimizer_offload=true)"),
     "runtime": ("close other programs",),
 }
 
@@ -419,6 +448,9 @@ def check_fits(plan: MemoryPlan) -> None:
     and what lowers each; warns when it leaves less than 10% of that memory free."""
     if not plan.available:
         return
+    if plan.engine_problem:
+        raise VerlError(f"vLLM on {plan.device}: {plan.engine_problem}. Fix it with: " + "; ".join(FIXES["vLLM engine"])
+                        + ". trainer.memory_check=false skips this check")
     if plan.peak <= plan.available:
         if plan.peak > HEADROOM * plan.available:
             logger.warning("this run plans %.1f GiB per rank at its peak (%s), %.0f%% of the %.1f GiB available on "
