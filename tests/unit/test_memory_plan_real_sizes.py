@@ -140,3 +140,18 @@ def test_a_vllm_engine_whose_weights_fill_its_share_of_the_gpu_is_refused_with_t
     assert small.engine_problem and small.peak < 24 * GiB  # the total alone would have let it through
     with pytest.raises(VerlError, match="vLLM cannot start"):
         check_fits(small)
+
+
+def test_plan_ahead_makes_the_runs_config_checks_over_the_ranks_it_plans_first(tmp_path, capsys):
+    # 2 nodes x 8 GPUs: 32 prompts x 8 samples = 16 per rank, which a micro-batch of 3 does not divide. The run
+    # refuses it; `--plan` printed a plan of it.
+    QWEN25_7B.save_pretrained(tmp_path / "qwen2.5-7b")
+    keys = [f"actor_rollout_ref.model.path={tmp_path / 'qwen2.5-7b'}", "trainer.nnodes=2", "trainer.n_gpus_per_node=8",
+            *RUN[1:], "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"]
+    assert main(["--plan", *keys]) == 2
+    captured = capsys.readouterr()
+    assert "Memory plan" not in captured.out
+    assert ("(16 per rank over 16 ranks) is not divisible by actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"
+            in captured.err)
+    check, plan = doctor.check_memory_plan(keys)
+    assert check.status == "FAIL" and "16 per rank over 16 ranks" in check.summary and plan is None

@@ -485,9 +485,11 @@ def plan_for_run(config, device: torch.device, hf_config=None, *, ahead: bool = 
 def plan_ahead(config) -> MemoryPlan:
     """The plan ``main_ppo --plan`` and ``verl doctor key=value`` give before a launch: of the ranks the config asks
     for, and for a GPU run from a machine without one (``trainer.device=cuda`` on a login node), planned on a GPU
-    (offloads, vLLM's engine) whose memory is not known here (``available`` None: nothing is refused)."""
+    (offloads, vLLM's engine) whose memory is not known here (``available`` None: nothing is refused). The config
+    checks the run makes (batch sizes over those ranks, ...) come first: no plan of a config the run refuses."""
     from verl.models.loading import resolve_device
 
+    config.validate(dp_size=launched_world_size() if launched_distributed() else None)  # as build_rl_trainer does
     trainer = config.trainer
     if str(trainer.device).startswith("cuda") and not torch.cuda.is_available():
         ranks = launched_world_size() if launched_distributed() else trainer.nnodes * trainer.n_gpus_per_node
