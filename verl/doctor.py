@@ -385,13 +385,12 @@ def main(argv: list[str] | None = None) -> int:
 def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
     """The memory plan of the run ``overrides`` describe (as main_ppo would plan it on this machine)."""
     from verl.errors import VerlError
-    from verl.models.loading import resolve_device
     from verl.trainer.main_ppo import load_config
-    from verl.trainer.ppo.memory_plan import plan_for_run
+    from verl.trainer.ppo.memory_plan import FIXES, plan_ahead
 
     try:
         config = load_config(overrides)
-        plan = plan_for_run(config, resolve_device(config.trainer.device))
+        plan = plan_ahead(config)
     except VerlError as exc:
         return Check("memory plan", "FAIL", f"the config cannot be planned: {exc}", fix="correct the overrides"), None
     data = {"peak_bytes": plan.peak, "peak_phase": plan.peak_phase, "available_bytes": plan.available,
@@ -400,6 +399,9 @@ def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
     if plan.available is None:
         return Check("memory plan", "INFO", text + "; the memory available is unknown", data=data), plan
     text += f" of {plan.available / GiB:.1f} GiB available on {plan.device}"
+    if plan.engine_problem:  # the refusal main_ppo gives
+        return Check("memory plan", "FAIL", text + f"; vLLM: {plan.engine_problem}",
+                     fix="; ".join(FIXES["vLLM engine"]), data=data), plan
     if plan.peak > plan.available:  # the fixes main_ppo's refusal gives
         return Check("memory plan", "FAIL", text + ": it does not fit", fix="; ".join(plan.fixes()), data=data), plan
     return Check("memory plan", "OK", text, data=data), plan

@@ -75,10 +75,13 @@ def run(config: TrainerConfig) -> dict:
 
 
 def print_plan(config: TrainerConfig) -> None:
-    from verl.models.loading import resolve_device
-    from verl.trainer.ppo.memory_plan import plan_for_run
+    from verl.trainer.ppo.memory_plan import plan_ahead
 
-    print(plan_for_run(config, resolve_device(config.trainer.device)).table())
+    plan = plan_ahead(config)
+    print(plan.table())
+    if plan.available is None and plan.device.startswith("cuda"):
+        print(f"  no GPU here: compare the peak with the memory of one of the {plan.ranks} GPU{'s' * (plan.ranks > 1)} "
+              f"(gpu_memory_utilization's share for vLLM is planned as its KV cache and weights)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """The memory plan: what one rank of an RL run will hold, from the config and the model's
 config.json alone (parameters counted on the meta device; no weights are read).
 
-Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the
-ranks by FSDP), its activations for one micro-batch of the update (with or without gradient
+Per rank and per role: the actor's weights, gradients and optimizer state (sharded over the ranks of its
+fsdp_config.fsdp_size by FSDP), its activations for one micro-batch of the update (with or without gradient
 checkpointing), the reference's weights, the rollout's KV cache (and its copy of the weights when
 it has one), the critic's share when GAE needs one; with ``async_training.enable`` the rollout
 apart (its own weights and a whole step's KV cache, all along, the weights in flight to it and, as a
@@ -43,7 +43,7 @@ import os
 import torch
 
 from verl.config.cross_checks import log_prob_token_budget
-from verl.distributed.process_group import is_main_process, launched_world_size
+from verl.distributed.process_group import is_main_process, launched_distributed, launched_world_size
 from verl.errors import VerlError
 from verl.models.loading import flash_attention_missing
 from verl.models.lora import lora_requested
@@ -109,6 +109,12 @@ class MemoryPlan:
     def peak_phase(self) -> str:
         return max(self.phases, key=self.phases.get)
 
+    @property
+    def engine_problem(self) -> str | None:
+        """Why a vLLM engine of this plan cannot start (its weights fill its share of the GPU), or None."""
+        return next((note for (_, part), (_, note) in self.parts.items() if part == "vLLM" and "cannot start" in note),
+                    None)
+
     def largest(self, n: int) -> list[tuple[tuple[str, str], tuple[int, str]]]:
         """The ``n`` largest parts, largest first."""
         return sorted(self.parts.items(), key=lambda item: -item[1][0])[:n]
@@ -145,21 +151,19 @@ class _Run:
     ranks: int
     on_gpu: bool
     eager: bool
+    shard: int = 1  # ranks one copy of the actor's state is sharded over (fsdp_config.fsdp_size; -1: all ranks)
 
     @property
     def fp32_cast(self) -> int:
         """Bytes per value of the fp32 copy a 16-bit compute dtype's logits get for the log-probs (0 in fp32)."""
         return 4 if self.compute != 4 else 0
 
-    @property
-    def shard(self) -> int:
-        return max(self.ranks, 1)
+    def weights(self, params: int, shard: int | None = None) -> int:
+        return params * self.weight // (shard or self.shard)
 
-    def weights(self, params: int) -> int:
-        return params * self.weight // self.shard
-
-    def note(self) -> str:
-        return {2: "16-bit", 4: "fp32"}[self.weight] + (f", 1/{self.shard} of the model (FSDP)" if self.shard > 1 else "")
+    def note(self, shard: int | None = None) -> str:
+        shard = shard or self.shard
+        return {2: "16-bit", 4: "fp32"}[self.weight] + (f", 1/{shard} of the model (FSDP)" if shard > 1 else "")
 
     def kept(self, tokens: int, checkpointing: bool) -> int:
         """Activations a micro-batch of ``tokens`` keeps for its backward."""
@@ -181,22 +185,24 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
     compute = weight if str(mixed.param_dtype).lower() in ("auto", "none") else _bytes(mixed.param_dtype)
     # Flash attention where it cannot run loads the model's default (resolve_attn_implementation).
     attention = None if flash_attention_missing(model_cfg.attn_implementation) else model_cfg.attn_implementation
+    ranks = ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node
     run = _Run(shape=shape, weight=weight, compute=compute, row=data.max_prompt_length + data.max_response_length,
-               response=data.max_response_length, ranks=ranks or config.trainer.nnodes * config.trainer.n_gpus_per_node,
-               on_gpu=device.startswith("cuda"),
-               eager=(attention or shape.default_attention) == "eager")
+               response=data.max_response_length, ranks=ranks, on_gpu=device.startswith("cuda"),
+               eager=(attention or shape.default_attention) == "eager", shard=fsdp_shard(arr.actor.fsdp_config, ranks))
     uses_ref = roles.uses_reference(config) and not lora_requested(model_cfg)  # LoRA: the base weights score it
     parts = _actor_parts(config, run)
     if uses_ref:
         on_host = run.on_gpu and arr.ref.fsdp_config.param_offload
-        parts["reference", "weights"] = (0 if on_host else run.weights(shape.params),
-                                         run.note() + (" (in CPU memory: param_offload)" if on_host else ""))
+        shard = fsdp_shard(arr.ref.fsdp_config, run.ranks)
+        parts["reference", "weights"] = (0 if on_host else run.weights(shape.params, shard),
+                                         run.note(shard) + (" (in CPU memory: param_offload)" if on_host else ""))
     parts.update({**_log_prob_part(config, run, uses_ref), **_rollout_parts(config, run, available)})
     if config.critic_enabled():
         parts.update(_critic_parts(config, run))
     if config.async_training.enable:
         parts.update(_async_rollout_parts(config, run, available))
-    phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2)
+    phases = _phases(parts, adam=OPTIMIZER_STATES.get(str(arr.actor.optim.optimizer).lower(), 2) == 2,
+                     engine_sleeps=run.on_gpu and arr.rollout.free_cache_engine)
     if not run.on_gpu:  # on a CPU the process itself (Python, torch, the tokenizer) is resident too
         from verl.utils.memory import peak_rss_bytes
 
@@ -220,6 +226,15 @@ def plan_memory(config, hf_config=None, *, ranks: int | None = None, device: str
 
 
 Parts = dict[tuple[str, str], tuple[int, str]]
+
+
+def fsdp_shard(fsdp_config, ranks: int) -> int:
+    """Ranks one copy of a role's state is sharded over: ``fsdp_size`` (-1: all ``ranks``; a smaller size
+    replicates the shards across groups, HSDP), refused now, before any weight loads, when it does not
+    divide ``ranks`` (as :func:`verl.distributed.fsdp.resolve_fsdp_size` would once the model is built)."""
+    from verl.distributed.fsdp import resolve_fsdp_size
+
+    return resolve_fsdp_size(fsdp_config.fsdp_size, max(ranks, 1), fsdp_config._path("fsdp_size"))
 
 
 def _actor_parts(config, run: _Run) -> Parts:
@@ -276,8 +291,10 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     if not roles.trainer_generates(config):  # an asynchronous run whose rollout validates: no engine here
         return {}
     if rollout.name == "vllm" and run.on_gpu and available:
-        return {("rollout", "vLLM"): (int(rollout.gpu_memory_utilization * available),
-                                      "gpu_memory_utilization x the GPU's memory: weights and KV cache")}
+        asleep = ", asleep between rollouts (free_cache_engine)" if rollout.free_cache_engine else ""
+        share, weights, problem = _vllm_share(rollout, run, available)
+        note = f"gpu_memory_utilization x the GPU's memory: weights and KV cache{asleep}"
+        return {("rollout", "vLLM"): (max(share, weights), problem or note)}
     if rollout.name == "dummy":
         return {}
     shape = run.shape
@@ -288,6 +305,24 @@ def _rollout_parts(config, run: _Run, available: int | None) -> Parts:
     elif run.shard > 1:
         parts["rollout", "gathered"] = (shape.params * run.weight, "the actor's full weights, for each rollout")
     return parts
+
+
+# vLLM's dtype names (rollout.dtype) in bytes; auto is bfloat16 on a GPU (verl.rollout.vllm.resolve_dtype)
+VLLM_DTYPE_BYTES = {"auto": 2, "half": 2, "float": 4, **DTYPE_BYTES}
+
+
+def _vllm_share(rollout, run: _Run, available: int) -> tuple[int, int, str | None]:
+    """vLLM's share of a GPU (``gpu_memory_utilization`` x its memory), the engine's weights on each of its
+    ``tensor_model_parallel_size`` GPUs, and why it cannot start when they leave its share no room for a KV cache
+    (vLLM refuses to start then: Qwen2.5-32B's 61 GiB in bf16 on one GPU against 0.5 x 80 GiB)."""
+    share = int(rollout.gpu_memory_utilization * available)
+    tp = rollout.tensor_model_parallel_size
+    weights = run.shape.params * VLLM_DTYPE_BYTES.get(str(rollout.dtype).lower(), 2) // tp
+    if weights < share:
+        return share, weights, None
+    return share, weights, (f"its weights alone, {weights / GiB:.1f} GiB per GPU at tensor_model_parallel_size={tp}, "
+                            f"fill its share ({rollout.gpu_memory_utilization} x {available / GiB:.0f} GiB = "
+                            f"{share / GiB:.1f} GiB): vLLM cannot start, with no room for its KV cache")
 
 
 def _generation_rows(config, ranks: int) -> int:
@@ -313,8 +348,9 @@ def _async_rollout_parts(config, run: _Run, available: int | None) -> Parts:
         return {}
     rollout = config.actor_rollout_ref.rollout
     if rollout.name == "vllm" and run.on_gpu and available:
-        return {("async", "vLLM"): (int(rollout.gpu_memory_utilization * available),
-                                    "the rollout process's engine: gpu_memory_utilization x the GPU's memory")}
+        share, weights, problem = _vllm_share(rollout, run, available)
+        return {("async", "vLLM"): (max(share, weights), problem or "the rollout process's engine: "
+                                                                   "gpu_memory_utilization x the GPU's memory")}
     shape = run.shape
     rows = _generation_rows(config, ranks=1)  # one rollout generates every step's rows
     parts = {("async", "weights"): (shape.params * run.weight, "the rollout process's own copy of the weights"),
@@ -332,20 +368,24 @@ def _critic_parts(config, run: _Run) -> Parts:
     arr = config.actor_rollout_ref
     mini = critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size
     rows = critic.ppo_micro_batch_size_per_gpu or max(1, mini * arr.rollout.n // run.ranks)
-    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params),
+    shard = fsdp_shard(critic.fsdp_config, run.ranks)
+    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params, shard),
                                   "weights, gradients and optimizer (the policy's shape)"),
             ("critic", "activations"): (run.kept(rows * run.row, critic.model.enable_gradient_checkpointing),
                                         f"micro-batch {rows} x {run.row} tokens")}
 
 
-def _phases(parts: Parts, *, adam: bool) -> dict[str, int]:
+def _phases(parts: Parts, *, adam: bool, engine_sleeps: bool = False) -> dict[str, int]:
+    """``engine_sleeps``: the trainer's vLLM engine sleeps between rollouts (``free_cache_engine`` on a GPU: its
+    weights offloaded, its KV cache freed), so its share of the GPU counts in the rollout phase only."""
     size = lambda *keys: sum(parts.get(key, (0, ""))[0] for key in keys)
+    engine = size(("rollout", "vLLM"))
     resident = size(("actor", "weights"), ("actor", "optimizer"), ("reference", "weights"), ("critic", "state"),
-                     ("rollout", "vLLM"), ("rollout", "weights"), ("async", "vLLM"), ("async", "weights"),
-                     ("async", "KV cache"), ("async", "sync copy"))
+                    ("rollout", "weights"), ("async", "vLLM"), ("async", "weights"),
+                    ("async", "KV cache"), ("async", "sync copy")) + (0 if engine_sleeps else engine)
     gradients = size(("actor", "gradients"))
     return {
-        "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")),
+        "rollout": resident + size(("rollout", "KV cache"), ("rollout", "gathered")) + (engine if engine_sleeps else 0),
         "log_prob": resident + size(("log-prob", "forward")),
         "update": resident + gradients + size(("actor", "activations"), ("critic", "activations")),
         # torch's AdamW (foreach) holds one temporary the size of the trainable parameters while it steps
@@ -391,6 +431,9 @@ FIXES = {
     "state": ("critic.fsdp_config.param_offload=true / optimizer_offload=true (on a GPU)",
               "more ranks (trainer.n_gpus_per_node / trainer.nnodes)"),
     "vLLM": (f"a smaller {_ARR}.rollout.gpu_memory_utilization",),
+    "vLLM engine": (f"a larger {_ARR}.rollout.tensor_model_parallel_size (the model split over that many GPUs)",
+                    f"a larger {_ARR}.rollout.gpu_memory_utilization, with the actor's state offloaded "
+                    f"({_ARR}.actor.fsdp_config.param_offload=true, optimizer_offload=true)"),
     "runtime": ("close other programs",),
 }
 
@@ -405,6 +448,9 @@ def check_fits(plan: MemoryPlan) -> None:
     and what lowers each; warns when it leaves less than 10% of that memory free."""
     if not plan.available:
         return
+    if plan.engine_problem:
+        raise VerlError(f"vLLM on {plan.device}: {plan.engine_problem}. Fix it with: " + "; ".join(FIXES["vLLM engine"])
+                        + ". trainer.memory_check=false skips this check")
     if plan.peak <= plan.available:
         if plan.peak > HEADROOM * plan.available:
             logger.warning("this run plans %.1f GiB per rank at its peak (%s), %.0f%% of the %.1f GiB available on "
@@ -420,11 +466,12 @@ def check_fits(plan: MemoryPlan) -> None:
                     "prints the whole plan; trainer.memory_check=false skips this check")
 
 
-def plan_for_run(config, device: torch.device, hf_config=None) -> MemoryPlan:
+def plan_for_run(config, device: torch.device, hf_config=None, *, ahead: bool = False) -> MemoryPlan:
     """This rank's plan for the run ``config`` on ``device``, with the memory available to the rank:
-    its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray."""
+    its ranks are torchrun's, or trainer.nnodes x trainer.n_gpus_per_node under Ray and ``ahead`` of a
+    launch (``--plan``, ``verl doctor``: a plain process, not yet in the torchrun job it plans)."""
     trainer = config.trainer
-    if trainer.backend == "ray":
+    if trainer.backend == "ray" or (ahead and not launched_distributed()):
         ranks, here = trainer.nnodes * trainer.n_gpus_per_node, trainer.n_gpus_per_node
     else:
         ranks, here = launched_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size()))
@@ -433,6 +480,21 @@ def plan_for_run(config, device: torch.device, hf_config=None) -> MemoryPlan:
     known = trainer.backend != "ray" or trainer.nnodes == 1
     return plan_memory(config, hf_config, ranks=ranks, device=device,
                        available=available_memory(device, here) if known else None)
+
+
+def plan_ahead(config) -> MemoryPlan:
+    """The plan ``main_ppo --plan`` and ``verl doctor key=value`` give before a launch: of the ranks the config asks
+    for, and for a GPU run from a machine without one (``trainer.device=cuda`` on a login node), planned on a GPU
+    (offloads, vLLM's engine) whose memory is not known here (``available`` None: nothing is refused). The config
+    checks the run makes (batch sizes over those ranks, ...) come first: no plan of a config the run refuses."""
+    from verl.models.loading import resolve_device
+
+    config.validate(dp_size=launched_world_size() if launched_distributed() else None)  # as build_rl_trainer does
+    trainer = config.trainer
+    if str(trainer.device).startswith("cuda") and not torch.cuda.is_available():
+        ranks = launched_world_size() if launched_distributed() else trainer.nnodes * trainer.n_gpus_per_node
+        return plan_memory(config, ranks=ranks, device="cuda")
+    return plan_for_run(config, resolve_device(trainer.device), ahead=True)
 
 
 def offloads_set(config) -> list[str]:
