@@ -386,7 +386,8 @@ def check_memory_plan(overrides: list[str]) -> tuple[Check, object | None]:
     """The memory plan of the run ``overrides`` describe (as main_ppo would plan it on this machine)."""
     from verl.errors import VerlError
     from verl.trainer.main_ppo import load_config
-    from verl.trainer.ppo.memory_plan import FIXES, plan_ahead
+    from verl.trainer.ppo.memory_check import plan_ahead
+    from verl.trainer.ppo.memory_plan import FIXES
 
     try:
         config = load_config(overrides)

@@ -13,7 +13,8 @@ from verl.config import TrainerConfig
 from verl.errors import VerlError
 from verl.models.loading import flash_attention_missing
 from verl.trainer.main_ppo import load_config, main
-from verl.trainer.ppo.memory_plan import GiB, ModelShape, check_fits, check_memory_plan, plan_memory
+from verl.trainer.ppo.memory_check import check_fits, check_memory_plan
+from verl.trainer.ppo.memory_plan import GiB, ModelShape, plan_memory
 
 SMALL = Qwen2Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, tie_word_embeddings=False)

@@ -9,7 +9,8 @@ from verl import doctor
 from verl.config import TrainerConfig
 from verl.errors import VerlError
 from verl.trainer.main_ppo import main
-from verl.trainer.ppo.memory_plan import GiB, ModelShape, check_fits, plan_memory
+from verl.trainer.ppo.memory_check import check_fits
+from verl.trainer.ppo.memory_plan import GiB, ModelShape, plan_memory
 
 QWEN25_7B = Qwen2Config(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
                         num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False)

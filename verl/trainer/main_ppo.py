@@ -31,7 +31,7 @@ def run(config: TrainerConfig) -> dict:
     from verl.tracking.report import write_run_report
     from verl.tracking.summary import format_summary
     from verl.trainer.ppo.build import build_rl_trainer, check_algorithm_names, prepare_async, prepare_vision
-    from verl.trainer.ppo.memory_plan import check_memory_plan
+    from verl.trainer.ppo.memory_check import check_memory_plan
     from verl.trainer.ppo.roles import policy_config, resolve_rollout_engine
     from verl.trainer.ppo.v1_modes import apply_v1_mode
     from verl.trainer.warmstart import warm_start
@@ -75,7 +75,7 @@ def run(config: TrainerConfig) -> dict:
 
 
 def print_plan(config: TrainerConfig) -> None:
-    from verl.trainer.ppo.memory_plan import plan_ahead
+    from verl.trainer.ppo.memory_check import plan_ahead
 
     plan = plan_ahead(config)
     print(plan.table())
