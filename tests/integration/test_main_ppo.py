@@ -200,3 +200,14 @@ def test_log_val_generations_logs_the_same_prompts_with_their_responses_and_scor
         digit = re.search(r"say (\d):", row["prompt"]).group(1)
         assert row["score"] == (1.0 if row["response"].strip().startswith(digit) else 0.0), row
     assert capsys.readouterr().out.count("validation generations at step") == 2
+
+
+def test_the_demo_with_a_batch_size_the_run_refuses_stops_before_its_warm_start_trains(tmp_path, monkeypatch, capsys):
+    """Before: the demo trained its SFT warm start (~45 s on 2 cores, minutes on a laptop), then stopped on the
+    batch arithmetic that the config alone decides."""
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached: the warm start would train
+    code = main(["actor_rollout_ref.actor.ppo_mini_batch_size=3", f"trainer.default_local_dir={tmp_path / 'out'}"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    assert "data.train_batch_size=32 is not divisible by actor_rollout_ref.actor.ppo_mini_batch_size=3" in err, err
+    assert "SFT warm start" not in out + err and "Memory plan" not in out

@@ -197,6 +197,20 @@ def test_no_effect_keys_warn_once_when_they_ask_for_something_not_done(caplog, a
     assert len(warnings) == 1 and expected in warnings[0], warnings
 
 
+def test_a_config_validated_again_says_its_warnings_once_and_another_config_says_them_anew(caplog):
+    """main_ppo validates before the warm start and the trainer again when it is built: before, every warning
+    of the launch was said twice."""
+    args = ["actor_rollout_ref.rollout.n=4", "actor_rollout_ref.model.use_fused_kernels=true",
+            "actor_rollout_ref.rollout.temperature=0"]
+    cfg, warnings = _warnings(caplog, args)
+    assert len(warnings) == 2, warnings  # the inert key, and greedy sampling of a group
+    with caplog.at_level(logging.WARNING, logger="verl.config"):
+        cfg.validate()
+        cfg.validate(dp_size=1)
+    assert [r.getMessage() for r in caplog.records if r.name == "verl.config"] == warnings
+    assert _warnings(caplog, args)[1] == warnings  # a new config of the same keys: said again
+
+
 def test_no_effect_keys_at_their_defaults_or_asking_for_less_stay_quiet(caplog):
     quiet = ["actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.use_torch_compile=False",
              "actor_rollout_ref.rollout.load_format=dummy", "actor_rollout_ref.actor.profiler.enable=False",

@@ -9,6 +9,7 @@ in micro-batches of `ppo_micro_batch_size_per_gpu` samples (gradient accumulatio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 
@@ -135,11 +136,48 @@ def _check_role(cfg: ConfigNode, dp: int, role: str) -> None:
             f"e.g. {_divisor_hint(per_rank, micro)}")
 
 
+class _SaidOnce(logging.Filter):
+    """Drops a warning already said for the config being validated (its messages are kept on it)."""
+
+    def __init__(self, said: set[str]):
+        super().__init__()
+        self.said = said
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
+
+
+@contextlib.contextmanager
+def _warnings_once(cfg: ConfigNode):
+    """A config validated again (main_ppo checks it before the warm start trains, the trainer when it is built)
+    says each of its warnings once; another config says them anew."""
+    said = cfg.__dict__.get("_said_warnings")
+    if said is None:
+        said = set()
+        object.__setattr__(cfg, "_said_warnings", said)
+    once = _SaidOnce(said)
+    logger.addFilter(once)
+    try:
+        yield
+    finally:
+        logger.removeFilter(once)
+
+
 def validate(cfg: ConfigNode, dp_size: int | None = None) -> None:
     """Raise ConfigError on the first inconsistent setting; the message shows the arithmetic.
 
     First, values given under verl's other spellings move to the keys this project reads, and verl
-    keys whose values ask for something not done here log a warning (see verl.config.verl_rules)."""
+    keys whose values ask for something not done here log a warning (see verl.config.verl_rules),
+    once for a config however often it is validated."""
+    with _warnings_once(cfg):
+        _validate(cfg, dp_size)
+
+
+def _validate(cfg: ConfigNode, dp_size: int | None) -> None:
     dp = _dp(cfg, dp_size)
     n = cfg.actor_rollout_ref.rollout.n  # single-key ranges (n >= 1, ...) are the schema's (option bounds=)
     if dp < 1:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import sys
 
 from verl.config import TrainerConfig
-from verl.distributed.process_group import barrier, ensure_process_group, is_main_process, launched_distributed
+from verl.distributed.process_group import (barrier, ensure_process_group, is_main_process, launched_distributed,
+                                           launched_world_size)
 from verl.trainer.demo import demo_preset, is_demo
 from verl.trainer.entry import print_config_request, run_entry
 
@@ -49,6 +50,9 @@ def run(config: TrainerConfig) -> dict:
     model_config = policy_config(config)  # config.json alone, read once for both
     prepare_vision(config, model_config)  # a vision-language policy: what it takes, checked now
     resolve_rollout_engine(config, model_config)  # rollout.name=auto: which engine, said now
+    # The config's checks (batch sizes over the ranks, ...) before the memory plan and the warm start: a run they
+    # refuse stops now, not after minutes of warm start (build_rl_trainer checks again; each warning is said once).
+    config.validate(dp_size=launched_world_size() if launched_distributed() else None)
     check_memory_plan(config, device, model_config)  # prints the plan; a run that cannot fit stops here
     warm = None
     if is_demo(config) and config.sft_warmstart.enable:
