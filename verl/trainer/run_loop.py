@@ -154,6 +154,8 @@ def _train(trainer, cfg, validating: bool) -> int | None:
                 if saving or signum is not None:
                     with watchdog.stage("save_checkpoint"):
                         trainer.save_checkpoint()
+                    if signum is None:  # a signal during the save: this step's checkpoint is the one to stop on
+                        signum = stop.requested()
                 if signum is not None:
                     return signum
                 if last:
