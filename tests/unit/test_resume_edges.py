@@ -318,3 +318,16 @@ def test_a_resume_from_path_at_the_run_folder_names_its_newest_checkpoint(tmp_pa
     monkeypatch.setenv("HOME", str(tmp_path))
     trainer_cfg.resume_from_path = "~/run/global_step_2"
     assert manager.resume_state(trainer_cfg)[0] == tmp_path / "run" / "global_step_2"
+
+
+def test_a_resume_from_path_inside_a_checkpoint_names_that_checkpoint(tmp_path):
+    """upstream verl's ``global_step_N/actor`` or the ``state.pt`` file itself: before, 'does not exist' and
+    'holds no checkpoint', with the checkpoint meant right above."""
+    manager = saved(tmp_path / "run", steps=(2,))
+    trainer_cfg = TrainerConfig().trainer
+    trainer_cfg.resume_mode = "resume_path"
+    for inside in ("global_step_2/actor", "global_step_2/state.pt"):
+        trainer_cfg.resume_from_path = str(tmp_path / "run" / inside)
+        with pytest.raises(VerlError, match=rf"is inside the checkpoint global_step_2, not a checkpoint itself .*: "
+                                            rf"trainer.resume_from_path={tmp_path}/run/global_step_2$"):
+            manager.resume_state(trainer_cfg)

@@ -304,7 +304,12 @@ def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
 
 
 def _not_a_checkpoint(path: Path) -> str:
-    """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest."""
+    """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest,
+    a path inside a checkpoint (its ``state.pt``, or upstream verl's ``global_step_N/actor``) that checkpoint."""
+    for parent in list(path.parents)[:2]:
+        if (parent / "state.pt").exists():
+            return (f"is inside the checkpoint {parent.name}, not a checkpoint itself (verl's layout here is one "
+                    f"state.pt per global_step_N folder): trainer.resume_from_path={parent}")
     if not path.exists():
         return "does not exist; give a global_step_N folder under a run's default_local_dir"
     newest = CheckpointManager(path, main=False).latest()  # the one resume_mode=auto would take
