@@ -8,7 +8,7 @@ import sys
 
 from verl.config import TrainerConfig
 from verl.distributed.process_group import is_main_process, leave_job
-from verl.errors import VerlError
+from verl.errors import VerlError, disk_full_message
 from verl.trainer.stop import RunInterrupted
 from verl.utils.command import freeze_heap_at_exit
 
@@ -23,7 +23,7 @@ def print_config_request(args: list[str]) -> list[str] | None:
 
 
 def run_entry(job, args: list[str], doc: str | None) -> int:
-    """Run ``job()``; a :class:`VerlError` prints its message alone and exits 2. A run stopped by
+    """Run ``job()``; a :class:`VerlError` or a full disk prints its message alone and exits 2. A run stopped by
     Ctrl-C exits 130, by SIGTERM 143 (see :mod:`verl.trainer.stop`)."""
     if any(a in ("-h", "--help") for a in args):
         print((doc or "").strip() + "\n\nKeys (key=value):\n" + TrainerConfig.format_help())
@@ -36,6 +36,12 @@ def run_entry(job, args: list[str], doc: str | None) -> int:
         job()
     except VerlError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk: one line (the checkpoint's own save says more, as a VerlError)
+        message = disk_full_message(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except RunInterrupted as stop:
         if is_main_process() or not stop.clean:  # a clean stop is the same on every rank: said once

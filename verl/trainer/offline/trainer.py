@@ -36,6 +36,7 @@ from verl.distributed.process_group import (ensure_process_group, is_main_proces
                                             world_size)
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import shard_rows
+from verl.errors import naming_the_file
 from verl.models.loading import resolve_device
 from verl.models.lora import BaseView, lora_requested
 from verl.protocol import Batch
@@ -186,7 +187,8 @@ class OfflineTrainer:
         cfg = self.config.trainer
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
+            with naming_the_file(self.out_dir / "config.yaml"):
+                (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
         self.tracker = Tracker(cfg.logger, self.out_dir, project=cfg.project_name, experiment=cfg.experiment_name,
                                config=self.config.to_dict(), progress_bar=cfg.progress_bar, record=self.is_main)
 
