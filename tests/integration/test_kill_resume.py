@@ -216,6 +216,17 @@ def test_sigterm_during_a_save_stops_on_that_checkpoint_without_training_another
     assert_equals_straight(tmp_path, straight)
 
 
+def test_sigterm_during_the_export_says_so_exits_143_and_the_rerun_exports(tiny_model_dir, tmp_path, straight):
+    """Outside the steps (here the export after the last one) SIGTERM stops at once; it ended the process
+    without a word (its default action), the loggers not closed."""
+    args = launch_args(tiny_model_dir, tmp_path)
+    code, output = run_parked(args, tmp_path, "export", 0, signal.SIGTERM)
+    assert code == 143, output[-3000:]
+    assert "interrupted: stopped at once by SIGTERM outside the training steps" in output and "Traceback" not in output
+    assert main(args) == 0  # resumes at the last step: nothing to train, the export again
+    assert_equals_straight(tmp_path, straight)
+
+
 @pytest.mark.parametrize("signals, code, saved", [((signal.SIGTERM,), 143, ["global_step_1", "global_step_2"]),
                                                   ((signal.SIGINT, signal.SIGINT), 130, ["global_step_1"])],
                          ids=["sigterm", "ctrl-c-twice"])

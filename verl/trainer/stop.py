@@ -8,7 +8,8 @@ The conventions (those of a shell, which reports a process a signal ended as 128
   command resumes from that checkpoint. One that lands during a save stops the run once that save is
   complete, without another step;
 * a second one stops at once (exit 130 / 143); the checkpoints already written are complete,
-  since every save is atomic.
+  since every save is atomic. Outside the steps (loading, validation before or after them, the
+  export) either stops at once (:func:`verl.trainer.entry.sigterm_stops_at_once` for SIGTERM).
 
 Under torchrun the launcher passes the signal on to every rank, each at its own moment. The ranks
 decide together: at every step boundary they add up their flags (one small all-reduce), so all of
