@@ -110,6 +110,12 @@ def run_loop(trainer, cfg) -> None:
     try:
         with watchdog.stage("resume"):
             trainer.resume()
+        if trainer.global_step > trainer.total_steps and trainer.is_main:
+            logger.warning("resumed at step %d, past this run's last step (%d): no step is trained, and the validation "
+                           "and the export that follow are of step %d's weights. To stop at step %d, resume from its "
+                           "checkpoint (trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N) or "
+                           "start over (trainer.resume_mode=disable)", trainer.global_step, trainer.total_steps,
+                           trainer.global_step, trainer.total_steps)
         trainer.tracker.rewind(trainer.global_step)
         validating = trainer.has_validation() and (cfg.val_before_train or cfg.test_freq > 0)
         if validating and cfg.val_before_train and not trainer.val_history:
