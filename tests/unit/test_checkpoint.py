@@ -51,6 +51,19 @@ def test_max_to_keep_prunes_the_oldest_checkpoints(tmp_path):
     assert manager.latest() == manager.step_dir(4)
 
 
+def test_max_to_keep_never_prunes_a_copy_kept_beside_the_checkpoints(tmp_path):
+    """A user's backup (``cp -r global_step_1 global_step_1.bak``) was pruned as the oldest checkpoint."""
+    import shutil
+
+    manager = CheckpointManager(tmp_path, max_to_keep=1)
+    manager.save(1, state_for(1))
+    for copy in ("global_step_1.bak", "global_step_1_before_lr_change"):
+        shutil.copytree(manager.step_dir(1), tmp_path / copy)
+    manager.save(2, state_for(2))
+    manager.save(3, state_for(3))
+    assert step_names(tmp_path) == ["global_step_1.bak", "global_step_1_before_lr_change", "global_step_3"]
+
+
 def test_without_max_to_keep_every_checkpoint_stays(tmp_path):
     manager = CheckpointManager(tmp_path)
     for step in (1, 2, 3):

@@ -190,15 +190,17 @@ class CheckpointManager:
         """Checkpoint folders, newest first: the pointer's step, then every lower step (all of them,
         highest first, without a readable pointer). Steps above the pointer's belong to an earlier run
         in the same folder and are never resumed from."""
-        steps = []
-        for path in self.root.glob("global_step_*"):
-            suffix = path.name[len("global_step_"):]
-            if suffix.isdigit() and path.is_dir():
-                steps.append(int(suffix))
+        steps = [int(path.name[len("global_step_"):]) for path in self._step_folders()]
         pointer = self._pointer_step()
         if isinstance(pointer, int):
             steps = [s for s in steps if s <= pointer]
         return [self.step_dir(s) for s in sorted(steps, reverse=True)]
+
+    def _step_folders(self) -> list[Path]:
+        """The ``global_step_<N>`` folders here; a copy beside them (``global_step_3.bak``, ``global_step_3_old``)
+        is none: never resumed from, never pruned."""
+        return [path for path in self.root.glob("global_step_*")
+                if path.name[len("global_step_"):].isdigit() and path.is_dir()]
 
     def _try_load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(state, None)``, or ``(None, what is wrong)`` for a checkpoint that does not load."""
@@ -244,7 +246,7 @@ class CheckpointManager:
         if not self.max_to_keep:
             return
         # Newest saves survive, whatever their step numbers (an older run's higher steps go first).
-        saved = sorted((p for p in self.root.glob("global_step_*") if (p / "state.pt").exists()),
+        saved = sorted((p for p in self._step_folders() if (p / "state.pt").exists()),
                        key=lambda p: (p / "state.pt").stat().st_mtime_ns)
         for path in saved[:-self.max_to_keep]:
             shutil.rmtree(path, ignore_errors=True)
