@@ -72,8 +72,9 @@ def _out_of_space(error: BaseException, folder: Path, tmp: Path, what: str, prev
         kept = "nothing written before was damaged"
     return VerlError(f"no space left on the device to write {what} in {folder} ({_mib(written)} written when the "
                      f"disk filled up; {_mib(free)} free once that partial write is removed); {kept}. Fix: free space "
-                     f"there, keep fewer checkpoints (trainer.max_actor_ckpt_to_keep), or give another "
-                     f"trainer.default_local_dir, then run the same command again")
+                     f"there, keep fewer checkpoints (trainer.max_actor_ckpt_to_keep; SFT, DPO, KTO: "
+                     f"trainer.max_ckpt_to_keep), or give another trainer.default_local_dir, then run the same "
+                     f"command again")
 
 
 def rng_state() -> dict:
