@@ -62,6 +62,8 @@ def disk_full_message(error: OSError) -> str | None:
     if error.filename is not None:
         folder = Path(error.filename).parent
         free = shutil.disk_usage(folder).free if folder.exists() else None
-        where = f" writing {error.filename}" + (f" ({free / 2**20:.1f} MiB free in {folder})" if free is not None else "")
+        where = f" writing {error.filename}"
+        if free is not None:
+            where += f" ({free / 2**20:.1f} MiB free in {folder})"
     return (f"no space left on the device{where}. Fix: free space there, or give another trainer.default_local_dir; "
             f"then run the same command again (the checkpoints already written are complete)")
