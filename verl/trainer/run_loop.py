@@ -67,7 +67,8 @@ RUN_ONLY_SETTINGS = ("trainer.total_training_steps", "trainer.total_epochs", "tr
                      "trainer.resume_from_path", "trainer.default_local_dir", "trainer.default_hdfs_dir",
                      "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.progress_bar",
                      "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.write_report",
-                     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.dist_timeout_s",
+                     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
+                     "trainer.dist_timeout_s",
                      "trainer.log_val_generations", "logger.")
 
 

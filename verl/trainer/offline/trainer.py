@@ -44,7 +44,7 @@ from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint
+from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
 from verl.utils.seed import seed_everything
 
 logger = logging.getLogger(__name__)
@@ -207,9 +207,12 @@ class OfflineTrainer:
     def state_dict(self) -> dict:
         """The run's state, with the full (unsharded) weights: a collective, every rank calls it."""
         return {"global_step": self.global_step, "policy": self.policy.state_dict(),
-                "loader": self.train_loader.state_dict(), "rng": rng_state(), "val_history": self.val_history}
+                "loader": self.train_loader.state_dict(), "rng": rng_state(), "val_history": self.val_history,
+                "config": self.config.to_dict()}  # a resume under other settings is told which
 
     def load_state_dict(self, state: dict) -> None:
+        if self.is_main:
+            warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
         self.global_step = state["global_step"]
         self.policy.load_state_dict(state["policy"])
         self.train_loader.load_state_dict(state["loader"])
