@@ -4,6 +4,11 @@ Entry points catch :class:`VerlError` and print its message alone: the message n
 problem and the fix, so a traceback would only hide it.
 """
 
+import contextlib
+import errno
+import shutil
+from pathlib import Path
+
 
 # The way out when a checkpoint cannot be resumed with what was given now.
 NEW_RUN = "start a new run (another trainer.default_local_dir, or trainer.resume_mode=disable to train from the start there)"
@@ -31,3 +36,34 @@ class ConfigError(VerlError):
 
 class RewardError(VerlError):
     """A reward function that cannot be loaded or returned an unusable value; the message says why."""
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextlib.contextmanager
+def naming_the_file(path):
+    """Within the block, an OSError that names no file (``f.write``, ``Path.write_text``) names ``path``,
+    so that a full disk is said with the folder (:func:`disk_full_message`)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror, str(path)) from error
+
+
+def disk_full_message(error: OSError) -> str | None:
+    """One line for an OSError of a full disk (or quota): the file, its folder's free space, the ways out;
+    None for any other error."""
+    if error.errno not in DISK_FULL:
+        return None
+    where = ""
+    if error.filename is not None:
+        folder = Path(error.filename).parent
+        free = shutil.disk_usage(folder).free if folder.exists() else None
+        where = f" writing {error.filename}"
+        if free is not None:
+            where += f" ({free / 2**20:.1f} MiB free in {folder})"
+    return (f"no space left on the device{where}. Fix: free space there, or give another trainer.default_local_dir; "
+            f"then run the same command again (the checkpoints already written are complete)")

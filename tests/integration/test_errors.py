@@ -182,3 +182,29 @@ def test_an_output_folder_under_home_is_written_there_and_validating_on_the_trai
     assert warned == [f"data.val_files and data.train_files both read {tmp_path.resolve() / 't.parquet'}: validation "
                       f"then scores prompts the policy trains on, which shows memorising more than learning; give "
                       f"held-out rows (e.g. the test split) as data.val_files"]
+
+
+def test_a_full_disk_stops_the_run_with_one_line_naming_the_file_and_its_free_space(tiny_model_dir, tmp_path, capsys):
+    """Before: a traceback ending in 'OSError: [Errno 28] No space left on device', no file named."""
+    import os
+    import subprocess
+
+    disk = tmp_path / "full"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        with open(disk / "filler", "wb", buffering=0) as filler:  # 8 KiB left: the start's check passes,
+            with pytest.raises(OSError):                            # the run's config.yaml (28 KiB) does not fit
+                while True:
+                    filler.write(b"x" * 4096)
+            filler.truncate(filler.tell() - 8192)
+        args = _small_run(tiny_model_dir, tmp_path, _rows(), f"trainer.default_local_dir={disk / 'out'}")
+        code, err = run_main(args, capsys)
+        assert code == 2
+        assert err.startswith(f"error: no space left on the device writing {disk / 'out'}/config.yaml (0.0 MiB free "
+                              f"in {disk / 'out'})"), err
+        assert len(err.strip().splitlines()) == 1 and "trainer.default_local_dir" in err, err
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)

@@ -202,6 +202,31 @@ def test_ctrl_c_saves_at_the_next_step_boundary_exits_130_and_the_resume_equals_
     assert_equals_straight(tmp_path, straight)
 
 
+def test_sigterm_during_a_save_stops_on_that_checkpoint_without_training_another_step(tiny_model_dir, tmp_path,
+                                                                                     straight):
+    """A preemption's SIGTERM (or Ctrl-C) that lands while step 2 is being saved: the save completes and the
+    run stops there; it ran step 3 as well before (a whole step more within the scheduler's grace period)."""
+    args = launch_args(tiny_model_dir, tmp_path)
+    code, output = run_parked(args, tmp_path, "save", 2, signal.SIGTERM)
+    assert code == 143, output[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out").glob("global_step_*")) == ["global_step_1", "global_step_2"]
+    assert [r["step"] for r in metrics(tmp_path)] == [1, 2]
+    assert "interrupted: stopped after step 2, its checkpoint saved" in output and "Traceback" not in output
+    assert main(args) == 0
+    assert_equals_straight(tmp_path, straight)
+
+
+def test_sigterm_during_the_export_says_so_exits_143_and_the_rerun_exports(tiny_model_dir, tmp_path, straight):
+    """Outside the steps (here the export after the last one) SIGTERM stops at once; it ended the process
+    without a word (its default action), the loggers not closed."""
+    args = launch_args(tiny_model_dir, tmp_path)
+    code, output = run_parked(args, tmp_path, "export", 0, signal.SIGTERM)
+    assert code == 143, output[-3000:]
+    assert "interrupted: stopped at once by SIGTERM outside the training steps" in output and "Traceback" not in output
+    assert main(args) == 0  # resumes at the last step: nothing to train, the export again
+    assert_equals_straight(tmp_path, straight)
+
+
 @pytest.mark.parametrize("signals, code, saved", [((signal.SIGTERM,), 143, ["global_step_1", "global_step_2"]),
                                                   ((signal.SIGINT, signal.SIGINT), 130, ["global_step_1"])],
                          ids=["sigterm", "ctrl-c-twice"])

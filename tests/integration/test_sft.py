@@ -2,6 +2,7 @@
 micro-batching does not change the update, resuming equals not stopping, bad input exits 2."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -85,7 +86,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model_dir, tmp
         torch.testing.assert_close(micro[1][name], grad, rtol=1e-4, atol=1e-7)
 
 
-def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_model_dir, tmp_path):
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_model_dir, tmp_path, caplog):
     straight = config(tiny_model_dir, tmp_path / "a")
     straight["trainer"]["total_training_steps"] = 4
     SFTTrainer(straight).fit()
@@ -94,13 +95,22 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tiny_model_di
     SFTTrainer(interrupted).fit()  # stops after step 2, with a checkpoint
     interrupted["trainer"]["total_training_steps"] = 4
     resumed = SFTTrainer(interrupted)
-    resumed.fit()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.run_loop"):
+        resumed.fit()
+    assert "setting(s) other than" not in caplog.text  # a longer run, saved more often: nothing to say
     assert resumed.global_step == 4
     assert (tmp_path / "b" / "out" / "global_step_4" / "state.pt").exists()
     a = AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "out" / "huggingface").state_dict()
     b = AutoModelForCausalLM.from_pretrained(tmp_path / "b" / "out" / "huggingface").state_dict()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+    # Resumed under another learning rate: said, as the RL trainer says it (before: nothing).
+    interrupted["trainer"]["total_training_steps"] = 5
+    interrupted["optim"]["lr"] = 1e-4
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.run_loop"):
+        SFTTrainer(interrupted).fit()
+    assert "under 1 setting(s) other than those of the run that saved it: optim.lr: 0.001 -> 0.0001" in caplog.text
 
 
 @pytest.mark.parametrize("args, expected", [

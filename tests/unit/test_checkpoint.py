@@ -51,6 +51,19 @@ def test_max_to_keep_prunes_the_oldest_checkpoints(tmp_path):
     assert manager.latest() == manager.step_dir(4)
 
 
+def test_max_to_keep_never_prunes_a_copy_kept_beside_the_checkpoints(tmp_path):
+    """A user's backup (``cp -r global_step_1 global_step_1.bak``) was pruned as the oldest checkpoint."""
+    import shutil
+
+    manager = CheckpointManager(tmp_path, max_to_keep=1)
+    manager.save(1, state_for(1))
+    for copy in ("global_step_1.bak", "global_step_1_before_lr_change"):
+        shutil.copytree(manager.step_dir(1), tmp_path / copy)
+    manager.save(2, state_for(2))
+    manager.save(3, state_for(3))
+    assert step_names(tmp_path) == ["global_step_1.bak", "global_step_1_before_lr_change", "global_step_3"]
+
+
 def test_without_max_to_keep_every_checkpoint_stays(tmp_path):
     manager = CheckpointManager(tmp_path)
     for step in (1, 2, 3):
@@ -152,3 +165,41 @@ def test_resume_path_follows_the_resume_mode(tmp_path):
         manager.resume_path(trainer)
     trainer.resume_from_path = str(tmp_path / "global_step_3")
     assert manager.resume_path(trainer) == tmp_path / "global_step_3"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs (as root; skipped elsewhere): a disk that a save fills up."""
+    import os
+    import subprocess
+
+    folder = tmp_path / "small"
+    folder.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(folder)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield folder
+    subprocess.run(["umount", "--lazy", str(folder)], check=True)  # lazy: a failed save's file may still be open
+
+
+def test_a_save_that_fills_the_disk_says_so_in_one_line_and_leaves_the_previous_checkpoint(small_disk, tiny_model_dir):
+    from verl.errors import VerlError
+
+    manager = CheckpointManager(small_disk / "run")
+    manager.save(1, state_for(1))
+    with pytest.raises(VerlError) as raised:
+        manager.save(2, {"global_step": 2, "weights": torch.zeros(2**20)})  # 4 MiB
+    message = str(raised.value)
+    assert "\n" not in message and "no space left" in message and str(small_disk / "run") in message, message
+    assert "MiB free" in message and "global_step_1" in message and "is intact" in message, message
+    # The partial save is gone (its space freed) and the previous checkpoint is still the one resumed from.
+    assert sorted(p.name for p in (small_disk / "run").iterdir()) == ["global_step_1", POINTER]
+    path, state = manager.load_latest()
+    assert path.name == "global_step_1" and torch.equal(state["weights"], state_for(1)["weights"])
+
+    # The Hugging Face export too: one line, no partial folder left.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.get_input_embeddings().weight.data = torch.zeros(2**20 // 4, 4)  # 4 MiB: more than is left
+    with pytest.raises(VerlError, match="no space left on the device to write huggingface/"):
+        write_hf_folder(model, AutoTokenizer.from_pretrained(tiny_model_dir), small_disk / "run" / "huggingface")
+    assert sorted(p.name for p in (small_disk / "run").iterdir()) == ["global_step_1", POINTER]

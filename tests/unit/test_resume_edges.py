@@ -229,6 +229,25 @@ def test_a_signal_saves_at_the_next_step_boundary_and_stops_with_128_plus_its_nu
     assert [r["step"] for r in rows(tmp_path / "metrics.jsonl")] == [1, 2]
 
 
+def test_a_resume_past_the_last_step_says_that_nothing_is_trained_and_what_is_exported(tmp_path, caplog):
+    """A checkpoint at step 3 and trainer.total_training_steps lowered to 2: before, the run exported step
+    3's weights with only 'Resumed ... at step 3' said."""
+    trainer = FakeTrainer(tmp_path, total_steps=2)
+    trainer.resume = lambda: setattr(trainer, "global_step", 3)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.run_loop"):
+        run_loop(trainer, loop_cfg())
+    assert trainer.global_step == 3 and trainer.exported and trainer.saved == []
+    assert "resumed at step 3, past this run's last step (2): no step is trained" in caplog.text
+    assert "of step 3's weights" in caplog.text
+
+    caplog.clear()
+    trainer = FakeTrainer(tmp_path, total_steps=3)  # resumed at the last step: the export alone, as usual
+    trainer.resume = lambda: setattr(trainer, "global_step", 3)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.run_loop"):
+        run_loop(trainer, loop_cfg())
+    assert caplog.text == ""
+
+
 def test_no_second_save_when_the_signalled_step_was_saved_anyway(tmp_path):
     trainer = FakeTrainer(tmp_path, on_step=lambda step: step == 2 and os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(RunInterrupted):
@@ -318,3 +337,16 @@ def test_a_resume_from_path_at_the_run_folder_names_its_newest_checkpoint(tmp_pa
     monkeypatch.setenv("HOME", str(tmp_path))
     trainer_cfg.resume_from_path = "~/run/global_step_2"
     assert manager.resume_state(trainer_cfg)[0] == tmp_path / "run" / "global_step_2"
+
+
+def test_a_resume_from_path_inside_a_checkpoint_names_that_checkpoint(tmp_path):
+    """upstream verl's ``global_step_N/actor`` or the ``state.pt`` file itself: before, 'does not exist' and
+    'holds no checkpoint', with the checkpoint meant right above."""
+    manager = saved(tmp_path / "run", steps=(2,))
+    trainer_cfg = TrainerConfig().trainer
+    trainer_cfg.resume_mode = "resume_path"
+    for inside in ("global_step_2/actor", "global_step_2/state.pt"):
+        trainer_cfg.resume_from_path = str(tmp_path / "run" / inside)
+        with pytest.raises(VerlError, match=rf"is inside the checkpoint global_step_2, not a checkpoint itself .*: "
+                                            rf"trainer.resume_from_path={tmp_path}/run/global_step_2$"):
+            manager.resume_state(trainer_cfg)

@@ -8,7 +8,8 @@ Layout under ``trainer.default_local_dir``::
 
 A crash or Ctrl-C during a save leaves only a ``.tmp-*`` folder (``.tmp-hf-*`` for the export),
 which the next save, export or resume removes; the previous checkpoint and the pointer file are
-untouched until the new one is complete.
+untouched until the new one is complete. A save or export that fills the disk removes its partial
+write at once and stops with a :class:`VerlError` naming the folder and its free space.
 
 Resuming reads the newest checkpoint that loads. One that is missing or damaged (a truncated or
 unreadable ``state.pt``, a folder emptied by hand) is skipped with a warning naming it and why; when
@@ -18,6 +19,7 @@ over them.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -42,6 +44,37 @@ def _atomic_write_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def _out_of_space(error: BaseException, folder: Path, tmp: Path, what: str, previous: Path | None) -> VerlError | None:
+    """Remove ``tmp``, the partial write that ``error`` interrupted; a :class:`VerlError` naming ``folder``,
+    its free space and the ways out when the disk is full (torch.save reports it as a RuntimeError from its
+    zip writer, not as ENOSPC), else None (the caller re-raises ``error``)."""
+    written = _size(tmp)
+    free = shutil.disk_usage(folder).free
+    shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not full and free >= 16 * 2**20:
+        return None
+    # The partial file may stay open (so not yet freed) until the error is gone: count its bytes as freed.
+    free = max(shutil.disk_usage(folder).free, free + written)
+    if previous is not None and previous.is_dir():
+        kept = f"{previous.name} ({_mib(_size(previous))}) is intact"
+    else:
+        kept = "nothing written before was damaged"
+    return VerlError(f"no space left on the device to write {what} in {folder} ({_mib(written)} written when the "
+                     f"disk filled up; {_mib(free)} free once that partial write is removed); {kept}. Fix: free space "
+                     f"there, keep fewer checkpoints (trainer.max_actor_ckpt_to_keep; SFT, DPO, KTO: "
+                     f"trainer.max_ckpt_to_keep), or give another trainer.default_local_dir, then run the same "
+                     f"command again")
 
 
 def rng_state() -> dict:
@@ -158,15 +191,17 @@ class CheckpointManager:
         """Checkpoint folders, newest first: the pointer's step, then every lower step (all of them,
         highest first, without a readable pointer). Steps above the pointer's belong to an earlier run
         in the same folder and are never resumed from."""
-        steps = []
-        for path in self.root.glob("global_step_*"):
-            suffix = path.name[len("global_step_"):]
-            if suffix.isdigit() and path.is_dir():
-                steps.append(int(suffix))
+        steps = [int(path.name[len("global_step_"):]) for path in self._step_folders()]
         pointer = self._pointer_step()
         if isinstance(pointer, int):
             steps = [s for s in steps if s <= pointer]
         return [self.step_dir(s) for s in sorted(steps, reverse=True)]
+
+    def _step_folders(self) -> list[Path]:
+        """The ``global_step_<N>`` folders here; a copy beside them (``global_step_3.bak``, ``global_step_3_old``)
+        is none: never resumed from, never pruned."""
+        return [path for path in self.root.glob("global_step_*")
+                if path.name[len("global_step_"):].isdigit() and path.is_dir()]
 
     def _try_load(self, path: Path) -> tuple[dict | None, str | None]:
         """``(state, None)``, or ``(None, what is wrong)`` for a checkpoint that does not load."""
@@ -187,8 +222,15 @@ class CheckpointManager:
     def save(self, step: int, state: dict) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         self.remove_temporary()
+        previous = self.latest()
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))
-        torch.save(state, tmp / "state.pt")
+        try:
+            torch.save(state, tmp / "state.pt")
+        except (OSError, RuntimeError) as error:
+            full = _out_of_space(error, self.root, tmp, f"the checkpoint of step {step}", previous)
+            if full is None:
+                raise
+            raise full from error
         final = self.step_dir(step)
         if final.exists():
             shutil.rmtree(final)
@@ -205,7 +247,7 @@ class CheckpointManager:
         if not self.max_to_keep:
             return
         # Newest saves survive, whatever their step numbers (an older run's higher steps go first).
-        saved = sorted((p for p in self.root.glob("global_step_*") if (p / "state.pt").exists()),
+        saved = sorted((p for p in self._step_folders() if (p / "state.pt").exists()),
                        key=lambda p: (p / "state.pt").stat().st_mtime_ns)
         for path in saved[:-self.max_to_keep]:
             shutil.rmtree(path, ignore_errors=True)
@@ -251,7 +293,13 @@ def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
-    fill(tmp)
+    try:
+        fill(tmp)
+    except (OSError, RuntimeError) as error:
+        full = _out_of_space(error, target.parent, tmp, f"{target.name}/", target if target.exists() else None)
+        if full is None:
+            raise
+        raise full from error
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)
@@ -259,7 +307,12 @@ def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
 
 
 def _not_a_checkpoint(path: Path) -> str:
-    """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest."""
+    """Why ``path`` is no checkpoint, and the folder to give instead: a run's output folder names its newest,
+    a path inside a checkpoint (its ``state.pt``, or upstream verl's ``global_step_N/actor``) that checkpoint."""
+    for parent in list(path.parents)[:2]:
+        if (parent / "state.pt").exists():
+            return (f"is inside the checkpoint {parent.name}, not a checkpoint itself (verl's layout here is one "
+                    f"state.pt per global_step_N folder): trainer.resume_from_path={parent}")
     if not path.exists():
         return "does not exist; give a global_step_N folder under a run's default_local_dir"
     newest = CheckpointManager(path, main=False).latest()  # the one resume_mode=auto would take

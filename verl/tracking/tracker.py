@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from verl.errors import VerlError
+from verl.errors import VerlError, naming_the_file
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +64,17 @@ class _Jsonl:
 
     def log(self, metrics: dict, step: int) -> None:
         row = {"step": step, **{k: _jsonable(v) for k, v in metrics.items()}}
-        self.file.write(json.dumps(row) + "\n")
-        self.file.flush()
+        with naming_the_file(self.path):
+            self.file.write(json.dumps(row) + "\n")
+            self.file.flush()
 
     def log_generations(self, rows: list[dict], step: int) -> None:
         with open(self.generations_path, "a", encoding="utf-8") as f:
             f.writelines(json.dumps({"step": step, **row}) + "\n" for row in rows)
 
     def close(self, failed: bool = False) -> None:
-        self.file.close()
+        with naming_the_file(self.path):
+            self.file.close()
 
 
 def _clip(text: str, width: int) -> str:

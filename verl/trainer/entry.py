@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 
 from verl.config import TrainerConfig
-from verl.distributed.process_group import is_main_process, leave_job
-from verl.errors import VerlError
+from verl.distributed.process_group import is_main_process, launched_distributed, leave_job
+from verl.errors import VerlError, disk_full_message
 from verl.trainer.stop import RunInterrupted
 from verl.utils.command import freeze_heap_at_exit
 
@@ -22,9 +25,41 @@ def print_config_request(args: list[str]) -> list[str] | None:
     return args[:flag] + args[flag + (1 if "=" in args[flag] else 2):]
 
 
+@contextlib.contextmanager
+def sigterm_stops_at_once():
+    """Within the block, a SIGTERM whose default action would end the process without a word (while the
+    model loads, during the validation before or after the steps, the export, the report) raises
+    :class:`RunInterrupted` instead, as Ctrl-C raises KeyboardInterrupt there: the loggers close and the
+    run says it stopped (exit 143). During the steps the run loop takes it (it stops at the next step
+    boundary with a checkpoint). Under torchrun, and where SIGTERM has a handler, nothing changes: the
+    watchdog takes it there (:mod:`verl.distributed.watchdog`)."""
+    if (threading.current_thread() is not threading.main_thread() or launched_distributed()
+            or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL):
+        yield
+        return
+
+    owner = os.getpid()
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process at once
+        if os.getpid() != owner:  # a forked child that inherited the handler: the default action
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise RunInterrupted(signum, "stopped at once by SIGTERM outside the training steps: the checkpoints "
+                                     "already written are complete; run the same command again to resume from the "
+                                     "latest one", clean=False)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) == on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_entry(job, args: list[str], doc: str | None) -> int:
-    """Run ``job()``; a :class:`VerlError` prints its message alone and exits 2. A run stopped by
-    Ctrl-C exits 130, by SIGTERM 143 (see :mod:`verl.trainer.stop`)."""
+    """Run ``job()``; a :class:`VerlError` or a full disk prints its message alone and exits 2. A run stopped by
+    Ctrl-C exits 130, by SIGTERM 143 (see :mod:`verl.trainer.stop` and :func:`sigterm_stops_at_once`)."""
     if any(a in ("-h", "--help") for a in args):
         print((doc or "").strip() + "\n\nKeys (key=value):\n" + TrainerConfig.format_help())
         return 0
@@ -33,9 +68,16 @@ def run_entry(job, args: list[str], doc: str | None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     freeze_heap_at_exit()  # about a second less between the last line and the exit (verl.utils.command)
     try:
-        job()
+        with sigterm_stops_at_once():
+            job()
     except VerlError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a full disk: one line (the checkpoint's own save says more, as a VerlError)
+        message = disk_full_message(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except RunInterrupted as stop:
         if is_main_process() or not stop.clean:  # a clean stop is the same on every rank: said once

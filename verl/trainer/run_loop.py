@@ -67,7 +67,8 @@ RUN_ONLY_SETTINGS = ("trainer.total_training_steps", "trainer.total_epochs", "tr
                      "trainer.resume_from_path", "trainer.default_local_dir", "trainer.default_hdfs_dir",
                      "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train", "trainer.progress_bar",
                      "trainer.logger", "trainer.project_name", "trainer.experiment_name", "trainer.write_report",
-                     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.dist_timeout_s",
+                     "trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep", "trainer.max_ckpt_to_keep",
+                     "trainer.dist_timeout_s",
                      "trainer.log_val_generations", "logger.")
 
 
@@ -110,6 +111,12 @@ def run_loop(trainer, cfg) -> None:
     try:
         with watchdog.stage("resume"):
             trainer.resume()
+        if trainer.global_step > trainer.total_steps and trainer.is_main:
+            logger.warning("resumed at step %d, past this run's last step (%d): no step is trained, and the validation "
+                           "and the export that follow are of step %d's weights. To stop at step %d, resume from its "
+                           "checkpoint (trainer.resume_mode=resume_path trainer.resume_from_path=.../global_step_N) or "
+                           "start over (trainer.resume_mode=disable)", trainer.global_step, trainer.total_steps,
+                           trainer.global_step, trainer.total_steps)
         trainer.tracker.rewind(trainer.global_step)
         validating = trainer.has_validation() and (cfg.val_before_train or cfg.test_freq > 0)
         if validating and cfg.val_before_train and not trainer.val_history:
@@ -154,6 +161,8 @@ def _train(trainer, cfg, validating: bool) -> int | None:
                 if saving or signum is not None:
                     with watchdog.stage("save_checkpoint"):
                         trainer.save_checkpoint()
+                    if signum is None:  # a signal during the save: this step's checkpoint is the one to stop on
+                        signum = stop.requested()
                 if signum is not None:
                     return signum
                 if last:

@@ -5,9 +5,11 @@ The conventions (those of a shell, which reports a process a signal ended as 128
 * the first SIGINT (Ctrl-C) or SIGTERM (``kill``, a scheduler's preemption, torchrun passing either
   on) lets the current step finish; the run saves a checkpoint of it (unless that step was just
   saved), closes its loggers and exits with **130** after SIGINT, **143** after SIGTERM. The same
-  command resumes from that checkpoint;
+  command resumes from that checkpoint. One that lands during a save stops the run once that save is
+  complete, without another step;
 * a second one stops at once (exit 130 / 143); the checkpoints already written are complete,
-  since every save is atomic.
+  since every save is atomic. Outside the steps (loading, validation before or after them, the
+  export) either stops at once (:func:`verl.trainer.entry.sigterm_stops_at_once` for SIGTERM).
 
 Under torchrun the launcher passes the signal on to every rank, each at its own moment. The ranks
 decide together: at every step boundary they add up their flags (one small all-reduce), so all of

@@ -36,6 +36,7 @@ from verl.distributed.process_group import (ensure_process_group, is_main_proces
                                             world_size)
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import shard_rows
+from verl.errors import naming_the_file
 from verl.models.loading import resolve_device
 from verl.models.lora import BaseView, lora_requested
 from verl.protocol import Batch
@@ -43,7 +44,7 @@ from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint
+from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
 from verl.utils.seed import seed_everything
 
 logger = logging.getLogger(__name__)
@@ -186,7 +187,8 @@ class OfflineTrainer:
         cfg = self.config.trainer
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
+            with naming_the_file(self.out_dir / "config.yaml"):
+                (self.out_dir / "config.yaml").write_text(self.config.to_yaml())
         self.tracker = Tracker(cfg.logger, self.out_dir, project=cfg.project_name, experiment=cfg.experiment_name,
                                config=self.config.to_dict(), progress_bar=cfg.progress_bar, record=self.is_main)
 
@@ -205,9 +207,12 @@ class OfflineTrainer:
     def state_dict(self) -> dict:
         """The run's state, with the full (unsharded) weights: a collective, every rank calls it."""
         return {"global_step": self.global_step, "policy": self.policy.state_dict(),
-                "loader": self.train_loader.state_dict(), "rng": rng_state(), "val_history": self.val_history}
+                "loader": self.train_loader.state_dict(), "rng": rng_state(), "val_history": self.val_history,
+                "config": self.config.to_dict()}  # a resume under other settings is told which
 
     def load_state_dict(self, state: dict) -> None:
+        if self.is_main:
+            warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
         self.global_step = state["global_step"]
         self.policy.load_state_dict(state["policy"])
         self.train_loader.load_state_dict(state["loader"])

@@ -19,7 +19,7 @@ from verl.config.key_errors import check_choice
 from verl.data import PromptLoader, collate_prompts, create_rl_dataset, write_parquet
 from verl.data.io import files_read_by_both
 from verl.data.tasks import TASKS, sources_digest
-from verl.errors import ConfigError, VerlError
+from verl.errors import ConfigError, VerlError, naming_the_file
 from verl.models.loading import check_token_ids
 from verl.distributed.process_group import (ensure_process_group, is_main_process, launched_distributed,
                                             launched_world_size)
@@ -275,7 +275,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         raise
     if is_main_process():
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.yaml").write_text(config.to_yaml())
+        with naming_the_file(out_dir / "config.yaml"):
+            (out_dir / "config.yaml").write_text(config.to_yaml())
     parts = dict(actor_rollout_ref=placed.actor_rollout_ref, critic=placed.critic, reward=placed.reward,
                  train_loader=loader, val_batches=val_batches, tracker=tracker, out_dir=out_dir,
                  total_steps=total_steps, use_ref=roles.uses_reference(config), watchdog=watchdog,
