@@ -19,18 +19,19 @@ over them.
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import logging
 import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from verl.errors import VerlError
+from verl.errors import DISK_FULL, VerlError
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +55,36 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
-def _out_of_space(error: BaseException, folder: Path, tmp: Path, what: str, previous: Path | None) -> VerlError | None:
+@contextlib.contextmanager
+def _said_if_out_of_space(folder: Path, tmp: Path, what: str, previous: Callable[[], Path | None]):
+    """Within the block, a write into ``tmp`` that fails removes it; when the disk is full the error is one
+    :class:`VerlError` (:func:`_out_of_space`), otherwise the write's own error goes on. ``previous()``: the
+    checkpoint or folder the failed write leaves in place, asked only then."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        full = _out_of_space(error, folder, tmp, what, previous)
+        if full is None:
+            raise
+        raise full from error
+
+
+def _out_of_space(error: BaseException, folder: Path, tmp: Path, what: str,
+                  previous: Callable[[], Path | None]) -> VerlError | None:
     """Remove ``tmp``, the partial write that ``error`` interrupted; a :class:`VerlError` naming ``folder``,
     its free space and the ways out when the disk is full (torch.save reports it as a RuntimeError from its
     zip writer, not as ENOSPC), else None (the caller re-raises ``error``)."""
     written = _size(tmp)
     free = shutil.disk_usage(folder).free
     shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
-    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    full = isinstance(error, OSError) and error.errno in DISK_FULL
     if not full and free >= 16 * 2**20:
         return None
+    intact = previous()
     # The partial file may stay open (so not yet freed) until the error is gone: count its bytes as freed.
     free = max(shutil.disk_usage(folder).free, free + written)
-    if previous is not None and previous.is_dir():
-        kept = f"{previous.name} ({_mib(_size(previous))}) is intact"
+    if intact is not None and intact.is_dir():
+        kept = f"{intact.name} ({_mib(_size(intact))}) is intact"
     else:
         kept = "nothing written before was damaged"
     return VerlError(f"no space left on the device to write {what} in {folder} ({_mib(written)} written when the "
@@ -222,15 +239,9 @@ class CheckpointManager:
     def save(self, step: int, state: dict) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         self.remove_temporary()
-        previous = self.latest()
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))
-        try:
+        with _said_if_out_of_space(self.root, tmp, f"the checkpoint of step {step}", self.latest):
             torch.save(state, tmp / "state.pt")
-        except (OSError, RuntimeError) as error:
-            full = _out_of_space(error, self.root, tmp, f"the checkpoint of step {step}", previous)
-            if full is None:
-                raise
-            raise full from error
         final = self.step_dir(step)
         if final.exists():
             shutil.rmtree(final)
@@ -293,13 +304,8 @@ def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
-    try:
+    with _said_if_out_of_space(target.parent, tmp, f"{target.name}/", lambda: target if target.exists() else None):
         fill(tmp)
-    except (OSError, RuntimeError) as error:
-        full = _out_of_space(error, target.parent, tmp, f"{target.name}/", target if target.exists() else None)
-        if full is None:
-            raise
-        raise full from error
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)
