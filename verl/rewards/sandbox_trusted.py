@@ -352,17 +352,15 @@ def _bindings_elsewhere(code: str, used: frozenset[str], cpu_seconds: float, mem
     import os
     import subprocess
 
+    from verl.rewards.sandbox import _memfd
+
     job = json.dumps({"code": code, "used": sorted(used)}).encode("utf-8", "surrogatepass")
     # Another sample's program, read by a process of the trainer's uid that is dumpable until it has started: in
     # a plain user's weak mode without Landlock a sandbox run read the trainer's environment from this helper's
     # /proc/<pid>/environ. So: no environment of the trainer's, the job in a file no process can open again
     # (mode 0), read only once the helper is non-dumpable.
-    stdin = os.memfd_create("verl-parse", os.MFD_CLOEXEC)
+    stdin = _memfd("verl-parse", job)  # filled, rewound and sealed
     try:
-        view = memoryview(job)
-        while view:
-            view = view[os.write(stdin, view):]
-        os.lseek(stdin, 0, os.SEEK_SET)
         os.fchmod(stdin, 0)
         done = subprocess.run([sys.executable, "-I", "-B", "-c", _HELPER, str(max(1, int(cpu_seconds))),
                                str(memory_bytes), os.path.dirname(os.path.abspath(__file__))],
