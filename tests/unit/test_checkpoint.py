@@ -43,6 +43,77 @@ def test_saving_a_step_again_replaces_its_checkpoint(tmp_path):
     assert step_names(tmp_path) == ["global_step_5"]
 
 
+def _interrupt_the_second_rename(monkeypatch):
+    """os.replace as a Ctrl-C lands between the two renames of a folder saved again: the old one is aside,
+    the new one not yet in place."""
+    import os
+
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_a_step_saved_again_and_interrupted_between_its_renames_is_put_back_on_resume(tmp_path, monkeypatch):
+    manager = CheckpointManager(tmp_path)
+    manager.save(5, {"value": 1})
+    with monkeypatch.context() as patch:
+        _interrupt_the_second_rename(patch)
+        with pytest.raises(KeyboardInterrupt):
+            manager.save(5, {"value": 2})
+    assert not manager.step_dir(5).exists()  # the complete old one lies aside
+    path, state = CheckpointManager(tmp_path).load_latest()
+    assert path == manager.step_dir(5) and state == {"value": 1}
+    assert {p.name for p in tmp_path.iterdir()} == {POINTER, "global_step_5"}
+    manager.save(5, {"value": 3})  # and a later save of it again leaves nothing aside
+    assert manager.load(manager.latest()) == {"value": 3}
+    assert {p.name for p in tmp_path.iterdir()} == {POINTER, "global_step_5"}
+
+
+def test_an_export_interrupted_between_its_renames_is_put_back_by_the_next_one(tiny_model_dir, tmp_path, monkeypatch):
+    model = load_causal_lm(tiny_model_dir)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    target = tmp_path / "huggingface"
+    write_hf_folder(model, tokenizer, target)
+    with monkeypatch.context() as patch:
+        _interrupt_the_second_rename(patch)
+        with pytest.raises(KeyboardInterrupt):
+            write_hf_folder(model, tokenizer, target)
+    assert not target.exists() and (tmp_path / ".old-huggingface" / "model.safetensors").exists()
+    write_hf_folder(model, tokenizer, target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huggingface"]
+    assert AutoModelForCausalLM.from_pretrained(target).config.hidden_size == model.config.hidden_size
+
+
+def test_a_checkpoints_files_reach_the_disk_before_it_is_named(tmp_path, monkeypatch):
+    """A power cut after the rename must not leave global_step_N with an empty state.pt (the rename may reach
+    the disk before the file's data): state.pt and its folder are flushed, then renamed, then the pointer."""
+    import os
+
+    events, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("rename", str(dst)))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    CheckpointManager(tmp_path).save(1, {"value": 1})
+    named = events.index(("rename", str(tmp_path / "global_step_1")))
+    flushed = [path for kind, path in events[:named] if kind == "fsync"]
+    assert any(path.endswith("/state.pt") for path in flushed), events
+    assert events[-1] == ("rename", str(tmp_path / POINTER)), events
+
+
 def test_max_to_keep_prunes_the_oldest_checkpoints(tmp_path):
     manager = CheckpointManager(tmp_path, max_to_keep=2)
     for step in (1, 2, 3, 4):

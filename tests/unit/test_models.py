@@ -42,6 +42,23 @@ def test_load_causal_lm_and_tokenizer_read_the_fixture_folder(tiny_model_dir):
     assert (tok.padding_side, tok.pad_token_id, tok.eos_token_id) == ("left", 0, 2)
 
 
+def test_every_loader_takes_a_pathlib_path_as_from_pretrained_does(tiny_model_dir, tmp_path):
+    """``load_tokenizer(Path(...))`` failed with "'PosixPath' object has no attribute 'startswith'"."""
+    from pathlib import Path
+
+    from verl.models.loading import describe_causal_lm, load_causal_lm_config, load_sequence_classifier
+
+    folder = Path(tiny_model_dir)
+    assert load_tokenizer(folder).padding_side == "left"
+    assert type(load_causal_lm(folder)).__name__ == "Qwen2ForCausalLM"
+    assert load_causal_lm_config(folder).vocab_size == 259
+    assert describe_causal_lm(folder) is not None
+    with pytest.raises(ModelLoadError, match="not a trained sequence-classification model"):  # no score head
+        load_sequence_classifier(folder)
+    with pytest.raises(ModelLoadError, match=str(tmp_path / "missing")):  # the error names the path as text
+        load_tokenizer(tmp_path / "missing")
+
+
 def test_load_causal_lm_applies_dtype_name_and_override_config(tiny_model_dir):
     model = load_causal_lm(str(tiny_model_dir), dtype="bf16", override_config={"attention_dropout": 0.25})
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}

@@ -8,7 +8,11 @@ Layout under ``trainer.default_local_dir``::
 
 A crash or Ctrl-C during a save leaves only a ``.tmp-*`` folder (``.tmp-hf-*`` for the export),
 which the next save, export or resume removes; the previous checkpoint and the pointer file are
-untouched until the new one is complete. A save or export that fills the disk removes its partial
+untouched until the new one is complete, and the new one's files are on the disk (fsync) before it is
+renamed into place, so a power cut does not leave a named but empty checkpoint either. A folder saved
+again (the same step, the export) is first renamed aside to ``.old-<name>`` and removed only once the
+new one is in place; one left aside by a crash between the two renames is put back by the next save,
+export or resume. A save or export that fills the disk removes its partial
 write at once and stops with a :class:`VerlError` naming the folder and its free space.
 
 Resuming reads the newest checkpoint that loads. One that is missing or damaged (a truncated or
@@ -36,6 +40,47 @@ from verl.errors import DISK_FULL, VerlError
 logger = logging.getLogger(__name__)
 
 POINTER = "latest_checkpointed_iteration.txt"
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            _fsync(path)
+    _fsync(folder)
+
+
+def _replace_folder(tmp: Path, final: Path) -> None:
+    """Rename the complete folder ``tmp`` to ``final``. An existing ``final`` is renamed aside first
+    (``.old-<name>``) and removed after, so that at every moment a complete folder holds the name or
+    lies aside, where :func:`restore_replaced` finds it."""
+    aside = final.with_name(f".old-{final.name}")
+    if final.exists():
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(final, aside)
+    os.replace(tmp, final)
+    _fsync(final.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def restore_replaced(folder: Path, pattern: str) -> None:
+    """Put back a folder named by ``pattern`` that a crash left aside (``.old-<name>``) while its new version
+    was being renamed into place: it is the complete one when ``<name>`` is missing, a leftover otherwise."""
+    for aside in Path(folder).glob(f".old-{pattern}"):
+        final = aside.with_name(aside.name[len(".old-"):])
+        if final.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(aside, final)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -191,8 +236,10 @@ class CheckpointManager:
 
     def remove_temporary(self) -> None:
         """Remove what an interrupted save or export left here (``.tmp-*``: no complete checkpoint
-        or export is ever in one)."""
+        or export is ever in one), and put back a checkpoint left aside by a crash during a save
+        (:func:`restore_replaced`)."""
         remove_temporary(self.root, ".tmp-*")
+        restore_replaced(self.root, "global_step_*")
 
     def _pointer_step(self) -> int | str | None:
         """The pointer file's step, None when there is no pointer file, or what is wrong with it."""
@@ -242,10 +289,9 @@ class CheckpointManager:
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=".tmp-"))
         with _said_if_out_of_space(self.root, tmp, f"the checkpoint of step {step}", self.latest):
             torch.save(state, tmp / "state.pt")
+            _fsync_tree(tmp)
         final = self.step_dir(step)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        _replace_folder(tmp, final)
         _atomic_write_text(self.root / POINTER, str(step))
         self._prune()
         logger.info("saved checkpoint %s", final)
@@ -303,12 +349,12 @@ def write_folder_atomically(target: str | os.PathLike, fill) -> Path:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_temporary(target.parent, ".tmp-hf-*")  # left by an interrupted export
+    restore_replaced(target.parent, target.name)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-hf-"))
     with _said_if_out_of_space(target.parent, tmp, f"{target.name}/", lambda: target if target.exists() else None):
         fill(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+        _fsync_tree(tmp)
+    _replace_folder(tmp, target)
     return target
 
 

@@ -143,11 +143,12 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
 _PAD_WARNED: set[str] = set()
 
 
-def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False,
+def load_tokenizer(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False,
                    config_key: str = "actor_rollout_ref.model.path", chat_template: str | None = None,
                    template_key: str = "actor_rollout_ref.model.custom_chat_template", **kwargs):
     """``AutoTokenizer.from_pretrained`` set up for RL: left padding, and a pad token (eos if absent).
     ``chat_template`` (Jinja text, or a file holding it) replaces the tokenizer's own template."""
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
     from transformers import AutoTokenizer
 
     _quiet_transformers()
@@ -234,7 +235,7 @@ def set_chat_template(tok, template: str, key: str) -> None:
                              f"{type(e).__name__}: {e}") from None
 
 
-def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
+def load_causal_lm(name_or_path: str | os.PathLike, *, dtype: str | torch.dtype | None = "float32",
                    attn_implementation: str | None = None, trust_remote_code: bool = False,
                    override_config: dict | None = None, config_key: str = "actor_rollout_ref.model.path",
                    disable_dropout: bool = False, missing_ok: tuple[str, ...] = (), **kwargs):
@@ -249,6 +250,7 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     dropout would run through differently thinned networks (and differently on each rank).
     ``override_config`` is applied after, so it can still set a dropout on purpose.
     """
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
     import transformers
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -287,11 +289,12 @@ def load_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "floa
     return model
 
 
-def load_causal_lm_config(name_or_path: str, *, trust_remote_code: bool = False, override_config: dict | None = None,
+def load_causal_lm_config(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False, override_config: dict | None = None,
                           config_key: str = "actor_rollout_ref.model.path", disable_dropout: bool = False,
                           local_files_only: bool = False):
     """The model's config (``config.json``) as :func:`load_causal_lm` builds the model from it, with
     the same clear errors; no weights are read."""
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
     from transformers import AutoConfig
 
     local = {"local_files_only": True} if local_files_only else {}
@@ -319,12 +322,13 @@ class ModelDescription:
     dtype: torch.dtype
 
 
-def describe_causal_lm(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
+def describe_causal_lm(name_or_path: str | os.PathLike, *, dtype: str | torch.dtype | None = "float32",
                        trust_remote_code: bool = False, override_config: dict | None = None,
                        config_key: str = "actor_rollout_ref.model.path",
                        disable_dropout: bool = False) -> ModelDescription:
     """:func:`load_causal_lm`'s model as a :class:`ModelDescription` (``dtype`` auto or None: the one the config
     stores, float32 if none), with the same clear errors; no weights are read."""
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
     from transformers import GenerationConfig
 
     local = bool(hub_access(name_or_path, "model", config_key).get("local_files_only"))
@@ -400,7 +404,7 @@ def _zero_dropout_settings(config) -> None:
             _zero_dropout_settings(value)
 
 
-def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | None = "float32",
+def load_sequence_classifier(name_or_path: str | os.PathLike, *, dtype: str | torch.dtype | None = "float32",
                              trust_remote_code: bool = False, config_key: str = "reward_model.model.path",
                              **kwargs):
     """``AutoModelForSequenceClassification.from_pretrained`` with dtype names and clear errors, in eval mode.
@@ -408,6 +412,7 @@ def load_sequence_classifier(name_or_path: str, *, dtype: str | torch.dtype | No
     A folder without trained head weights (a causal LM, a bare encoder) is refused: transformers
     would fill the missing head with random numbers and only warn.
     """
+    name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
     import transformers
     from transformers import AutoModelForSequenceClassification
 
