@@ -96,11 +96,11 @@ _MEANT = {"ppo": "train", "grpo": "train", "rl": "train", "rlhf": "train", "dapo
 
 def _hint(command: str) -> str:
     """``; did you mean ...?`` for a typo or another name of a command ('' when nothing is close)."""
-    import difflib
+    from verl.errors import closest_name
 
     name = command.lower().lstrip("-")
     commands = [*TRAINERS, *AFTER, "report", "runs", "config", "doctor", "version"]
-    meant = _MEANT.get(name) or next(iter(difflib.get_close_matches(name, commands, n=1, cutoff=0.6)), None)
+    meant = _MEANT.get(name) or closest_name(name, commands)
     if meant is None:
         return ""
     why = f" ({command} runs as verl train with its algorithm keys, e.g. algorithm.adv_estimator=grpo)" \

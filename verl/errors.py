@@ -5,6 +5,7 @@ problem and the fix, so a traceback would only hide it.
 """
 
 import contextlib
+import difflib
 import errno
 import shutil
 from pathlib import Path
@@ -39,6 +40,18 @@ class RewardError(VerlError):
 
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def closest_name(value, names, *, cutoff: float = 0.6, synonyms=(), containing: bool = False) -> str | None:
+    """The name among ``names`` that ``value`` most likely meant, for a "did you mean" hint, or None: the
+    first of ``synonyms`` (names it is often given under) that is there; the same name in other letter case
+    (GRPO, vLLM); with ``containing``, a name that holds it or is held in it (``worker`` for
+    ``actor_rollout_ref_worker``); else the closest spelling at ``cutoff`` or above (difflib's ratio)."""
+    names, value = [str(n) for n in names], str(value)
+    close = ([n for n in synonyms if n in names] or [n for n in names if n.lower() == value.lower()]
+             or (containing and [n for n in names if value in n or n in value])
+             or difflib.get_close_matches(value, names, n=1, cutoff=cutoff))
+    return close[0] if close else None
 
 
 @contextlib.contextmanager

@@ -28,8 +28,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import numpy as np
 
-from verl.config.key_errors import closest_choice
-from verl.errors import ConfigError
+from verl.errors import ConfigError, closest_name
 
 NoneType = type(None)
 _SCALARS = (int, float, bool, str)
@@ -93,7 +92,7 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
         if any(value == c and type(value) is type(c) for c in get_args(tp)):
             return value
         allowed = ", ".join(repr(c) for c in get_args(tp))
-        close = closest_choice(value, get_args(tp), cutoff=0.6)
+        close = closest_name(value, get_args(tp), cutoff=0.6)
         hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={_short_repr(value)} is not allowed; choose one of {allowed}{hint}")
     if list in (tp, origin) or dict in (tp, origin):

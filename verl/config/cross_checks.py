@@ -14,10 +14,9 @@ import logging
 import re
 
 from verl.config import compat, verl_rules
-from verl.config.key_errors import closest_choice
 from verl.config.node import ConfigNode
 from verl.config.yaml_text import format_flow
-from verl.errors import ConfigError
+from verl.errors import ConfigError, closest_name
 from verl.tracking.tracker import LOGGER_NAMES
 
 # The checks take the root config (verl.config.schema.TrainerConfig), which is built on this module:
@@ -305,7 +304,7 @@ def check_loggers(cfg: ConfigNode, keys=("trainer.logger", "logger.type")) -> No
             if isinstance(name, str) and "," in name:
                 raise ConfigError(f"{key}={name!r} is one name holding commas; write a list: "
                                   f"{key}=[{','.join(n.strip() for n in name.split(','))}]")
-            close = closest_choice(name, LOGGER_NAMES, cutoff=0.6)
+            close = closest_name(name, LOGGER_NAMES, cutoff=0.6)
             hint = f"did you mean {close!r}? " if close else ""
             raise ConfigError(f"unknown logger {name!r} in {key}={format_flow(value)}; {hint}"
                               f"choose from {', '.join(LOGGER_NAMES)}")

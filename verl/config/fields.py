@@ -17,9 +17,8 @@ import typing
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from verl.config.key_errors import closest_choice
 from verl.config.yaml_text import format_flow
-from verl.errors import ConfigError
+from verl.errors import ConfigError, closest_name
 
 MISSING = dataclasses.MISSING
 
@@ -92,7 +91,7 @@ def _check_domain(spec: FieldSpec, value: Any, key: str) -> None:
     if value is None:
         return
     if spec.choices is not None and value not in spec.choices:
-        close = closest_choice(value, spec.choices, cutoff=0.6)
+        close = closest_name(value, spec.choices, cutoff=0.6)
         hint = f"; did you mean {key}={close}?" if close else ""
         raise ConfigError(f"{key}={value!r} is not one of {', '.join(spec.choices)}{hint}")
     if spec.bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping, Sequence
 
-from verl.errors import ConfigError
+from verl.errors import ConfigError, closest_name
 
 
 # Training backends of verl that this project does not have (it trains with FSDP), by config name.
@@ -87,15 +87,6 @@ def unknown_key_error(full_key: str, parent: str, siblings: Sequence[str],
     return ConfigError(f"unknown config key '{full_key}'; {hint}{note}")
 
 
-def closest_choice(value, choices: Sequence, cutoff: float) -> str | None:
-    """The choice ``value`` most likely meant: the same name in other letter case (GRPO, vLLM), else
-    the closest spelling above ``cutoff``; None when nothing is close."""
-    names = [str(c) for c in choices]
-    same_case = [c for c in names if c.lower() == str(value).lower()]
-    close = same_case or difflib.get_close_matches(str(value), names, n=1, cutoff=cutoff)
-    return close[0] if close else None
-
-
 def check_choice(key: str, value: str, choices: Sequence[str], what: str = "value",
                  elsewhere: Mapping[str, str] | None = None) -> None:
     """Raise ConfigError unless `value` is one of `choices`; the message suggests the closest one.
@@ -107,6 +98,6 @@ def check_choice(key: str, value: str, choices: Sequence[str], what: str = "valu
     known = elsewhere and (elsewhere.get(value) or elsewhere.get(str(value).lower().replace("-", "_")))
     if known:
         raise ConfigError(f"{key}={value!r}: {known}; choose one of {', '.join(choices)}")
-    close = closest_choice(value, choices, cutoff=0.5)
+    close = closest_name(value, choices, cutoff=0.5)
     hint = f"did you mean {key}={close}? " if close else ""
     raise ConfigError(f"unknown {what} {key}={value!r}; {hint}choose one of {', '.join(choices)}")

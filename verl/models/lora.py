@@ -59,15 +59,14 @@ def vision_tower(model: nn.Module) -> nn.Module | None:
 def _linear_names(model: torch.nn.Module, target) -> str:
     """The names target_modules can take in ``model`` (its linear layers), with the one a mistyped name
     probably meant."""
-    import difflib
+    from verl.errors import closest_name
 
     names = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
                     if isinstance(module, torch.nn.Linear)})
     if not names:
         return ""
     typed = [target] if isinstance(target, str) else list(target or ())
-    guesses = [f"{t} -> {close[0]}" for t in typed if t not in names
-               for close in [difflib.get_close_matches(t, names, n=1, cutoff=0.6)] if close]
+    guesses = [f"{t} -> {close}" for t in typed if t not in names for close in [closest_name(t, names)] if close]
     meant = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
     return f". The model's linear layers are named {', '.join(names)}{meant}; or give target_modules=all-linear"
 

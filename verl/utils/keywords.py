@@ -3,18 +3,11 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-
-def meant(key: str, names: Sequence[str]) -> str | None:
-    """The argument ``key`` most likely stands for: one whose name holds it or is held in it (``worker`` for
-    ``actor_rollout_ref_worker``, ``ppo_config`` for ``config``), else the closest spelling; None if none is close."""
-    held = [name for name in names if key in name or name in key]
-    close = held or difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-    return close[0] if close else None
+from verl.errors import closest_name
 
 
 def hint_keywords(function: Callable) -> Callable:
@@ -30,7 +23,7 @@ def hint_keywords(function: Callable) -> Callable:
     def checked(*args, **kwargs):
         for key in kwargs:
             if key not in params:
-                close = meant(key, names)
+                close = closest_name(key, names, containing=True)
                 hint = f" (did you mean {close}=?)" if close else ""
                 raise TypeError(f"{owner}() got an unexpected keyword argument {key!r}{hint}; it takes "
                                 f"{', '.join(names)}")

@@ -7,14 +7,13 @@ Rows may be padded on either side; only tokens with attention 1 count.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping
 
 import torch
 
 from verl.data.collate import left_pad
-from verl.errors import VerlError
+from verl.errors import VerlError, closest_name
 from verl.models.loading import refuse_ids_outside
 from verl.protocol import Batch
 
@@ -36,11 +35,10 @@ def named_otherwise(missing: list[str], keys) -> str:
     keys = [str(k) for k in keys]
     hints = []
     for name in missing:
-        close = [k for k in OTHER_NAMES.get(name, ()) if k in keys] or difflib.get_close_matches(name, keys, n=1,
-                                                                                             cutoff=0.75)
+        close = closest_name(name, keys, cutoff=0.75, synonyms=OTHER_NAMES.get(name, ()))
         if close:
-            hints.append(f"{close[0]!r} is there: name it {name!r}")
-        keys = [k for k in keys if k not in close[:1]]
+            hints.append(f"{close!r} is there: name it {name!r}")
+        keys = [k for k in keys if k != close]
     return f" ({'; '.join(hints)})" if hints else ""
 
 
