@@ -70,7 +70,35 @@ def test_sharding_offload_lora_and_checkpointing_lower_what_they_should():
     no_ref = small_plan("actor_rollout_ref.actor.use_kl_loss=false")
     assert ("reference", "weights") not in no_ref.parts
     gae = small_plan("algorithm.adv_estimator=gae")
-    assert gae.parts["critic", "state"][0] == 4 * 25120 * 4
+    # the value model: the policy without its LM head (100 x 32), with a value head (32 + a bias)
+    assert gae.parts["critic", "state"][0] == 4 * (25120 - 3200 + 33) * 4
+
+
+def test_the_critic_is_planned_as_the_value_model_it_is_of_its_own_model_and_with_lora(tmp_path):
+    """The critic was planned as the whole policy: its LM head (vocab x hidden: ~7% of a 7B Qwen2) counted, a
+    critic.model.path of another size ignored, and LoRA's frozen base weights given gradients and AdamW state."""
+    tied = dataclasses.replace(SMALL)
+    tied.tie_word_embeddings = True
+    assert ModelShape.of(tied).params == 25120 - 3200 and ModelShape.of(tied).head_params == 0
+    plan = plan_memory(TrainerConfig.from_cli(SMALL_RUN + ["algorithm.adv_estimator=gae"]), tied, device="cuda")
+    assert plan.parts["critic", "state"][0] == 4 * (25120 - 3200 + 33) * 4  # the embeddings stay, a head is added
+    # a critic of its own model: a Qwen2 twice as deep (2 x 9344 more), untied
+    bigger = Qwen2Config(**{**SMALL.to_dict(), "num_hidden_layers": 4, "layer_types": None})
+    bigger.save_pretrained(tmp_path / "critic")
+    own = small_plan("algorithm.adv_estimator=gae", f"critic.model.path={tmp_path / 'critic'}")
+    assert own.parts["critic", "state"][0] == 4 * (25120 + 2 * 9344 - 3200 + 33) * 4
+    assert "critic.model.path's model" in own.parts["critic", "state"][1]
+    gae = small_plan("algorithm.adv_estimator=gae")
+    assert own.parts["actor", "weights"][0] == 25120 * 4  # the policy's plan is its own
+    # activations of 4 layers, not 2 (per token and layer 2432 bytes; no critic micro-batch size: the mini-batch,
+    # 4 prompts x 2 samples = 8 rows x 16 tokens)
+    assert own.parts["critic", "activations"][0] == 8 * 16 * 4 * 2432
+    assert gae.parts["critic", "activations"][0] == 8 * 16 * 2 * 2432
+    # LoRA rank 4 on the critic: its weights, and gradients and AdamW state of the adapters and the value head;
+    # per layer rank x (in + out) of q (32, 32), k and v (32, 16), o (32, 32), gate and up (32, 64), down (64, 32)
+    lora = small_plan("algorithm.adv_estimator=gae", "critic.model.lora_rank=4")
+    adapters = 2 * 4 * (64 + 2 * 48 + 64 + 3 * 96)
+    assert lora.parts["critic", "state"][0] == ((25120 - 3200 + 33) + 3 * (adapters + 33)) * 4
 
 
 QWEN3 = Qwen3Config(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,

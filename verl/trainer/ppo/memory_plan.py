@@ -360,15 +360,27 @@ def _async_rollout_parts(config, run: _Run, available: int | None) -> Parts:
 
 
 def _critic_parts(config, run: _Run) -> Parts:
-    """GAE's value model (the policy's shape by default): weights, gradients, AdamW state, activations."""
+    """GAE's value model: weights, gradients, optimizer state (the adapters' and the value head's alone under
+    LoRA), activations. Its shape is ``critic.model.path``'s (the policy's when unset), its LM head replaced by
+    the value head."""
     critic = config.critic
+    if critic.model.path and str(critic.model.path) != roles.policy_path(config):
+        run = dataclasses.replace(run, shape=ModelShape.of(roles.critic_config(config)))
+        whose = "critic.model.path's model"
+    else:
+        whose = "the policy's shape"
+    shape = run.shape
     states = OPTIMIZER_STATES.get(str(critic.optim.optimizer).lower(), 2)
     arr = config.actor_rollout_ref
     mini = critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size
     rows = critic.ppo_micro_batch_size_per_gpu or max(1, mini * arr.rollout.n // run.ranks)
     shard = fsdp_shard(critic.fsdp_config, run.ranks)
-    return {("critic", "state"): ((2 + states) * run.weights(run.shape.params, shard),
-                                  "weights, gradients and optimizer (the policy's shape)"),
+    params = shape.value_model_params()
+    trainable = lora_params(shape, critic.model.lora_rank) + shape.hidden + 1 if critic.model.lora_rank else params
+    adapters = f", LoRA rank {critic.model.lora_rank}" if critic.model.lora_rank else ""
+    return {("critic", "state"): (run.weights(params, shard) + (1 + states) * run.weights(trainable, shard),
+                                  f"weights, gradients and optimizer ({whose}, a value head for the LM head"
+                                  f"{adapters})"),
             ("critic", "activations"): (run.kept(rows * run.row, critic.model.enable_gradient_checkpointing),
                                         f"micro-batch {rows} x {run.row} tokens")}
 

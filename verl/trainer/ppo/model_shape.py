@@ -29,6 +29,12 @@ class ModelShape:
     routed: int = 0  # a mixture of experts: the experts each token runs through (input and output copied for each)
     layer_norm: bool = False  # LayerNorm (one fused op: OPT, GPT-2, Falcon, GPT-NeoX, StableLM), not RMSNorm
     mlp_tensors: int = 4  # I-wide tensors the MLP keeps per token: gated 4; plain 1 (ReLU), 2 (GELU), 5 (gelu_new)
+    head_params: int = 0  # the LM head's parameters not shared with the input embeddings (0 when tied)
+
+    def value_model_params(self) -> int:
+        """The critic's parameters: the value head (hidden -> 1, with a bias) replaces the LM head
+        (:class:`verl.models.value_model.ValueModel`; a tied head leaves the embeddings in place)."""
+        return self.params - self.head_params + self.hidden + 1
 
     @classmethod
     def of(cls, hf_config) -> "ModelShape":
@@ -44,6 +50,9 @@ class ModelShape:
         with torch.device("meta"):
             model = auto.from_config(hf_config)
         params = sum(p.numel() for p in model.parameters())
+        head, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
+        head_params = 0 if head is None or (embeddings is not None and head.weight is embeddings.weight) \
+            else sum(p.numel() for p in head.parameters())
         hf_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
         get = lambda *names, default=None: next((getattr(hf_config, n) for n in names
                                                   if getattr(hf_config, n, None) is not None), default)
@@ -76,7 +85,7 @@ class ModelShape:
                    head_dim=get("head_dim", default=hidden // heads), vocab=get("vocab_size"),
                    qk_norm_width=qk_norm_width, default_attention=default_attention, norms_per_layer=norms or 2,
                    score_softcap=bool(get("attn_logit_softcapping")), logit_softcap=bool(get("final_logit_softcapping")),
-                   routed=routed, layer_norm=layer_norm, mlp_tensors=mlp_tensors)
+                   routed=routed, layer_norm=layer_norm, mlp_tensors=mlp_tensors, head_params=head_params)
 
     def layer_activation_bytes(self, compute: int, tokens_per_row: int, eager: bool) -> int:
         """Bytes one decoder layer keeps for its backward, per token."""

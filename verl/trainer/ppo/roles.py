@@ -45,6 +45,19 @@ def policy_config(config):
                                  override_config=dict(model.override_config), local_files_only=local)
 
 
+def critic_config(config):
+    """The critic's model config (``critic.model.path``, the policy's when unset) as :func:`value_critic` loads
+    it, with the same clear errors; no weights read."""
+    from verl.models.loading import hub_access, load_causal_lm_config
+
+    model = config.critic.model
+    path = str(model.path) if model.path else policy_path(config)
+    local = bool(hub_access(path, "model", "critic.model.path").get("local_files_only"))
+    return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
+                                 override_config=dict(model.override_config), local_files_only=local,
+                                 config_key="critic.model.path")
+
+
 def resolve_rollout_engine(config, model_config=None) -> str:
     """``actor_rollout_ref.rollout.name=auto`` made the engine it stands for (from the policy's
     architecture), said once at start; a named engine is kept. Returns the engine."""
