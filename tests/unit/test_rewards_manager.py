@@ -48,6 +48,24 @@ def test_custom_function_gets_verl_arguments_by_keyword():
     assert scores[0, 3] == 3 and scores[1, 5] == 6  # a cut response: the score goes on its last token
 
 
+def test_each_sample_gets_its_own_extra_info_and_ground_truth():
+    """The samples of one prompt share its extra_info and ground truth objects in the batch. Before, a function
+    that popped a key (verl's reward loop gives each sample its own copy) left the prompt's next samples
+    without it, and the dataset row too."""
+    info, answers = {"index": 3, "answer": "12"}, ["12", "twelve"]
+    batch = make_batch(["12", "12", "12"])
+    batch["extra_info"], batch["ground_truth"] = [info] * 3, [answers] * 3
+    seen = []
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append((extra_info.pop("answer", None), ground_truth.pop(0)))
+        return 1.0
+
+    RuleRewardManager(TOK, compute_score)(batch)
+    assert seen == [("12", "12")] * 3
+    assert info == {"index": 3, "answer": "12"} and answers == ["12", "twelve"]
+
+
 def test_reward_fn_key_picks_the_data_source_column():
     batch = make_batch(["x"])
     batch["task"] = ["exact_match"]

@@ -13,6 +13,7 @@ With ``on_error="zero"`` such a sample scores 0 for that function instead, and i
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -117,8 +118,12 @@ class RuleRewardManager:
             prompt_mask = batch["attention_mask"][:, :width].bool()
             prompt_texts = self.tokenizer.batch_decode(
                 [batch["prompts"][i][prompt_mask[i]].tolist() for i in range(size)], skip_special_tokens=True)
+        # Each sample its own ground truth and extra_info, as verl's reward loop scores each apart: the samples
+        # of one prompt share these objects in the batch, so a function that changed one in place (popped a
+        # key of extra_info) changed what it was given for the prompt's other samples.
         return [{"data_source": column[self.reward_fn_key][i], "response": texts[i], "response_ids": response_ids[i],
-                 "ground_truth": column["ground_truth"][i], "extra_info": column["extra_info"][i],
+                 "ground_truth": copy.deepcopy(column["ground_truth"][i]),
+                 "extra_info": copy.deepcopy(column["extra_info"][i]),
                  "raw_prompt": column["raw_prompt"][i], "prompt_text": prompt_texts[i]} for i in range(size)]
 
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict[str, list]]:
