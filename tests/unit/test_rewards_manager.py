@@ -117,6 +117,26 @@ def test_a_scorer_that_raises_is_named_with_the_sample():
         RuleRewardManager(TOK, broken)(make_batch(["x"]))
 
 
+def test_a_failing_sample_is_named_by_its_row_of_the_data_with_the_fix():
+    """Before, a raise said 'on sample 1' alone (its place in the step's batch, no row of the data and no
+    fix), and a dict's score of text said the dict needed a 'score' it had."""
+    def strict(data_source, solution_str, ground_truth, extra_info):
+        if extra_info["i"] == 1:
+            raise ValueError("cannot parse")
+        return {"score": "1.0"} if extra_info.get("text") else 1.0
+
+    batch = make_batch(["a", "b"])
+    batch["index"] = [40, 41]
+    with pytest.raises(RewardError, match=r"strict raised ValueError: cannot parse on sample 1 \(row 41 of the data, "
+                                          r"data_source='exact_match', solution_str='b'\); make it return a score .*"
+                                          r"reward\.on_error=zero"):
+        RuleRewardManager(TOK, strict)(batch)
+    batch["extra_info"] = [{"i": 0, "text": True}, {"i": 0}]
+    with pytest.raises(RewardError, match=r"strict returned a dict whose 'score' is '1\.0' \(str\) for sample 0 "
+                                          r"\(row 40 of the data, "):
+        RuleRewardManager(TOK, strict)(batch)
+
+
 def test_numpy_and_bool_scores_are_accepted():
     values = iter([np.float32(0.25), True])
     scores, _ = RuleRewardManager(TOK, lambda **kw: next(values))(make_batch(["a", "b"]))
