@@ -66,6 +66,27 @@ def test_each_sample_gets_its_own_extra_info_and_ground_truth():
     assert info == {"index": 3, "answer": "12"} and answers == ["12", "twelve"]
 
 
+def test_verls_batch_manager_passes_reward_model_reward_kwargs_to_the_function(tmp_path, caplog):
+    """verl's batch reward manager passes reward_model.reward_kwargs to custom_reward_function at every call.
+    Before, they were dropped with a warning about the naive manager, and the function ran with its defaults."""
+    from verl.config import ConfigError, TrainerConfig
+    from verl.trainer.ppo.roles import reward_worker
+
+    (tmp_path / "r.py").write_text(
+        "def scaled(data_sources, solution_strs, ground_truths, extra_infos, scale=1.0, bonus=0.0):\n"
+        "    return [scale * float(s == g) + bonus for s, g in zip(solution_strs, ground_truths)]\n")
+    args = ["reward_model.reward_manager=batch", f"custom_reward_function.path={tmp_path / 'r.py'}",
+            "custom_reward_function.name=scaled", "+reward_model.reward_kwargs.scale=3.0"]
+    cfg = TrainerConfig.from_overrides([*args, "custom_reward_function.reward_kwargs={bonus: 0.5}"])
+    with caplog.at_level("WARNING", logger="verl.config"):
+        cfg.validate()
+    assert "reward_kwargs" not in caplog.text
+    scores, _ = reward_worker(cfg, tokenizer=TOK).manager(make_batch(["12", "13"]))
+    assert scores.sum(-1).tolist() == [3.5, 0.5]
+    with pytest.raises(ConfigError, match=r"both give \['scale'\]"):
+        TrainerConfig.from_overrides([*args, "custom_reward_function.reward_kwargs={scale: 2.0}"]).validate()
+
+
 def test_reward_fn_key_picks_the_data_source_column():
     batch = make_batch(["x"])
     batch["task"] = ["exact_match"]
