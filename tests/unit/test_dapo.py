@@ -128,6 +128,23 @@ def test_dapo_settings_are_checked_before_training(sections, message):
         cfg.validate()
 
 
+def test_verls_dapo_max_resp_len_is_taken_when_it_is_the_response_length_and_refused_when_not(caplog):
+    """verl's DAPO scripts pass +reward_model.reward_kwargs.max_resp_len=<max_response_length>. Before, it was said
+    to have no effect ('the naive reward manager takes no arguments'), and one that differed was dropped: the
+    penalty counted from data.max_response_length."""
+    def cfg(max_resp_len):
+        return TrainerConfig.from_overrides(["reward_model.reward_manager=dapo", "data.max_response_length=64",
+                                             "reward_model.overlong_buffer.enable=true",
+                                             f"+reward_model.reward_kwargs.max_resp_len={max_resp_len}"])
+    with caplog.at_level("WARNING", logger="verl.config"):
+        same = cfg(64)
+        same.validate()
+    assert same.reward_model.reward_kwargs == {} and "max_resp_len" not in caplog.text
+    with pytest.raises(ConfigError, match=r"reward_model\.reward_kwargs\.max_resp_len=32 differs from "
+                                          r"data\.max_response_length=64"):
+        cfg(32).validate()
+
+
 # --------------------------------------------------------------------------- the step sampler
 
 PAD, EOS = 0, 2

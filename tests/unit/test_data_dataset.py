@@ -367,3 +367,18 @@ def test_a_nan_ground_truth_is_no_ground_truth(tmp_path, tokenizer):
             {"prompt": "b", "answer": float("nan")}, {"prompt": "c", "answer": 3.0}]
     ds = RLDataset(write_jsonl(rows, tmp_path / "d.jsonl"), tokenizer)
     assert [ds[i]["ground_truth"] for i in range(3)] == ["7", None, 3.0]
+
+
+def test_an_item_changed_in_place_leaves_the_row_as_read(tmp_path, tokenizer):
+    """verl's dataset reads each item afresh. Before, the item held the row's own objects: a reward function that
+    popped a key of extra_info (or code that appended to the prompt's messages) changed the row for every later
+    epoch."""
+    path = write_parquet([row("1+1=", answer=["2", "two"])], tmp_path / "d.parquet")
+    ds = RLDataset(path, tokenizer)
+    item = ds[0]
+    item["extra_info"].pop("tag")
+    item["raw_prompt"].append({"role": "assistant", "content": "2"})
+    item["ground_truth"].pop()
+    again = ds[0]
+    assert again["extra_info"] == {"tag": "1+1="} and again["ground_truth"] == ["2", "two"]
+    assert again["raw_prompt"] == [{"role": "user", "content": "1+1="}]

@@ -48,6 +48,45 @@ def test_custom_function_gets_verl_arguments_by_keyword():
     assert scores[0, 3] == 3 and scores[1, 5] == 6  # a cut response: the score goes on its last token
 
 
+def test_each_sample_gets_its_own_extra_info_and_ground_truth():
+    """The samples of one prompt share its extra_info and ground truth objects in the batch. Before, a function
+    that popped a key (verl's reward loop gives each sample its own copy) left the prompt's next samples
+    without it, and the dataset row too."""
+    info, answers = {"index": 3, "answer": "12"}, ["12", "twelve"]
+    batch = make_batch(["12", "12", "12"])
+    batch["extra_info"], batch["ground_truth"] = [info] * 3, [answers] * 3
+    seen = []
+
+    def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+        seen.append((extra_info.pop("answer", None), ground_truth.pop(0)))
+        return 1.0
+
+    RuleRewardManager(TOK, compute_score)(batch)
+    assert seen == [("12", "12")] * 3
+    assert info == {"index": 3, "answer": "12"} and answers == ["12", "twelve"]
+
+
+def test_verls_batch_manager_passes_reward_model_reward_kwargs_to_the_function(tmp_path, caplog):
+    """verl's batch reward manager passes reward_model.reward_kwargs to custom_reward_function at every call.
+    Before, they were dropped with a warning about the naive manager, and the function ran with its defaults."""
+    from verl.config import ConfigError, TrainerConfig
+    from verl.trainer.ppo.roles import reward_worker
+
+    (tmp_path / "r.py").write_text(
+        "def scaled(data_sources, solution_strs, ground_truths, extra_infos, scale=1.0, bonus=0.0):\n"
+        "    return [scale * float(s == g) + bonus for s, g in zip(solution_strs, ground_truths)]\n")
+    args = ["reward_model.reward_manager=batch", f"custom_reward_function.path={tmp_path / 'r.py'}",
+            "custom_reward_function.name=scaled", "+reward_model.reward_kwargs.scale=3.0"]
+    cfg = TrainerConfig.from_overrides([*args, "custom_reward_function.reward_kwargs={bonus: 0.5}"])
+    with caplog.at_level("WARNING", logger="verl.config"):
+        cfg.validate()
+    assert "reward_kwargs" not in caplog.text
+    scores, _ = reward_worker(cfg, tokenizer=TOK).manager(make_batch(["12", "13"]))
+    assert scores.sum(-1).tolist() == [3.5, 0.5]
+    with pytest.raises(ConfigError, match=r"both give \['scale'\]"):
+        TrainerConfig.from_overrides([*args, "custom_reward_function.reward_kwargs={scale: 2.0}"]).validate()
+
+
 def test_reward_fn_key_picks_the_data_source_column():
     batch = make_batch(["x"])
     batch["task"] = ["exact_match"]
@@ -97,6 +136,26 @@ def test_a_scorer_that_raises_is_named_with_the_sample():
 
     with pytest.raises(RewardError, match=r"broken raised ValueError.*sample 0"):
         RuleRewardManager(TOK, broken)(make_batch(["x"]))
+
+
+def test_a_failing_sample_is_named_by_its_row_of_the_data_with_the_fix():
+    """Before, a raise said 'on sample 1' alone (its place in the step's batch, no row of the data and no
+    fix), and a dict's score of text said the dict needed a 'score' it had."""
+    def strict(data_source, solution_str, ground_truth, extra_info):
+        if extra_info["i"] == 1:
+            raise ValueError("cannot parse")
+        return {"score": "1.0"} if extra_info.get("text") else 1.0
+
+    batch = make_batch(["a", "b"])
+    batch["index"] = [40, 41]
+    with pytest.raises(RewardError, match=r"strict raised ValueError: cannot parse on sample 1 \(row 41 of the data, "
+                                          r"data_source='exact_match', solution_str='b'\); make it return a score .*"
+                                          r"reward\.on_error=zero"):
+        RuleRewardManager(TOK, strict)(batch)
+    batch["extra_info"] = [{"i": 0, "text": True}, {"i": 0}]
+    with pytest.raises(RewardError, match=r"strict returned a dict whose 'score' is '1\.0' \(str\) for sample 0 "
+                                          r"\(row 40 of the data, "):
+        RuleRewardManager(TOK, strict)(batch)
 
 
 def test_numpy_and_bool_scores_are_accepted():

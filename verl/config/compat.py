@@ -145,6 +145,42 @@ def _check_agreement(cfg: ConfigNode, rule: MustAgree) -> None:
         raise ConfigError(text)
 
 
+def _reward_manager_kwargs(cfg: ConfigNode, kwargs: dict) -> None:
+    """verl hands ``reward_model.reward_kwargs`` to its reward manager: the batch manager passes them on to
+    ``custom_reward_function`` at every call (done here too, see :func:`reward_manager_call_kwargs`), the DAPO
+    manager reads ``max_resp_len`` (the length its overlong penalty counts from; here data.max_response_length),
+    and the others take none (verl stops with a TypeError; a warning here)."""
+    manager = cfg.reward_model.reward_manager
+    if manager == "dapo" and "max_resp_len" in kwargs:
+        max_resp_len, max_len = kwargs.pop("max_resp_len"), cfg.data.max_response_length
+        if max_resp_len is not None and max_resp_len != max_len:
+            raise ConfigError(f"reward_model.reward_kwargs.max_resp_len={max_resp_len} differs from "
+                              f"data.max_response_length={max_len}: the overlong penalty here counts from "
+                              f"data.max_response_length (verl's DAPO scripts set both to the same value); give "
+                              f"them the same value, or drop max_resp_len")
+        cfg.reward_model.reward_kwargs = kwargs
+    if manager == "batch" and cfg.custom_reward_function.path:
+        both = sorted(set(kwargs) & set(dict(cfg.custom_reward_function.reward_kwargs)))
+        if both:
+            raise ConfigError(f"reward_model.reward_kwargs and custom_reward_function.reward_kwargs both give "
+                              f"{both}: verl's batch reward manager passes both to the function, which cannot take "
+                              f"one argument twice; give each in one place")
+        return
+    for name in kwargs:
+        logger.warning("reward_model.reward_kwargs.%s has no effect here: the %s reward manager takes no arguments "
+                       "(verl's batch manager passes them to custom_reward_function; pass arguments to your "
+                       "function with custom_reward_function.reward_kwargs)", name, manager)
+
+
+def reward_manager_call_kwargs(cfg: ConfigNode) -> dict:
+    """The keyword arguments every call of ``custom_reward_function`` gets: its own ``reward_kwargs`` and, with
+    ``reward_model.reward_manager=batch``, ``reward_model.reward_kwargs`` (verl's batch manager passes those)."""
+    own = dict(cfg.custom_reward_function.reward_kwargs)
+    if cfg.reward_model.reward_manager != "batch":
+        return own
+    return {**dict(cfg.reward_model.reward_kwargs), **own}
+
+
 def resolve(cfg: ConfigNode, dp: int) -> None:
     """Move values given under verl's other spellings to the keys this project reads (:data:`MOVES`),
     refuse combinations that cannot be honoured (:data:`MUST_AGREE` and the rules below). Idempotent:
@@ -161,9 +197,7 @@ def resolve(cfg: ConfigNode, dp: int) -> None:
                 _move(cfg, f"reward_model.reward_kwargs.overlong_buffer_cfg.{name}",
                       f"reward_model.overlong_buffer.{name}", overlong[name], default, default)
         cfg.reward_model.reward_kwargs = kwargs
-    for name in kwargs:
-        logger.warning("reward_model.reward_kwargs.%s has no effect here: the naive reward manager takes no "
-                       "arguments (pass arguments to your function with custom_reward_function.reward_kwargs)", name)
+    _reward_manager_kwargs(cfg, kwargs)
     # Rollout correction: token-level truncated importance sampling is actor.rollout_is_correction.
     # The rest (sequence level, batch normalisation, rejection sampling) stays in algorithm.rollout_correction,
     # which the actor reads; the rollout must then report its log-probs.

@@ -168,7 +168,10 @@ class RewardModelConfig(Section):
     # verl's other reward-model keys.
     reward_kwargs: dict = option({}, help="verl's keyword arguments of the reward manager. Its DAPO form "
                                  "overlong_buffer_cfg.{enable, len, penalty_factor} is moved to overlong_buffer by "
-                                 "validate(); other entries have no effect here (a warning says so).")
+                                 "validate(); with reward_manager=batch the entries are passed to "
+                                 "custom_reward_function at every call, as verl's batch manager passes them; with "
+                                 "dapo, max_resp_len must equal data.max_response_length; other entries have no "
+                                 "effect here (a warning says so).")
     strategy: str = strategy_option("Backend of the reward model: fsdp or fsdp2 (it runs as a plain forward "
                                     "pass here).")
     num_workers: int | None = verl_option(None, help="Reward workers.", why="rewards are computed in the "

@@ -17,6 +17,7 @@ or a tokenizer without a chat template) fails before training starts, not hours 
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import logging
@@ -468,14 +469,16 @@ class RLDataset(Dataset):
         ``index`` is the row's position in the (concatenated) files, before any filtering.
         """
         row = self._rows[i]
-        item = {
-            "input_ids": list(self._ids[i]),
+        # Copies, as verl's dataset reads each item afresh: a reward function (or agent code) that changes
+        # its extra_info, ground truth or prompt in place (pops a key, appends a message) changed the rows
+        # themselves before, so every later epoch of the row saw the change.
+        item = copy.deepcopy({
             "raw_prompt": self._prompts[i],
             "data_source": row.get("data_source"),
             "ground_truth": ground_truth_of(row),
             "extra_info": json_object(row["extra_info"]) if "extra_info" in row else self._other_columns(row),
-            "index": self._index[i],
-        }
+        })
+        item = {"input_ids": list(self._ids[i]), **item, "index": self._index[i]}
         if self.reward_fn_key != "data_source":
             item[self.reward_fn_key] = row[self.reward_fn_key]
         if self.vision is not None and self.vision.has_media(row):

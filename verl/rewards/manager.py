@@ -13,6 +13,7 @@ With ``on_error="zero"`` such a sample scores 0 for that function instead, and i
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -41,16 +42,19 @@ async def default_scorer(data_source, solution_str, ground_truth, extra_info=Non
     return await result if inspect.isawaitable(result) else result
 
 
-def as_score(value: Any, name: str, sample: int) -> tuple[float, dict]:
-    """``(score, extras)`` from one returned value: a number, a bool, or a dict with "score"."""
+def as_score(value: Any, name: str, sample: int, where: str = "") -> tuple[float, dict]:
+    """``(score, extras)`` from one returned value: a number, a bool, or a dict with "score". ``where`` follows
+    the sample's number in an error (its row, data source and response)."""
     extras: dict = {}
     raw = value
     if isinstance(value, BaseException):
-        raise RewardError(f"reward function {name} raised {type(value).__name__}: {value} on sample {sample}")
+        raise RewardError(f"reward function {name} raised {type(value).__name__}: {value} on sample {sample}{where}; "
+                          f"make it return a score for such a response (or set reward.on_error=zero to score such "
+                          f"samples 0)")
     if isinstance(value, dict):
         if "score" not in value:
-            raise RewardError(f"reward function {name} returned a dict without a 'score' key for sample {sample}: "
-                              f"{value!r:.300}; put the reward under 'score' (other keys are logged)")
+            raise RewardError(f"reward function {name} returned a dict without a 'score' key for sample {sample}"
+                              f"{where}: {value!r:.300}; put the reward under 'score' (other keys are logged)")
         extras = {k: v for k, v in value.items() if k != "score"}
         value = value["score"]
     if isinstance(value, torch.Tensor) and value.numel() == 1 or isinstance(value, np.ndarray) and value.size == 1:
@@ -59,7 +63,9 @@ def as_score(value: Any, name: str, sample: int) -> tuple[float, dict]:
         return float(value), extras
     if isinstance(value, numbers.Real) and math.isfinite(float(value)):
         return float(value), extras
-    raise RewardError(f"reward function {name} returned {raw!r:.300} ({type(raw).__name__}) for sample {sample}; "
+    what = (f"a dict whose 'score' is {value!r:.100} ({type(value).__name__})" if isinstance(raw, dict)
+            else f"{raw!r:.300} ({type(raw).__name__})")
+    raise RewardError(f"reward function {name} returned {what} for sample {sample}{where}; "
                       f"it must return a finite float, an int, a bool, or a dict with a 'score' "
                       f"(or set reward.on_error=zero to score such samples 0)")
 
@@ -110,16 +116,21 @@ class RuleRewardManager:
         response_ids = [responses[i][mask[i]].tolist() for i in range(size)]
         texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
         column = {key: batch[key] if key in batch else [None] * size
-                  for key in (self.reward_fn_key, "ground_truth", "extra_info", "raw_prompt")}
+                  for key in (self.reward_fn_key, "ground_truth", "extra_info", "raw_prompt", "index")}
         prompt_texts = [None] * size
         if "prompts" in batch and any(p is None for p in column["raw_prompt"]):
             width = batch["prompts"].shape[1]
             prompt_mask = batch["attention_mask"][:, :width].bool()
             prompt_texts = self.tokenizer.batch_decode(
                 [batch["prompts"][i][prompt_mask[i]].tolist() for i in range(size)], skip_special_tokens=True)
+        # Each sample its own ground truth and extra_info, as verl's reward loop scores each apart: the samples
+        # of one prompt share these objects in the batch, so a function that changed one in place (popped a
+        # key of extra_info) changed what it was given for the prompt's other samples.
         return [{"data_source": column[self.reward_fn_key][i], "response": texts[i], "response_ids": response_ids[i],
-                 "ground_truth": column["ground_truth"][i], "extra_info": column["extra_info"][i],
-                 "raw_prompt": column["raw_prompt"][i], "prompt_text": prompt_texts[i]} for i in range(size)]
+                 "ground_truth": copy.deepcopy(column["ground_truth"][i]),
+                 "extra_info": copy.deepcopy(column["extra_info"][i]),
+                 "raw_prompt": column["raw_prompt"][i], "prompt_text": prompt_texts[i], "row": column["index"][i]}
+                for i in range(size)]
 
     def __call__(self, batch: Batch) -> tuple[torch.Tensor, dict[str, list]]:
         """``(token_level_scores [B, T_resp] float32, columns)``.
@@ -148,8 +159,13 @@ class RuleRewardManager:
                 except RewardError as e:
                     if self.on_error == "raise":
                         sample = samples[i]
-                        detail = f" (data_source={sample['data_source']!r}, solution_str={sample['response']!r:.200})"
-                        raise RewardError(str(e) + detail) from (value if isinstance(value, BaseException) else None)
+                        row = "" if sample["row"] is None else f"row {sample['row']} of the data, "
+                        where = (f" ({row}data_source={sample['data_source']!r}, "
+                                 f"solution_str={sample['response']!r:.200})")
+                        try:
+                            as_score(value, fn.name, i, where)
+                        except RewardError as named:
+                            raise named from (value if isinstance(value, BaseException) else None)
                     errors[i] = 1
                     first_error = first_error or str(e)
                     score, extras = 0.0, {}

@@ -14,6 +14,7 @@ import logging
 
 import torch
 
+from verl.config.compat import reward_manager_call_kwargs
 from verl.algorithms.rollout_correction import rollout_correction_of
 from verl.distributed.fsdp import parallelize
 from verl.distributed.process_group import world_size
@@ -150,7 +151,7 @@ def reward_worker(config, *, tokenizer=None) -> RewardWorker:
     tokenizer = tokenizer or policy_tokenizer(config)
     custom, reward_cfg, rm_cfg = config.custom_reward_function, config.reward, config.reward_model
     functions = build_reward_functions(list(reward_cfg.functions), custom.path, custom.name,
-                                       dict(custom.reward_kwargs), rm_cfg.reward_manager)
+                                       reward_manager_call_kwargs(config), rm_cfg.reward_manager)
     manager = None
     if functions or not rm_cfg.enable:
         manager = RuleRewardManager(tokenizer, functions=functions, reward_fn_key=config.data.reward_fn_key,
