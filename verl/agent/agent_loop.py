@@ -30,11 +30,11 @@ import inspect
 import json
 import logging
 import math
-import threading
 
 import torch
 
 from verl.agent.env import maybe_await
+from verl.agent.events import EventLoop, UserCodeExited, named
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.agent.trajectory import AgentSettings, Trajectory, truncate_text
 from verl.data.chat import TURN_MARK
@@ -49,19 +49,6 @@ from verl.tools.function_tool import FunctionTool, normalize_tool_result
 from verl.tools.schemas import OpenAIFunctionCallSchema
 
 
-class _EventLoop:
-    """One asyncio loop in a background thread for all tool calls of a worker: tools that keep
-    loop-bound state (connections, subprocesses) see the same loop every turn, and it works where
-    the caller already runs a loop (a notebook)."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True, name="verl-tools").start()
-
-    def run(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-
 class AgentLoop:
     """Runs multi-turn rollouts on ``engine`` (any engine that generates from token ids)."""
 
@@ -74,7 +61,7 @@ class AgentLoop:
         self.environment = environment
         self.settings = settings or AgentSettings()
         self.parser = tool_parser(self.settings.format)
-        self._events = _EventLoop()
+        self._events = EventLoop(stall_s=self.settings.tool_timeout_s)
         self._delta_prefix = None
         self._processor = None
 
@@ -171,7 +158,8 @@ class AgentLoop:
                 if answered:
                     self._events.run(self._environment_replies(answered, params.max_new_tokens))
         finally:
-            self._events.run(self._finish_instances(trajectories))
+            if self._events.broken is None:  # a stuck loop runs nothing more; its error is on its way
+                self._events.run(self._finish_instances(trajectories))
         out = self._assemble(batch, trajectories, params)
         if swap is not None:
             out["policy_version_last"] = torch.tensor([t.version_last for t in trajectories], dtype=torch.long)
@@ -328,16 +316,25 @@ class AgentLoop:
             trajectory.tool_errors += 1
             return (f"Error: no tool named {call.name!r}; tools: {', '.join(self.tools)}" if tool is None
                     else f"Error: the arguments of {call.name} are not a JSON object"), []
+        label = f"tool {call.name} (row {trajectory.row}, turn {trajectory.assistant_turns})"
         try:
             if isinstance(tool, FunctionTool):
                 coroutine = tool.call(call.arguments)
             else:
                 coroutine = tool.execute(trajectory.instances[call.name], call.arguments)
-            response, reward, _ = normalize_tool_result(await asyncio.wait_for(coroutine,
+            response, reward, _ = normalize_tool_result(await asyncio.wait_for(named(coroutine, label),
                                                                                self.settings.tool_timeout_s))
         except asyncio.TimeoutError:
             trajectory.tool_errors += 1
             return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s", []
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if getattr(task, "cancelling", None) is None or task.cancelling():  # the rollout is being cancelled
+                raise
+            trajectory.tool_errors += 1  # something inside the tool was cancelled: its call failed
+            return f"Error: {call.name} was cancelled", []
+        except UserCodeExited:
+            raise
         except Exception as e:  # noqa: BLE001 - a failing tool is the model's feedback, not the run's end
             trajectory.tool_errors += 1
             return f"Error: {type(e).__name__}: {e}", []

@@ -17,7 +17,6 @@ shown to the model as JSON (or ``str()``).
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import inspect
 import json
@@ -46,8 +45,14 @@ class FunctionTool:
         return inspect.iscoroutinefunction(self.fn)
 
     async def call(self, parameters: dict[str, Any]) -> tuple[ToolResponse, float, dict]:
-        result = await self.fn(**parameters) if self.is_async else await asyncio.to_thread(self.fn, **parameters)
-        return normalize_tool_result(result)
+        return normalize_tool_result(await self.invoke(parameters))
+
+    async def invoke(self, parameters: dict[str, Any]) -> Any:
+        """What the function returns for ``parameters``; a plain function runs in a daemon thread of its own
+        (:func:`verl.agent.events.run_in_thread`: one that never returns holds up no other call)."""
+        from verl.agent.events import run_in_thread
+
+        return await self.fn(**parameters) if self.is_async else await run_in_thread(self.fn, **parameters)
 
 
 def normalize_tool_result(result: Any) -> tuple[ToolResponse, float, dict]:

@@ -1,0 +1,168 @@
+"""The multi-turn loop when the model, a tool, an environment or an interaction misbehaves: each case
+either is answered to the model (an error message, out of the loss) and the rollout goes on, or stops
+the run with one line naming the tool, row and turn. The model's turns come from a scripted engine
+(the token-id interface every engine implements, replaying fixed texts: a model that writes a given
+malformed call on demand), so each case runs in milliseconds."""
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from verl.agent.agent_loop import AgentLoop, AgentSettings
+from verl.data import collate_prompts
+from verl.errors import VerlError
+from verl.models.tiny import build_char_tokenizer
+from verl.rollout.base import RolloutEngine, SamplingParams
+from verl.tools.base_tool import BaseTool
+from verl.tools.function_tool import tools_from_functions
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+torch.set_num_threads(1)
+TOK = build_char_tokenizer()
+CALL = '<tool_call>{"name": "multiply", "arguments": {"a": 12, "b": 34}}</tool_call>'
+
+
+class ScriptedRollout(RolloutEngine):
+    """Writes ``turns[k]`` (then eos) as every row's k-th assistant turn, with log-prob -0.5 per token."""
+
+    name = "scripted"
+
+    def __init__(self, turns: list[str]):
+        super().__init__(TOK.eos_token_id, TOK.pad_token_id)
+        self.turns = turns
+
+    def generate_responses(self, input_ids, attention_mask, params, seeds):
+        rows = []
+        for prompt, mask in zip(input_ids, attention_mask):
+            turn = TOK.decode(prompt[mask.bool()]).count("</s>")  # earlier assistant turns each end with eos
+            ids = (TOK(self.turns[min(turn, len(self.turns) - 1)], add_special_tokens=False)["input_ids"]
+                   + [TOK.eos_token_id])[:params.max_new_tokens]
+            rows.append(ids + [TOK.pad_token_id] * (params.max_new_tokens - len(ids)))
+        responses = torch.tensor(rows)
+        return responses, torch.full(responses.shape, -0.5) if params.logprobs else None
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two whole numbers.
+
+    Args:
+        a: The first factor.
+        b: The second factor.
+    """
+    return a * b
+
+
+def class_tool(execute, name="multiply"):
+    """A BaseTool named ``name`` whose execute is ``execute(parameters)`` (a coroutine function)."""
+    schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {"name": name}})
+
+    class Tool(BaseTool):
+        async def execute(self, instance_id, parameters, **kwargs):
+            return await execute(parameters)
+    return {name: Tool({}, schema)}
+
+
+def agent_loop(turns, tools, **settings):
+    return AgentLoop(ScriptedRollout(turns), TOK, tools, AgentSettings(**{"max_assistant_turns": 3, **settings}))
+
+
+def generate(loop, rows=1, max_new_tokens=300):
+    prompt = TOK(TOK.apply_chat_template([{"role": "user", "content": "12*34="}], tokenize=False,
+                                         add_generation_prompt=True), add_special_tokens=False)["input_ids"]
+    batch = collate_prompts([{"input_ids": torch.tensor(prompt), "raw_prompt": None, "data_source": "t",
+                              "ground_truth": "408", "extra_info": {}, "index": i} for i in range(rows)],
+                            TOK.pad_token_id)
+    return loop.generate(batch, SamplingParams(max_new_tokens=max_new_tokens, do_sample=False, logprobs=True))
+
+
+def rollout(turns, tools, rows=1, max_new_tokens=300, **settings):
+    return generate(agent_loop(turns, tools, **settings), rows, max_new_tokens)
+
+
+def pieces(out, i=0):
+    """Row ``i``'s whole response text, the text of its trained tokens, and of its untrained ones; and checks
+    that the untrained tokens carry no log-prob."""
+    seen = out["attention_mask"][i, out["prompts"].shape[1]:].bool()
+    trained = out["response_mask"][i].bool()
+    assert not trained[~seen].any() and (out["rollout_log_probs"][i][~trained] == 0).all()
+    assert (out["rollout_log_probs"][i][trained] == -0.5).all()
+    ids = out["responses"][i]
+    return TOK.decode(ids[seen]), TOK.decode(ids[trained]), TOK.decode(ids[seen & ~trained])
+
+
+def test_a_sync_tool_that_never_returns_times_out_without_holding_up_later_calls_or_the_exit():
+    release = threading.Event()
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply.
+
+        Args:
+            a: The first factor.
+            b: The second factor.
+        """
+        if a == 12:
+            release.wait()
+        return a * b
+
+    loop = agent_loop([CALL, "done"], {t.name: t for t in tools_from_functions([multiply])}, tool_timeout_s=0.2)
+    try:
+        out = generate(loop, rows=40)
+        assert out["agent_tool_errors"].tolist() == [1.0] * 40
+        whole, trained, spliced = pieces(out)
+        assert spliced == "Error: multiply did not answer within 0.2 s\nA: " and trained == f"{CALL}</s>done</s>"
+        # 32 calls hang (more than asyncio's shared executor has threads here: min(32, CPUs + 4)), and the
+        # next ones still run; the hung threads do not hold up the interpreter's exit
+        loop.engine.turns = [CALL.replace("12", "2"), "done"]
+        out = generate(loop, rows=2)
+        assert out["agent_tool_errors"].tolist() == [0.0, 0.0] and pieces(out)[2] == "68\nA: "
+        hung = [t for t in threading.enumerate() if t.name == "verl-tool-multiply"]
+        assert len(hung) == 32 and all(t.daemon for t in hung)
+    finally:
+        release.set()
+
+
+def test_an_async_tool_that_blocks_the_event_loop_stops_the_run_naming_it():
+    release = threading.Event()
+
+    async def blocks(parameters):
+        release.wait()  # a blocking call in an async def: no timeout can fire while it runs
+        return "never"
+
+    try:
+        with pytest.raises(VerlError, match=r"^tool multiply \(row 0, turn 1\) blocked the tools' event loop for over "
+                                            r"0\.2 s .*an async def must not block"):
+            rollout([CALL, "done"], class_tool(blocks), tool_timeout_s=0.2)
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("exit_with", [SystemExit(3), KeyboardInterrupt()])
+def test_a_tool_that_exits_stops_the_run_naming_it(exit_with):
+    async def exits(parameters):
+        raise exit_with
+
+    # before: the loop's thread died with it and the rollout waited forever
+    with pytest.raises(VerlError, match=rf"^tool multiply \(row 0, turn 1\) raised {type(exit_with).__name__}\("):
+        rollout([CALL, "done"], class_tool(exits))
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply.
+
+        Args:
+            a: The first factor.
+            b: The second factor.
+        """
+        raise exit_with
+    with pytest.raises(VerlError, match=rf"^tool multiply \(row 0, turn 1\) raised {type(exit_with).__name__}\("):
+        rollout([CALL, "done"], {t.name: t for t in tools_from_functions([multiply])})
+
+
+def test_a_cancelled_operation_inside_a_tool_is_an_error_for_the_model():
+    async def cancelled(parameters):
+        raise asyncio.CancelledError()
+
+    out = rollout([CALL, "done"], class_tool(cancelled))
+    assert pieces(out)[1:] == (f"{CALL}</s>done</s>", "Error: multiply was cancelled\nA: ")
+    assert out["agent_tool_errors"].tolist() == [1.0]
