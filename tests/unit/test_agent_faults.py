@@ -166,3 +166,84 @@ def test_a_cancelled_operation_inside_a_tool_is_an_error_for_the_model():
     out = rollout([CALL, "done"], class_tool(cancelled))
     assert pieces(out)[1:] == (f"{CALL}</s>done</s>", "Error: multiply was cancelled\nA: ")
     assert out["agent_tool_errors"].tolist() == [1.0]
+
+
+def returns(value):
+    async def execute(parameters):
+        return value
+    return execute
+
+
+@pytest.mark.parametrize("reward", [float("nan"), float("inf"), "high", [1.0]])
+def test_a_tool_reward_that_is_not_a_finite_number_stops_the_run_naming_the_tool(reward):
+    # before: NaN/inf reached the trajectory's score; a string was answered to the model as its own error
+    with pytest.raises(VerlError, match=r"^tool multiply \(row 0, turn 1\): execute returned reward .*: a tool's "
+                                        r"reward must be a finite number"):
+        rollout([CALL, "done"], class_tool(returns((ToolResponse(text="408"), reward, {}))))
+
+
+def test_a_tool_reward_of_none_counts_zero_and_is_counted_as_defaulted():
+    out = rollout([CALL, "done"], class_tool(returns((ToolResponse(text="408"), None, {}))))
+    assert out["agent_reward"].tolist() == [0.0] and out["agent_defaulted"].tolist() == [1.0]
+    assert out["extra_info"][0]["tool_rewards"] == [0.0]
+    out = rollout([CALL, "done"], class_tool(returns((ToolResponse(text="408"), 0.5, {}))))
+    assert out["agent_reward"].tolist() == [0.5] and out["agent_defaulted"].tolist() == [0.0]
+    assert pieces(out)[1:] == (f"{CALL}</s>done</s>", "408\nA: ")
+
+
+@pytest.mark.parametrize("value", [(ToolResponse(text="408"), 1.0), None, {"text": "408"}])
+def test_a_tool_class_whose_execute_returns_another_shape_stops_the_run_naming_it(value):
+    # before: the tuple's repr (or "null") was shown to the model and its reward dropped
+    with pytest.raises(VerlError, match=r"^tool multiply \(row 0, turn 1\): execute returned .*; a tool's execute "
+                                        r"returns \(ToolResponse, reward, metrics\)"):
+        rollout([CALL, "done"], class_tool(returns(value)))
+
+
+@pytest.mark.parametrize("method", ["create", "calc_reward", "release"])
+def test_a_tool_whose_create_calc_reward_or_release_raises_or_hangs_stops_the_run_naming_it(method):
+    schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {"name": "counter"}})
+    released = []
+
+    class Broken(BaseTool):
+        mode = "raise"
+
+        async def create(self, instance_id=None, **kwargs):
+            if method == "create":
+                await self.fail()
+            return "i", ToolResponse()
+
+        async def calc_reward(self, instance_id, **kwargs):
+            if method == "calc_reward":
+                await self.fail()
+            return 0.0
+
+        async def release(self, instance_id, **kwargs):
+            released.append(instance_id)
+            if method == "release":
+                await self.fail()
+
+        async def fail(self):
+            if self.mode == "hang":
+                await asyncio.sleep(3600)
+            raise KeyError("no such thing")
+
+    tool = Broken({}, schema)
+    # before: a bare KeyError traceback (and a hung rollout for a create that never returns)
+    with pytest.raises(VerlError, match=rf"^tool counter's {method} \(row 0\) raised KeyError: 'no such thing'$"):
+        rollout(["done"], {"counter": tool})
+    tool.mode = "hang"
+    with pytest.raises(VerlError, match=rf"^tool counter's {method} \(row 0\) did not return within 0.1 s"):
+        rollout(["done"], {"counter": tool}, tool_timeout_s=0.1)
+    if method == "calc_reward":  # a failed rollout still releases what it created
+        assert released == ["i", "i"]
+
+
+def test_a_tool_calc_reward_that_is_nan_stops_the_run():
+    schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {"name": "counter"}})
+
+    class NaNReward(BaseTool):
+        async def calc_reward(self, instance_id, **kwargs):
+            return float("nan")
+
+    with pytest.raises(VerlError, match=r"^tool counter's calc_reward \(row 0\) returned reward nan"):
+        rollout(["done"], {"counter": NaNReward({}, schema)})

@@ -46,7 +46,7 @@ from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
-from verl.tools.schemas import OpenAIFunctionCallSchema
+from verl.tools.schemas import OpenAIFunctionCallSchema, ToolResponse
 
 
 class AgentLoop:
@@ -133,11 +133,11 @@ class AgentLoop:
         for trajectory, media in zip(trajectories, media_of(batch) or ()):
             trajectory.media = media
         tools_kwargs = _tools_kwargs(batch)
-        self._events.run(self._create_instances(trajectories, tools_kwargs))
-        if self.environment is not None:
-            self._events.run(self._reset_environments(trajectories, batch))
         limit = self.settings.max_assistant_turns
         try:
+            self._events.run(self._create_instances(trajectories, tools_kwargs))
+            if self.environment is not None:
+                self._events.run(self._reset_environments(trajectories, batch))
             while True:
                 active = [t for t in trajectories if not t.done]
                 if not active:
@@ -157,9 +157,14 @@ class AgentLoop:
                     self._events.run(self._run_tools(calling, params.max_new_tokens))
                 if answered:
                     self._events.run(self._environment_replies(answered, params.max_new_tokens))
-        finally:
-            if self._events.broken is None:  # a stuck loop runs nothing more; its error is on its way
-                self._events.run(self._finish_instances(trajectories))
+        except BaseException:
+            if self._events.broken is None:  # a stuck loop runs nothing more
+                try:  # release what was created; the rollout's own error is the one to see
+                    self._events.run(self._finish_instances(trajectories))
+                except Exception as e:  # noqa: BLE001
+                    logger.warning("releasing the tools of a failed rollout failed too: %s", e)
+            raise
+        self._events.run(self._finish_instances(trajectories))
         out = self._assemble(batch, trajectories, params)
         if swap is not None:
             out["policy_version_last"] = torch.tensor([t.version_last for t in trajectories], dtype=torch.long)
@@ -319,11 +324,10 @@ class AgentLoop:
         label = f"tool {call.name} (row {trajectory.row}, turn {trajectory.assistant_turns})"
         try:
             if isinstance(tool, FunctionTool):
-                coroutine = tool.call(call.arguments)
+                coroutine = tool.invoke(call.arguments)
             else:
                 coroutine = tool.execute(trajectory.instances[call.name], call.arguments)
-            response, reward, _ = normalize_tool_result(await asyncio.wait_for(named(coroutine, label),
-                                                                               self.settings.tool_timeout_s))
+            result = await asyncio.wait_for(named(coroutine, label), self.settings.tool_timeout_s)
         except asyncio.TimeoutError:
             trajectory.tool_errors += 1
             return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s", []
@@ -338,9 +342,35 @@ class AgentLoop:
         except Exception as e:  # noqa: BLE001 - a failing tool is the model's feedback, not the run's end
             trajectory.tool_errors += 1
             return f"Error: {type(e).__name__}: {e}", []
+        # what the tool returned is checked outside the try: a broken tool is the run's problem, not the model's
+        if isinstance(result, tuple) and len(result) == 3:
+            response, reward, _ = result
+        elif not isinstance(tool, FunctionTool) and not isinstance(result, (str, ToolResponse)):
+            raise VerlError(f"{label}: execute returned {result!r:.120}; a tool's execute returns (ToolResponse, "
+                            f"reward, metrics), e.g. (ToolResponse(text=...), 0.0, {{}})")
+        else:  # a function's value: shown to the model (as JSON where it is not text)
+            response, reward = result, 0.0
+        response = normalize_tool_result(response)[0]
+        reward = _reward_of(reward, f"{label}: execute", trajectory)
         trajectory.tool_reward += reward
-        trajectory.tool_rewards.append(float(reward or 0.0))
+        trajectory.tool_rewards.append(reward)
         return response.text or "", self._check_images(call.name, response)
+
+    async def _tool_method(self, trajectory: Trajectory, name: str, method: str, *args, **kwargs):
+        """``self.tools[name].<method>(*args, **kwargs)`` of a trajectory's tool instance (create, calc_reward,
+        release): one that raises or does not return within tool_timeout_s stops the run naming it."""
+        label = f"tool {name}'s {method} (row {trajectory.row})"
+        timeout = self.settings.tool_timeout_s
+        try:
+            return await asyncio.wait_for(named(getattr(self.tools[name], method)(*args, **kwargs), label), timeout)
+        except asyncio.TimeoutError:
+            raise VerlError(f"{label} did not return within {timeout:g} s (multi_turn.tool_timeout_s): it is not a "
+                            f"call of the model's, so nothing can be answered; make it return (or raise the "
+                            f"timeout)") from None
+        except UserCodeExited:
+            raise
+        except Exception as e:
+            raise VerlError(f"{label} raised {type(e).__name__}: {str(e)[:300]}") from e
 
     async def _create_instances(self, trajectories: list[Trajectory], tools_kwargs) -> None:
         stateful = {name: tool for name, tool in self.tools.items() if not isinstance(tool, FunctionTool)}
@@ -357,15 +387,19 @@ class AgentLoop:
                     warn_once(f"tool {name}.create", f"tool {name}: rows without extra_info.tools_kwargs.{name}."
                               f"create_kwargs.{absent[0]} (first: row {trajectory.row}) create it with the default "
                               f"of {', '.join(absent)}; agent/defaulted_values counts them")
-                created = await tool.create(**given)
+                created = await self._tool_method(trajectory, name, "create", **given)
                 trajectory.instances[name] = created[0] if isinstance(created, tuple) else created
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
 
     async def _finish_instances(self, trajectories: list[Trajectory]) -> None:
         async def finish(trajectory):
             for name, instance in trajectory.instances.items():
-                trajectory.tool_reward += float(await self.tools[name].calc_reward(instance) or 0.0)
-                await self.tools[name].release(instance)
+                try:
+                    reward = await self._tool_method(trajectory, name, "calc_reward", instance)
+                    trajectory.tool_reward += _reward_of(reward, f"tool {name}'s calc_reward (row {trajectory.row})",
+                                                         trajectory)
+                finally:  # released also when its reward failed
+                    await self._tool_method(trajectory, name, "release", instance)
             close = getattr(trajectory.env, "close", None)
             if callable(close):
                 await maybe_await(close())
@@ -418,6 +452,25 @@ def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         logger.warning(message)
+
+
+def _reward_of(value, label: str, trajectory: Trajectory) -> float:
+    """A tool's reward: None (it gave none) is 0, warned once and counted in agent/defaulted_values; anything
+    else that is not a finite number stops the run (a NaN would reach the advantages)."""
+    if value is None:
+        trajectory.defaulted += 1
+        key = label.split(" (row")[0]
+        warn_once(key, f"{label} returned reward None: such rewards count 0, and agent/defaulted_values counts "
+                  f"them; return 0.0 to say so")
+        return 0.0
+    try:
+        reward = float(value)
+    except (TypeError, ValueError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise VerlError(f"{label} returned reward {value!r:.100}: a tool's reward must be a finite number (or None "
+                        f"for none)")
+    return reward
 
 
 def _create_parameters(tool) -> list[str]:
