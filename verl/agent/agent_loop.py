@@ -178,7 +178,7 @@ class AgentLoop:
         for t in trajectories:
             t.env = self.environment()
             sample = {key: values[t.row] for key, values in columns.items()}
-            first = await maybe_await(t.env.reset(sample))
+            first = await self._env_call(t, "reset", sample)
             if first is None:
                 continue
             if t.media is not None:
@@ -200,7 +200,11 @@ class AgentLoop:
         the conversation (out of the loss) unless the episode is over."""
         user_limit = self.settings.max_user_turns
         for trajectory, text in answered:
-            reply, reward, done = await maybe_await(trajectory.env.step(text))
+            result = await self._env_call(trajectory, "step", text)
+            if not (isinstance(result, tuple) and len(result) == 3):
+                raise VerlError(f"{type(trajectory.env).__name__}.step returned {result!r:.120} for row {trajectory.row} "
+                                f"(turn {trajectory.assistant_turns}): step returns (reply, reward, done)")
+            reply, reward, done = result
             trajectory.turn_rewards.append(self._turn_reward(trajectory, reward))
             if not done and reply is None:
                 raise VerlError(f"{type(trajectory.env).__name__}.step returned no reply (None) with done=False for "
@@ -211,6 +215,29 @@ class AgentLoop:
                 continue
             trajectory.user_turns += 1
             trajectory.splice(self.message_ids([{"role": "user", "content": str(reply)}]), max_new_tokens)
+
+    async def _env_call(self, trajectory: Trajectory, method: str, *args):
+        """``trajectory.env.<method>(*args)`` (sync or async): one that raises or does not return within
+        tool_timeout_s stops the run naming the environment (or interaction), the row and the turn."""
+        env = trajectory.env
+        where = env.describe(method) if callable(getattr(env, "describe", None)) else f"{type(env).__name__}.{method}"
+        label = f"{where} (row {trajectory.row}, turn {trajectory.assistant_turns})"
+        timeout = self.settings.tool_timeout_s
+
+        async def call():  # a sync method runs inside the named task, so a blocking one is named too
+            return await maybe_await(getattr(trajectory.env, method)(*args))
+        try:
+            return await asyncio.wait_for(named(call(), label), timeout)
+        except asyncio.TimeoutError:
+            raise VerlError(f"{label} did not return within {timeout:g} s (multi_turn.tool_timeout_s bounds the "
+                            f"environment's and interaction's calls too): make it return, or raise that "
+                            f"limit") from None
+        except UserCodeExited:
+            raise
+        except VerlError:  # said already (the interaction adapter's word on what the class returned)
+            raise
+        except Exception as e:
+            raise VerlError(f"{label} raised {type(e).__name__}: {str(e)[:300]}") from e
 
     @staticmethod
     def _turn_reward(trajectory: Trajectory, reward) -> float:
