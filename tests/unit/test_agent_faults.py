@@ -305,3 +305,41 @@ def test_a_verl_interaction_that_raises_or_returns_three_values_stops_the_run_na
     with pytest.raises(VerlError, match=r"FaultyInteraction\.generate_response returned \(False, 'Again\.', 0\.0\); "
                                         r"it returns \(should_terminate, reply, turn_score, extra\)"):
         generate(AgentLoop(ScriptedRollout(["other"]), TOK, {}, AgentSettings(), environment=env), raw_prompt=prompt)
+
+
+@pytest.mark.parametrize("turn, spliced", [
+    # a call whose string argument quotes the tags: before, cut at the quoted </tool_call> (not JSON)
+    ('<tool_call>{"name": "echo", "arguments": {"text": "say <tool_call>x</tool_call>"}}</tool_call>',
+     "say <tool_call>x</tool_call>"),
+    # brackets nested past Python's recursion limit: before, a RecursionError ended the run
+    ("<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>", "Error: the tool call is not JSON (nested too deeply)"),
+    ('<tool_call>{"name": "echo", "arguments": "' + "[" * 5000 + "]" * 5000 + '"}</tool_call>',
+     "Error: the arguments of echo are not a JSON object"),
+    ('<tool_call>{"name": "echo", "arguments": {"text": "h\\u00e9llo \\"\\u2603\\""}}</tool_call>', 'héllo "☃"'),
+    ('<tool_call>{"name": "echo", "arguments": {"text": 5}}</tool_call>', "5"),
+    ('<tool_call>{"name": "echo", "arguments": {"txt": "a"}}</tool_call>',
+     "Error: TypeError: "),  # Python's own message: "...echo() got an unexpected keyword argument 'txt'"
+    ('<tool_call>{"name": "echo", "arguments": {"text": "a"</tool_call>', "Error: the tool call is not JSON"),
+    ('<tool_call>{"name": "ech", "arguments": {"text": "a"}}</tool_call>', "Error: no tool named 'ech'; tools: echo"),
+])
+def test_malformed_calls_are_answered_to_the_model_out_of_the_loss(turn, spliced):
+    def echo(text: str) -> str:
+        """Repeat the text.
+
+        Args:
+            text: What to repeat.
+        """
+        return str(text)
+
+    out = rollout([turn, "done"], {t.name: t for t in tools_from_functions([echo])}, max_new_tokens=25000)
+    whole, trained, tool_text = pieces(out)
+    assert trained == f"{turn}</s>done</s>"  # the model's two turns, each with its eos: all that is trained on
+    assert tool_text.startswith(spliced) and tool_text.endswith("\nA: ")
+    assert out["agent_tool_calls"].tolist() == [1.0]
+    assert out["agent_tool_errors"].tolist() == [1.0 if spliced.startswith("Error") else 0.0]
+
+
+def test_a_turn_cut_by_the_response_budget_inside_a_call_ends_the_trajectory_uncalled():
+    out = rollout([CALL, "done"], {t.name: t for t in tools_from_functions([multiply])}, max_new_tokens=30)
+    assert pieces(out) == (CALL[:30], CALL[:30], "")
+    assert out["agent_tool_calls"].tolist() == [0.0] and out["agent_turns"].tolist() == [1.0]
