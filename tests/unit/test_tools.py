@@ -264,3 +264,41 @@ def test_verls_gsm8k_interaction_config_grades_each_answer_and_ends_on_the_right
 
     turns, reply = asyncio.run(session())
     assert turns == [(False, 0.0), (False, 0.0), (True, 1.0)] and reply == "Your response is correct!"
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("class_name: verl.tools.base_tool.BaseTool\n    config: [1, 2]", r"tools\[0\]: config must be a mapping"),
+    # a class that takes only config: before, a bare TypeError without the file or the entry
+    ("class_name: old_style_tool.OldStyleTool\n    tool_schema: {type: function, function: {name: g}}",
+     r"tools\[0\]: old_style_tool.OldStyleTool\(config=..., tool_schema=...\) raised TypeError"),
+    ("class_name: verl.tools.base_tool.BaseTool", r"tools\[0\]: verl.tools.base_tool.BaseTool\(config=..., "
+                                                  r"tool_schema=...\) raised ValueError: BaseTool: no tool_schema"),
+    ("class_name: verl.tools.base_tool.BaseTool\n    tool_schema: {type: function, function: {name: g, parameters: "
+     "{type: object, properties: {a: {type: string}}, required: [b]}}}",
+     r"tools\[0\]: tool_schema of g requires b, which its parameters.properties do not declare \(a\)"),
+])
+def test_a_tool_yaml_entry_that_cannot_build_its_tool_is_one_line_naming_the_entry(tmp_path, monkeypatch, entry,
+                                                                                   message):
+    (tmp_path / "old_style_tool.py").write_text("from verl.tools.base_tool import BaseTool\n\n\n"
+                                                "class OldStyleTool(BaseTool):\n"
+                                                "    def __init__(self, config):\n        self.config = config\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "t.yaml").write_text(f"tools:\n  - {entry}\n")
+    with pytest.raises(VerlError, match=rf"^actor_rollout_ref.rollout.multi_turn.tool_config_path=.*t.yaml, {message}"):
+        load_tools(tmp_path / "t.yaml")
+
+
+def test_a_decorated_function_whose_given_schema_does_not_fit_it_is_refused(tmp_path):
+    (tmp_path / "tools.py").write_text(textwrap.dedent('''
+        from verl.tools.function_tool import function_tool
+
+        @function_tool(schema={"type": "function", "function": {"name": "add", "parameters": {
+            "type": "object", "properties": {"x": {"type": "integer"}, "b": {"type": "integer"}}}}})
+        def add(a, b, c=0):
+            return a + b + c
+    '''))
+    # before: loaded, and every call the model wrote from the schema failed with a TypeError
+    with pytest.raises(VerlError, match=r"failed to run: VerlError: tool add: its schema does not fit add\(a, b, c=0\): "
+                                        r"the schema's x is no parameter of the function; the function's a is not "
+                                        r"in the schema"):
+        load_function_tools(tmp_path / "tools.py")

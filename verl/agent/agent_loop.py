@@ -30,11 +30,11 @@ import inspect
 import json
 import logging
 import math
-import threading
 
 import torch
 
 from verl.agent.env import maybe_await
+from verl.agent.events import EventLoop, UserCodeExited, named
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.agent.trajectory import AgentSettings, Trajectory, truncate_text
 from verl.data.chat import TURN_MARK
@@ -46,20 +46,7 @@ from verl.rollout.base import RolloutEngine, SamplingParams, rollout_batch
 from verl.rollout.seeding import mix
 from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool, normalize_tool_result
-from verl.tools.schemas import OpenAIFunctionCallSchema
-
-
-class _EventLoop:
-    """One asyncio loop in a background thread for all tool calls of a worker: tools that keep
-    loop-bound state (connections, subprocesses) see the same loop every turn, and it works where
-    the caller already runs a loop (a notebook)."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True, name="verl-tools").start()
-
-    def run(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+from verl.tools.schemas import OpenAIFunctionCallSchema, ToolResponse
 
 
 class AgentLoop:
@@ -74,7 +61,7 @@ class AgentLoop:
         self.environment = environment
         self.settings = settings or AgentSettings()
         self.parser = tool_parser(self.settings.format)
-        self._events = _EventLoop()
+        self._events = EventLoop(stall_s=self.settings.tool_timeout_s)
         self._delta_prefix = None
         self._processor = None
 
@@ -146,11 +133,11 @@ class AgentLoop:
         for trajectory, media in zip(trajectories, media_of(batch) or ()):
             trajectory.media = media
         tools_kwargs = _tools_kwargs(batch)
-        self._events.run(self._create_instances(trajectories, tools_kwargs))
-        if self.environment is not None:
-            self._events.run(self._reset_environments(trajectories, batch))
         limit = self.settings.max_assistant_turns
         try:
+            self._events.run(self._create_instances(trajectories, tools_kwargs))
+            if self.environment is not None:
+                self._events.run(self._reset_environments(trajectories, batch))
             while True:
                 active = [t for t in trajectories if not t.done]
                 if not active:
@@ -170,8 +157,14 @@ class AgentLoop:
                     self._events.run(self._run_tools(calling, params.max_new_tokens))
                 if answered:
                     self._events.run(self._environment_replies(answered, params.max_new_tokens))
-        finally:
-            self._events.run(self._finish_instances(trajectories))
+        except BaseException:
+            if self._events.broken is None:  # a stuck loop runs nothing more
+                try:  # release what was created; the rollout's own error is the one to see
+                    self._events.run(self._finish_instances(trajectories))
+                except Exception as e:  # noqa: BLE001
+                    logger.warning("releasing the tools of a failed rollout failed too: %s", e)
+            raise
+        self._events.run(self._finish_instances(trajectories))
         out = self._assemble(batch, trajectories, params)
         if swap is not None:
             out["policy_version_last"] = torch.tensor([t.version_last for t in trajectories], dtype=torch.long)
@@ -185,7 +178,7 @@ class AgentLoop:
         for t in trajectories:
             t.env = self.environment()
             sample = {key: values[t.row] for key, values in columns.items()}
-            first = await maybe_await(t.env.reset(sample))
+            first = await self._env_call(t, "reset", sample)
             if first is None:
                 continue
             if t.media is not None:
@@ -207,7 +200,11 @@ class AgentLoop:
         the conversation (out of the loss) unless the episode is over."""
         user_limit = self.settings.max_user_turns
         for trajectory, text in answered:
-            reply, reward, done = await maybe_await(trajectory.env.step(text))
+            result = await self._env_call(trajectory, "step", text)
+            if not (isinstance(result, tuple) and len(result) == 3):
+                raise VerlError(f"{type(trajectory.env).__name__}.step returned {result!r:.120} for row {trajectory.row} "
+                                f"(turn {trajectory.assistant_turns}): step returns (reply, reward, done)")
+            reply, reward, done = result
             trajectory.turn_rewards.append(self._turn_reward(trajectory, reward))
             if not done and reply is None:
                 raise VerlError(f"{type(trajectory.env).__name__}.step returned no reply (None) with done=False for "
@@ -218,6 +215,29 @@ class AgentLoop:
                 continue
             trajectory.user_turns += 1
             trajectory.splice(self.message_ids([{"role": "user", "content": str(reply)}]), max_new_tokens)
+
+    async def _env_call(self, trajectory: Trajectory, method: str, *args):
+        """``trajectory.env.<method>(*args)`` (sync or async): one that raises or does not return within
+        tool_timeout_s stops the run naming the environment (or interaction), the row and the turn."""
+        env = trajectory.env
+        where = env.describe(method) if callable(getattr(env, "describe", None)) else f"{type(env).__name__}.{method}"
+        label = f"{where} (row {trajectory.row}, turn {trajectory.assistant_turns})"
+        timeout = self.settings.tool_timeout_s
+
+        async def call():  # a sync method runs inside the named task, so a blocking one is named too
+            return await maybe_await(getattr(trajectory.env, method)(*args))
+        try:
+            return await asyncio.wait_for(named(call(), label), timeout)
+        except asyncio.TimeoutError:
+            raise VerlError(f"{label} did not return within {timeout:g} s (multi_turn.tool_timeout_s bounds the "
+                            f"environment's and interaction's calls too): make it return, or raise that "
+                            f"limit") from None
+        except UserCodeExited:
+            raise
+        except VerlError:  # said already (the interaction adapter's word on what the class returned)
+            raise
+        except Exception as e:
+            raise VerlError(f"{label} raised {type(e).__name__}: {str(e)[:300]}") from e
 
     @staticmethod
     def _turn_reward(trajectory: Trajectory, reward) -> float:
@@ -328,22 +348,56 @@ class AgentLoop:
             trajectory.tool_errors += 1
             return (f"Error: no tool named {call.name!r}; tools: {', '.join(self.tools)}" if tool is None
                     else f"Error: the arguments of {call.name} are not a JSON object"), []
+        label = f"tool {call.name} (row {trajectory.row}, turn {trajectory.assistant_turns})"
         try:
             if isinstance(tool, FunctionTool):
-                coroutine = tool.call(call.arguments)
+                coroutine = tool.invoke(call.arguments)
             else:
                 coroutine = tool.execute(trajectory.instances[call.name], call.arguments)
-            response, reward, _ = normalize_tool_result(await asyncio.wait_for(coroutine,
-                                                                               self.settings.tool_timeout_s))
+            result = await asyncio.wait_for(named(coroutine, label), self.settings.tool_timeout_s)
         except asyncio.TimeoutError:
             trajectory.tool_errors += 1
             return f"Error: {call.name} did not answer within {self.settings.tool_timeout_s:g} s", []
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if getattr(task, "cancelling", None) is None or task.cancelling():  # the rollout is being cancelled
+                raise
+            trajectory.tool_errors += 1  # something inside the tool was cancelled: its call failed
+            return f"Error: {call.name} was cancelled", []
+        except UserCodeExited:
+            raise
         except Exception as e:  # noqa: BLE001 - a failing tool is the model's feedback, not the run's end
             trajectory.tool_errors += 1
             return f"Error: {type(e).__name__}: {e}", []
+        # what the tool returned is checked outside the try: a broken tool is the run's problem, not the model's
+        if isinstance(result, tuple) and len(result) == 3:
+            response, reward, _ = result
+        elif not isinstance(tool, FunctionTool) and not isinstance(result, (str, ToolResponse)):
+            raise VerlError(f"{label}: execute returned {result!r:.120}; a tool's execute returns (ToolResponse, "
+                            f"reward, metrics), e.g. (ToolResponse(text=...), 0.0, {{}})")
+        else:  # a function's value: shown to the model (as JSON where it is not text)
+            response, reward = result, 0.0
+        response = normalize_tool_result(response)[0]
+        reward = _reward_of(reward, f"{label}: execute", trajectory)
         trajectory.tool_reward += reward
-        trajectory.tool_rewards.append(float(reward or 0.0))
+        trajectory.tool_rewards.append(reward)
         return response.text or "", self._check_images(call.name, response)
+
+    async def _tool_method(self, trajectory: Trajectory, name: str, method: str, *args, **kwargs):
+        """``self.tools[name].<method>(*args, **kwargs)`` of a trajectory's tool instance (create, calc_reward,
+        release): one that raises or does not return within tool_timeout_s stops the run naming it."""
+        label = f"tool {name}'s {method} (row {trajectory.row})"
+        timeout = self.settings.tool_timeout_s
+        try:
+            return await asyncio.wait_for(named(getattr(self.tools[name], method)(*args, **kwargs), label), timeout)
+        except asyncio.TimeoutError:
+            raise VerlError(f"{label} did not return within {timeout:g} s (multi_turn.tool_timeout_s): it is not a "
+                            f"call of the model's, so nothing can be answered; make it return (or raise the "
+                            f"timeout)") from None
+        except UserCodeExited:
+            raise
+        except Exception as e:
+            raise VerlError(f"{label} raised {type(e).__name__}: {str(e)[:300]}") from e
 
     async def _create_instances(self, trajectories: list[Trajectory], tools_kwargs) -> None:
         stateful = {name: tool for name, tool in self.tools.items() if not isinstance(tool, FunctionTool)}
@@ -360,15 +414,19 @@ class AgentLoop:
                     warn_once(f"tool {name}.create", f"tool {name}: rows without extra_info.tools_kwargs.{name}."
                               f"create_kwargs.{absent[0]} (first: row {trajectory.row}) create it with the default "
                               f"of {', '.join(absent)}; agent/defaulted_values counts them")
-                created = await tool.create(**given)
+                created = await self._tool_method(trajectory, name, "create", **given)
                 trajectory.instances[name] = created[0] if isinstance(created, tuple) else created
         await asyncio.gather(*(create(t, _as_dict(k)) for t, k in zip(trajectories, tools_kwargs)))
 
     async def _finish_instances(self, trajectories: list[Trajectory]) -> None:
         async def finish(trajectory):
             for name, instance in trajectory.instances.items():
-                trajectory.tool_reward += float(await self.tools[name].calc_reward(instance) or 0.0)
-                await self.tools[name].release(instance)
+                try:
+                    reward = await self._tool_method(trajectory, name, "calc_reward", instance)
+                    trajectory.tool_reward += _reward_of(reward, f"tool {name}'s calc_reward (row {trajectory.row})",
+                                                         trajectory)
+                finally:  # released also when its reward failed
+                    await self._tool_method(trajectory, name, "release", instance)
             close = getattr(trajectory.env, "close", None)
             if callable(close):
                 await maybe_await(close())
@@ -421,6 +479,25 @@ def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         logger.warning(message)
+
+
+def _reward_of(value, label: str, trajectory: Trajectory) -> float:
+    """A tool's reward: None (it gave none) is 0, warned once and counted in agent/defaulted_values; anything
+    else that is not a finite number stops the run (a NaN would reach the advantages)."""
+    if value is None:
+        trajectory.defaulted += 1
+        key = label.split(" (row")[0]
+        warn_once(key, f"{label} returned reward None: such rewards count 0, and agent/defaulted_values counts "
+                  f"them; return 0.0 to say so")
+        return 0.0
+    try:
+        reward = float(value)
+    except (TypeError, ValueError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise VerlError(f"{label} returned reward {value!r:.100}: a tool's reward must be a finite number (or None "
+                        f"for none)")
+    return reward
 
 
 def _create_parameters(tool) -> list[str]:

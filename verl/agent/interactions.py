@@ -65,6 +65,13 @@ def interaction_environment(path: str | Path) -> type:
     class VerlInteraction:
         """One trajectory's side of the interaction its row names (``interactions``: name -> instance)."""
 
+        METHODS = {"reset": "start_interaction", "step": "generate_response", "close": "finalize_interaction"}
+
+        def describe(self, method: str) -> str:
+            """What the loop's messages call ``method`` of this trajectory (the interaction's own method)."""
+            inner = getattr(self, "interaction", None)
+            return f"{type(inner).__name__}.{self.METHODS[method]}" if inner is not None else f"the interaction's {method}"
+
         async def reset(self, sample: dict) -> None:
             kwargs = _interaction_kwargs(sample.get("extra_info"))
             name = kwargs.get("name")
@@ -81,8 +88,12 @@ def interaction_environment(path: str | Path) -> type:
 
         async def step(self, message: str):
             self.messages.append({"role": "assistant", "content": message})
-            done, reply, score, _ = await maybe_await(self.interaction.generate_response(
-                self.instance_id, self.messages, **self.kwargs))
+            result = await maybe_await(self.interaction.generate_response(self.instance_id, self.messages,
+                                                                          **self.kwargs))
+            if not (isinstance(result, tuple) and len(result) == 4):
+                raise VerlError(f"{INTERACTION_KEY}: {type(self.interaction).__name__}.generate_response returned "
+                                f"{result!r:.120}; it returns (should_terminate, reply, turn_score, extra)")
+            done, reply, score, _ = result
             if not done and reply is None:
                 raise VerlError(f"{INTERACTION_KEY}: {type(self.interaction).__name__}.generate_response returned no "
                                 f"reply (None) with should_terminate=False: return the next user message, or "

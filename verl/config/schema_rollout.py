@@ -46,7 +46,8 @@ class MultiTurnConfig(Section):
     format: str = option("hermes", choices=("hermes",), help="How tool calls are written: hermes is "
                          "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> (Qwen, Hermes).")
     tool_timeout_s: float = option(30.0, bounds="> 0", help="A tool call that takes longer is answered with an "
-                                   "error message to the model.")
+                                   "error message to the model; a tool's create/calc_reward/release, an environment's "
+                                   "or interaction's call that takes longer stops the run naming it.")
     environment: str | None = option(None, help="An environment class that answers each assistant turn that "
                                      "calls no tool (path/to/file.py:ClassName or package.module.ClassName, with "
                                      "reset(sample) and step(message) -> (reply, reward, done); docs/agents.md).")

@@ -17,7 +17,6 @@ shown to the model as JSON (or ``str()``).
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import inspect
 import json
@@ -46,8 +45,14 @@ class FunctionTool:
         return inspect.iscoroutinefunction(self.fn)
 
     async def call(self, parameters: dict[str, Any]) -> tuple[ToolResponse, float, dict]:
-        result = await self.fn(**parameters) if self.is_async else await asyncio.to_thread(self.fn, **parameters)
-        return normalize_tool_result(result)
+        return normalize_tool_result(await self.invoke(parameters))
+
+    async def invoke(self, parameters: dict[str, Any]) -> Any:
+        """What the function returns for ``parameters``; a plain function runs in a daemon thread of its own
+        (:func:`verl.agent.events.run_in_thread`: one that never returns holds up no other call)."""
+        from verl.agent.events import run_in_thread
+
+        return await self.fn(**parameters) if self.is_async else await run_in_thread(self.fn, **parameters)
 
 
 def normalize_tool_result(result: Any) -> tuple[ToolResponse, float, dict]:
@@ -101,12 +106,36 @@ def function_tool(name: str | Callable | None = None, *, schema: OpenAIFunctionT
             built = OpenAIFunctionToolSchema.model_validate(schema)
         else:
             built = schema if schema is not None else schema_of(fn, tool_name)
+        if schema is not None:
+            _check_schema_fits(fn, built)
         _DECORATED.setdefault(fn.__module__, []).append(FunctionTool(tool_name, fn, built))
         return fn
 
     if callable(name):
         return register(name, None)
     return lambda fn: register(fn, name)
+
+
+def _check_schema_fits(fn: Callable, schema: OpenAIFunctionToolSchema) -> None:
+    """A schema given to ``@function_tool(schema=...)`` must name the function's parameters: else every call
+    written from it fails, and the model is taught that following the schema is wrong."""
+    params = inspect.signature(fn).parameters.values()
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    names = {p.name for p in params if p.kind != inspect.Parameter.VAR_POSITIONAL}
+    needed = {p.name for p in params if p.default is inspect.Parameter.empty
+              and p.kind not in (inspect.Parameter.VAR_POSITIONAL,)}
+    declared = set(schema.function.parameters.properties)
+    unknown, missing = sorted(declared - names), sorted(needed - declared)
+    if unknown or missing:
+        raise VerlError(f"tool {schema.function.name}: its schema does not fit {fn.__qualname__}"
+                        f"{inspect.signature(fn)}: " + "; ".join(
+                            ([f"the schema's {', '.join(unknown)} is no parameter of the function"] if unknown else [])
+                            + ([f"the function's {', '.join(missing)} is not in the schema"] if missing else []))
+                        + "; make the schema's parameters.properties the function's parameters")
+    from verl.tools.registry import check_required
+
+    check_required(schema, f"tool {schema.function.name}")
 
 
 def tools_from_functions(functions: list[Callable]) -> list[FunctionTool]:

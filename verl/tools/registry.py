@@ -72,6 +72,9 @@ def load_tool_config(path: str | Path) -> list[BaseTool]:
         if not isinstance(entry, dict) or "class_name" not in entry:
             raise VerlError(f"{where}: each entry needs a class_name (a mapping such as class_name: pkg.module.MyTool), "
                             f"got {entry!r:.120}")
+        if not isinstance(entry.get("config") or {}, dict):
+            raise VerlError(f"{where}: config must be a mapping (config: {{type: native, ...}}), got "
+                            f"{entry['config']!r:.120}")
         config = dict(entry.get("config") or {})
         kind = config.get("type", "native")
         if kind != "native":
@@ -88,8 +91,25 @@ def load_tool_config(path: str | Path) -> list[BaseTool]:
                 schema = OpenAIFunctionToolSchema.model_validate(entry["tool_schema"])
             except Exception as e:  # pydantic's ValidationError
                 raise VerlError(f"{where}: tool_schema is not an OpenAI function schema: {e}") from None
-        tools.append(cls(config=config, tool_schema=schema))
+        if schema is not None:
+            check_required(schema, where)
+        try:
+            tool = cls(config=config, tool_schema=schema)
+        except Exception as e:  # a tool's own constructor: a missing config key, no schema, another signature
+            raise VerlError(f"{where}: {entry['class_name']}(config=..., tool_schema=...) raised "
+                            f"{type(e).__name__}: {str(e)[:300]}") from e
+        tools.append(tool)
     return tools
+
+
+def check_required(schema: OpenAIFunctionToolSchema, where: str) -> None:
+    """A schema's ``required`` names only its ``properties`` (else no call the model writes from it can fit)."""
+    parameters = schema.function.parameters
+    unknown = [name for name in parameters.required if name not in parameters.properties]
+    if unknown:
+        raise VerlError(f"{where}: tool_schema of {schema.function.name} requires {', '.join(unknown)}, which its "
+                        f"parameters.properties do not declare ({', '.join(parameters.properties) or 'none'}); "
+                        f"declare them or drop them from required")
 
 
 def load_tools(tool_config_path: str | None = None, function_tool_path: str | None = None,

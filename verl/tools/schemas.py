@@ -63,7 +63,7 @@ class OpenAIFunctionCallSchema(BaseModel):
         """The decoded call and whether its arguments failed to decode (then they are ``{}``)."""
         try:
             arguments = json.loads(parsed.arguments)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # RecursionError: brackets nested past the limit
             return OpenAIFunctionCallSchema(name=parsed.name, arguments={}), True
         if not isinstance(arguments, dict):
             return OpenAIFunctionCallSchema(name=parsed.name, arguments={}), True
