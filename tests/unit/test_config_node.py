@@ -343,3 +343,22 @@ def test_a_pathlib_path_is_taken_for_a_path_setting_as_its_text():
     assert config.trainer.default_local_dir == "outputs/run"
     with pytest.raises(ConfigError, match=r"trainer\.total_epochs expects int, got PosixPath"):
         TrainerConfig(trainer=dict(total_epochs=Path("3")))  # only where text is taken
+
+
+def test_an_omegaconf_config_with_lists_builds_the_config_its_plain_dict_does():
+    """Before: TrainerConfig(**OmegaConf.create(...)) refused every list in it, "trainer.logger expects
+    str | list[str], got ['console'] (ListConfig)", and a dict setting kept OmegaConf nodes inside."""
+    from omegaconf import OmegaConf
+
+    from verl.config.offline import SFTTrainerConfig
+
+    plain = dict(trainer=dict(logger=["console", "tensorboard"]), data=dict(train_files=["a.parquet", "b.parquet"]),
+                 actor_rollout_ref=dict(model=dict(override_config=dict(rope_scaling=dict(factor=[2, 4])))))
+    omega = OmegaConf.create(plain)
+    assert TrainerConfig(**omega) == TrainerConfig.from_dict(omega) == TrainerConfig(**plain)
+    assert type(TrainerConfig(**omega).actor_rollout_ref.model.override_config["rope_scaling"]["factor"]) is list
+    config = TrainerConfig()
+    config.trainer.logger = OmegaConf.create(["wandb"])
+    assert config.trainer.logger == ["wandb"]
+    sft = dict(trainer=dict(logger=[]), data=dict(train_files=["a.jsonl"]))
+    assert SFTTrainerConfig(**OmegaConf.create(sft)) == SFTTrainerConfig(**sft)
