@@ -81,6 +81,26 @@ def test_a_trl_function_returning_the_wrong_count_is_named():
         RuleRewardManager(TOK, two_short)(make_batch(["a", "b", "c"]))
 
 
+def test_a_batch_function_returning_an_array_a_column_or_one_number():
+    """A [B] array or tensor scores as its list, a [B, 1] column (a model's scores) as [B]; one number for the
+    batch (np.mean(...), a 0-d tensor) is named. Before: the column failed as "returned [0.5] (list) for
+    sample 0", and the number with "TypeError: object of type 'float' has no len()"."""
+    import numpy as np
+
+    batch = make_batch(["a", "bc"])
+    expected = RuleRewardManager(TOK, lambda prompts, completions, **kw: [0.5, 1.0])(batch)[0]
+    for out in (np.array([0.5, 1.0]), torch.tensor([0.5, 1.0], dtype=torch.float64), torch.tensor([[0.5], [1.0]]),
+                np.array([[0.5], [1.0]], dtype=np.float32)):
+        assert torch.equal(RuleRewardManager(TOK, lambda prompts, completions, out=out, **kw: out)(batch)[0], expected)
+    for out in (np.float64(0.75), torch.tensor(0.75)):
+        def mean(data_sources, solution_strs, ground_truths, extra_infos, out=out):
+            return out
+
+        with pytest.raises(RewardError, match=r"mean returned one number \(0.75\) for the batch of 2 completions; "
+                                              r"a function taking \(data_sources, .*one score per completion"):
+            RuleRewardManager(TOK, mean)(batch)
+
+
 def test_a_trl_function_returning_none_names_the_sample_and_value():
     def gaps(prompts, completions, **kwargs):
         return [1.0, None]
