@@ -385,3 +385,39 @@ def test_a_batch_of_other_value_types_reads_as_the_tutorials_tensors():
             read({**base, key: None})
     with pytest.raises(VerlError, match=r"^reward of row 1 is None; every row needs a finite number"):
         read({**base, "reward": [0.5, None]})
+
+
+def test_the_workers_methods_take_int32_ids_and_numpy_columns_as_the_int64_tensors(tiny_model_dir):
+    """Before: int32 responses failed inside the model with "expected target dtype to be Long or Byte, but got
+    Int" (compute_log_prob, update_actor, a Batch handed to PPOTrainer.step), numpy columns of Batch.from_dict with
+    "'numpy.ndarray' object has no attribute 'dim'", and one prompt's 1-D input_ids with "tuple index out of
+    range"."""
+    from verl.errors import VerlError
+    from verl.protocol import Batch
+
+    def worker():
+        torch.manual_seed(0)
+        config = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)),
+                                                      rollout=dict(name="dummy", response_length=4, n=1)))
+        return ActorRolloutRefWorker(config=config.actor_rollout_ref)
+
+    policy = worker()
+    prompts = Batch({"input_ids": torch.tensor([[5, 6, 7], [8, 9, 10]]), "attention_mask": torch.ones(2, 3).long(),
+                     "position_ids": torch.arange(3).expand(2, 3).clone()})
+    generated = Batch(policy.generate_sequences(prompts).tensors)
+    narrow = Batch({k: v.int() if k in ("input_ids", "responses", "prompts") else v
+                    for k, v in generated.tensors.items()})
+    as_numpy = Batch.from_dict({k: v.numpy() for k, v in generated.tensors.items()})
+    expected = policy.compute_log_prob(generated)["old_log_probs"]
+    for batch in (narrow, as_numpy):
+        assert torch.equal(policy.compute_log_prob(batch)["old_log_probs"], expected)
+        assert torch.equal(policy.compute_ref_log_prob(batch)["ref_log_prob"], expected)
+    advantages = torch.tensor([[1.0], [-1.0]]).expand_as(expected).contiguous()
+    updated = [worker().update_actor(b.union(Batch({"old_log_probs": expected, "advantages": advantages})))
+               for b in (generated, narrow)]
+    assert updated[0]["actor/grad_norm"] == updated[1]["actor/grad_norm"] > 0
+    narrow["reward"] = torch.tensor([0.5, 1.0])
+    assert PPOTrainer(actor_rollout_ref_worker=policy).step(narrow)["reward_mean"] == pytest.approx(0.75)
+    with pytest.raises(VerlError, match=r"^ActorRolloutRefWorker.generate_sequences: input_ids has shape \[3\]; give "
+                                        r"\[B, T\], one row per sequence \(input_ids.unsqueeze\(0\)"):
+        policy.generate_sequences(Batch({"input_ids": torch.tensor([5, 6, 7]), "attention_mask": torch.ones(3)}))
