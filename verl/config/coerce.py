@@ -84,6 +84,9 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
     """
     if type(value).__module__.startswith("omegaconf"):
         value = _plain(value)
+    elif type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device") and (
+            scalar_type(tp) is str or str in get_args(tp)):  # a dtype or device setting: the text of its name
+        value = str(value).removeprefix("torch.")  # torch.bfloat16 -> "bfloat16", torch.device("cuda", 0) -> "cuda:0"
     if tp is Any:
         return value
     origin = get_origin(tp)
