@@ -211,11 +211,19 @@ def test_functions_from_config_entries(tmp_path):
     ({"path": "x.py"}, r"reward\.functions\[0\] must be a mapping with at least a 'name'"),
     ({"name": "exact_match", "wieght": 2}, r"unknown keys \['wieght'\]"),
     ({"name": "nope"}, r"'nope' is not a built-in scorer.*give a 'path'"),
-    ({"name": "exact_match", "weight": "heavy"}, r"weight must be a number"),
+    ({"name": "exact_match", "weight": "heavy"}, r"weight must be a finite number, got 'heavy'"),
+    # Before: True weighed 1, and nan made every reward nan, without a word.
+    ({"name": "exact_match", "weight": True}, r"reward\.functions\[0\]\.weight must be a finite number, got True"),
+    ({"name": "exact_match", "weight": float("nan")}, r"weight must be a finite number, got nan"),
 ])
 def test_bad_config_entries_are_explained(entry, message):
     with pytest.raises(RewardError, match=message):
         build_reward_functions([entry])
+    if "weight" in entry:  # a number as text (the command line, YAML) and numpy's numbers weigh as the number
+        import numpy as np
+
+        weights = [f.weight for f in build_reward_functions([{**entry, "weight": w} for w in ("0.5", np.float32(2), 3)])]
+        assert weights == [0.5, 2.0, 3.0]
 
 
 def test_custom_function_with_bound_kwargs(tmp_path):
