@@ -31,6 +31,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from verl.errors import VerlError
+
 # The controller's data flow (worker calls, device moves), shown by logging at INFO level.
 _dataflow_logger = logging.getLogger("verl.dataflow")
 
@@ -309,3 +311,43 @@ class Batch:
         cols += [f"{k}: [{len(a)}] object" for k, a in self.non_tensors.items()]
         meta = f", meta={sorted(self.meta)}" if self.meta else ""
         return f"Batch(len={len(self)}, {{{', '.join(cols)}}}{meta})"
+
+
+# The columns a model reads, by what each must be: token ids and positions (int64, as embedding lookups and
+# cross_entropy's targets take them) and masks (any dtype: bool, int or float read the same).
+ID_COLUMNS = ("input_ids", "prompts", "responses", "position_ids")
+MODEL_COLUMNS = (*ID_COLUMNS, "attention_mask", "response_mask")
+
+
+def model_columns(batch: Batch, where: str) -> Batch:
+    """``batch`` with the columns a model reads as the tensors it takes: int32 (or other integer) token ids and
+    positions as int64, a numeric column that ``Batch.from_dict`` kept as a numpy or list column (it keeps those
+    as objects) as a tensor. The same batch when nothing changes. Before, int32 responses failed inside the
+    model with "expected target dtype to be Long or Byte, but got Int", and a numpy input_ids with "'numpy.ndarray'
+    object has no attribute 'dim'". ``where`` (the method called) begins each error."""
+    changed: dict[str, torch.Tensor] = {}
+    for key in MODEL_COLUMNS:
+        if key in batch.non_tensors:
+            try:
+                column = torch.as_tensor(np.array(batch.non_tensors[key].tolist()))
+            except (TypeError, ValueError, RuntimeError):
+                column = None
+            if column is None or column.dim() < 1:
+                raise VerlError(f"{where}: column {key!r} is not numbers of one shape (a {type(batch[key][0]).__name__}"
+                                 f" per row); give a tensor [B, T]: Batch({{{key!r}: torch.as_tensor(...)}})")
+            changed[key] = column
+        elif key in batch.tensors:
+            changed[key] = batch.tensors[key]
+        if key in ID_COLUMNS and key in changed and changed[key].dtype != torch.long:
+            if changed[key].is_floating_point() or changed[key].dtype == torch.bool:
+                raise VerlError(f"{where}: {key} holds {changed[key].dtype} values; token ids and positions are "
+                                 f"integers: give a long tensor ({key}.long() if they are whole numbers)")
+            changed[key] = changed[key].long()
+    if "input_ids" in changed and changed["input_ids"].dim() != 2:
+        raise VerlError(f"{where}: input_ids has shape {list(changed['input_ids'].shape)}; give [B, T], one row per "
+                         f"sequence (input_ids.unsqueeze(0) for a single one, and its attention_mask likewise)")
+    changed = {k: v for k, v in changed.items() if k in batch.non_tensors or v is not batch.tensors[k]}
+    if not changed:
+        return batch
+    tensors = {**batch.tensors, **changed}
+    return Batch(tensors, {k: v for k, v in batch.non_tensors.items() if k not in changed}, batch.meta)

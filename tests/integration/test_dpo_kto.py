@@ -172,3 +172,24 @@ def test_bad_input_exits_2_with_one_clear_message(tiny_model_dir, tmp_path, caps
     assert code == 2 and err.startswith("error:") and "Traceback" not in err
     for text in expected:
         assert text in err, (text, err)
+
+
+@pytest.mark.parametrize("trainer_cls, kind", [(DPOTrainer, "preference"), (KTOTrainer, "kto")])
+def test_step_takes_a_dict_of_the_batch_and_int32_ids_as_the_loaders_batch(tiny_model_dir, tmp_path, trainer_cls, kind):
+    """Before: a dict failed with "'dict' object has no attribute 'index'", int32 ids (chosen_input_ids, kl_input_ids,
+    ...) with "expected target dtype to be Long or Byte, but got Int" inside the loss."""
+    from verl.errors import VerlError
+
+    def first_step(batch_of):
+        torch.manual_seed(0)
+        trainer = trainer_cls(config(tiny_model_dir, tmp_path, kind, 8, data={"train_batch_size": 4}))
+        return trainer.step(batch_of(next(trainer.train_loader))), trainer
+
+    expected, _ = first_step(lambda batch: batch)
+    narrow, trainer = first_step(lambda batch: {k: v.int() if k.endswith(("input_ids", "position_ids")) else v
+                                       for k, v in batch.tensors.items()})
+    drop = ("timing_s/step",)
+    assert {k: v for k, v in narrow.items() if k not in drop} == {k: v for k, v in expected.items() if k not in drop}
+    with pytest.raises(VerlError, match=rf"^{trainer_cls.__name__}.step takes a verl.protocol.Batch of tensors, as "
+                                        r"next\(trainer.train_loader\) gives it \(or a dict of its tensors\), got list"):
+        trainer.step([next(trainer.train_loader)])

@@ -346,3 +346,78 @@ def test_padding_without_an_attention_mask_is_said_once_with_the_rows(tiny_model
         f"PPOTrainer.step: 2 of 3 row(s) of input_ids begin or end with the pad token (id {pad}), e.g. row 1, and the "
         "batch has no attention_mask, so that padding is trained as prompt or response tokens; give attention_mask "
         "(0 on padding), as the tokenizer returns it"]
+
+
+def test_a_batch_of_other_value_types_reads_as_the_tutorials_tensors():
+    """int32 ids, bool or float masks, float64 rewards, numpy arrays, lists, one tensor per row and a
+    non-contiguous view make the same step batch as the tutorial's tensors; attention_mask=None is no padding, as a
+    Hugging Face model reads it. Before: a list of row tensors failed as "cannot be made one tensor (only integer
+    tensors of a single element ...): are its rows of different lengths?", attention_mask=None and prompt_mask=None
+    as "could not infer dtype of NoneType" with that padding hint, and a None reward as "reward of row 0 is nan"."""
+    import numpy as np
+
+    from verl.errors import VerlError
+    from verl.trainer.ppo.step_batch import batch_from_dict
+    from verl.utils.preflight import normalize_reward
+
+    def read(data):
+        return batch_from_dict(data, 0, normalize_reward, vocab_size=200)
+
+    base = tutorial_batch((0.5, 1.0))
+    base["input_ids"][1, -1] = 7
+    expected = read(base)
+    ids, mask, prompt_mask, reward = base["input_ids"], base["attention_mask"], base["prompt_mask"], base["reward"]
+    for data in [dict(input_ids=ids.int(), attention_mask=mask.bool(), prompt_mask=prompt_mask.bool(),
+                      reward=reward.double()),
+                 dict(input_ids=ids.numpy().astype(np.int32), attention_mask=mask.float().numpy(),
+                      prompt_mask=prompt_mask.numpy().astype(bool), reward=reward.numpy()),
+                 dict(input_ids=ids.tolist(), attention_mask=mask.tolist(), prompt_mask=prompt_mask.tolist(),
+                      reward=[np.float32(0.5), torch.tensor(1.0)]),
+                 dict(input_ids=list(ids), attention_mask=list(mask.numpy()), prompt_mask=tuple(prompt_mask),
+                      reward=reward),
+                 dict(input_ids=ids.t().contiguous().t(), attention_mask=None, prompt_mask=prompt_mask, reward=reward)]:
+        got = read(data)
+        assert got.keys() == expected.keys()
+        assert all(torch.equal(got[k], expected[k]) and got[k].dtype == expected[k].dtype for k in expected.keys())
+    for key, message in [("prompt_mask", r"^the batch's prompt_mask is None; give a tensor \[B, T\]"),
+                         ("input_ids", r"^the batch's input_ids is None")]:
+        with pytest.raises(VerlError, match=message):
+            read({**base, key: None})
+    with pytest.raises(VerlError, match=r"^reward of row 1 is None; every row needs a finite number"):
+        read({**base, "reward": [0.5, None]})
+
+
+def test_the_workers_methods_take_int32_ids_and_numpy_columns_as_the_int64_tensors(tiny_model_dir):
+    """Before: int32 responses failed inside the model with "expected target dtype to be Long or Byte, but got
+    Int" (compute_log_prob, update_actor, a Batch handed to PPOTrainer.step), numpy columns of Batch.from_dict with
+    "'numpy.ndarray' object has no attribute 'dim'", and one prompt's 1-D input_ids with "tuple index out of
+    range"."""
+    from verl.errors import VerlError
+    from verl.protocol import Batch
+
+    def worker():
+        torch.manual_seed(0)
+        config = TrainerConfig(actor_rollout_ref=dict(model=dict(path=str(tiny_model_dir)),
+                                                      rollout=dict(name="dummy", response_length=4, n=1)))
+        return ActorRolloutRefWorker(config=config.actor_rollout_ref)
+
+    policy = worker()
+    prompts = Batch({"input_ids": torch.tensor([[5, 6, 7], [8, 9, 10]]), "attention_mask": torch.ones(2, 3).long(),
+                     "position_ids": torch.arange(3).expand(2, 3).clone()})
+    generated = Batch(policy.generate_sequences(prompts).tensors)
+    narrow = Batch({k: v.int() if k in ("input_ids", "responses", "prompts") else v
+                    for k, v in generated.tensors.items()})
+    as_numpy = Batch.from_dict({k: v.numpy() for k, v in generated.tensors.items()})
+    expected = policy.compute_log_prob(generated)["old_log_probs"]
+    for batch in (narrow, as_numpy):
+        assert torch.equal(policy.compute_log_prob(batch)["old_log_probs"], expected)
+        assert torch.equal(policy.compute_ref_log_prob(batch)["ref_log_prob"], expected)
+    advantages = torch.tensor([[1.0], [-1.0]]).expand_as(expected).contiguous()
+    updated = [worker().update_actor(b.union(Batch({"old_log_probs": expected, "advantages": advantages})))
+               for b in (generated, narrow)]
+    assert updated[0]["actor/grad_norm"] == updated[1]["actor/grad_norm"] > 0
+    narrow["reward"] = torch.tensor([0.5, 1.0])
+    assert PPOTrainer(actor_rollout_ref_worker=policy).step(narrow)["reward_mean"] == pytest.approx(0.75)
+    with pytest.raises(VerlError, match=r"^ActorRolloutRefWorker.generate_sequences: input_ids has shape \[3\]; give "
+                                        r"\[B, T\], one row per sequence \(input_ids.unsqueeze\(0\)"):
+        policy.generate_sequences(Batch({"input_ids": torch.tensor([5, 6, 7]), "attention_mask": torch.ones(3)}))

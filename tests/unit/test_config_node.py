@@ -343,3 +343,41 @@ def test_a_pathlib_path_is_taken_for_a_path_setting_as_its_text():
     assert config.trainer.default_local_dir == "outputs/run"
     with pytest.raises(ConfigError, match=r"trainer\.total_epochs expects int, got PosixPath"):
         TrainerConfig(trainer=dict(total_epochs=Path("3")))  # only where text is taken
+
+
+def test_an_omegaconf_config_with_lists_builds_the_config_its_plain_dict_does():
+    """Before: TrainerConfig(**OmegaConf.create(...)) refused every list in it, "trainer.logger expects
+    str | list[str], got ['console'] (ListConfig)", and a dict setting kept OmegaConf nodes inside."""
+    from omegaconf import OmegaConf
+
+    from verl.config.offline import SFTTrainerConfig
+
+    plain = dict(trainer=dict(logger=["console", "tensorboard"]), data=dict(train_files=["a.parquet", "b.parquet"]),
+                 actor_rollout_ref=dict(model=dict(override_config=dict(rope_scaling=dict(factor=[2, 4])))))
+    omega = OmegaConf.create(plain)
+    assert TrainerConfig(**omega) == TrainerConfig.from_dict(omega) == TrainerConfig(**plain)
+    assert type(TrainerConfig(**omega).actor_rollout_ref.model.override_config["rope_scaling"]["factor"]) is list
+    config = TrainerConfig()
+    config.trainer.logger = OmegaConf.create(["wandb"])
+    assert config.trainer.logger == ["wandb"]
+    sft = dict(trainer=dict(logger=[]), data=dict(train_files=["a.jsonl"]))
+    assert SFTTrainerConfig(**OmegaConf.create(sft)) == SFTTrainerConfig(**sft)
+
+
+def test_a_torch_dtype_or_device_is_taken_for_a_dtype_or_device_setting_as_its_name():
+    """load_hf_model takes torch_dtype=torch.bfloat16; before, the same value in the config was refused
+    ("model.dtype=torch.bfloat16 is not allowed"), and rollout.device=torch.device("cpu") too."""
+    import torch
+
+    given = TrainerConfig(actor_rollout_ref=dict(
+        model=dict(dtype=torch.bfloat16), rollout=dict(dtype=torch.float16, device=torch.device("cpu")),
+        actor=dict(fsdp_config=dict(mixed_precision=dict(param_dtype=torch.bfloat16)))),
+        trainer=dict(device=torch.device("cpu")))
+    text = TrainerConfig(actor_rollout_ref=dict(
+        model=dict(dtype="bfloat16"), rollout=dict(dtype="float16", device="cpu"),
+        actor=dict(fsdp_config=dict(mixed_precision=dict(param_dtype="bfloat16")))), trainer=dict(device="cpu"))
+    assert given == text
+    with pytest.raises(ConfigError, match=r"model\.dtype='int8' is not allowed; choose one of 'float32'"):
+        TrainerConfig(actor_rollout_ref=dict(model=dict(dtype=torch.int8)))
+    with pytest.raises(ConfigError, match=r"trainer\.total_epochs expects int, got torch\.float32 \(dtype\)"):
+        TrainerConfig(trainer=dict(total_epochs=torch.float32))

@@ -382,3 +382,24 @@ def test_an_item_changed_in_place_leaves_the_row_as_read(tmp_path, tokenizer):
     again = ds[0]
     assert again["extra_info"] == {"tag": "1+1="} and again["ground_truth"] == ["2", "two"]
     assert again["raw_prompt"] == [{"role": "user", "content": "1+1="}]
+
+
+def test_settings_of_another_type_are_named_not_compared_as_text_or_read_as_truthy(tmp_path):
+    """Before: max_prompt_length="16" failed with "'<' not supported between instances of 'str' and 'int'",
+    filter_overlong_prompts="false" (truthy text) silently dropped the long prompts, and max_prompt_length=True
+    was a limit of 1 token. A setting is checked as the data section types it; numpy's ints are ints."""
+    import numpy as np
+
+    path = write_jsonl([{"prompt": "x" * n, "data_source": "echo"} for n in (4, 40)], tmp_path / "d.jsonl")
+    tok = build_char_tokenizer()
+    assert len(RLDataset(path, tok, max_prompt_length=np.int64(16), filter_overlong_prompts=True)) == 1
+    for kw, said in [(dict(max_prompt_length="16"), r"RLDataset: max_prompt_length expects int, got '16' \(str\)"),
+                     (dict(max_prompt_length=True), r"max_prompt_length expects int, got True \(bool\)"),
+                     (dict(max_prompt_length=16.0), r"max_prompt_length expects int, got 16.0"),
+                     (dict(filter_overlong_prompts="false"), r"filter_overlong_prompts expects bool, got 'false'"),
+                     (dict(truncation="lft"), r"truncation='lft' is not allowed.*did you mean truncation=left"),
+                     (dict(max_samples=1.0), r"max_samples expects int, got 1.0"),
+                     (dict(config={"max_prompt_length": 16, "filter_overlong_prompts": "false"}),
+                      r"data\.filter_overlong_prompts expects bool, got 'false'")]:
+        with pytest.raises(DataError, match=said):
+            RLDataset(path, tok, **kw)

@@ -122,3 +122,18 @@ def test_a_model_type_transformers_does_not_know_names_it_and_the_installed_vers
     assert f"model_type 'qwen9', which transformers {transformers.__version__} (installed here) does not know" \
         in str(info.value)
     assert "\n" not in str(info.value)  # one line, not transformers' paragraph
+
+
+def test_trust_remote_code_given_as_text_or_a_number_is_refused_not_read_as_true(folder):
+    """Before: trust_remote_code="False" (text from an environment variable, a form) was truthy, and transformers
+    would run a checkpoint's own code with it, without a word."""
+    import numpy as np
+
+    from verl.utils.model import load_hf_tokenizer
+
+    for load in (load_hf_model, load_hf_tokenizer):
+        for value in ("False", 1):
+            with pytest.raises(ModelLoadError, match=rf"^trust_remote_code must be True or False, got {value!r} "):
+                load(folder, trust_remote_code=value)
+    assert load_hf_tokenizer(folder, trust_remote_code=np.bool_(False)).padding_side == "left"
+    assert loading.load_causal_lm_config(folder, trust_remote_code=None).model_type == "qwen2"

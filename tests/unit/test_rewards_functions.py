@@ -81,6 +81,26 @@ def test_a_trl_function_returning_the_wrong_count_is_named():
         RuleRewardManager(TOK, two_short)(make_batch(["a", "b", "c"]))
 
 
+def test_a_batch_function_returning_an_array_a_column_or_one_number():
+    """A [B] array or tensor scores as its list, a [B, 1] column (a model's scores) as [B]; one number for the
+    batch (np.mean(...), a 0-d tensor) is named. Before: the column failed as "returned [0.5] (list) for
+    sample 0", and the number with "TypeError: object of type 'float' has no len()"."""
+    import numpy as np
+
+    batch = make_batch(["a", "bc"])
+    expected = RuleRewardManager(TOK, lambda prompts, completions, **kw: [0.5, 1.0])(batch)[0]
+    for out in (np.array([0.5, 1.0]), torch.tensor([0.5, 1.0], dtype=torch.float64), torch.tensor([[0.5], [1.0]]),
+                np.array([[0.5], [1.0]], dtype=np.float32)):
+        assert torch.equal(RuleRewardManager(TOK, lambda prompts, completions, out=out, **kw: out)(batch)[0], expected)
+    for out in (np.float64(0.75), torch.tensor(0.75)):
+        def mean(data_sources, solution_strs, ground_truths, extra_infos, out=out):
+            return out
+
+        with pytest.raises(RewardError, match=r"mean returned one number \(0.75\) for the batch of 2 completions; "
+                                              r"a function taking \(data_sources, .*one score per completion"):
+            RuleRewardManager(TOK, mean)(batch)
+
+
 def test_a_trl_function_returning_none_names_the_sample_and_value():
     def gaps(prompts, completions, **kwargs):
         return [1.0, None]
@@ -191,11 +211,19 @@ def test_functions_from_config_entries(tmp_path):
     ({"path": "x.py"}, r"reward\.functions\[0\] must be a mapping with at least a 'name'"),
     ({"name": "exact_match", "wieght": 2}, r"unknown keys \['wieght'\]"),
     ({"name": "nope"}, r"'nope' is not a built-in scorer.*give a 'path'"),
-    ({"name": "exact_match", "weight": "heavy"}, r"weight must be a number"),
+    ({"name": "exact_match", "weight": "heavy"}, r"weight must be a finite number, got 'heavy'"),
+    # Before: True weighed 1, and nan made every reward nan, without a word.
+    ({"name": "exact_match", "weight": True}, r"reward\.functions\[0\]\.weight must be a finite number, got True"),
+    ({"name": "exact_match", "weight": float("nan")}, r"weight must be a finite number, got nan"),
 ])
 def test_bad_config_entries_are_explained(entry, message):
     with pytest.raises(RewardError, match=message):
         build_reward_functions([entry])
+    if "weight" in entry:  # a number as text (the command line, YAML) and numpy's numbers weigh as the number
+        import numpy as np
+
+        weights = [f.weight for f in build_reward_functions([{**entry, "weight": w} for w in ("0.5", np.float32(2), 3)])]
+        assert weights == [0.5, 2.0, 3.0]
 
 
 def test_custom_function_with_bound_kwargs(tmp_path):

@@ -81,6 +81,11 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
     `from_text` before it gets here. `key` is the full dotted key, used in errors. Raises ConfigError
     naming the key, the expected type and the value.
     """
+    if type(value).__module__.startswith("omegaconf"):
+        value = _plain(value)
+    elif type(value).__module__ == "torch" and type(value).__name__ in ("dtype", "device") and (
+            scalar_type(tp) is str or str in get_args(tp)):  # a dtype or device setting: the text of its name
+        value = str(value).removeprefix("torch.")  # torch.bfloat16 -> "bfloat16", torch.device("cuda", 0) -> "cuda:0"
     if tp is Any:
         return value
     origin = get_origin(tp)
@@ -109,6 +114,16 @@ def coerce(value: Any, tp: Any, key: str, *, example: str | Callable[[], str] = 
     if isinstance(tp, type) and tp is not int and isinstance(value, tp):
         return value
     raise mismatch(value, tp, key, example)
+
+
+def _plain(value: Any) -> Any:
+    """An OmegaConf ``ListConfig`` / ``DictConfig`` (a section of a config loaded with OmegaConf, handed to
+    ``TrainerConfig(**cfg)``) as the plain list / dict it holds, interpolations resolved. Before, a list in one
+    was refused as "expects str | list[str], got ['console'] (ListConfig)", and a dict setting kept the
+    OmegaConf nodes inside it."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 def _coerce_union(value, tp, key, example):

@@ -189,11 +189,27 @@ def _refuse_media(rows: list[dict], config_key: str) -> None:
 def _setting(config: Any, name: str) -> Any:
     if config is None:
         return SETTING_DEFAULTS[name]
-    if isinstance(config, Mapping):  # a plain dict, or an OmegaConf DictConfig
-        if name == "chat_template_kwargs" and name not in config:
-            name = "apply_chat_template_kwargs"  # verl's spelling
-        return config.get(name, SETTING_DEFAULTS.get(name))
-    return getattr(config, name)  # this project's DataConfig
+    if isinstance(config, Mapping):  # a plain dict, or an OmegaConf DictConfig: typed as the data section types it
+        key = "apply_chat_template_kwargs" if name == "chat_template_kwargs" and name not in config else name
+        return _typed(name, config.get(key, SETTING_DEFAULTS.get(name)), f"data.{key}")
+    return getattr(config, name)  # this project's DataConfig (checked when it was set)
+
+
+def _typed(name: str, value: Any, key: str, prefix: str = "") -> Any:
+    """``value`` for the data section's setting ``name``, checked against its type there (``key`` names it in
+    the error). Before, ``max_prompt_length="512"`` failed with "'<' not supported between instances of 'str'
+    and 'int'", and ``filter_overlong_prompts="false"`` (text: true) silently dropped the long prompts."""
+    if value is None and SETTING_DEFAULTS.get(name) is None:
+        return None
+    import typing
+
+    from verl.config.coerce import coerce
+    from verl.config.schema import DataConfig
+
+    try:
+        return coerce(value, typing.get_type_hints(DataConfig)[name], key)
+    except ValueError as e:
+        raise DataError(f"{prefix}{e}") from None
 
 
 class RLDataset(Dataset):
@@ -240,16 +256,17 @@ class RLDataset(Dataset):
                  chat_template_kwargs: dict | None = None, config_key: str = "data.train_files",
                  sample_seed: int | None = None):
         # A keyword given here wins over config, which wins over the default.
-        prompt_key = prompt_key if prompt_key is not None else _setting(config, "prompt_key")
-        max_prompt_length = max_prompt_length if max_prompt_length is not None \
-            else _setting(config, "max_prompt_length")
-        truncation = truncation if truncation is not None else _setting(config, "truncation")
-        if filter_overlong_prompts is None:
-            filter_overlong_prompts = _setting(config, "filter_overlong_prompts")
-        if apply_chat_template is None:
-            apply_chat_template = _setting(config, "apply_chat_template")
-        if chat_template_kwargs is None:
-            chat_template_kwargs = _setting(config, "chat_template_kwargs")
+        def setting(name: str, given: Any) -> Any:
+            return _setting(config, name) if given is None else _typed(name, given, name, "RLDataset: ")
+
+        prompt_key = setting("prompt_key", prompt_key)
+        max_prompt_length = setting("max_prompt_length", max_prompt_length)
+        truncation = setting("truncation", truncation)
+        filter_overlong_prompts = setting("filter_overlong_prompts", filter_overlong_prompts)
+        apply_chat_template = setting("apply_chat_template", apply_chat_template)
+        chat_template_kwargs = setting("chat_template_kwargs", chat_template_kwargs)
+        max_samples = _typed("train_max_samples", max_samples, "max_samples", "RLDataset: ")
+        sample_seed = _typed("seed", sample_seed, "sample_seed", "RLDataset: ")
         self.config = config
         self.processor = processor
         self.vision = None

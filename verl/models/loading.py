@@ -17,6 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from verl.errors import DeviceError, ModelLoadError, VerlError
@@ -143,12 +144,25 @@ def hub_access(name: str, what: str, config_key: str) -> dict:
 _PAD_WARNED: set[str] = set()
 
 
+def trusted(value) -> bool:
+    """``trust_remote_code`` as a bool: True or False (numpy's bools too; None, transformers' "ask", is False).
+    Before, text such as "False" (a value read from an environment variable or a form) was truthy, and
+    transformers ran the checkpoint's own code without a word."""
+    if value is None:
+        return False
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ModelLoadError(f"trust_remote_code must be True or False, got {value!r} ({type(value).__name__}); "
+                         f"a checkpoint's own code runs only with trust_remote_code=True")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike, *, trust_remote_code: bool = False,
                    config_key: str = "actor_rollout_ref.model.path", chat_template: str | None = None,
                    template_key: str = "actor_rollout_ref.model.custom_chat_template", **kwargs):
     """``AutoTokenizer.from_pretrained`` set up for RL: left padding, and a pad token (eos if absent).
     ``chat_template`` (Jinja text, or a file holding it) replaces the tokenizer's own template."""
     name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
+    trust_remote_code = trusted(trust_remote_code)
     from transformers import AutoTokenizer
 
     _quiet_transformers()
@@ -251,6 +265,7 @@ def load_causal_lm(name_or_path: str | os.PathLike, *, dtype: str | torch.dtype 
     ``override_config`` is applied after, so it can still set a dropout on purpose.
     """
     name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
+    trust_remote_code = trusted(trust_remote_code)
     import transformers
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
@@ -295,6 +310,7 @@ def load_causal_lm_config(name_or_path: str | os.PathLike, *, trust_remote_code:
     """The model's config (``config.json``) as :func:`load_causal_lm` builds the model from it, with
     the same clear errors; no weights are read."""
     name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
+    trust_remote_code = trusted(trust_remote_code)
     from transformers import AutoConfig
 
     local = {"local_files_only": True} if local_files_only else {}
@@ -413,6 +429,7 @@ def load_sequence_classifier(name_or_path: str | os.PathLike, *, dtype: str | to
     would fill the missing head with random numbers and only warn.
     """
     name_or_path = os.fspath(name_or_path)  # a pathlib.Path too
+    trust_remote_code = trusted(trust_remote_code)
     import transformers
     from transformers import AutoModelForSequenceClassification
 

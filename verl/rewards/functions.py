@@ -123,7 +123,14 @@ class RewardFunction:
             raise RewardError(f"reward function {self.name} returned {type(out).__name__} {out!r:.200}; a function "
                               f"taking {taking} must return a list with one score per "
                               f"completion ({len(samples)} here)")
-        out = out.tolist() if hasattr(out, "tolist") else list(out)
+        if hasattr(out, "tolist"):  # a numpy array or tensor: [B], or [B, 1] as a model's scores come
+            shape = tuple(getattr(out, "shape", ()))
+            out = out.reshape(-1).tolist() if len(shape) == 2 and shape[1] == 1 else out.tolist()
+        if not isinstance(out, (list, tuple)):  # np.mean(...) or a 0-d tensor: one number for the whole batch
+            raise RewardError(f"reward function {self.name} returned one number ({out!r:.60}) for the batch of "
+                              f"{len(samples)} completions; a function taking {taking} must return a list with one "
+                              f"score per completion")
+        out = list(out)
         if len(out) != len(samples):
             raise RewardError(f"reward function {self.name} returned {len(out)} scores for {len(samples)} "
                               f"completions; return exactly one score per completion")

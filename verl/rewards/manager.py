@@ -256,9 +256,12 @@ def build_reward_functions(entries: Sequence[dict], custom_path: str | None = No
                               f"give a 'path' to the python file that defines it")
         if entry.get("kwargs"):
             fn = functools.partial(fn, **dict(entry["kwargs"]))
-        try:
-            weight = float(entry.get("weight", 1.0))
+        given = entry.get("weight", 1.0)
+        try:  # text too: a value read from the command line or YAML ("0.5")
+            weight = float(given) if not isinstance(given, (bool, np.bool_)) else math.nan
         except (TypeError, ValueError):
-            raise RewardError(f"{where}.weight must be a number, got {entry.get('weight')!r}") from None
+            weight = math.nan
+        if not math.isfinite(weight):  # before: True weighed 1 and nan made every reward nan, without a word
+            raise RewardError(f"{where}.weight must be a finite number, got {given!r}")
         functions.append(RewardFunction(fn, weight=weight, name=entry["name"]))
     return functions

@@ -100,6 +100,11 @@ def _reward_vector(reward: Any, batch_size: int) -> torch.Tensor:
     if isinstance(reward, torch.Tensor):
         values = reward.detach()
     elif isinstance(reward, (np.ndarray, list, tuple)):
+        rows = reward.reshape(-1) if isinstance(reward, np.ndarray) else reward
+        none = next((i for i, v in enumerate(rows) if v is None or isinstance(v, (list, tuple)) and None in v), None)
+        if none is not None:  # numpy reads None as nan: "reward of row 0 is nan" said a number was computed
+            raise VerlError(f"reward of row {none} is None; every row needs a finite number (did the reward "
+                            f"function return nothing for it?)")
         try:
             values = torch.as_tensor(np.asarray(reward, dtype=np.float64))
         except (TypeError, ValueError) as exc:

@@ -26,7 +26,7 @@ from verl.models.lora import (adapters_disabled, apply_lora, is_lora_model, lora
                               vision_tower)
 from verl.models.tiny import builtin_model_path
 from verl.models.vision import is_vision_model, load_processor
-from verl.protocol import Batch
+from verl.protocol import Batch, model_columns
 from verl.rollout import NO_ROLLOUT, SamplingParams, auto_engine, build_rollout
 from verl.utils.keywords import hint_keywords
 from verl.utils.memory import memory_metrics
@@ -219,7 +219,7 @@ class ActorRolloutRefWorker:
 
     def generate_sequences(self, prompts: Batch, params: SamplingParams | None = None) -> Batch:
         """Prompts -> prompts x n with ``responses``, ``response_mask`` and the full sequences."""
-        need_batch(prompts, "generate_sequences", self.actor_model.config)
+        prompts = need_batch(prompts, "generate_sequences", self.actor_model.config)
         need_left_padded(prompts)
         params = params or self.sampling_params()
         check_context_length(self.actor_model.config, prompts["input_ids"].shape[1], params.max_new_tokens)
@@ -232,7 +232,7 @@ class ActorRolloutRefWorker:
     def compute_log_prob(self, batch: Batch) -> Batch:
         """``old_log_probs`` and ``entropys`` under the current policy; with
         ``actor.calculate_sum_pi_squared`` also ``sum_pi_squared`` (the optimal token baseline reads it)."""
-        need_batch(batch, "compute_log_prob", self.actor_model.config)
+        batch = need_batch(batch, "compute_log_prob", self.actor_model.config)
         if self.config.actor.calculate_sum_pi_squared:
             log_prob, entropy, spp = self.actor.compute_log_prob(batch, with_entropy=True, with_sum_pi_squared=True)
             return Batch({"old_log_probs": log_prob, "entropys": entropy, "sum_pi_squared": spp})
@@ -241,7 +241,7 @@ class ActorRolloutRefWorker:
 
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """``ref_log_prob`` under the frozen reference policy (with LoRA: the actor's base weights)."""
-        need_batch(batch, "compute_ref_log_prob", self.actor_model.config)
+        batch = need_batch(batch, "compute_ref_log_prob", self.actor_model.config)
         if self.ref is None:
             raise RuntimeError("this worker was built without a reference model (with_ref=False)")
         with adapters_disabled(self.ref.model):
@@ -257,7 +257,7 @@ class ActorRolloutRefWorker:
         ``loss_fn``, ``mini_batch_size``, ``micro_batch_size`` (else ``actor.ppo_micro_batch_size_per_gpu``)
         and ``epochs`` override the configured values for this call (:meth:`Actor.update`).
         """
-        need_batch(batch, "update_actor", self.actor_model.config)
+        batch = need_batch(batch, "update_actor", self.actor_model.config)
         metrics = {}
         if self.config.actor.mask_truncated_responses:
             truncated = truncated_responses(batch["responses"], batch["response_mask"], self.rollout.eos_token_ids)
@@ -290,18 +290,20 @@ def policy_folder(model_cfg) -> str:
     return str(model_cfg.path) if model_cfg.path else str(builtin_model_path())
 
 
-def need_batch(value, method: str, model_config=None) -> None:
+def need_batch(value, method: str, model_config=None) -> Batch:
     """The worker's methods take a :class:`Batch`; a dict (a tokenizer's output, the tutorial's step batch)
     failed with "'dict' object has no attribute 'to'" or a KeyError deep inside. With ``model_config``, its
     ``input_ids`` must be ids the model embeds: ids of another tokenizer failed with "index out of range in
-    self" inside the model."""
+    self" inside the model. Returns the batch with the columns a model reads typed (:func:`model_columns`)."""
     if not isinstance(value, Batch):
         raise VerlError(f"ActorRolloutRefWorker.{method} takes a verl.protocol.Batch, got {type(value).__name__}: "
                         f"wrap the tensors, Batch({{'input_ids': ..., 'attention_mask': ..., ...}}) (prompts padded "
                         f"on the left, with position_ids); PPOTrainer.step is the call that takes a plain dict")
-    if model_config is not None and "input_ids" in value and value["input_ids"].dim() == 2:
+    value = model_columns(value, f"ActorRolloutRefWorker.{method}")  # int32 ids as int64, numpy columns as tensors
+    if model_config is not None and "input_ids" in value:
         refuse_ids_outside(value["input_ids"], model_config.get_text_config().vocab_size,
                            f"ActorRolloutRefWorker.{method}: ")
+    return value
 
 
 def need_left_padded(prompts: Batch) -> None:

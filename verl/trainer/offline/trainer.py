@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -36,7 +37,7 @@ from verl.distributed.process_group import (ensure_process_group, is_main_proces
                                             world_size)
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import shard_rows
-from verl.errors import naming_the_file
+from verl.errors import VerlError, naming_the_file
 from verl.models.loading import resolve_device
 from verl.models.lora import BaseView, lora_requested
 from verl.protocol import Batch
@@ -154,12 +155,26 @@ class OfflineTrainer:
     # ------------------------------------------------------------------ the run
     def step(self, batch: Batch) -> dict[str, float]:
         """One optimiser step on ``batch`` (a batch of this trainer's ``collate``, the same on every
-        rank); it counts towards ``total_steps``. Returns the step's metrics."""
+        rank); it counts towards ``total_steps``. Returns the step's metrics. A dict of its tensors is taken as the
+        Batch, and integer token ids or positions of another dtype (int32) as int64."""
+        batch = self._typed_batch(batch)
         self.global_step += 1
         start = time.perf_counter()
         metrics = self.update(self.shard(batch))
         metrics["timing_s/step"] = time.perf_counter() - start
         return metrics
+
+    def _typed_batch(self, batch) -> Batch:
+        """Before: a dict (``batch.to_dict()``, a collate of one's own) failed with "'dict' object has no attribute
+        'index'", and int32 ids inside the loss with "expected target dtype to be Long or Byte, but got Int"."""
+        if isinstance(batch, Mapping) and all(isinstance(v, torch.Tensor) for v in batch.values()):
+            batch = Batch(dict(batch))
+        if not isinstance(batch, Batch):
+            raise VerlError(f"{type(self).__name__}.step takes a verl.protocol.Batch of tensors, as "
+                            f"next(trainer.train_loader) gives it (or a dict of its tensors), got {type(batch).__name__}")
+        ids = {k: v.long() for k, v in batch.tensors.items() if k.endswith(("input_ids", "position_ids"))
+               and v.dtype not in (torch.long, torch.bool) and not v.is_floating_point() and not v.is_complex()}
+        return Batch({**batch.tensors, **ids}, batch.non_tensors, batch.meta) if ids else batch
 
     def fit(self) -> dict:
         """Train for ``total_steps`` optimiser steps (resuming when a checkpoint exists); return

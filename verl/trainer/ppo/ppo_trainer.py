@@ -36,7 +36,7 @@ from verl.config.node import ConfigNode, option
 from verl.errors import ConfigError
 from verl.distributed.watchdog import Watchdog
 from verl.distributed.worker_group import WorkerGroup, make_worker_group
-from verl.protocol import Batch
+from verl.protocol import Batch, model_columns
 from verl.trainer.base import BaseTrainer
 from verl.trainer.ppo.core import apply_kl_and_advantage
 from verl.trainer.ppo.roles import value_critic
@@ -113,6 +113,7 @@ class PPOTrainer(BaseTrainer):
             data = data.to_dict()  # the tutorial's columns in a Batch: read as the dict
         if isinstance(data, Batch):
             check_layout(data)
+            data = model_columns(data, "PPOTrainer.step")  # int32 ids as int64, for the critic's pass too
         batch = data if isinstance(data, Batch) else batch_from_dict(
             data, self.worker.tokenizer.pad_token_id, normalize_reward,
             vocab_size=self.worker.actor_model.get_input_embeddings().num_embeddings)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from verl.data.collate import left_pad
@@ -45,7 +46,11 @@ def named_otherwise(missing: list[str], keys) -> str:
 def _tensor(value, name: str) -> torch.Tensor:
     """``value`` as one tensor; rows of several lengths (lists from a tokenizer without padding) are named with
     the fix, not torch's "expected sequence of length 4 at dim 1 (got 6)"."""
+    if value is None:  # e.g. prompt_mask=None: "could not infer dtype of NoneType" before, and a padding hint
+        raise VerlError(f"the batch's {name} is None; give a tensor [B, T] (one row per sequence). {NEEDS}")
     try:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (torch.Tensor, np.ndarray)) for v in value):
+            return torch.stack([torch.as_tensor(v) for v in value])  # one tensor per row, as a loop collects them
         return torch.as_tensor(value)
     except (ValueError, TypeError, RuntimeError) as e:
         raise VerlError(f"{name} cannot be made one tensor ({e}): are its rows of different lengths? Pad them to "
@@ -124,9 +129,11 @@ def batch_from_dict(data: dict, pad_token_id: int, normalize_reward, vocab_size:
     if not input_ids.shape[0]:
         raise VerlError(f"the batch has no rows (input_ids has shape {list(input_ids.shape)}); give at least one")
     refuse_ids_outside(input_ids, vocab_size)
-    if "attention_mask" not in data:
+    if data.get("attention_mask") is None:  # left out, or None as a Hugging Face model takes it: no padding
         _say_unmasked_padding(input_ids, pad_token_id)
-    attention_mask = _mask(data.get("attention_mask", torch.ones_like(input_ids)), "attention_mask", input_ids)
+        attention_mask = torch.ones_like(input_ids)
+    else:
+        attention_mask = _mask(data["attention_mask"], "attention_mask", input_ids)
     prompt_mask = _mask(data["prompt_mask"], "prompt_mask", input_ids)
     prompts, responses = [], []
     for row in range(input_ids.shape[0]):
