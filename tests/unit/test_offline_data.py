@@ -333,3 +333,57 @@ def test_responses_that_repeat_their_prompt_are_refused_when_all_and_counted_whe
     assert [r.getMessage() for r in caplog.records] == [
         "data.train_files: 1 of 4 rows repeat their prompt at the start of column 'response' (row 0): the prompt is "
         "trained on as part of the answer; give column 'response' without the prompt (the text after it)"]
+
+
+# A template in the shape of Qwen2.5's for tools: an assistant turn renders its tool calls after its text, a tool
+# result is a turn of its own (not trained), the generation prompt is "A: ".
+TOOL_CHAT = build_char_tokenizer(chat_template=(
+    "{% for m in messages %}{% if m['role'] == 'user' %}{{ 'Q: ' + m['content'] + '\\n' }}"
+    "{% elif m['role'] == 'tool' %}{{ 'R: ' + m['content'] + '\\n' }}"
+    "{% elif m['role'] == 'assistant' %}{{ 'A: ' + m['content'] }}{% for c in m.get('tool_calls') or [] %}"
+    "{{ '<' + c['function']['name'] + c['function']['arguments'] + '>' }}{% endfor %}{{ eos_token }}"
+    "{% else %}{{ m['content'] + '\\n' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ 'A: ' }}{% endif %}"))
+
+
+def trained(tok, ids, mask):
+    """The text of the loss-masked tokens, turn after turn."""
+    return tok.decode([i for i, m in zip(ids, mask) if m])
+
+
+def test_content_parts_and_tool_call_turns_render_as_text_and_train_the_assistant_tokens_only():
+    """OpenAI's format: content as a list of text parts, an assistant turn of tool calls with content null or
+    absent, tool results in turns of their own. Before: the first crashed inside the template (TypeError) or was
+    trained as the repr of the list, the second stopped the run as "expected a list of {role, content} messages"
+    (absent) or crashed (null)."""
+    call = {"type": "function", "function": {"name": "add", "arguments": '{"a":1}'}}
+    messages = [{"role": "system", "content": [{"type": "text", "text": "S"}]},
+                {"role": "user", "content": [{"type": "text", "text": "1+"}, {"type": "text", "text": "2="}]},
+                {"role": "assistant", "tool_calls": [call]}, {"role": "tool", "content": "3"},
+                {"role": "assistant", "content": None, "tool_calls": [call]}, {"role": "tool", "content": "3"},
+                {"role": "assistant", "content": [{"type": "text", "text": "3"}]}]
+    ids, mask = Encoder(TOOL_CHAT, max_length=128).conversation(messages, "row 0")
+    assert TOOL_CHAT.decode(ids) == 'S\nQ: 1+2=\nA: <add{"a":1}></s>R: 3\nA: <add{"a":1}></s>R: 3\nA: 3</s>'
+    assert trained(TOOL_CHAT, ids, mask) == '<add{"a":1}></s><add{"a":1}></s>3</s>'
+    ids, mask = Encoder(TOOL_CHAT, max_length=128).example(messages[:2], messages[6:], "row 0")
+    assert TOOL_CHAT.decode(ids) == "S\nQ: 1+2=\nA: 3</s>" and trained(TOOL_CHAT, ids, mask) == "3</s>"
+    plain = Encoder(build_char_tokenizer(chat_template=None), max_length=64, apply_chat_template=False)
+    assert TOK.decode(plain.example(messages[1:2], "3", "row 0")[0]) == "1+2=3</s>"
+
+
+def test_a_null_content_a_non_text_part_and_a_template_error_name_the_row_and_turn():
+    """Before: a jinja TypeError / UndefinedError from inside the template, with no row, or the text 'None'."""
+    null = [{"role": "user", "content": None}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(DataError, match=r"^row 4 of data.train_files: turn 0 \(user\) has no content \(null\)"):
+        SFTDataset([{"messages": null[1:]}] * 4 + [{"messages": null}], encoder(), messages_key="messages")
+    with pytest.raises(DataError, match=r"^row 0 of data.train_files: turn 0 \(user\) has no content \(null\)"):
+        SFTDataset([{"prompt": null[:1], "response": "b"}], Encoder(TOK, max_length=64, apply_chat_template=False))
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]}]
+    with pytest.raises(DataError, match=r"^row 0 \(chosen\): turn 0 \(user\) has a content part of type 'image_url'"):
+        encoder().example(image, "b", "row 0 (chosen)")
+    strict = build_char_tokenizer(chat_template="{% for m in messages %}{% if m['role'] == 'tool' %}"
+                                                 "{{ raise_exception('roles must alternate') }}{% endif %}"
+                                                 "{{ m['content'] }}{% endfor %}")
+    tool = [{"role": "user", "content": "a"}, {"role": "tool", "content": "r"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(DataError, match=r"^row 0: the chat template cannot render this conversation \(.*roles must "
+                                        r"alternate\); .*model.custom_chat_template"):
+        Encoder(strict, max_length=64).conversation(tool, "row 0")

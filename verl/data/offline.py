@@ -28,9 +28,10 @@ from typing import Any
 import torch
 
 from verl.data.chat import turn_end_ids
+from verl.data.chat_rows import is_chat, text_messages
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
-from verl.data.io import DataError, is_messages
+from verl.data.io import DataError
 from verl.data.loader import PromptLoader
 from verl.protocol import Batch
 
@@ -53,10 +54,15 @@ class Encoder:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._turn_tokens = None  # the texts that close an assistant turn (_turn_end), found on first use
 
-    def _render(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
+    def _render(self, messages: list[dict], generation_prompt: bool, where: str, tools: list | None = None) -> str:
         extra = {"tools": tools} if tools else {}
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
-                                                  **extra, **self.chat_template_kwargs)
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                      **extra, **self.chat_template_kwargs)
+        except Exception as err:  # the template's own check (roles must alternate, ...) or a field it lacks
+            raise DataError(f"{where}: the chat template cannot render this conversation ({type(err).__name__}: "
+                            f"{err}); give the turns this template expects, or set model.custom_chat_template "
+                            f"to a template that takes them") from None
 
     def _ids(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
@@ -70,8 +76,8 @@ class Encoder:
             return value
         if self.apply_chat_template:  # messages, and the tokenizer has no template to render them
             raise DataError(f"{where}: chat messages need a chat template, and the tokenizer has none; use a "
-                            f"tokenizer (model) with a chat template, or set data.apply_chat_template=false to "
-                            f"use the message contents as plain text")
+                            f"tokenizer (model) with a chat template, set model.custom_chat_template, or set "
+                            f"data.apply_chat_template=false to use the message contents as plain text")
         return "\n".join(str(m["content"]) for m in value)
 
     def _texts(self, prompt: Any, response: Any, where: str, rendered: dict) -> tuple[str, str]:
@@ -88,9 +94,9 @@ class Encoder:
         response_msgs = response if isinstance(response, list) else [{"role": "assistant", "content": response}]
         key = repr(prompt_msgs)
         if key not in rendered:
-            rendered[key] = self._render(prompt_msgs, True)
+            rendered[key] = self._render(prompt_msgs, True, where)
         prompt_text = rendered[key]
-        full_text = self._render(prompt_msgs + response_msgs, False)
+        full_text = self._render(prompt_msgs + response_msgs, False, where)
         if not full_text.startswith(prompt_text):
             raise DataError(f"{where}: the chat template does not render the prompt as the start of the whole "
                             f"conversation, so the response tokens cannot be told apart; set "
@@ -110,23 +116,24 @@ class Encoder:
     def conversation(self, messages: Any, where: str, tools: list | None = None) -> Encoded:
         """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens).
         ``tools``: tool schemas the chat template renders (into the system turn, as the rollout does)."""
-        if not is_messages(messages):
+        if not is_chat(messages):
             raise DataError(f"{where}: expected a list of {{role, content}} messages, got "
                             f"{type(messages).__name__}: {messages!r:.200}")
         if not self.templated:
             raise DataError(f"{where}: chat conversations need the tokenizer's chat template (data.apply_chat_template"
-                            f"=true and a tokenizer that has one)")
+                            f"=true and a tokenizer that has one, or model.custom_chat_template)")
+        messages = text_messages(messages, where)
         if not any(message.get("role") == "assistant" for message in messages):
             raise DataError(f"{where}: the conversation has no assistant turn, and the loss covers assistant turns "
                             f"only, so nothing in it would be trained on; end it with the answer as a "
                             f"{{role: assistant}} message, or drop the row")
-        full = self._render(messages, False, tools)
+        full = self._render(messages, False, where, tools)
         ids, mask, done = [], [], 0
         for k, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue
-            start_text = self._render(messages[:k], True, tools) if k else ""
-            end_text = self._render(messages[:k + 1], False, tools)
+            start_text = self._render(messages[:k], True, where, tools) if k else ""
+            end_text = self._render(messages[:k + 1], False, where, tools)
             start = len(start_text)
             end = len(end_text) if full.startswith(end_text) and end_text.startswith(start_text) else \
                 self._turn_end(full, start) if full.startswith(start_text) else None
@@ -179,8 +186,10 @@ class Encoder:
 
 
 def _messages_or_text(value: Any, where: str, what: str) -> str | list[dict]:
-    if isinstance(value, str) or is_messages(value):
+    if isinstance(value, str):
         return value
+    if is_chat(value):
+        return text_messages(value, where)
     raise DataError(f"{where}: the {what} must be a string or a list of {{role, content}} messages, got "
                     f"{type(value).__name__}: {value!r:.200}")
 
@@ -243,7 +252,7 @@ def _blank(value: Any) -> bool:
     """A response with no text: '' (or spaces), or messages whose contents are all empty."""
     if isinstance(value, str):
         return not value.strip()
-    return is_messages(value) and not any(str(m.get("content") or "").strip() for m in value)
+    return is_chat(value) and not any(str(m.get("content") or "").strip() for m in value)
 
 
 def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str) -> None:
@@ -263,7 +272,7 @@ def _say_repeated_prompts(rows: list[tuple[Any, tuple]], columns: str, source: s
     text is) show the model its prompt twice, the second time as the answer to learn. Every row so is refused,
     some are said once with the rows. Short prompts ("2=") are left alone: an answer may begin with them."""
     def text(value: Any) -> str:
-        return (value if isinstance(value, str) else str(value[-1].get("content") or "") if is_messages(value) and value
+        return (value if isinstance(value, str) else str(value[-1].get("content") or "") if is_chat(value) and value
                 else "").strip()
     repeated = [i for i, (prompt, responses) in enumerate(rows) if len(text(prompt)) >= 4
                 and all(isinstance(r, str) and r.strip().startswith(text(prompt)) for r in responses)]
@@ -313,7 +322,7 @@ class SFTDataset:
 def _opening(chosen: Any, rejected: Any) -> int:
     """How many turns two whole conversations share before their answers differ; 0 unless both are messages
     that begin with the prompt's turns and go on with an assistant turn each."""
-    if not (is_messages(chosen) and is_messages(rejected)) or not chosen or chosen[0].get("role") == "assistant":
+    if not (is_chat(chosen) and is_chat(rejected)) or not chosen or chosen[0].get("role") == "assistant":
         return 0
     n = 0
     while n < min(len(chosen), len(rejected)) - 1 and chosen[n] == rejected[n]:

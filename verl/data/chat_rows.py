@@ -1,0 +1,53 @@
+"""Chat messages as the offline trainers' rows hold them, made into what a chat template renders.
+
+Real datasets hold more than ``{"role", "content": str}``: OpenAI's content as a list of parts
+(``[{"type": "text", "text": ...}]``), an assistant turn of tool calls with ``content`` null or
+absent, ``tool`` turns. :func:`text_messages` gives each turn its content as one string, and refuses,
+naming the row and the turn, what would otherwise crash inside the template or be trained as the
+repr of a Python object: a null content (outside a turn of tool calls), a part that is not text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.data.io import DataError
+
+
+def is_chat(value: Any) -> bool:
+    """A conversation: a list of message dicts, each with a ``content`` (an assistant turn of tool calls
+    may lack it, as OpenAI's format allows)."""
+    return isinstance(value, list) and all(isinstance(m, dict) and ("content" in m or "tool_calls" in m)
+                                           for m in value)
+
+
+def _text(content: Any, message: dict, where: str, turn: int) -> str:
+    role = message.get("role", "?")
+    if isinstance(content, str):
+        return content
+    if content is None:
+        if message.get("tool_calls"):  # an assistant turn that only calls tools: the template renders the calls
+            return ""
+        raise DataError(f"{where}: turn {turn} ({role}) has no content (null), so there is nothing to render or "
+                        f"train for it; fill it in, or drop the turn or the row")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise DataError(f"{where}: turn {turn} ({role}) has a content part of type {kind!r}; the offline "
+                                f"trainers train on text: give text parts ({{type: text, text: ...}}) or a string")
+        return "".join(texts)
+    raise DataError(f"{where}: turn {turn} ({role}) has content of type {type(content).__name__} ({content!r:.60}); "
+                    f"give a string or a list of text parts")
+
+
+def text_messages(messages: list[dict], where: str) -> list[dict]:
+    """``messages`` with each content one string (a list of text parts joined, a tool-call turn's null
+    content ''); a copy, the rows are left as read."""
+    return [{**m, "content": _text(m.get("content"), m, where, k)} for k, m in enumerate(messages)]
+
