@@ -387,3 +387,40 @@ def test_a_null_content_a_non_text_part_and_a_template_error_name_the_row_and_tu
     with pytest.raises(DataError, match=r"^row 0: the chat template cannot render this conversation \(.*roles must "
                                         r"alternate\); .*model.custom_chat_template"):
         Encoder(strict, max_length=64).conversation(tool, "row 0")
+
+
+QWEN2_LIKE = ("{% for m in messages %}{% if loop.first and m['role'] != 'system' %}{{ '<|im_start|>system\\nBe kind."
+              "<|im_end|>\\n' }}{% endif %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+              "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+LLAMA3_LIKE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+               "m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+               "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+PHI3_LIKE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endfor %}"
+             "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+
+def special_tokenizer(template, *specials):
+    tok = build_char_tokenizer(chat_template=template)
+    tok.add_special_tokens({"additional_special_tokens": list(specials)})
+    return tok
+
+
+@pytest.mark.parametrize("template, specials, turns", [
+    (QWEN2_LIKE, ["<|im_start|>", "<|im_end|>"], ["hi<|im_end|>\n", "b<|im_end|>\n", "d<|im_end|>\n"]),
+    (LLAMA3_LIKE, ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"], ["hi<|eot_id|>", "b<|eot_id|>",
+                                                                               "d<|eot_id|>"]),
+    (PHI3_LIKE, ["<|user|>", "<|assistant|>", "<|end|>"], ["hi<|end|>", "b<|end|>", "d<|end|>\n</s>"])])
+def test_templates_with_a_default_system_prompt_a_bos_or_a_closing_eos_train_exactly_the_assistant_turns(
+        template, specials, turns):
+    """Qwen2's default system prompt, Llama 3's bos, Phi-3's eos after the last turn. A conversation that opens with
+    an assistant turn (a greeting) trained everything before its content too: the bos, the default system prompt
+    and the assistant header ('<|im_start|>system\\nBe kind.<|im_end|>\\n<|im_start|>assistant\\nhi<|im_end|>\\n')."""
+    tok = special_tokenizer(template, *specials)
+    chat = [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+    encoder_ = Encoder(tok, max_length=256)
+    ids, mask = encoder_.conversation(chat, "row 0")
+    assert tok.decode(ids) == tok.apply_chat_template(chat, tokenize=False)
+    assert trained(tok, ids, mask) == "".join(turns)
+    ids, mask = encoder_.conversation(chat[1:], "row 0")
+    assert trained(tok, ids, mask) == "".join(turns[1:])

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from verl.data.chat import turn_end_ids
+from verl.data.chat import TURN_MARK, turn_end_ids
 from verl.data.chat_rows import is_chat, text_messages
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
@@ -132,11 +132,12 @@ class Encoder:
         for k, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue
-            start_text = self._render(messages[:k], True, where, tools) if k else ""
+            start_text = self._render(messages[:k], True, where, tools) if k else \
+                self._opening_header(messages, full, where, tools)
             end_text = self._render(messages[:k + 1], False, where, tools)
-            start = len(start_text)
-            end = len(end_text) if full.startswith(end_text) and end_text.startswith(start_text) else \
-                self._turn_end(full, start) if full.startswith(start_text) else None
+            start = len(start_text or "")
+            end = None if start_text is None else len(end_text) if full.startswith(end_text) and \
+                end_text.startswith(start_text) else self._turn_end(full, start) if full.startswith(start_text) else None
             # A template that renders the last assistant turn otherwise than earlier ones (Qwen3's empty think
             # block): an earlier turn ends at the first end-of-turn token after its start in the whole text.
             if end is None or start < done:
@@ -150,6 +151,14 @@ class Encoder:
             done = end
         rest = self._ids(full[done:]) if done < len(full) else []
         return ids + rest, mask + [0] * len(rest)
+
+    def _opening_header(self, messages: list[dict], full: str, where: str, tools: list | None) -> str | None:
+        """What the whole text holds before the content of a conversation's first turn, an assistant's (a greeting):
+        the template's bos, default system prompt and assistant header, none of them the assistant's to learn.
+        Found by rendering the conversation with a marker for that content; None where the marker is not found."""
+        marked = self._render([{**messages[0], "content": TURN_MARK}, *messages[1:]], False, where, tools)
+        cut = marked.find(TURN_MARK)
+        return marked[:cut] if cut >= 0 and full.startswith(marked[:cut]) else None
 
     def _turn_end(self, full: str, start: int) -> int | None:
         """Where the assistant turn starting at ``start`` of ``full`` ends: just after the first end-of-turn token
