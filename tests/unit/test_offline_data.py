@@ -424,3 +424,31 @@ def test_templates_with_a_default_system_prompt_a_bos_or_a_closing_eos_train_exa
     assert trained(tok, ids, mask) == "".join(turns)
     ids, mask = encoder_.conversation(chat[1:], "row 0")
     assert trained(tok, ids, mask) == "".join(turns[1:])
+
+
+def test_rows_cut_to_no_response_token_are_left_out_and_every_row_so_stops_the_run(caplog):
+    """data.truncation=right with a prompt over data.max_length left a row with an all-zero loss mask. Before: SFT
+    trained steps of 0 tokens (loss 0.0, nothing said) and DPO compared the other side with nothing (log-prob 0)."""
+    right = encoder(max_length=12, truncation="right")
+    sft = [{"prompt": "1=", "response": "2"}, {"prompt": "x" * 20, "response": "2"}]
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        items = SFTDataset(sft, right).items
+        pairs = PreferenceDataset([{"prompt": "1=", "chosen": "1", "rejected": "2"},
+                                   {"prompt": "1=" * 4, "chosen": "1", "rejected": "2" * 20}], right).items
+        kto = KTODataset([{"prompt": "a", "completion": "b", "label": True},
+                          {"prompt": "a" * 20, "completion": "b", "label": False}], right).items
+    assert [trained(TOK, ids, mask) for ids, mask in items] == ["2</s>"]
+    assert [(trained(TOK, *p["chosen"]), trained(TOK, *p["rejected"])) for p in pairs] == [("1</s>", "2</s>")]
+    assert [trained(TOK, it["input_ids"], it["loss_mask"]) for it in kto] == ["b</s>"]
+    assert [r.getMessage() for r in caplog.records][0] == (
+        "data.train_files: 1 of 2 rows have no response token left to train on (data.truncation=right cut them to "
+        "data.max_length=12; row 1): they are left out; raise data.max_length, or set data.truncation=left (it keeps "
+        "the end of a row, where the response is)")
+    with pytest.raises(DataError, match=r"^no row of data.val_files has a response token left to train on "
+                                        r"\(data.truncation=right cut them to data.max_length=12; row 0, 1\)"):
+        SFTDataset([sft[1]] * 2, right, source="data.val_files")
+    chat = [{"role": "user", "content": "x" * 20}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(DataError, match=r"^no row of data.train_files has a response token left"):
+        SFTDataset([{"messages": chat}], right, messages_key="messages")
+    left = SFTDataset([{"messages": chat}], encoder(max_length=12, truncation="left"), messages_key="messages").items
+    assert trained(TOK, *left[0]) == "b</s>"

@@ -33,6 +33,7 @@ from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
 from verl.data.io import DataError
 from verl.data.loader import PromptLoader
+from verl.data.offline_checks import keep_trained
 from verl.protocol import Batch
 
 logger = logging.getLogger(__name__)
@@ -308,6 +309,8 @@ class SFTDataset:
             self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}",
                                                             row_tools(row, tools_key, f"row {i} of {source}")),
                                       f"row {i} of {source}") for i, row in enumerate(rows)]
+            self.items = keep_trained(self.items, [(mask,) for _, mask in self.items], source, encoder.max_length,
+                                      encoder.truncation)
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
         check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
@@ -318,7 +321,8 @@ class SFTDataset:
                              response_key, source)
         _say_repeated_prompts([(prompt, (response,)) for prompt, response, _ in examples], f"column {response_key!r}",
                               source)
-        self.items = encoder.examples(examples)
+        items = encoder.examples(examples)
+        self.items = keep_trained(items, [(mask,) for _, mask in items], source, encoder.max_length, encoder.truncation)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -364,7 +368,9 @@ class PreferenceDataset:
         encoded = encoder.examples([(prompt, response, f"row {i} of {source} ({side})")
                                     for i, (prompt, *responses) in enumerate(triples)
                                     for response, side in zip(responses, ("chosen", "rejected"))])
-        self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+        items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+        self.items = keep_trained(items, [(it["chosen"][1], it["rejected"][1]) for it in items], source,
+                                  encoder.max_length, encoder.truncation)
         same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
         if same:  # their loss is constant: no gradient, yet they count in every average
             logger.warning("%s: %d of %d rows have the same chosen and rejected response (row %s): they carry no "
@@ -409,6 +415,8 @@ class KTODataset:
             ids, mask = encoder.join(prompt_ids, completion_ids, where)
             self.items.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids, "input_ids": ids,
                                "loss_mask": mask, "label": label})
+        self.items = keep_trained(self.items, [(it["loss_mask"],) for it in self.items], source, encoder.max_length,
+                                  encoder.truncation)
 
     def __len__(self) -> int:
         return len(self.items)
