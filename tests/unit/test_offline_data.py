@@ -301,7 +301,8 @@ def test_a_response_holding_the_whole_conversation_is_named_as_such():
 def test_empty_sft_responses_are_refused_when_all_and_counted_when_some(caplog):
     """Before: a response column of empty texts trained the model to answer nothing, without a word."""
     rows = [{"prompt": f"{i}+1=", "response": str(i + 1), "note": ""} for i in range(8)]
-    with pytest.raises(DataError, match=r"^every response of data.train_files is empty \(column 'note'\): the run "
+    with pytest.raises(DataError, match=r"^every row of data.train_files has an empty response \(column 'note'\): "
+                                        r"the run "
                                         r"would train the model to answer nothing; set data.response_key"):
         SFTDataset(rows, encoder(), response_key="note")
     rows[2]["response"], rows[5]["response"] = " ", [{"role": "assistant", "content": ""}]
@@ -392,7 +393,8 @@ def test_a_null_content_a_non_text_part_and_a_template_error_name_the_row_and_tu
 QWEN2_LIKE = ("{% for m in messages %}{% if loop.first and m['role'] != 'system' %}{{ '<|im_start|>system\\nBe kind."
               "<|im_end|>\\n' }}{% endif %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
               "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
-LLAMA3_LIKE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+LLAMA3_LIKE = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
+               "'<|end_header_id|>\\n\\n' + "
                "m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
                "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 PHI3_LIKE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}{% endfor %}"
@@ -417,7 +419,8 @@ def test_templates_with_a_default_system_prompt_a_bos_or_a_closing_eos_train_exa
     and the assistant header ('<|im_start|>system\\nBe kind.<|im_end|>\\n<|im_start|>assistant\\nhi<|im_end|>\\n')."""
     tok = special_tokenizer(template, *specials)
     chat = [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "a"},
-            {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]
+            {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"},
+            {"role": "assistant", "content": "d"}]
     encoder_ = Encoder(tok, max_length=256)
     ids, mask = encoder_.conversation(chat, "row 0")
     assert tok.decode(ids) == tok.apply_chat_template(chat, tokenize=False)
@@ -452,3 +455,53 @@ def test_rows_cut_to_no_response_token_are_left_out_and_every_row_so_stops_the_r
         SFTDataset([{"messages": chat}], right, messages_key="messages")
     left = SFTDataset([{"messages": chat}], encoder(max_length=12, truncation="left"), messages_key="messages").items
     assert trained(TOK, *left[0]) == "b</s>"
+
+
+def test_empty_assistant_turns_and_empty_chosen_or_rejected_are_counted_and_refused_when_every_row(caplog):
+    """Before: a blank assistant turn of a conversation ('  ', or text parts of spaces) and an empty chosen or
+    rejected response were trained on (the model learns to answer nothing) without a word, even in every row."""
+    def chat(answer):
+        return [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "c"}, {"role": "assistant", "content": answer}]
+    with caplog.at_level("WARNING", logger="verl.data.offline"):
+        SFTDataset([{"messages": chat("d")}, {"messages": chat([{"type": "text", "text": " "}])}], encoder(),
+                   messages_key="messages")
+        PreferenceDataset([{"prompt": "p", "chosen": c, "rejected": r} for c, r in (("a", "b"), (" ", "b"), ("a", ""))],
+                          encoder())
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.train_files: 1 of 2 rows have an empty assistant turn (row 1): they train the model to answer nothing; "
+        "fill them in or drop them",
+        "data.train_files: 1 of 3 rows have an empty chosen response (row 1): they train the model to answer "
+        "nothing; fill them in or drop them",
+        "data.train_files: 1 of 3 rows have an empty rejected response (row 2): they train the model to answer "
+        "nothing; fill them in or drop them"]
+    blank = [{"role": "user", "content": "a"}, {"role": "assistant", "content": " "}]
+    with pytest.raises(DataError, match=r"^every row of data.train_files has only empty assistant turns \(column "
+                                        r"'messages'\): .*set data.messages_key"):
+        SFTDataset([{"messages": blank}] * 2, encoder(), messages_key="messages")
+    with pytest.raises(DataError, match=r"^every row of data.train_files has an empty chosen response \(column "
+                                        r"'chosen'\): .*set data.chosen_key"):
+        PreferenceDataset([{"prompt": "p", "chosen": "", "rejected": "b"}] * 2, encoder())
+    with pytest.raises(DataError, match=r"^every row of data.train_files has the same chosen and rejected response "
+                                        r"\(columns 'chosen' and 'rejected'\): .*set data.rejected_key"):
+        PreferenceDataset([{"prompt": "p", "chosen": "a", "rejected": "a"}] * 2, encoder())
+
+
+def test_chosen_and_rejected_conversations_with_different_prompts_name_the_row_and_the_turn():
+    """Before: 'lacks the column prompt' (no prompt column) or 'the response begins with a user turn, so it holds
+    the conversation' (with one): neither said that the two sides answer different prompts."""
+    def chat(question, answer):
+        return [{"role": "system", "content": "S"}, {"role": "user", "content": question},
+                {"role": "assistant", "content": answer}]
+    good = {"chosen": chat("1+1=", "2"), "rejected": chat("1+1=", "3")}
+    for row in ({"chosen": chat("1+1=", "2"), "rejected": chat("1+2=", "3")},
+                {"prompt": "1+1=", "chosen": chat("1+1=", "2"), "rejected": chat("1+2=", "3")}):
+        with pytest.raises(DataError, match=r"^row 1 of data.train_files: the chosen and rejected conversations part "
+                                            r"at turn 1 \(user against user\), before their answers, so they answer "
+                                            r"different prompts; give both the same prompt turns"):
+            PreferenceDataset([good, row], encoder())
+    with pytest.raises(DataError, match=r"^row 0 of data.train_files: the rejected conversation ends at turn 2, "
+                                        r"before an answer of its own"):
+        PreferenceDataset([{"chosen": chat("1+1=", "2"), "rejected": chat("1+1=", "2")[:2]}], encoder())
+    pair = PreferenceDataset([good], encoder())[0]
+    assert (trained(TOK, *pair["chosen"]), trained(TOK, *pair["rejected"])) == ("2</s>", "3</s>")

@@ -51,3 +51,32 @@ def text_messages(messages: list[dict], where: str) -> list[dict]:
     content ''); a copy, the rows are left as read."""
     return [{**m, "content": _text(m.get("content"), m, where, k)} for k, m in enumerate(messages)]
 
+
+
+def blank_turn(message: dict) -> bool:
+    """A turn with nothing in it to learn: no text (or only spaces) and no tool call."""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p if isinstance(p, str) else str(p.get("text") or "") if isinstance(p, dict) else "x"
+                          for p in content)
+    text = "" if content is None else content if isinstance(content, str) else "x"
+    return not text.strip() and not message.get("tool_calls")
+
+
+def parting(chosen: Any, rejected: Any) -> str | None:
+    """Why a chosen and a rejected conversation are not two answers to one prompt: they part before their
+    assistant turns (different prompts), or one ends before it answers. None for a pair of answers, texts,
+    or conversations that share their prompt turns."""
+    if not (is_chat(chosen) and is_chat(rejected) and chosen and rejected) or chosen == rejected:
+        return None
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    roles = [side[n].get("role") if n < len(side) else None for side in (chosen, rejected)]
+    if roles == ["assistant", "assistant"]:
+        return None
+    if None in roles:
+        short = "chosen" if roles[0] is None else "rejected"
+        return f"the {short} conversation ends at turn {n}, before an answer of its own"
+    return (f"the chosen and rejected conversations part at turn {n} ({roles[0]} against {roles[1]}), before their "
+            f"answers, so they answer different prompts")

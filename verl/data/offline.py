@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from verl.data.chat import TURN_MARK, turn_end_ids
-from verl.data.chat_rows import is_chat, text_messages
+from verl.data.chat_rows import blank_turn, is_chat, parting, text_messages
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
 from verl.data.io import DataError
@@ -138,7 +138,8 @@ class Encoder:
             end_text = self._render(messages[:k + 1], False, where, tools)
             start = len(start_text or "")
             end = None if start_text is None else len(end_text) if full.startswith(end_text) and \
-                end_text.startswith(start_text) else self._turn_end(full, start) if full.startswith(start_text) else None
+                end_text.startswith(start_text) else \
+                self._turn_end(full, start) if full.startswith(start_text) else None
             # A template that renders the last assistant turn otherwise than earlier ones (Qwen3's empty think
             # block): an earlier turn ends at the first end-of-turn token after its start in the whole text.
             if end is None or start < done:
@@ -262,18 +263,20 @@ def _blank(value: Any) -> bool:
     """A response with no text: '' (or spaces), or messages whose contents are all empty."""
     if isinstance(value, str):
         return not value.strip()
-    return is_chat(value) and not any(str(m.get("content") or "").strip() for m in value)
+    return is_chat(value) and all(blank_turn(m) for m in value)
 
 
-def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str) -> None:
+def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str,
+                         setting: str = "data.response_key", what: str = "an empty response",
+                         refuse_all: bool = True) -> None:
     """Empty responses train the model to end its answer at once: all of them is a wrong column (refused), some
     are said once, with the rows."""
-    if empty and len(empty) == total:
-        raise DataError(f"every response of {source} is empty (column {response_key!r}): the run would train the "
-                        f"model to answer nothing; set data.response_key to the column that holds the answers")
+    if empty and len(empty) == total and refuse_all:
+        raise DataError(f"every row of {source} has {what} (column {response_key!r}): the run would train the "
+                        f"model to answer nothing; set {setting} to the column that holds the answers")
     if empty:
-        logger.warning("%s: %d of %d rows have an empty response (row %s): they train the model to answer nothing; "
-                       "fill them in or drop them", source, len(empty), total,
+        logger.warning("%s: %d of %d rows have %s (row %s): they train the model to answer nothing; "
+                       "fill them in or drop them", source, len(empty), total, what,
                        ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
 
 
@@ -306,6 +309,13 @@ class SFTDataset:
                  tools_key: str | None = None):
         if messages_key is not None:
             check_columns(rows, {messages_key: "data.messages_key"}, source)
+            turns = [[m for m in row[messages_key] if m.get("role") == "assistant"] if is_chat(row[messages_key])
+                     else [] for row in rows]
+            if all(answers and all(map(blank_turn, answers)) for answers in turns):  # a wrong column: refused
+                _say_empty_responses(list(range(len(rows))), len(rows), messages_key, source, "data.messages_key",
+                                     "only empty assistant turns")
+            _say_empty_responses([i for i, answers in enumerate(turns) if any(map(blank_turn, answers))], len(rows),
+                                 messages_key, source, what="an empty assistant turn", refuse_all=False)
             self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}",
                                                             row_tools(row, tools_key, f"row {i} of {source}")),
                                       f"row {i} of {source}") for i, row in enumerate(rows)]
@@ -358,6 +368,11 @@ class PreferenceDataset:
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt", chosen_key: str = "chosen",
                  rejected_key: str = "rejected", source: str = "data.train_files"):
+        for i, row in enumerate(rows):
+            why = parting(row.get(chosen_key), row.get(rejected_key))
+            if why:
+                raise DataError(f"row {i} of {source}: {why}; give both the same prompt turns followed by their "
+                                f"answers, or the prompt in column {prompt_key!r} and the answers alone")
         implicit = bool(rows) and prompt_key not in rows[0] and _opening(rows[0].get(chosen_key),
                                                                          rows[0].get(rejected_key)) > 0
         check_columns(rows, {**({} if implicit else {prompt_key: "data.prompt_key"}), chosen_key: "data.chosen_key",
@@ -372,6 +387,14 @@ class PreferenceDataset:
         self.items = keep_trained(items, [(it["chosen"][1], it["rejected"][1]) for it in items], source,
                                   encoder.max_length, encoder.truncation)
         same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
+        if same and len(same) == len(rows):
+            raise DataError(f"every row of {source} has the same chosen and rejected response (columns "
+                            f"{chosen_key!r} and {rejected_key!r}): there is no preference to learn; set "
+                            f"data.rejected_key to the column of the dispreferred responses")
+        for side, key in ((0, chosen_key), (1, rejected_key)):
+            _say_empty_responses([i for i, triple in enumerate(triples) if _blank(triple[1 + side])], len(rows),
+                                 key, source, f"data.{('chosen', 'rejected')[side]}_key",
+                                 f"an empty {('chosen', 'rejected')[side]} response")
         if same:  # their loss is constant: no gradient, yet they count in every average
             logger.warning("%s: %d of %d rows have the same chosen and rejected response (row %s): they carry no "
                            "preference, so DPO learns nothing from them; drop them or fix the rejected column",
