@@ -27,11 +27,13 @@ from typing import Any
 
 import torch
 
-from verl.data.chat import turn_end_ids
+from verl.data.chat import TURN_MARK, turn_end_ids
+from verl.data.chat_rows import blank_turn, is_chat, parting, text_messages
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.dataset import json_object
-from verl.data.io import DataError, is_messages
+from verl.data.io import DataError
 from verl.data.loader import PromptLoader
+from verl.data.offline_checks import keep_trained
 from verl.protocol import Batch
 
 logger = logging.getLogger(__name__)
@@ -53,10 +55,15 @@ class Encoder:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._turn_tokens = None  # the texts that close an assistant turn (_turn_end), found on first use
 
-    def _render(self, messages: list[dict], generation_prompt: bool, tools: list | None = None) -> str:
+    def _render(self, messages: list[dict], generation_prompt: bool, where: str, tools: list | None = None) -> str:
         extra = {"tools": tools} if tools else {}
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
-                                                  **extra, **self.chat_template_kwargs)
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt,
+                                                      **extra, **self.chat_template_kwargs)
+        except Exception as err:  # the template's own check (roles must alternate, ...) or a field it lacks
+            raise DataError(f"{where}: the chat template cannot render this conversation ({type(err).__name__}: "
+                            f"{err}); give the turns this template expects, or set model.custom_chat_template "
+                            f"to a template that takes them") from None
 
     def _ids(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
@@ -70,8 +77,8 @@ class Encoder:
             return value
         if self.apply_chat_template:  # messages, and the tokenizer has no template to render them
             raise DataError(f"{where}: chat messages need a chat template, and the tokenizer has none; use a "
-                            f"tokenizer (model) with a chat template, or set data.apply_chat_template=false to "
-                            f"use the message contents as plain text")
+                            f"tokenizer (model) with a chat template, set model.custom_chat_template, or set "
+                            f"data.apply_chat_template=false to use the message contents as plain text")
         return "\n".join(str(m["content"]) for m in value)
 
     def _texts(self, prompt: Any, response: Any, where: str, rendered: dict) -> tuple[str, str]:
@@ -88,9 +95,9 @@ class Encoder:
         response_msgs = response if isinstance(response, list) else [{"role": "assistant", "content": response}]
         key = repr(prompt_msgs)
         if key not in rendered:
-            rendered[key] = self._render(prompt_msgs, True)
+            rendered[key] = self._render(prompt_msgs, True, where)
         prompt_text = rendered[key]
-        full_text = self._render(prompt_msgs + response_msgs, False)
+        full_text = self._render(prompt_msgs + response_msgs, False, where)
         if not full_text.startswith(prompt_text):
             raise DataError(f"{where}: the chat template does not render the prompt as the start of the whole "
                             f"conversation, so the response tokens cannot be told apart; set "
@@ -110,25 +117,28 @@ class Encoder:
     def conversation(self, messages: Any, where: str, tools: list | None = None) -> Encoded:
         """A whole conversation; the loss mask covers the assistant turns (with their end-of-turn tokens).
         ``tools``: tool schemas the chat template renders (into the system turn, as the rollout does)."""
-        if not is_messages(messages):
+        if not is_chat(messages):
             raise DataError(f"{where}: expected a list of {{role, content}} messages, got "
                             f"{type(messages).__name__}: {messages!r:.200}")
         if not self.templated:
             raise DataError(f"{where}: chat conversations need the tokenizer's chat template (data.apply_chat_template"
-                            f"=true and a tokenizer that has one)")
+                            f"=true and a tokenizer that has one, or model.custom_chat_template)")
+        messages = text_messages(messages, where)
         if not any(message.get("role") == "assistant" for message in messages):
             raise DataError(f"{where}: the conversation has no assistant turn, and the loss covers assistant turns "
                             f"only, so nothing in it would be trained on; end it with the answer as a "
                             f"{{role: assistant}} message, or drop the row")
-        full = self._render(messages, False, tools)
+        full = self._render(messages, False, where, tools)
         ids, mask, done = [], [], 0
         for k, message in enumerate(messages):
             if message.get("role") != "assistant":
                 continue
-            start_text = self._render(messages[:k], True, tools) if k else ""
-            end_text = self._render(messages[:k + 1], False, tools)
-            start = len(start_text)
-            end = len(end_text) if full.startswith(end_text) and end_text.startswith(start_text) else \
+            start_text = self._render(messages[:k], True, where, tools) if k else \
+                self._opening_header(messages, full, where, tools)
+            end_text = self._render(messages[:k + 1], False, where, tools)
+            start = len(start_text or "")
+            end = None if start_text is None else len(end_text) if full.startswith(end_text) and \
+                end_text.startswith(start_text) else \
                 self._turn_end(full, start) if full.startswith(start_text) else None
             # A template that renders the last assistant turn otherwise than earlier ones (Qwen3's empty think
             # block): an earlier turn ends at the first end-of-turn token after its start in the whole text.
@@ -143,6 +153,14 @@ class Encoder:
             done = end
         rest = self._ids(full[done:]) if done < len(full) else []
         return ids + rest, mask + [0] * len(rest)
+
+    def _opening_header(self, messages: list[dict], full: str, where: str, tools: list | None) -> str | None:
+        """What the whole text holds before the content of a conversation's first turn, an assistant's (a greeting):
+        the template's bos, default system prompt and assistant header, none of them the assistant's to learn.
+        Found by rendering the conversation with a marker for that content; None where the marker is not found."""
+        marked = self._render([{**messages[0], "content": TURN_MARK}, *messages[1:]], False, where, tools)
+        cut = marked.find(TURN_MARK)
+        return marked[:cut] if cut >= 0 and full.startswith(marked[:cut]) else None
 
     def _turn_end(self, full: str, start: int) -> int | None:
         """Where the assistant turn starting at ``start`` of ``full`` ends: just after the first end-of-turn token
@@ -179,8 +197,10 @@ class Encoder:
 
 
 def _messages_or_text(value: Any, where: str, what: str) -> str | list[dict]:
-    if isinstance(value, str) or is_messages(value):
+    if isinstance(value, str):
         return value
+    if is_chat(value):
+        return text_messages(value, where)
     raise DataError(f"{where}: the {what} must be a string or a list of {{role, content}} messages, got "
                     f"{type(value).__name__}: {value!r:.200}")
 
@@ -243,18 +263,20 @@ def _blank(value: Any) -> bool:
     """A response with no text: '' (or spaces), or messages whose contents are all empty."""
     if isinstance(value, str):
         return not value.strip()
-    return is_messages(value) and not any(str(m.get("content") or "").strip() for m in value)
+    return is_chat(value) and all(blank_turn(m) for m in value)
 
 
-def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str) -> None:
+def _say_empty_responses(empty: list[int], total: int, response_key: str, source: str,
+                         setting: str = "data.response_key", what: str = "an empty response",
+                         refuse_all: bool = True) -> None:
     """Empty responses train the model to end its answer at once: all of them is a wrong column (refused), some
     are said once, with the rows."""
-    if empty and len(empty) == total:
-        raise DataError(f"every response of {source} is empty (column {response_key!r}): the run would train the "
-                        f"model to answer nothing; set data.response_key to the column that holds the answers")
+    if empty and len(empty) == total and refuse_all:
+        raise DataError(f"every row of {source} has {what} (column {response_key!r}): the run would train the "
+                        f"model to answer nothing; set {setting} to the column that holds the answers")
     if empty:
-        logger.warning("%s: %d of %d rows have an empty response (row %s): they train the model to answer nothing; "
-                       "fill them in or drop them", source, len(empty), total,
+        logger.warning("%s: %d of %d rows have %s (row %s): they train the model to answer nothing; "
+                       "fill them in or drop them", source, len(empty), total, what,
                        ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
 
 
@@ -263,7 +285,7 @@ def _say_repeated_prompts(rows: list[tuple[Any, tuple]], columns: str, source: s
     text is) show the model its prompt twice, the second time as the answer to learn. Every row so is refused,
     some are said once with the rows. Short prompts ("2=") are left alone: an answer may begin with them."""
     def text(value: Any) -> str:
-        return (value if isinstance(value, str) else str(value[-1].get("content") or "") if is_messages(value) and value
+        return (value if isinstance(value, str) else str(value[-1].get("content") or "") if is_chat(value) and value
                 else "").strip()
     repeated = [i for i, (prompt, responses) in enumerate(rows) if len(text(prompt)) >= 4
                 and all(isinstance(r, str) and r.strip().startswith(text(prompt)) for r in responses)]
@@ -287,9 +309,18 @@ class SFTDataset:
                  tools_key: str | None = None):
         if messages_key is not None:
             check_columns(rows, {messages_key: "data.messages_key"}, source)
+            turns = [[m for m in row[messages_key] if m.get("role") == "assistant"] if is_chat(row[messages_key])
+                     else [] for row in rows]
+            if all(answers and all(map(blank_turn, answers)) for answers in turns):  # a wrong column: refused
+                _say_empty_responses(list(range(len(rows))), len(rows), messages_key, source, "data.messages_key",
+                                     "only empty assistant turns")
+            _say_empty_responses([i for i, answers in enumerate(turns) if any(map(blank_turn, answers))], len(rows),
+                                 messages_key, source, what="an empty assistant turn", refuse_all=False)
             self.items = [encoder.fit(*encoder.conversation(row[messages_key], f"row {i} of {source}",
                                                             row_tools(row, tools_key, f"row {i} of {source}")),
                                       f"row {i} of {source}") for i, row in enumerate(rows)]
+            self.items = keep_trained(self.items, [(mask,) for _, mask in self.items], source, encoder.max_length,
+                                      encoder.truncation)
             return
         hint = ", or data.messages_key=messages for chat conversations" if rows and "messages" in rows[0] else ""
         check_columns(rows, {prompt_key: "data.prompt_key", response_key: "data.response_key"}, source, hint)
@@ -300,7 +331,8 @@ class SFTDataset:
                              response_key, source)
         _say_repeated_prompts([(prompt, (response,)) for prompt, response, _ in examples], f"column {response_key!r}",
                               source)
-        self.items = encoder.examples(examples)
+        items = encoder.examples(examples)
+        self.items = keep_trained(items, [(mask,) for _, mask in items], source, encoder.max_length, encoder.truncation)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -313,7 +345,7 @@ class SFTDataset:
 def _opening(chosen: Any, rejected: Any) -> int:
     """How many turns two whole conversations share before their answers differ; 0 unless both are messages
     that begin with the prompt's turns and go on with an assistant turn each."""
-    if not (is_messages(chosen) and is_messages(rejected)) or not chosen or chosen[0].get("role") == "assistant":
+    if not (is_chat(chosen) and is_chat(rejected)) or not chosen or chosen[0].get("role") == "assistant":
         return 0
     n = 0
     while n < min(len(chosen), len(rejected)) - 1 and chosen[n] == rejected[n]:
@@ -336,6 +368,11 @@ class PreferenceDataset:
 
     def __init__(self, rows: list[dict], encoder: Encoder, *, prompt_key: str = "prompt", chosen_key: str = "chosen",
                  rejected_key: str = "rejected", source: str = "data.train_files"):
+        for i, row in enumerate(rows):
+            why = parting(row.get(chosen_key), row.get(rejected_key))
+            if why:
+                raise DataError(f"row {i} of {source}: {why}; give both the same prompt turns followed by their "
+                                f"answers, or the prompt in column {prompt_key!r} and the answers alone")
         implicit = bool(rows) and prompt_key not in rows[0] and _opening(rows[0].get(chosen_key),
                                                                          rows[0].get(rejected_key)) > 0
         check_columns(rows, {**({} if implicit else {prompt_key: "data.prompt_key"}), chosen_key: "data.chosen_key",
@@ -346,8 +383,18 @@ class PreferenceDataset:
         encoded = encoder.examples([(prompt, response, f"row {i} of {source} ({side})")
                                     for i, (prompt, *responses) in enumerate(triples)
                                     for response, side in zip(responses, ("chosen", "rejected"))])
-        self.items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+        items = [{"chosen": chosen, "rejected": rejected} for chosen, rejected in zip(encoded[::2], encoded[1::2])]
+        self.items = keep_trained(items, [(it["chosen"][1], it["rejected"][1]) for it in items], source,
+                                  encoder.max_length, encoder.truncation)
         same = [i for i, row in enumerate(rows) if row[chosen_key] == row[rejected_key]]
+        if same and len(same) == len(rows):
+            raise DataError(f"every row of {source} has the same chosen and rejected response (columns "
+                            f"{chosen_key!r} and {rejected_key!r}): there is no preference to learn; set "
+                            f"data.rejected_key to the column of the dispreferred responses")
+        for side, key in ((0, chosen_key), (1, rejected_key)):
+            _say_empty_responses([i for i, triple in enumerate(triples) if _blank(triple[1 + side])], len(rows),
+                                 key, source, f"data.{('chosen', 'rejected')[side]}_key",
+                                 f"an empty {('chosen', 'rejected')[side]} response")
         if same:  # their loss is constant: no gradient, yet they count in every average
             logger.warning("%s: %d of %d rows have the same chosen and rejected response (row %s): they carry no "
                            "preference, so DPO learns nothing from them; drop them or fix the rejected column",
@@ -391,6 +438,8 @@ class KTODataset:
             ids, mask = encoder.join(prompt_ids, completion_ids, where)
             self.items.append({"prompt_ids": prompt_ids, "completion_ids": completion_ids, "input_ids": ids,
                                "loss_mask": mask, "label": label})
+        self.items = keep_trained(self.items, [(it["loss_mask"],) for it in self.items], source, encoder.max_length,
+                                  encoder.truncation)
 
     def __len__(self) -> int:
         return len(self.items)

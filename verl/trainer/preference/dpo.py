@@ -7,8 +7,8 @@ Deviations from the papers and from TRL:
   micro-batch (the papers precompute them once; the numbers are the same, the reference is frozen).
 * IPO uses summed sequence log-probs, as the paper writes it; TRL averages them over the tokens.
 * No label smoothing (conservative DPO) and no extra SFT term.
-* A pair whose response was cut away entirely by ``data.truncation`` still counts, with a
-  sequence log-prob of 0.
+* A pair whose chosen or rejected response was cut away entirely by ``data.truncation`` is left out
+  (with a warning naming it): its sequence log-prob would be 0, a comparison with nothing.
 """
 
 from __future__ import annotations
