@@ -24,7 +24,8 @@ from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation, select_generations
 from verl.trainer.progress import rl_postfix
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
+from verl.trainer.run_loop import (refuse_changed_lora, resume_from_checkpoint, run_loop, save_checkpoint,
+                                  warn_changed_settings)
 from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 
@@ -274,8 +275,12 @@ class RLTrainer:
             logger.warning("this checkpoint of an asynchronous run holds %d batch(es) generated ahead (steps %s); a "
                            "synchronous resume does not train on them and their prompts are skipped; resume with "
                            "async_training.enable=true to train on them", len(ahead), sorted(ahead))
+        current = self.config.to_dict()
+        models = ("actor_rollout_ref.model",) + (("critic.model",) if self.critic is not None and "critic" in state
+                                                 else ())
+        refuse_changed_lora(state.get("config"), current, models, self.checkpoints.root)
         if self.is_main:
-            warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
+            warn_changed_settings(state.get("config"), current, self.checkpoints.root)
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
