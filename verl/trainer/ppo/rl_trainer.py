@@ -284,6 +284,12 @@ class RLTrainer:
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
+        elif self.critic is not None and self.is_main:
+            saved = (state.get("config") or {}).get("algorithm", {}).get("adv_estimator", "unknown")
+            logger.warning("the checkpoint in %s holds no critic (its run used algorithm.adv_estimator=%s): the critic "
+                           "starts untrained from critic.model.path at step %d, and so do its optimizer and "
+                           "learning-rate schedule; set critic.warmup_steps to update it alone for a few steps first",
+                           self.checkpoints.root, saved, state["global_step"])
         self.train_loader.load_state_dict(state["loader"])
         self.kl_ctrl.value = state["kl_coef"]
         restore_rng_state(state["rng"])
