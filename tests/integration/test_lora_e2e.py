@@ -118,6 +118,20 @@ def test_a_lora_checkpoint_refuses_to_resume_on_other_base_weights(tiny_model_di
     assert "resume with the model.path the run was started with" in err
 
 
+def test_a_resume_under_other_lora_settings_is_refused_naming_the_key_and_the_saved_value(tiny_model_dir, tmp_path,
+                                                                                          capsys):
+    """Before: another lora_alpha resumed without an error (the adapters' output silently rescaled), and LoRA
+    turned on or off was refused as 'written for another model ... resume with the model.path'."""
+    assert main(_args(tiny_model_dir, tmp_path, "trainer.save_freq=1", steps=1)) == 0
+    for key, saved in (("lora_alpha=64", "lora_alpha=16"), ("lora_rank=0", "lora_rank=8")):
+        assert main(_args(tiny_model_dir, tmp_path, "trainer.save_freq=1", f"actor_rollout_ref.model.{key}",
+                          steps=2)) != 0
+        err = capsys.readouterr().err
+        assert (f"with actor_rollout_ref.model.{key}: it was saved with actor_rollout_ref.model.{saved}" in err
+                and f"Resume with actor_rollout_ref.model.{saved}, or start a new run" in err)
+    assert main(_args(tiny_model_dir, tmp_path, "trainer.save_freq=1", steps=2)) == 0  # the saved settings resume
+
+
 def test_sft_with_lora_trains_the_adapters_only(tiny_model_dir, tmp_path):
     from verl.data.offline import addition_rows
     from verl.trainer.main_sft import main as sft_main

@@ -1,6 +1,7 @@
 """End-to-end runs of ``python -m verl.trainer.main_ppo`` on tiny local models."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -73,6 +74,16 @@ def test_ppo_with_gae_trains_a_critic(tiny_model_dir, tmp_path):
     for key in ("critic/vf_loss", "critic/values/mean", "timing_s/values", "timing_s/update_critic",
                 "actor/reward_kl_penalty"):
         assert key in steps[-1], key
+
+
+def test_a_grpo_checkpoint_resumed_under_gae_says_the_critic_starts_untrained(tiny_model_dir, tmp_path, caplog):
+    """Before: the critic that GAE adds started from critic.model.path with no word but the changed estimator."""
+    args = _common(tiny_model_dir, tmp_path, steps=2) + ["trainer.val_before_train=false", "trainer.save_freq=1"]
+    assert main(args + ["trainer.total_training_steps=1"]) == 0
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ppo.rl_trainer"):
+        assert main(args + ["algorithm.adv_estimator=gae", "critic.optim.lr=1e-3"]) == 0
+    assert ("holds no critic (its run used algorithm.adv_estimator=grpo): the critic starts untrained from "
+            "critic.model.path at step 1") in caplog.text
 
 
 def test_resumed_run_equals_uninterrupted_run(tiny_model_dir, tmp_path):

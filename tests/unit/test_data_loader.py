@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -79,11 +81,33 @@ def test_state_after_the_last_batch_of_an_epoch_resumes_with_the_next_epoch(data
 
 def test_resume_with_other_settings_is_refused(dataset):
     state = make(dataset, batch_size=4).state_dict()
-    with pytest.raises(DataError, match=r"^cannot resume the prompt loader: batch_size: saved 4 now 2; the resumed run "
+    with pytest.raises(DataError, match=r"^cannot resume the prompt loader: the prompt batch size \(e.g. data.train_batch_size\): "
+                                        r"saved 4 now 2; the resumed run "
                                         r"would see a different order of prompts. Use the saved settings and data to "
                                         r"resume, or start a new run \(another trainer.default_local_dir, or "
                                         r"trainer.resume_mode=disable"):
         make(dataset, batch_size=2).load_state_dict(state)
+
+
+def test_a_resume_over_edited_rows_says_how_many_changed_and_where_it_goes_on(dataset, tiny_model_dir, tmp_path,
+                                                                            caplog):
+    """The same number of rows, edited (data.train_files rewritten in place). Before: resumed without a word, the
+    rest of the epoch drawn by position from rows the run never saw in that order."""
+    loader = make(dataset, data_key="data.train_files")
+    next(loader)
+    state = loader.state_dict()
+    rows = [{"data_source": "arith", "prompt": [{"role": "user", "content": f"{i}+{2 if i in (3, 7) else 1}="}],
+             "reward_model": {"ground_truth": str(i + 1)}} for i in range(10)]
+    edited = RLDataset(write_jsonl(rows, tmp_path / "d.jsonl"), AutoTokenizer.from_pretrained(tiny_model_dir))
+    with caplog.at_level(logging.WARNING, logger="verl.data.loader"):
+        make(dataset, data_key="data.train_files").load_state_dict(state)  # the same rows: nothing said
+        assert caplog.text == ""
+        resumed = make(edited, data_key="data.train_files")
+        resumed.load_state_dict(state)
+    assert ("data.train_files changed since the checkpoint: 2 of its 10 prompts differ (at positions 3, 7). The run "
+            "goes on at batch 2 of epoch 1 in the saved order of positions") in caplog.text
+    assert "trainer.resume_mode=disable" in caplog.text
+    assert (resumed.epoch, resumed.position) == (0, 1)
 
 
 def test_dataset_smaller_than_a_batch_names_both_numbers(dataset):

@@ -1,6 +1,7 @@
 """verl.workers.engine: the one training loop, on a linear model (no FSDP, one process)."""
 
 import copy
+import logging
 import math
 
 import pytest
@@ -89,3 +90,30 @@ def test_state_dict_resumes_exactly_including_the_shuffle():
     for a, b in zip(engine.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
     assert torch.equal(engine.generator.get_state(), resumed.generator.get_state())
+
+
+def test_a_resume_under_a_longer_cosine_schedule_goes_on_decaying_without_a_second_warm_up(caplog):
+    """trainer.total_training_steps raised from 4 to 12 to train longer, the warm-up a ratio of it. Before: the
+    resumed step 5 trained at the old schedule's last lr (0), step 6 went back into warm-up (the new 6 steps)
+    and then to the peak, with no word said."""
+    def engine(total_steps):
+        optim = OptimConfig(lr=0.1, warmup_style="cosine", lr_warmup_steps_ratio=0.5)
+        return TrainingEngine(torch.nn.Linear(3, 1), optim, FSDPConfig(), CPU, grad_clip=math.inf,
+                              total_steps=total_steps, seed=3, metric_prefix="actor")
+
+    saved = engine(4)
+    for _ in range(4):
+        saved.train_batch(regression_batch(), loss, counts_fn=counts)
+    state = saved.state_dict()
+    with caplog.at_level(logging.WARNING, logger="verl.workers.engine"):
+        engine(4).load_state_dict(copy.deepcopy(state))  # the same settings: nothing said
+        assert caplog.text == ""
+        longer = engine(12)
+        longer.load_state_dict(copy.deepcopy(state))
+    lrs = [longer.train_batch(regression_batch(), loss, counts_fn=counts)["actor/lr"] for _ in range(8)]
+    # The checkpoint's 2 warm-up steps are done; the cosine decays to step 12 from step 5 on.
+    assert lrs == pytest.approx([0.05 * (1 + math.cos(math.pi * (step - 2) / 10)) for step in range(4, 12)])
+    assert lrs == sorted(lrs, reverse=True)
+    assert ("resuming the actor: the learning-rate schedule is not the checkpoint's (2 warm-up steps, then cosine to "
+            "0 x lr at step 4) but 2 warm-up steps, then cosine to 0 x lr at step 12: the next step, 5, trains at lr "
+            "0.09045 where the checkpoint's schedule gives 0") in caplog.text

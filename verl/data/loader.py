@@ -10,16 +10,22 @@ batches.
 
 from __future__ import annotations
 
+import array
 import functools
+import logging
 import random
+import zlib
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 
 from verl.data.collate import collate_prompts
 from verl.data.io import DataError
 from verl.errors import NEW_RUN
 from verl.protocol import Batch
+
+logger = logging.getLogger(__name__)
 
 
 class PromptLoader:
@@ -36,10 +42,12 @@ class PromptLoader:
     def __init__(self, dataset, batch_size: int, *, shuffle: bool = True, seed: int = 1,
                  drop_last: bool = True, pad_token_id: int | None = None,
                  collate: Callable[[list[dict]], Batch] | None = None, unit: str = "prompts",
-                 size_key: str = "the prompt batch size (e.g. data.train_batch_size)", replacement: bool = False):
+                 size_key: str = "the prompt batch size (e.g. data.train_batch_size)", replacement: bool = False,
+                 data_key: str = "the dataset", warn: bool = True):
         """``collate`` turns a list of dataset items into a Batch; by default the prompts are
-        left-padded with ``pad_token_id`` (:func:`~verl.data.collate.collate_prompts`). ``unit`` and
-        ``size_key`` name the rows and the setting in the errors."""
+        left-padded with ``pad_token_id`` (:func:`~verl.data.collate.collate_prompts`). ``unit``,
+        ``size_key`` and ``data_key`` name the rows, the batch-size setting and the data in the errors and
+        warnings; ``warn``: this process says them (rank 0 of a job)."""
         if batch_size < 1:
             raise DataError(f"batch size must be >= 1, got {batch_size}")
         if collate is None:
@@ -55,6 +63,10 @@ class PromptLoader:
         self._rng = random.Random(seed)
         self.collate = collate
         self.unit = unit
+        self.size_key = size_key
+        self.data_key = data_key
+        self.warn = warn
+        self._digests: bytes | None = None
         self.epoch = 0
         self.position = 0  # batches already handed out in the current epoch
         if len(self) == 0:
@@ -108,7 +120,15 @@ class PromptLoader:
                  "batch_size": self.batch_size, "dataset_len": len(self.dataset), "shuffle": self.shuffle}
         if self.replacement:
             state.update(replacement=True, rng=self._rng.getstate())
+        state["row_digests"] = self.row_digests()
         return state
+
+    def row_digests(self) -> bytes:
+        """A CRC-32 of each item of the dataset (4 bytes a row, computed once): a resumed run finds the rows
+        that changed since its checkpoint."""
+        if self._digests is None:
+            self._digests = array.array("I", (_digest(self.dataset[i]) for i in range(len(self.dataset)))).tobytes()
+        return self._digests
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` left off. The order must be the same one, so the dataset size,
@@ -119,7 +139,8 @@ class PromptLoader:
         current = {**self.state_dict(), "replacement": self.replacement}
         now = {k: current[k] for k in saved}
         if saved != now:
-            changed = ", ".join(f"{k}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
+            names = {"batch_size": self.size_key, "dataset_len": f"{self.unit} in {self.data_key}"}
+            changed = ", ".join(f"{names.get(k, k)}: saved {saved[k]} now {now[k]}" for k in saved if saved[k] != now[k])
             raise DataError(f"cannot resume the {'prompt' if self.unit == 'prompts' else 'data'} loader: {changed}; "
                             f"the resumed run would see a different order of {self.unit}. Use the saved settings "
                             f"and data to resume, or {NEW_RUN}")
@@ -128,3 +149,40 @@ class PromptLoader:
         if self.replacement:
             version, internal, gauss = state["rng"]
             self._rng.setstate((version, tuple(internal), gauss))
+        if "row_digests" in state:
+            self._say_changed_rows(state["row_digests"])
+
+    def _say_changed_rows(self, saved: bytes) -> None:
+        """Warn when rows of the data changed since the checkpoint (the same number of rows, edited): the epoch
+        goes on in the saved order of positions, over the rows there now."""
+        before, now = array.array("I", saved), array.array("I", self.row_digests())
+        changed = [i for i, (a, b) in enumerate(zip(before, now)) if a != b]
+        if not changed or not self.warn:
+            return
+        shown = ", ".join(map(str, changed[:5])) + (", ..." if len(changed) > 5 else "")
+        logger.warning("%s changed since the checkpoint: %d of its %d %s differ (at positions %s). The run goes on at "
+                       "batch %d of epoch %d in the saved order of positions, over the %s there now (one that moved "
+                       "may be seen twice or not at all in this epoch). To go on over the saved data, resume with it; "
+                       "to train on the new data from its start, %s", self.data_key, len(changed), len(now), self.unit,
+                       shown, self.position + 1, self.epoch + 1, self.unit, NEW_RUN)
+
+
+def _digest(item, crc: int = 0) -> int:
+    """CRC-32 of a dataset item: its numbers, strings, tensors and arrays, in nested dicts and lists (other
+    objects count by their type alone: a changed image is not seen)."""
+    if isinstance(item, dict):
+        for key in sorted(item, key=str):
+            crc = _digest(item[key], _digest(key, crc))
+        return crc
+    if isinstance(item, (list, tuple)):
+        crc = zlib.crc32(f"[{len(item)}".encode(), crc)
+        for value in item:
+            crc = _digest(value, crc)
+        return crc
+    if isinstance(item, torch.Tensor):
+        item = item.detach().cpu().numpy()
+    if isinstance(item, (np.ndarray, np.generic)):
+        return zlib.crc32(item.tobytes() if item.dtype != object else repr(item.tolist()).encode(), crc)
+    if item is None or isinstance(item, (str, bytes, int, float, bool)):
+        return zlib.crc32(repr(item).encode(), crc)
+    return zlib.crc32(type(item).__name__.encode(), crc)

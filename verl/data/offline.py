@@ -336,7 +336,7 @@ def BatchLoader(dataset, batch_size: int, collate: Callable[[list[dict]], Batch]
     (epoch e's order drawn from ``seed + e``, resumable, a last incomplete batch dropped; with
     ``replacement``, every batch drawn from all rows anew)."""
     return PromptLoader(dataset, batch_size, collate=collate, shuffle=shuffle, seed=seed, unit="rows",
-                        size_key="data.train_batch_size", replacement=replacement)
+                        size_key="data.train_batch_size", data_key="data.train_files", replacement=replacement)
 
 
 # ------------------------------------------------------------------------------ built-in data

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from verl.checkpoint import CheckpointManager
 from verl.distributed.process_group import barrier
+from verl.errors import NEW_RUN, VerlError
 from verl.trainer.progress import Progress
 from verl.trainer.stop import RunInterrupted, StopSignals
 
@@ -88,6 +89,27 @@ def changed_settings(saved: dict, current: dict) -> list[str]:
     old, new = _flat(saved), _flat(current)
     return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(old.keys() | new.keys())
             if old.get(key) != new.get(key) and not key.startswith(RUN_ONLY_SETTINGS)]
+
+
+# What shapes the weights a checkpoint holds: LoRA adapters of this rank, scale and place, or all weights.
+LORA_SETTINGS = ("lora_rank", "lora_alpha", "target_modules", "exclude_modules")
+
+
+def refuse_changed_lora(saved: dict | None, current: dict, sections: tuple[str, ...], path) -> None:
+    """Refuse, before any weight loads, to resume a checkpoint under other LoRA settings of a model section in
+    ``sections`` (``"actor_rollout_ref.model"``): the checkpoint holds the weights of the model as it trained
+    (adapters, or all weights), which another rank does not fit, and another alpha would silently rescale."""
+    if saved is None:
+        return
+    old, new = _flat(saved), _flat(current)
+    for section in sections:
+        for name in LORA_SETTINGS:
+            key = f"{section}.{name}"
+            if old.get(key) != new.get(key):
+                raise VerlError(f"cannot resume from {path} with {key}={new.get(key)!r}: it was saved with "
+                                f"{key}={old.get(key)!r}, and holds the weights of that model (LoRA adapters with "
+                                f"their rank and scale, or all weights with rank 0). Resume with {key}="
+                                f"{old.get(key)!r}, or {NEW_RUN}")
 
 
 def warn_changed_settings(saved: dict | None, current: dict, path) -> None:

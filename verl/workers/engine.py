@@ -21,6 +21,7 @@ a token on a rank with few tokens more than one on a rank with many.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,11 +30,13 @@ import torch
 
 from verl.distributed.fsdp import (check_finite_weights, full_optimizer_state_dict, full_state_dict,
                                    load_full_optimizer_state_dict, load_full_state_dict)
-from verl.distributed.process_group import all_gather_objects, all_reduce_sum
+from verl.distributed.process_group import all_gather_objects, all_reduce_sum, is_main_process
 from verl.errors import NEW_RUN, VerlError
 from verl.protocol import Batch
 from verl.workers.optim import build_training, clip_and_step
 from verl.workers.token_balance import balanced_groups, fewest_groups
+
+logger = logging.getLogger(__name__)
 
 # loss_fn(model, micro_batch, counts) -> (loss, metrics); the micro-batch is on the engine's device.
 LossFn = Callable[[torch.nn.Module, Batch, dict], tuple[torch.Tensor, dict]]
@@ -158,7 +161,9 @@ class TrainingEngine:
         self._check_fits(weights, partial)
         load_full_state_dict(self.model, weights)
         load_full_optimizer_state_dict(self.model, self.optimizer, state["optimizer"])
-        self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+        schedule_changed = self.lr_scheduler.resume(state["lr_scheduler"])
+        if schedule_changed and is_main_process():
+            logger.warning("resuming the %s: %s", self.metric_prefix, schedule_changed)
         self.generator.set_state(state["generator"])
 
     def _check_fits(self, weights: dict, partial: bool = False) -> None:

@@ -6,6 +6,7 @@ are in :mod:`verl.workers.engine`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -35,22 +36,76 @@ def build_training(model, optim_cfg, fsdp_config, total_steps: int | None, seed:
     return optimizer, build_lr_scheduler(optimizer, optim_cfg, total_steps), torch.Generator().manual_seed(seed)
 
 
-def build_lr_scheduler(optimizer, optim_cfg, total_steps: int | None):
+def build_lr_scheduler(optimizer, optim_cfg, total_steps: int | None) -> ScheduledLR:
     """Linear warm-up, then constant or cosine decay to ``min_lr_ratio``; one step per training step."""
     total = optim_cfg.total_training_steps or total_steps or 1
     warmup = optim_cfg.lr_warmup_steps if optim_cfg.lr_warmup_steps >= 0 else \
         int(optim_cfg.lr_warmup_steps_ratio * total)
-    floor = optim_cfg.min_lr_ratio
+    return ScheduledLR(optimizer, LRSchedule(optim_cfg.warmup_style, warmup, total, optim_cfg.min_lr_ratio))
 
-    def factor(step: int) -> float:
-        if warmup > 0 and step < warmup:
-            return (step + 1) / warmup
-        if optim_cfg.warmup_style == "cosine":
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+@dataclasses.dataclass
+class LRSchedule:
+    """The factor of the base learning rate at each step: linear warm-up over ``warmup`` steps, then
+    constant (``style="constant"``) or a cosine decay that reaches ``floor`` at step ``total``."""
+    style: str
+    warmup: int
+    total: int
+    floor: float
+
+    def factor(self, step: int) -> float:
+        if self.warmup > 0 and step < self.warmup:
+            return (step + 1) / self.warmup
+        if self.style == "cosine":
+            progress = min(1.0, (step - self.warmup) / max(1, self.total - self.warmup))
+            return self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * progress))
         return 1.0
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    def __str__(self) -> str:
+        decay = f"cosine to {self.floor:g} x lr at step {self.total}" if self.style == "cosine" else "constant"
+        return f"{self.warmup} warm-up steps, then {decay}"
+
+
+class ScheduledLR(torch.optim.lr_scheduler.LambdaLR):
+    """A LambdaLR of an :class:`LRSchedule`, which its state names, so that a run resumed under other schedule
+    settings (``trainer.total_training_steps`` raised to train longer, another ``warmup_style``) continues
+    where the checkpoint stopped: see :meth:`resume`."""
+
+    def __init__(self, optimizer, schedule: LRSchedule):
+        self.schedule = schedule
+        super().__init__(optimizer, lambda step: self.schedule.factor(step))
+
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "schedule": dataclasses.asdict(self.schedule)}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        state.pop("schedule", None)
+        super().load_state_dict(state)
+
+    def resume(self, state: dict) -> str | None:
+        """Load ``state`` (of :meth:`state_dict`) and continue at its step under this run's schedule. A warm-up the
+        checkpoint had finished is not done again (its length is kept: a warm-up given as a ratio of a raised
+        ``total_training_steps`` would otherwise start again); where the learning rate of the next step then
+        differs from the checkpoint's schedule, it is set to the new one and what changed is returned (None when
+        nothing did, or for a checkpoint that does not name its schedule). The base learning rate is the
+        checkpoint's."""
+        self.load_state_dict(state)
+        if "schedule" not in state:
+            return None
+        saved, step = LRSchedule(**state["schedule"]), self.last_epoch
+        if step >= saved.warmup:
+            self.schedule = dataclasses.replace(self.schedule, warmup=saved.warmup)
+        before, now = saved.factor(step), self.schedule.factor(step)
+        if math.isclose(before, now, rel_tol=1e-12, abs_tol=1e-15):
+            return None
+        self._last_lr = [base * now for base in self.base_lrs]
+        for group, lr in zip(self.optimizer.param_groups, self._last_lr):
+            group["lr"] = lr
+        return (f"the learning-rate schedule is not the checkpoint's ({saved}) but {self.schedule}: the next step, "
+                f"{step + 1}, trains at lr {self._last_lr[0]:.4g} where the checkpoint's schedule gives "
+                f"{self.base_lrs[0] * before:.4g}, and the schedule goes on from there; resume with the saved "
+                f"settings (trainer.total_training_steps, optim.*) to keep the checkpoint's schedule")
 
 
 def clip_and_step(model, optimizer, grad_clip: float) -> float:

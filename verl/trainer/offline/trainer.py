@@ -45,7 +45,8 @@ from verl.tracking import Tracker
 from verl.trainer.nonfinite import NonfiniteGuard
 from verl.trainer.offline.rows import offline_rows
 from verl.trainer.offline.runtime import frozen_reference, load_policy, trainable_policy
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
+from verl.trainer.run_loop import (refuse_changed_lora, resume_from_checkpoint, run_loop, save_checkpoint,
+                                  warn_changed_settings)
 from verl.utils.seed import seed_everything
 
 logger = logging.getLogger(__name__)
@@ -226,6 +227,7 @@ class OfflineTrainer:
                 "config": self.config.to_dict()}  # a resume under other settings is told which
 
     def load_state_dict(self, state: dict) -> None:
+        refuse_changed_lora(state.get("config"), self.config.to_dict(), ("model",), self.checkpoints.root)
         if self.is_main:
             warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
         self.global_step = state["global_step"]

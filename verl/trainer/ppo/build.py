@@ -259,7 +259,8 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
                           seed=data_cfg.seed if data_cfg.seed is not None else trainer_cfg.seed,
                           collate=functools.partial(collate_prompts, pad_token_id=tokenizer.pad_token_id,
-                                                    extra_keys=_reward_key_columns(data_cfg)))
+                                                    extra_keys=_reward_key_columns(data_cfg)),
+                          size_key="data.train_batch_size", data_key="data.train_files", warn=is_main_process())
     # 0 is a run that only validates (verl's trainer.val_only): not "unset".
     total_steps = (trainer_cfg.total_training_steps if trainer_cfg.total_training_steps is not None
                    else trainer_cfg.total_epochs * len(loader))

@@ -24,7 +24,8 @@ from verl.trainer.ppo.core import apply_kl_and_advantage, compute_data_metrics
 from verl.trainer.ppo.sampling import StepSampler
 from verl.trainer.ppo.validation import run_validation, select_generations
 from verl.trainer.progress import rl_postfix
-from verl.trainer.run_loop import resume_from_checkpoint, run_loop, save_checkpoint, warn_changed_settings
+from verl.trainer.run_loop import (refuse_changed_lora, resume_from_checkpoint, run_loop, save_checkpoint,
+                                  warn_changed_settings)
 from verl.trainer.timing import timer
 from verl.workers.token_balance import balanced_order
 
@@ -274,11 +275,21 @@ class RLTrainer:
             logger.warning("this checkpoint of an asynchronous run holds %d batch(es) generated ahead (steps %s); a "
                            "synchronous resume does not train on them and their prompts are skipped; resume with "
                            "async_training.enable=true to train on them", len(ahead), sorted(ahead))
+        current = self.config.to_dict()
+        models = ("actor_rollout_ref.model",) + (("critic.model",) if self.critic is not None and "critic" in state
+                                                 else ())
+        refuse_changed_lora(state.get("config"), current, models, self.checkpoints.root)
         if self.is_main:
-            warn_changed_settings(state.get("config"), self.config.to_dict(), self.checkpoints.root)
+            warn_changed_settings(state.get("config"), current, self.checkpoints.root)
         self.actor_rollout_ref.call("load_state_dict", state["actor"])
         if self.critic is not None and "critic" in state:
             self.critic.call("load_state_dict", state["critic"])
+        elif self.critic is not None and self.is_main:
+            saved = (state.get("config") or {}).get("algorithm", {}).get("adv_estimator", "unknown")
+            logger.warning("the checkpoint in %s holds no critic (its run used algorithm.adv_estimator=%s): the critic "
+                           "starts untrained from critic.model.path at step %d, and so do its optimizer and "
+                           "learning-rate schedule; set critic.warmup_steps to update it alone for a few steps first",
+                           self.checkpoints.root, saved, state["global_step"])
         self.train_loader.load_state_dict(state["loader"])
         self.kl_ctrl.value = state["kl_coef"]
         restore_rng_state(state["rng"])
