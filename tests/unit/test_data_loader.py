@@ -110,6 +110,18 @@ def test_a_resume_over_edited_rows_says_how_many_changed_and_where_it_goes_on(da
     assert (resumed.epoch, resumed.position) == (0, 1)
 
 
+def test_the_rows_checksums_read_the_rows_as_read_not_the_items(dataset, monkeypatch):
+    """The checksums were taken over the dataset's items: for a vision dataset that ran the image processor on
+    every picture of the training set at the first checkpoint. RLDataset's rows are read as they are; an
+    image's bytes are checksummed as bytes."""
+    from verl.data.loader import _digest
+
+    monkeypatch.setattr(type(dataset), "__getitem__", lambda self, i: pytest.fail("an item was built"))
+    assert make(dataset).row_digests() == make(dataset).row_digests() and len(make(dataset).row_digests()) == 40
+    image = {"bytes": bytes(range(256)) * 400}
+    assert _digest(image) != _digest({"bytes": bytes(range(256)) * 399 + bytes(range(255)) + b"x"})
+
+
 def test_dataset_smaller_than_a_batch_names_both_numbers(dataset):
     with pytest.raises(DataError, match="10 prompts, fewer than one batch of 16"):
         make(dataset, batch_size=16)

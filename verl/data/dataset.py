@@ -480,6 +480,10 @@ class RLDataset(Dataset):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def raw_row(self, i: int) -> dict:
+        """Item ``i``'s row as read from the files (not a copy: read it, do not change it)."""
+        return self._rows[i]
+
     def __getitem__(self, i: int) -> dict:
         """One prompt: unpadded ``input_ids`` and the columns the reward function needs.
 

@@ -127,7 +127,9 @@ class PromptLoader:
         """A CRC-32 of each item of the dataset (4 bytes a row, computed once): a resumed run finds the rows
         that changed since its checkpoint."""
         if self._digests is None:
-            self._digests = array.array("I", (_digest(self.dataset[i]) for i in range(len(self.dataset)))).tobytes()
+            # The row as read where the dataset gives it (RLDataset: no image processed, no copy made), else the item.
+            row = getattr(self.dataset, "raw_row", None) or self.dataset.__getitem__
+            self._digests = array.array("I", (_digest(row(i)) for i in range(len(self.dataset)))).tobytes()
         return self._digests
 
     def load_state_dict(self, state: dict) -> None:
@@ -183,6 +185,8 @@ def _digest(item, crc: int = 0) -> int:
         item = item.detach().cpu().numpy()
     if isinstance(item, (np.ndarray, np.generic)):
         return zlib.crc32(item.tobytes() if item.dtype != object else repr(item.tolist()).encode(), crc)
-    if item is None or isinstance(item, (str, bytes, int, float, bool)):
+    if isinstance(item, (bytes, bytearray, memoryview)):  # an image's bytes, as a row holds them
+        return zlib.crc32(item, crc)
+    if item is None or isinstance(item, (str, int, float, bool)):
         return zlib.crc32(repr(item).encode(), crc)
     return zlib.crc32(type(item).__name__.encode(), crc)
