@@ -31,6 +31,7 @@ import json
 import logging
 import math
 import threading
+import weakref
 
 import torch
 
@@ -52,14 +53,29 @@ from verl.tools.schemas import OpenAIFunctionCallSchema
 class _EventLoop:
     """One asyncio loop in a background thread for all tool calls of a worker: tools that keep
     loop-bound state (connections, subprocesses) see the same loop every turn, and it works where
-    the caller already runs a loop (a notebook)."""
+    the caller already runs a loop (a notebook). The thread, the loop's selector and wake-up socket and
+    its executor's threads (``asyncio.to_thread``) end with the :class:`AgentLoop` that owns them."""
 
     def __init__(self):
         self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True, name="verl-tools").start()
+        thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="verl-tools")
+        thread.start()
+        # Not at the interpreter's exit: a daemon thread ends with the process, without waiting for a tool.
+        weakref.finalize(self, _close_event_loop, self.loop, thread).atexit = False
 
     def run(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+
+def _close_event_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop ``loop`` and close it once its ``thread`` has returned (not from that thread itself: a garbage
+    collection can run there; the loop is then left to stop alone)."""
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is threading.current_thread():
+        return
+    thread.join(timeout=10)
+    if not thread.is_alive():
+        loop.close()
 
 
 class AgentLoop:
