@@ -10,8 +10,8 @@ import pytest
 
 from verl.cli import main as cli_main
 from verl.errors import VerlError
-from verl.tracking.report import (PANELS, compare_runs, load_metrics, run_labels, run_table, runs_table,
-                                  summarize, write_report, write_run_report)
+from verl.tracking.report import (MAX_BARS, PANELS, compare_runs, load_metrics, run_labels, run_table, runs_table,
+                                  stacked_bars, summarize, write_report, write_run_report)
 
 VAL = "val-core/echo/reward/mean@1"
 
@@ -70,6 +70,20 @@ def test_an_asynchronous_run_gets_its_staleness_idle_and_sync_plots(tmp_path):
     write_report(run)
     for name in ("async_staleness", "async_idle", "async_sync"):
         assert (run / "report" / f"{name}.png").stat().st_size > 1000
+
+
+def test_the_time_panel_of_a_long_run_draws_at_most_max_bars_each_the_mean_of_its_steps():
+    # 1,000 steps drew 5,000 bars (~7 s); now 200 per stage, each of 5 consecutive steps.
+    rows = [{"step": s, "timing_s/gen": float(s), "timing_s/update_actor": 1.0} for s in range(1, 1001)]
+    rows[1]["timing_s/update_actor"] = None  # step 2 skipped the update (a NaN loss logs null): 0 there
+    centres, width, heights = stacked_bars(rows, ["timing_s/gen", "timing_s/update_actor"])
+    assert MAX_BARS == 200 and len(centres) == 200 and width == pytest.approx(4.0)
+    assert centres[:2] == [3.0, 8.0] and centres[-1] == 998.0  # the mean step of 1..5, 6..10, 996..1000
+    assert heights["timing_s/gen"][:2] == [3.0, 8.0]
+    assert heights["timing_s/update_actor"][:2] == [0.8, 1.0]
+    # A short run: one bar per step, as it was drawn before.
+    centres, width, heights = stacked_bars(rows[:3], ["timing_s/gen"])
+    assert centres == [1.0, 2.0, 3.0] and width == pytest.approx(0.8) and heights == {"timing_s/gen": [1.0, 2.0, 3.0]}
 
 
 def test_the_table_holds_first_final_and_best_worked_out_by_hand(tmp_path):

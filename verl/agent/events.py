@@ -40,16 +40,19 @@ class EventLoop:
     def __init__(self, stall_s: float = 30.0):
         self.stall_s = stall_s
         self.loop = asyncio.new_event_loop()
-        self.ended: BaseException | None = None
+        self._outcome: dict = {}  # what ended the loop's thread, if anything
         self.broken: str | None = None  # set once the loop is stuck or gone: nothing more runs on it
-        self.thread = threading.Thread(target=self._serve, daemon=True, name="verl-tools")
+        # The thread holds the loop, not this object: the loop, its thread, selector and wake-up socket end
+        # when the owner (an AgentLoop) is collected (before, every AgentLoop built and dropped left a thread and
+        # 3 descriptors for the life of the process). Not at the interpreter's exit: a daemon thread ends with
+        # the process, without waiting for a tool.
+        self.thread = threading.Thread(target=_serve, args=(self.loop, self._outcome), daemon=True, name="verl-tools")
         self.thread.start()
+        weakref.finalize(self, _close, self.loop, self.thread).atexit = False
 
-    def _serve(self) -> None:
-        try:
-            self.loop.run_forever()
-        except BaseException as e:  # noqa: BLE001 - kept for the caller's message
-            self.ended = e
+    @property
+    def ended(self) -> BaseException | None:
+        return self._outcome.get("error")
 
     def run(self, coroutine):
         """``coroutine``'s result, run on the loop; a VerlError if the loop stops answering meanwhile."""
@@ -85,6 +88,27 @@ class EventLoop:
         except RuntimeError:  # the loop is closed
             return False
         return pong.wait(self.stall_s)
+
+
+def _serve(loop: asyncio.AbstractEventLoop, outcome: dict) -> None:
+    try:
+        loop.run_forever()
+    except BaseException as e:  # noqa: BLE001 - kept for the caller's message
+        outcome["error"] = e
+
+
+def _close(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop ``loop`` and close it once its ``thread`` has returned (not from that thread itself: a garbage
+    collection can run there; the loop is then left to stop alone)."""
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+    except RuntimeError:  # closed already
+        return
+    if thread is threading.current_thread():
+        return
+    thread.join(timeout=10)
+    if not thread.is_alive():
+        loop.close()
 
 
 def named(awaitable, label: str) -> asyncio.Task:
