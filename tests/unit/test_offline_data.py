@@ -289,6 +289,22 @@ def test_preference_pairs_as_whole_conversations_take_their_shared_turns_as_the_
         PreferenceDataset([{"chosen": "5", "rejected": "6"}], encoder())  # text answers: the prompt is needed
 
 
+def test_responses_holding_a_tool_or_user_turn_are_said_once_with_the_format_that_masks_them(caplog):
+    """A response of several turns trains every token of it, a tool's result or a user's follow-up too (as TRL
+    trains a completion); that was not said. The messages format trains the assistant's turns alone."""
+    follow_up = [{"role": "assistant", "content": "5"}, {"role": "user", "content": "sure?"},
+                 {"role": "assistant", "content": "yes"}]
+    with caplog.at_level("WARNING", logger="verl.data.offline_encoder"):
+        SFTDataset([{"prompt": "2+3=", "response": follow_up}] * 2 + [{"prompt": "2+3=", "response": "5"}], encoder())
+    assert caplog.text.count("hold turns other than the assistant's") == 1
+    assert "2 response(s)" in caplog.text and "(first: row 0 of data.train_files)" in caplog.text
+    assert "data.messages_key" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="verl.data.offline_encoder"):
+        SFTDataset([{"prompt": "2+3=", "response": follow_up[:1]}], encoder())
+    assert caplog.text == ""
+
+
 def test_a_response_holding_the_whole_conversation_is_named_as_such():
     """Before: "the chat template does not render the prompt as the start of the whole conversation"."""
     conversation = [{"role": "user", "content": "2+3="}, {"role": "assistant", "content": "5"}]

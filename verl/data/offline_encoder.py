@@ -85,6 +85,7 @@ class Encoder:
         prompt or response may be text or chat messages; ``where`` names the row in errors."""
         rendered: dict[str, str] = {}
         texts = [self._texts(prompt, response, where, rendered) for prompt, response, where in rows]
+        _say_other_turns_in_responses(rows)
         prompts = self._ids_many([p for p, _ in texts], special=not self.templated)
         responses = self._ids_many([r for _, r in texts])
         eos = [] if self.templated else [self.tokenizer.eos_token_id]
@@ -179,3 +180,15 @@ def _messages_or_text(value: Any, where: str, what: str) -> str | list[dict]:
         return text_messages(value, where)
     raise DataError(f"{where}: the {what} must be a string or a list of {{role, content}} messages, got "
                     f"{type(value).__name__}: {value!r:.200}")
+
+
+def _say_other_turns_in_responses(rows: list[tuple[Any, Any, str]]) -> None:
+    """One warning for responses (messages) that hold turns other than the assistant's (a tool's result, a
+    user's follow-up): every token of a response is trained on, theirs too, as TRL trains a completion; the
+    messages format (data.messages_key: the whole conversation) trains the assistant's turns alone."""
+    mixed = [where for _, response, where in rows
+             if is_chat(response) and any(m.get("role") != "assistant" for m in response)]
+    if mixed:
+        logger.warning("%d response(s) hold turns other than the assistant's (first: %s): their tokens are trained "
+                       "on as part of the response, as TRL trains a completion. For SFT, give each row as one "
+                       "conversation (data.messages_key) to train the assistant's turns alone", len(mixed), mixed[0])
