@@ -96,7 +96,7 @@ def test_an_environment_turn_without_a_reward_counts_zero_warned_once_and_counte
     assert [list(r) for r in out["agent_turn_rewards"]] == [[0.25, 0.0, 0.25]] * 2
     assert out["agent_defaulted"].tolist() == [1.0, 1.0]
     warned = [r.getMessage() for r in caplog.records if "returned reward None" in r.getMessage()]
-    assert len(warned) == 1 and warned[0].startswith("UnscoredRounds.step returned reward None (first: row ")
+    assert len(warned) == 1 and warned[0].startswith("UnscoredRounds.step (row 0) returned reward None: ")
     from verl.trainer.ppo.core import compute_data_metrics
 
     assert compute_data_metrics(out.union(_scores(out)), 60)["agent/defaulted_values"] == 2.0
@@ -113,7 +113,7 @@ def _scores(out):
 @pytest.mark.parametrize("environment,message", [
     (SilentRounds, "SilentRounds.step returned no reply (None) with done=False for row 0 (turn 2): return the next "
                    "user message, or done=True to end the episode"),
-    (WordyRounds, "WordyRounds.step returned reward 'high' for row 0: a turn's reward must be a finite number (or "
+    (WordyRounds, "WordyRounds.step (row 0) returned reward 'high': a turn's reward must be a finite number (or "
                   "None for none)"),
 ])
 def test_an_environment_reply_that_cannot_be_used_stops_the_rollout_naming_row_and_fix(chatty_model, environment,

@@ -27,13 +27,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 
 import torch
 
 from verl.agent.env import maybe_await
 from verl.agent.events import EventLoop, UserCodeExited, named
-from verl.agent.tool_calls import ToolCalls, as_dict, warn_once
+from verl.agent.tool_calls import ToolCalls, as_dict, reward_of
 from verl.agent.parsers import ParsedTurn, tool_parser
 from verl.agent.trajectory import AgentSettings, Trajectory, truncate_text
 from verl.data.chat import TURN_MARK
@@ -241,22 +240,8 @@ class AgentLoop(ToolCalls):
 
     @staticmethod
     def _turn_reward(trajectory: Trajectory, reward) -> float:
-        """A turn's reward: None (the environment gave none) is 0, warned once and counted in
-        agent/defaulted_values; anything else that is not a finite number stops the run."""
-        if reward is None:
-            trajectory.defaulted += 1
-            name = type(trajectory.env).__name__
-            warn_once(f"{name}.reward", f"{name}.step returned reward None (first: row {trajectory.row}): such turns "
-                      f"count 0, and agent/defaulted_values counts them; return 0.0 to say so")
-            return 0.0
-        try:
-            value = float(reward)
-        except (TypeError, ValueError):
-            value = math.nan
-        if not math.isfinite(value):
-            raise VerlError(f"{type(trajectory.env).__name__}.step returned reward {reward!r:.100} for row "
-                            f"{trajectory.row}: a turn's reward must be a finite number (or None for none)")
-        return value
+        """A turn's reward (:func:`~verl.agent.tool_calls.reward_of`)."""
+        return reward_of(reward, f"{type(trajectory.env).__name__}.step (row {trajectory.row})", trajectory, "turn")
 
     def _assistant_turn(self, active: list[Trajectory], params: SamplingParams,
                         swap=None) -> list[tuple[str, ParsedTurn]]:

@@ -80,7 +80,7 @@ class ToolCalls:
         else:  # a function's value: shown to the model (as JSON where it is not text)
             response, reward = result, 0.0
         response = normalize_tool_result(response)[0]
-        reward = _reward_of(reward, f"{label}: execute", trajectory)
+        reward = reward_of(reward, f"{label}: execute", trajectory)
         trajectory.tool_reward += reward
         trajectory.tool_rewards.append(reward)
         return response.text or "", self._check_images(call.name, response)
@@ -125,7 +125,7 @@ class ToolCalls:
             for name, instance in trajectory.instances.items():
                 try:
                     reward = await self._tool_method(trajectory, name, "calc_reward", instance)
-                    trajectory.tool_reward += _reward_of(reward, f"tool {name}'s calc_reward (row {trajectory.row})",
+                    trajectory.tool_reward += reward_of(reward, f"tool {name}'s calc_reward (row {trajectory.row})",
                                                          trajectory)
                 finally:  # released also when its reward failed
                     await self._tool_method(trajectory, name, "release", instance)
@@ -146,21 +146,21 @@ def warn_once(key: str, message: str) -> None:
         logger.warning(message)
 
 
-def _reward_of(value, label: str, trajectory: Trajectory) -> float:
-    """A tool's reward: None (it gave none) is 0, warned once and counted in agent/defaulted_values; anything
-    else that is not a finite number stops the run (a NaN would reach the advantages)."""
+def reward_of(value, label: str, trajectory: Trajectory, kind: str = "tool") -> float:
+    """A tool's or an environment turn's reward (``kind``): None (it gave none) is 0, warned once per ``label``
+    without its row and counted in agent/defaulted_values; anything else that is not a finite number stops the
+    run (a NaN would reach the advantages)."""
     if value is None:
         trajectory.defaulted += 1
-        key = label.split(" (row")[0]
-        warn_once(key, f"{label} returned reward None: such rewards count 0, and agent/defaulted_values counts "
-                  f"them; return 0.0 to say so")
+        warn_once(label.split(" (row")[0], f"{label} returned reward None: such rewards count 0, and "
+                  f"agent/defaulted_values counts them; return 0.0 to say so")
         return 0.0
     try:
         reward = float(value)
     except (TypeError, ValueError):
         reward = math.nan
     if not math.isfinite(reward):
-        raise VerlError(f"{label} returned reward {value!r:.100}: a tool's reward must be a finite number (or None "
+        raise VerlError(f"{label} returned reward {value!r:.100}: a {kind}'s reward must be a finite number (or None "
                         f"for none)")
     return reward
 
