@@ -317,19 +317,24 @@ def test_a_verl_interaction_that_raises_or_returns_three_values_stops_the_run_na
      "Error: the arguments of echo are not a JSON object"),
     ('<tool_call>{"name": "echo", "arguments": {"text": "h\\u00e9llo \\"\\u2603\\""}}</tool_call>', 'héllo "☃"'),
     ('<tool_call>{"name": "echo", "arguments": {"text": 5}}</tool_call>', "5"),
+    # arguments the function cannot take, said in the schema's terms (before: Python's own "...echo() got an
+    # unexpected keyword argument 'txt'")
     ('<tool_call>{"name": "echo", "arguments": {"txt": "a"}}</tool_call>',
-     "Error: TypeError: "),  # Python's own message: "...echo() got an unexpected keyword argument 'txt'"
+     "Error: TypeError: echo got no argument 'txt'; 'text' missing; its arguments: text (required), times"),
+    ('<tool_call>{"name": "echo", "arguments": {"times": 2}}</tool_call>',
+     "Error: TypeError: echo got 'text' missing; its arguments: text (required), times"),
     ('<tool_call>{"name": "echo", "arguments": {"text": "a"</tool_call>', "Error: the tool call is not JSON"),
     ('<tool_call>{"name": "ech", "arguments": {"text": "a"}}</tool_call>', "Error: no tool named 'ech'; tools: echo"),
 ])
 def test_malformed_calls_are_answered_to_the_model_out_of_the_loss(turn, spliced):
-    def echo(text: str) -> str:
+    def echo(text: str, times: int = 1) -> str:
         """Repeat the text.
 
         Args:
             text: What to repeat.
+            times: How many times.
         """
-        return str(text)
+        return str(text) * times
 
     out = rollout([turn, "done"], {t.name: t for t in tools_from_functions([echo])}, max_new_tokens=25000)
     whole, trained, tool_text = pieces(out)

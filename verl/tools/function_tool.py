@@ -52,7 +52,25 @@ class FunctionTool:
         (:func:`verl.agent.events.run_in_thread`: one that never returns holds up no other call)."""
         from verl.agent.events import run_in_thread
 
+        self._check_arguments(parameters)
         return await self.fn(**parameters) if self.is_async else await run_in_thread(self.fn, **parameters)
+
+    def _check_arguments(self, parameters: dict[str, Any]) -> None:
+        """A TypeError the model can learn from, in the schema's terms, for arguments the function cannot take
+        (before: Python's own text, e.g. "echo.<locals>.fn() got an unexpected keyword argument 'txt'")."""
+        try:
+            inspect.signature(self.fn).bind(**parameters)
+        except TypeError:
+            pass
+        else:
+            return
+        declared = self.tool_schema.function.parameters
+        names = ", ".join(f"{n} (required)" if n in declared.required else n for n in declared.properties) or "none"
+        unknown = [k for k in parameters if k not in declared.properties]
+        missing = [n for n in declared.required if n not in parameters]
+        problems = ([f"no argument {', '.join(map(repr, unknown))}"] if unknown else []) + \
+                   ([f"{', '.join(map(repr, missing))} missing"] if missing else [])
+        raise TypeError(f"{self.name} got {'; '.join(problems) or 'arguments it cannot take'}; its arguments: {names}")
 
 
 def normalize_tool_result(result: Any) -> tuple[ToolResponse, float, dict]:
