@@ -67,6 +67,18 @@ def test_items_hold_the_processors_ids_and_pixels_and_the_batch_carries_them(tmp
     assert batch["multi_modal_inputs"][1]["image_grid_thw"].tolist() == [[1, 4, 8]]
 
 
+def test_an_item_without_its_media_is_the_item_less_its_pictures_and_processes_none(tmp_path, processor,
+                                                                                  monkeypatch):
+    """The trainer's checks at start (token ids inside the vocabulary, answers present) read every row; through
+    the items they ran the image processor on every picture of the training set, twice."""
+    data = dataset(tmp_path, [row(), row(answer="5")], processor, max_prompt_length=64)
+    full = [data[i] for i in range(2)]
+    monkeypatch.setattr(type(data.vision), "media_of", lambda *a: pytest.fail("a picture was processed"))
+    for i in range(2):
+        plain = data.item(i, media=False)
+        assert plain == {k: v for k, v in full[i].items() if k not in ("multi_modal_inputs", "multi_modal_data")}
+
+
 def test_an_image_may_be_a_pil_image_bytes_a_path_or_a_dict_with_either(tmp_path, monkeypatch):
     image = picture(seed=3)
     file = tmp_path / "dots.png"

@@ -489,6 +489,10 @@ class RLDataset(Dataset):
 
         ``index`` is the row's position in the (concatenated) files, before any filtering.
         """
+        return self.item(i)
+
+    def item(self, i: int, *, media: bool = True) -> dict:
+        """Item ``i``; with ``media=False`` without its images processed (checks of the ids and answers at start)."""
         row = self._rows[i]
         # Copies, as verl's dataset reads each item afresh: a reward function (or agent code) that changes
         # its extra_info, ground truth or prompt in place (pops a key, appends a message) changed the rows
@@ -502,6 +506,6 @@ class RLDataset(Dataset):
         item = {"input_ids": list(self._ids[i]), **item, "index": self._index[i]}
         if self.reward_fn_key != "data_source":
             item[self.reward_fn_key] = row[self.reward_fn_key]
-        if self.vision is not None and self.vision.has_media(row):
+        if media and self.vision is not None and self.vision.has_media(row):
             item.update(self.vision.media_of(self._index[i], row))
         return item

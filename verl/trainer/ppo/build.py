@@ -242,18 +242,21 @@ def _build_rl_trainer(config, watchdog: Watchdog) -> RLTrainer:
         val_batches = _val_batches(val_set, data_cfg.val_batch_size, tokenizer.pad_token_id,
                                    _reward_key_columns(data_cfg))
     # An id past the model's embeddings would fail the first forward with torch's "index out of range".
-    check_token_ids(tokenizer, model_config, (list(map(int, train_set[i]["input_ids"])) for i in range(len(train_set))),
+    # The rows' ids and answers, without their images processed (a custom dataset: its items).
+    rows = (lambda: (train_set.item(i, media=False) for i in range(len(train_set)))) if hasattr(train_set, "item") \
+        else (lambda: (train_set[i] for i in range(len(train_set))))
+    check_token_ids(tokenizer, model_config, (list(map(int, row["input_ids"])) for row in rows()),
                     data_key="data.train_files")
     for batch in val_batches:
         check_token_ids(tokenizer, model_config, (ids[mask.bool()].tolist() for ids, mask in
                                                   zip(batch["input_ids"], batch["attention_mask"])),
                         data_key="data.val_files")
     if uses_builtin_scorers(config):  # a row without an answer would score 0 all run: said now, by row
-        check_builtin_rows((train_set[i] for i in range(len(train_set))), "data.train_files", data_cfg.reward_fn_key)
+        check_builtin_rows(rows(), "data.train_files", data_cfg.reward_fn_key)
         for batch in val_batches:
             check_builtin_rows(_batch_rows(batch, data_cfg.reward_fn_key), "data.val_files", data_cfg.reward_fn_key)
     elif config.custom_reward_function.path or config.reward.functions:  # a gap in the answers: said once
-        warn_rows_without_ground_truth((train_set[i] for i in range(len(train_set))), "data.train_files")
+        warn_rows_without_ground_truth(rows(), "data.train_files")
         warn_rows_without_ground_truth((row for batch in val_batches for row in _batch_rows(batch, "data_source")),
                                        "data.val_files")
     loader = PromptLoader(train_set, data_cfg.train_batch_size, shuffle=data_cfg.shuffle,
