@@ -176,7 +176,7 @@ def test_a_prompt_that_is_not_chat_messages_is_named_with_its_file_row_and_fix(t
 
 
 def test_an_assistant_turn_with_tool_calls_and_no_content_is_a_message():
-    from verl.data.dataset import message_problem
+    from verl.data.prompt_rows import message_problem
 
     call = {"role": "assistant", "content": None, "tool_calls": [{"type": "function",
                                                                   "function": {"name": "f", "arguments": "{}"}}]}

@@ -29,7 +29,7 @@ import torch
 
 from verl.data.chat_rows import blank_turn, is_chat, parting
 from verl.data.collate import left_pad, position_ids_from_mask
-from verl.data.dataset import json_object
+from verl.data.prompt_rows import json_object
 from verl.data.io import DataError
 from verl.data.loader import PromptLoader
 from verl.data.offline_checks import keep_trained

@@ -68,7 +68,7 @@ def score(fn, name: str, call: dict, where: str) -> float:
 
 def evaluate(config: EvalConfig) -> dict[str, float]:
     """The metrics ``config`` asks for: ``test_score/<source>`` and ``pass@k/<source>`` (printed too)."""
-    from verl.data.dataset import ground_truth_of, json_object
+    from verl.data.prompt_rows import ground_truth_of, json_object
     from verl.data.io import read_rows
     from verl.rewards.scorers import NEEDS_NO_GROUND_TRUTH, get_scorer
 

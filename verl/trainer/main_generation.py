@@ -40,7 +40,7 @@ def check_output_path(path: str) -> Path:
 
 def fitted(ids: list[int], row: int, prompt_length: int, truncation: str) -> list[int]:
     """Row ``row``'s prompt ids within ``rollout.prompt_length``: cut as ``data.truncation`` says, or refused."""
-    from verl.data.dataset import cut_prompt
+    from verl.data.prompt_rows import cut_prompt
 
     if len(ids) > prompt_length and truncation == "error":
         raise VerlError(f"data.path: the prompt of row {row} is {len(ids)} tokens long, over rollout.prompt_length="
