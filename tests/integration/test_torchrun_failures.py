@@ -2,6 +2,7 @@
 within ``trainer.dist_timeout_s``, with one line naming the rank and the stage; never a silent hang."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,4 +71,7 @@ def test_a_lost_rank_ends_the_job_with_one_line_naming_it(tiny_model_dir, data_d
     errors = [line for line in output.splitlines() if line.startswith("error: rank 1")]
     assert len(errors) == 1, output[-3000:]
     what = "died" if how == "kill" else "stopped responding"
-    assert f"rank 1 {what} during stage '" in errors[0] and errors[0].endswith("the job is stopped"), errors[0]
+    # The signal lands inside a stage or, now and then, between two (the rank's last report then names the stage it
+    # left: "after stage 'train_step' (step 3), between stages"); both are right.
+    assert re.match(rf"error: rank 1 {what} (during stage '[a-z_.]+' \(step \d+\)|after stage '[a-z_.]+' \(step \d+\), "
+                    rf"between stages)", errors[0]) and errors[0].endswith("the job is stopped"), errors[0]
