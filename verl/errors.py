@@ -42,6 +42,11 @@ class RewardError(VerlError):
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
+def first_few(items, most: int = 5) -> str:
+    """The first ``most`` of ``items`` (rows, positions) for a message, with ", ..." when there are more."""
+    return ", ".join(map(str, items[:most])) + (", ..." if len(items) > most else "")
+
+
 def closest_name(value, names, *, cutoff: float = 0.6, synonyms=(), containing: bool = False) -> str | None:
     """The name among ``names`` that ``value`` most likely meant, for a "did you mean" hint, or None: the
     first of ``synonyms`` (names it is often given under) that is there; the same name in other letter case

@@ -22,7 +22,7 @@ import torch
 
 from verl.data.collate import collate_prompts
 from verl.data.io import DataError
-from verl.errors import NEW_RUN
+from verl.errors import NEW_RUN, first_few
 from verl.protocol import Batch
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class PromptLoader:
         changed = [i for i, (a, b) in enumerate(zip(before, now)) if a != b]
         if not changed or not self.warn:
             return
-        shown = ", ".join(map(str, changed[:5])) + (", ..." if len(changed) > 5 else "")
+        shown = first_few(changed)
         logger.warning("%s changed since the checkpoint: %d of its %d %s differ (at positions %s). The run goes on at "
                        "batch %d of epoch %d in the saved order of positions, over the %s there now (one that moved "
                        "may be seen twice or not at all in this epoch). To go on over the saved data, resume with it; "

@@ -31,6 +31,7 @@ from verl.data.chat_rows import blank_turn, is_chat, parting
 from verl.data.collate import left_pad, position_ids_from_mask
 from verl.data.prompt_rows import json_object
 from verl.data.io import DataError
+from verl.errors import first_few
 from verl.data.loader import PromptLoader
 from verl.data.offline_checks import keep_trained
 from verl.data.offline_encoder import Encoded, Encoder
@@ -110,7 +111,7 @@ def _say_empty_responses(empty: list[int], total: int, response_key: str, source
     if empty:
         logger.warning("%s: %d of %d rows have %s (row %s): they train the model to answer nothing; "
                        "fill them in or drop them", source, len(empty), total, what,
-                       ", ".join(map(str, empty[:5])) + (", ..." if len(empty) > 5 else ""))
+                       first_few(empty))
 
 
 def _say_repeated_prompts(rows: list[tuple[Any, tuple]], columns: str, source: str) -> None:
@@ -130,7 +131,7 @@ def _say_repeated_prompts(rows: list[tuple[Any, tuple]], columns: str, source: s
     if repeated:
         logger.warning("%s: %d of %d rows repeat their prompt at the start of %s (row %s): the prompt is trained on "
                        "as part of the answer; %s", source, len(repeated), len(rows), columns,
-                       ", ".join(map(str, repeated[:5])) + (", ..." if len(repeated) > 5 else ""), fix)
+                       first_few(repeated), fix)
 
 
 class SFTDataset:
@@ -231,7 +232,7 @@ class PreferenceDataset:
         if same:  # their loss is constant: no gradient, yet they count in every average
             logger.warning("%s: %d of %d rows have the same chosen and rejected response (row %s): they carry no "
                            "preference, so DPO learns nothing from them; drop them or fix the rejected column",
-                           source, len(same), len(rows), ", ".join(map(str, same[:5])) + (", ..." if len(same) > 5 else ""))
+                           source, len(same), len(rows), first_few(same))
 
     def __len__(self) -> int:
         return len(self.items)

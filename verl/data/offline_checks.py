@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from verl.data.io import DataError
+from verl.errors import first_few
 
 logger = logging.getLogger("verl.data.offline")
 
@@ -19,10 +20,6 @@ logger = logging.getLogger("verl.data.offline")
 def targets(mask: Sequence[int]) -> int:
     """The tokens a loss mask trains on: token 0 never is (nothing predicts it)."""
     return sum(mask[1:])
-
-
-def _rows(indices: list[int]) -> str:
-    return ", ".join(map(str, indices[:5])) + (", ..." if len(indices) > 5 else "")
 
 
 def keep_trained(items: list, masks: list[tuple[Sequence[int], ...]], source: str, max_length: int,
@@ -37,9 +34,9 @@ def keep_trained(items: list, masks: list[tuple[Sequence[int], ...]], source: st
     fix = ("raise data.max_length, or set data.truncation=left (it keeps the end of a row, where the response is)"
            if truncation == "right" else "raise data.max_length, or drop them")
     if len(empty) == len(items):
-        raise DataError(f"no row of {source} has a response token left to train on ({why}; row {_rows(empty)}); "
+        raise DataError(f"no row of {source} has a response token left to train on ({why}; row {first_few(empty)}); "
                         f"{fix}")
     logger.warning("%s: %d of %d rows have no response token left to train on (%s; row %s): they are left out; %s",
-                   source, len(empty), len(items), why, _rows(empty), fix)
+                   source, len(empty), len(items), why, first_few(empty), fix)
     drop = set(empty)
     return [item for i, item in enumerate(items) if i not in drop]

@@ -22,7 +22,7 @@ import logging
 from typing import Any, Callable
 
 from verl.data.tasks import TASKS
-from verl.errors import RewardError
+from verl.errors import RewardError, first_few
 from verl.rewards.scorers import code, geo3k, gsm8k, math_answers, math_dapo
 from verl.rewards.scorers.format import boxed_format, think_format
 
@@ -113,7 +113,7 @@ def warn_rows_without_ground_truth(items, key: str) -> int:
         if item.get("ground_truth") is None:
             missing.append(item.get("index", position))
     if missing and len(missing) < total:
-        first = ", ".join(str(row) for row in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        first = first_few(missing)
         logger.warning("%s: %d of %d rows have no ground truth (row%s %s): the reward function gets ground_truth=None "
                        "for them, while the other rows have one. Fill in reward_model.ground_truth (or a ground_truth "
                        "/ answer / solution column), or drop those rows", key, len(missing), total,
