@@ -38,25 +38,24 @@ def policy_path(config) -> str:
 def policy_config(config):
     """The policy's model config as the actor builds it (the built-in tiny model when no path is
     set), with the loader's clear errors for a missing folder or an unknown hub id; no weights read."""
-    from verl.models.loading import hub_access, load_causal_lm_config
-
-    model, path = config.actor_rollout_ref.model, policy_path(config)
-    local = bool(hub_access(path, "model", "actor_rollout_ref.model.path").get("local_files_only"))
-    return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
-                                 override_config=dict(model.override_config), local_files_only=local)
+    return _model_config(config.actor_rollout_ref.model, policy_path(config), "actor_rollout_ref.model.path")
 
 
 def critic_config(config):
     """The critic's model config (``critic.model.path``, the policy's when unset) as :func:`value_critic` loads
     it, with the same clear errors; no weights read."""
+    model = config.critic.model
+    return _model_config(model, str(model.path) if model.path else policy_path(config), "critic.model.path")
+
+
+def _model_config(model, path: str, config_key: str):
+    """``path``'s model config with ``model``'s (a model section's) trust_remote_code and override_config."""
     from verl.models.loading import hub_access, load_causal_lm_config
 
-    model = config.critic.model
-    path = str(model.path) if model.path else policy_path(config)
-    local = bool(hub_access(path, "model", "critic.model.path").get("local_files_only"))
+    local = bool(hub_access(path, "model", config_key).get("local_files_only"))
     return load_causal_lm_config(path, trust_remote_code=model.trust_remote_code,
                                  override_config=dict(model.override_config), local_files_only=local,
-                                 config_key="critic.model.path")
+                                 config_key=config_key)
 
 
 def resolve_rollout_engine(config, model_config=None) -> str:
